@@ -1,0 +1,115 @@
+"""Benchmark: quantize-compare against 4 plain forward passes over the same windows; peak RSS vs corpus size.
+
+    python benchmarks/quantize_compare.py [--tokens 8192,32768] [--model smollm2-135m] [--data-dir ../shared/data]
+
+For each token count, two fresh processes run on WikiText-2 test with ctx 512 and the default three schemes:
+  * "compare": the whole quantize-compare pipeline as the CLI runs it (load, tokenize, quantize, lockstep
+    evaluation, metrics) — its wall time and peak RSS;
+  * "plain":   the same model and windows, 4 plain forward passes per window (full logits, no statistics) —
+    the floor that any tool doing reference + 3 variants must pay.
+It prints one JSON object: the ratio compare/plain (target ≤ 1.15), tokens/s, and peak RSS at each size
+(target: flat from 8k to 32k tokens). Both measurements come from the same run on the same machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def child(mode: str, tokens: int, model: str, data_dir: str) -> dict:
+    import torch
+
+    from infoeval.config import ModelSettings, TextSettings, VariantSettings, WindowSettings
+    from infoeval.runs import Reporter, prepare, quantize_compare
+
+    ms = ModelSettings(model=model)
+    ts = TextSettings(dataset="wikitext-2", data_dir=Path(data_dir), max_tokens=tokens)
+    ws = WindowSettings(ctx=512)
+    t0 = time.perf_counter()
+    if mode == "compare":
+        result, _ = quantize_compare(ms, ts, ws, VariantSettings(), Reporter())
+        wall = time.perf_counter() - t0
+        out = {"wall_s": wall, "timings": result["timings"], "scored_tokens": result["reference"]["tokens"],
+               "kl_mean": {v["name"]: v["metrics"]["kl_mean"] for v in result["variants"]}}
+    else:
+        p = prepare(ms, ts, ws, Reporter())
+        from infoeval.windows import window_inputs
+
+        model_ = p.loaded.model
+        t1 = time.perf_counter()
+        with torch.inference_mode():
+            for w in p.windows:
+                ids = window_inputs(p.stream.ids, w, None)
+                for _ in range(4):
+                    model_(input_ids=ids, use_cache=False).logits.sum()
+        fwd = time.perf_counter() - t1
+        out = {"forward_s": fwd, "setup_s": t1 - t0, "scored_tokens": p.protocol["scored_tokens"], "windows": len(p.windows)}
+    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+def run_child(mode: str, tokens: int, model: str, data_dir: str) -> dict:
+    cmd = [sys.executable, __file__, "--child", mode, "--tokens", str(tokens), "--model", model, "--data-dir", data_dir]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", default="8192,32768")
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--child", choices=["compare", "plain"])
+    a = ap.parse_args()
+    if a.child:
+        print(json.dumps(child(a.child, int(a.tokens), a.model, a.data_dir)))
+        return
+    import torch
+
+    runs = []
+    for n in (int(x) for x in a.tokens.split(",")):
+        plain = run_child("plain", n, a.model, a.data_dir)
+        comp = run_child("compare", n, a.model, a.data_dir)
+        loop = comp["timings"]["quantize_s"] + comp["timings"]["eval_s"]
+        runs.append(
+            {
+                "tokens": n,
+                "scored_tokens": comp["scored_tokens"],
+                "windows": plain["windows"],
+                "compare_wall_s": round(comp["wall_s"], 2),
+                "compare_timings_s": {k: round(v, 2) for k, v in comp["timings"].items()},
+                "plain_4x_forward_s": round(plain["forward_s"], 2),
+                "ratio_wall_vs_plain": round(comp["wall_s"] / plain["forward_s"], 3),
+                "ratio_quantize_and_eval_vs_plain": round(loop / plain["forward_s"], 3),
+                "ratio_eval_vs_plain": round(comp["timings"]["eval_s"] / plain["forward_s"], 3),
+                "tokens_per_s": round(comp["scored_tokens"] / comp["wall_s"], 1),
+                "peak_rss_mib": round(comp["peak_rss_mib"], 1),
+                "plain_peak_rss_mib": round(plain["peak_rss_mib"], 1),
+                "kl_mean": comp["kl_mean"],
+            }
+        )
+    out = {
+        "benchmark": "quantize_compare",
+        "model": a.model,
+        "text": "wikitext-2 test",
+        "ctx": 512,
+        "schemes": "int8-channel,int4-g128,int4-channel",
+        "torch_threads": torch.get_num_threads(),
+        "target_ratio": 1.15,
+        "runs": runs,
+    }
+    if len(runs) >= 2:
+        out["peak_rss_growth"] = round(runs[-1]["peak_rss_mib"] / runs[0]["peak_rss_mib"], 3)
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+"""infoeval: information-theoretic measurements of quantized, distilled and draft language models."""
+
+__version__ = "0.1.0"

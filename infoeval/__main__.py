@@ -1,0 +1,3 @@
+from infoeval.cli import main
+
+main()

@@ -1,0 +1,182 @@
+"""The `infoeval` command line: each command parses options, calls the library and renders. No maths here."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from infoeval.config import ModelSettings, OutputSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.errors import EXIT_RUNTIME, EXIT_USAGE, InfoevalError
+from infoeval.models import DEFAULT_MODEL
+from infoeval.quant.schemes import DEFAULT_SCHEMES
+from infoeval.text import DATASETS
+
+app = typer.Typer(
+    name="infoeval",
+    help="Measure, in bits and nats, how much a language model changes when you quantize, distill or draft it.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+# ---- reusable option types -------------------------------------------------------------------------------
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help=f"HF folder, hub id (org/name), .gguf file, or '{DEFAULT_MODEL}'.")]
+DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA when present), cpu, cuda or cuda:N.")]
+DtypeOpt = Annotated[str, typer.Option(help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16, float16.")]
+DeviceMapOpt = Annotated[Optional[str], typer.Option(help="accelerate device_map for models larger than one device, e.g. auto.")]
+TextOpt = Annotated[Optional[Path], typer.Option("--text", "-t", help="A UTF-8 text file to score.")]
+DatasetOpt = Annotated[Optional[str], typer.Option(help=f"Built-in text: {', '.join(DATASETS)} (default python-docs).")]
+DataDirOpt = Annotated[Optional[Path], typer.Option(help="Folder holding wikitext-2-raw/ or tinyshakespeare/ (or set INFOEVAL_DATA_DIR).")]
+MaxTokensOpt = Annotated[Optional[int], typer.Option(help="Score at most this many tokens.")]
+CtxOpt = Annotated[int, typer.Option(help="Window length in tokens (n_ctx).")]
+StrideOpt = Annotated[Optional[int], typer.Option(help="Tokens between window starts (default = ctx); ≤ ctx.")]
+ProtocolOpt = Annotated[str, typer.Option(help="rolling (every token scored once) or llama.cpp (llama-perplexity's chunks).")]
+PrefixOpt = Annotated[str, typer.Option(help="Token put before the text: auto (BOS, else EOS), bos, eos or none.")]
+SchemesOpt = Annotated[str, typer.Option(help="Comma-separated schemes: int<bits>-channel | int<bits>-g<N> [-asym].")]
+IncludeOpt = Annotated[Optional[list[str]], typer.Option(help="Also quantize modules matching this glob (repeatable), e.g. lm_head.")]
+ExcludeOpt = Annotated[Optional[list[str]], typer.Option(help="Do not quantize modules matching this glob (repeatable).")]
+CsvOpt = Annotated[Optional[Path], typer.Option(help="Write the summary CSV (one row per variant) here.")]
+JsonOpt = Annotated[Optional[Path], typer.Option(help="Write metrics and provenance as JSON here.")]
+PositionsOpt = Annotated[Optional[Path], typer.Option(help="Write per-position columns as CSV here.")]
+OutDirOpt = Annotated[Optional[Path], typer.Option(help="Folder for summary.csv, result.json, positions.csv (default results/<run-name>/).")]
+RunNameOpt = Annotated[Optional[str], typer.Option(help="Name of the run folder under results/.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+
+
+def _settings(model, device, dtype, device_map, text, dataset, data_dir, max_tokens, ctx, stride, protocol, prefix):
+    return (
+        ModelSettings(model, device, dtype, device_map),
+        TextSettings(text, dataset, data_dir, max_tokens),
+        WindowSettings(ctx, stride, protocol, prefix),
+    )
+
+
+def _write_outputs(command: str, result: dict, cols, ms: ModelSettings, os_: OutputSettings, summary: bool) -> list[str]:
+    from infoeval.results import positions_frame, summary_frame, write_frame, write_json
+    from infoeval.runs import run_name
+
+    explicit = [p for p in (os_.csv, os_.json, os_.positions) if p is not None]
+    targets: dict[str, Path] = {}
+    if explicit and os_.out_dir is None:
+        targets = {k: v for k, v in (("csv", os_.csv), ("json", os_.json), ("positions", os_.positions)) if v is not None}
+    else:
+        folder = os_.out_dir or Path("results") / (os_.run_name or run_name(command, ms, result["provenance"]["text"]["source"]))
+        targets = {"csv": os_.csv or folder / "summary.csv", "json": os_.json or folder / "result.json",
+                   "positions": os_.positions or folder / "positions.csv"}
+    if not summary:
+        targets.pop("csv", None) if os_.csv is None else None
+    written = []
+    if "json" in targets:
+        write_json(targets["json"], result)
+        written.append(str(targets["json"]))
+    if "csv" in targets:
+        write_frame(targets["csv"], summary_frame(result))
+        written.append(str(targets["csv"]))
+    if "positions" in targets:
+        write_frame(targets["positions"], positions_frame(cols.reference, cols.variants))
+        written.append(str(targets["positions"]))
+    return written
+
+
+@app.command("quantize-compare")
+def quantize_compare(
+    model: ModelOpt = DEFAULT_MODEL,
+    schemes: SchemesOpt = DEFAULT_SCHEMES,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
+    text: TextOpt = None,
+    dataset: DatasetOpt = None,
+    data_dir: DataDirOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    ctx: CtxOpt = 512,
+    stride: StrideOpt = None,
+    protocol: ProtocolOpt = "rolling",
+    prefix: PrefixOpt = "auto",
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto",
+    device_map: DeviceMapOpt = None,
+    csv: CsvOpt = None,
+    json: JsonOpt = None,
+    positions: PositionsOpt = None,
+    out_dir: OutDirOpt = None,
+    run_name: RunNameOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Fake-quantize a model's weights with each scheme and compare every variant with the original: PPL,
+    KL(reference‖variant) mean and tails, top-1 agreement, reverse KL and TV on the same windows."""
+    from infoeval import runs
+    from infoeval.report import RichReporter, print_quantize_compare, stdout_console
+
+    ms, ts, ws = _settings(model, device, dtype, device_map, text, dataset, data_dir, max_tokens, ctx, stride, protocol, prefix)
+    vs = VariantSettings(schemes, tuple(include or ()), tuple(exclude or ()))
+    result, cols = runs.quantize_compare(ms, ts, ws, vs, RichReporter(enabled=not quiet))
+    written = _write_outputs("quantize-compare", result, cols, ms, OutputSettings(out_dir, run_name, csv, json, positions), True)
+    print_quantize_compare(stdout_console(), result, [])
+    Console(stderr=True).print("wrote " + ", ".join(written), style="dim")
+
+
+@app.command("compress-bits")
+def compress_bits(
+    model: ModelOpt = DEFAULT_MODEL,
+    text: TextOpt = None,
+    dataset: DatasetOpt = None,
+    data_dir: DataDirOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    ctx: CtxOpt = 512,
+    stride: StrideOpt = None,
+    protocol: ProtocolOpt = "rolling",
+    prefix: PrefixOpt = "auto",
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto",
+    device_map: DeviceMapOpt = None,
+    csv: CsvOpt = None,
+    json: JsonOpt = None,
+    positions: PositionsOpt = None,
+    out_dir: OutDirOpt = None,
+    run_name: RunNameOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Total bits, bits/token and bits/byte of a model on a text, beside gzip, bz2, xz and zstd on the very
+    same bytes."""
+    from infoeval import runs
+    from infoeval.report import RichReporter, print_compress_bits, stdout_console
+
+    ms, ts, ws = _settings(model, device, dtype, device_map, text, dataset, data_dir, max_tokens, ctx, stride, protocol, prefix)
+    result, cols = runs.compress_bits(ms, ts, ws, RichReporter(enabled=not quiet))
+    written = _write_outputs("compress-bits", result, cols, ms, OutputSettings(out_dir, run_name, csv, json, positions), False)
+    print_compress_bits(stdout_console(), result, [])
+    Console(stderr=True).print("wrote " + ", ".join(written), style="dim")
+
+
+def main() -> None:
+    """Entry point: known errors become one line on stderr and an exit code; tracebacks only with INFOEVAL_DEBUG=1."""
+    debug = bool(os.environ.get("INFOEVAL_DEBUG"))
+    try:
+        app()
+    except InfoevalError as e:
+        if debug:
+            raise
+        print(f"infoeval: error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        print("infoeval: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except MemoryError:
+        if debug:
+            raise
+        print("infoeval: error: out of memory; use a smaller --ctx or model, or --device cuda", file=sys.stderr)
+        sys.exit(EXIT_RUNTIME)
+    except Exception as e:  # noqa: BLE001 - the single error boundary
+        if debug:
+            raise
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        print(f"infoeval: error: {type(e).__name__}: {msg} (set INFOEVAL_DEBUG=1 for the traceback)", file=sys.stderr)
+        sys.exit(EXIT_RUNTIME)
+
+
+_ = EXIT_USAGE

@@ -1,0 +1,102 @@
+"""The lockstep loop: each window goes once through the reference and once through each variant, and is
+reduced at once to per-position columns. No (tokens × vocab) tensor outlives its window.
+
+Only the scored positions go through the LM head (``logits_to_keep``), so context-only positions cost no
+head FLOPs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from infoeval.errors import RuntimeFailure
+from infoeval.infotheory import compare, reference_stats
+from infoeval.quant.apply import QuantizedVariant, swapped
+from infoeval.tokens import TokenStream
+from infoeval.windows import Window, window_inputs, window_targets
+
+REF_COLUMNS = ("window", "position", "token_id", "context", "bytes", "nll", "entropy", "argmax")
+VARIANT_COLUMNS = ("nll", "kl", "rkl", "tv", "entropy", "top1")
+
+
+@dataclass
+class Columns:
+    """Per-position columns (numpy), one dict for the reference and one per variant, in scored order."""
+
+    reference: dict[str, np.ndarray]
+    variants: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return int(self.reference["nll"].shape[0])
+
+
+def _forward_scored(model, inputs: torch.Tensor, window: Window) -> torch.Tensor:
+    """Logits of the window's scored positions, shape (n_scored, V)."""
+    keep = window.logit_index.to(inputs.device)
+    out = model(input_ids=inputs, use_cache=False, logits_to_keep=keep)
+    return out.logits[0]
+
+
+class _Accumulator:
+    def __init__(self, names: Sequence[str]):
+        self.parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
+
+    def add(self, cols: dict[str, torch.Tensor | np.ndarray]) -> None:
+        for k, v in cols.items():
+            self.parts[k].append(v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v))
+
+    def result(self) -> dict[str, np.ndarray]:
+        return {k: np.concatenate(v) if v else np.zeros(0) for k, v in self.parts.items()}
+
+
+@torch.inference_mode()
+def run_lockstep(
+    model: torch.nn.Module,
+    stream: TokenStream,
+    windows: Sequence[Window],
+    variants: Sequence[QuantizedVariant] = (),
+    bos_id: int | None = None,
+    on_forward: Callable[[], None] | None = None,
+) -> Columns:
+    """Evaluate the reference and every variant on every window, window by window."""
+    device = next(model.parameters()).device
+    ref_acc = _Accumulator(REF_COLUMNS)
+    var_acc = {v.name: _Accumulator(VARIANT_COLUMNS) for v in variants}
+    for w in windows:
+        inputs = window_inputs(stream.ids, w, bos_id).to(device)
+        targets = window_targets(stream.ids, w).to(device)
+        ref = reference_stats(_forward_scored(model, inputs, w), targets)
+        if not torch.isfinite(ref.nll).all():
+            raise RuntimeFailure(f"the reference model produced non-finite log-probabilities in window {w.index}")
+        if on_forward:
+            on_forward()
+        positions = torch.arange(w.first_target, w.first_target + w.n_scored)
+        ref_acc.add(
+            {
+                "window": np.full(w.n_scored, w.index, dtype=np.int32),
+                "position": positions,
+                "token_id": targets,
+                "context": torch.arange(w.first_scored + 1, w.first_scored + 1 + w.n_scored),
+                "bytes": stream.nbytes[w.first_target : w.first_target + w.n_scored],
+                "nll": ref.nll,
+                "entropy": ref.entropy,
+                "argmax": ref.argmax,
+            }
+        )
+        for v in variants:
+            with swapped(model, v):
+                logits = _forward_scored(model, inputs, w)
+            cols = compare(ref, logits, targets)
+            del logits
+            if not torch.isfinite(cols["kl"]).all():
+                raise RuntimeFailure(f"variant {v.name} produced non-finite log-probabilities in window {w.index}")
+            var_acc[v.name].add(cols)
+            if on_forward:
+                on_forward()
+        del ref
+    return Columns(ref_acc.result(), {k: a.result() for k, a in var_acc.items()})

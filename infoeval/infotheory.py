@@ -1,0 +1,109 @@
+"""Pure information-theoretic functions on log-probability tensors of shape (n, V), natural log (nats).
+
+p is the reference distribution, q the variant (quantized model, draft, student). All results are per row.
+
+    H(p)      = −Σ p log p                       entropy
+    CE(y, q)  = −log q(y)                        negative log-likelihood of the observed token y
+    KL(p‖q)   = Σ p (log p − log q) ≥ 0          forward KL; 0 iff p = q
+    KL(q‖p)   = Σ q (log q − log p)              reverse KL
+    TV(p, q)  = ½ Σ |p − q| ∈ [0, 1]
+    β(p, q)   = Σ min(p, q) = 1 − TV(p, q)       speculative-decoding acceptance
+    Pinsker:    TV ≤ √(KL/2)
+
+Worked example (V = 2): p = (0.5, 0.5), q = (0.9, 0.1):
+KL(p‖q) = 0.5 ln(0.5/0.9) + 0.5 ln(0.5/0.1) = 0.5108 nats, TV = 0.4, β = 0.6, √(KL/2) = 0.5054 ≥ 0.4.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+LN2 = 0.6931471805599453
+
+
+def log_softmax(logits: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities in float32 (logits of any float dtype)."""
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Σ_v a[i, v]·b[i, v] per row, without a (n, V) temporary."""
+    return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).reshape(-1)  # (n,1,V)@(n,V,1) -> (n,)
+
+
+def entropy(lp: torch.Tensor) -> torch.Tensor:
+    """H(p) = −Σ p log p; terms with p = 0 count as 0."""
+    p = lp.exp()
+    return -_rowdot(p, torch.nan_to_num(lp, neginf=0.0))
+
+
+def nll(lp: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """−log p(y) for each row's observed token."""
+    return -lp.gather(-1, targets.reshape(-1, 1)).reshape(-1)
+
+
+def kl_div(lp: torch.Tensor, lq: torch.Tensor) -> torch.Tensor:
+    """KL(p‖q) = Σ p (log p − log q); terms with p = 0 count as 0, inf where q = 0 < p.
+
+    Summed as one difference per term: Σ p log p − Σ p log q would cancel two sums of size ≈ H.
+    """
+    p = lp.exp()
+    return _rowdot(p, torch.where(p > 0, lp - lq, 0.0))
+
+
+def total_variation(lp: torch.Tensor, lq: torch.Tensor) -> torch.Tensor:
+    """TV(p, q) = ½ Σ |p − q|."""
+    return 0.5 * (lp.exp() - lq.exp()).abs().sum(-1)
+
+
+def acceptance(lp: torch.Tensor, lq: torch.Tensor) -> torch.Tensor:
+    """β = Σ min(p, q): the probability that a token drawn from q is accepted when verifying against p."""
+    return torch.minimum(lp.exp(), lq.exp()).sum(-1)
+
+
+@dataclass(frozen=True)
+class RefStats:
+    """What the reference contributes to every comparison, computed once per window."""
+
+    lp: torch.Tensor  # (n, V) log p, float32
+    p: torch.Tensor  # (n, V)
+    entropy: torch.Tensor  # (n,) nats
+    neg_entropy_terms: torch.Tensor  # (n,) Σ p log p = −H (kept to avoid recomputing)
+    argmax: torch.Tensor  # (n,)
+    nll: torch.Tensor  # (n,)
+
+
+def reference_stats(logits: torch.Tensor, targets: torch.Tensor) -> RefStats:
+    lp = log_softmax(logits)
+    p = lp.exp()
+    plogp = _rowdot(p, lp)  # logits are finite, so lp is finite (the hot path skips nan_to_num)
+    return RefStats(lp=lp, p=p, entropy=-plogp, neg_entropy_terms=plogp, argmax=lp.argmax(-1), nll=nll(lp, targets))
+
+
+def compare(ref: RefStats, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-position columns of a variant against the reference, in nats.
+
+    Returns nll, kl (KL(p‖q)), rkl (KL(q‖p)), tv, entropy (of q) and top1 (argmax q == argmax p).
+    """
+    lq = log_softmax(logits)
+    q = lq.exp()
+    qlogq = _rowdot(q, lq)
+    out_nll = nll(lq, targets)
+    top1 = lq.argmax(-1) == ref.argmax
+    # KL as Σ p (log p − log q) term by term, not Σ p log p − Σ p log q: the two sums are ≈ H each and
+    # cancel, leaving float32 rounding comparable to the KL itself at large vocabularies.
+    lq.sub_(ref.lp)  # reuse lq's buffer for log q − log p
+    kl = -_rowdot(ref.p, lq)
+    rkl = _rowdot(q, lq)
+    q.sub_(ref.p).abs_()  # reuse q's buffer for |p − q|
+    tv = 0.5 * q.sum(-1)
+    return {
+        "nll": out_nll,
+        "kl": kl,
+        "rkl": rkl,
+        "tv": tv,
+        "entropy": -qlogq,
+        "top1": top1,
+    }

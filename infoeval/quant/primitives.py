@@ -1,0 +1,115 @@
+"""Pure tensor maths for fake (quantize → dequantize) weight quantization.
+
+Conventions (tools disagree, so they are spelled out):
+
+| mode       | codes q                 | scale s                               | zero point z             | ŵ            |
+|------------|-------------------------|---------------------------------------|--------------------------|--------------|
+| symmetric  | −(2^(b−1)−1) … 2^(b−1)−1 | max|w| / (2^(b−1)−1)                  | 0                        | s·q          |
+| asymmetric | 0 … 2^b−1               | (max(w,0) − min(w,0)) / (2^b−1)       | clamp(round(−min/s),0,qmax) | s·(q − z) |
+
+with q = clamp(round(w/s) + z, qmin, qmax) and round = round-half-to-even (``torch.round``). The symmetric
+range is *restricted* (int8: −127…127, int4: −7…7), so 0 is exact and the grid is symmetric; the asymmetric
+range always contains 0 (min ≤ 0 ≤ max), so zero weights stay exactly zero. A block whose weights are all
+zero gets s = 1 (all codes equal z, ŵ = 0). For every weight |w − ŵ| ≤ s/2.
+
+Block sizes (``block_size`` in torchao's terms) for a weight of shape (out, in):
+
+| granularity   | one (s, z) per                    | blocks per row    |
+|---------------|-----------------------------------|-------------------|
+| per-channel   | row (1, in)                       | 1                 |
+| per-group(N)  | (1, N) along the input dimension  | ceil(in / N)      |
+
+When N does not divide ``in`` the last group of each row has ``in mod N`` columns and its own scale: the row
+is padded with zeros to a multiple of N, which changes neither max|w| nor min(w, 0)/max(w, 0) of that group,
+and the padding is cut off again.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from infoeval.quant.schemes import Scheme
+
+
+def _blocks(w: torch.Tensor, group_size: int | None) -> tuple[torch.Tensor, int]:
+    """Reshape (out, in) to (out, n_groups, group) with zero padding; return the padding added."""
+    out_f, in_f = w.shape
+    g = in_f if group_size is None else min(group_size, in_f)
+    pad = (-in_f) % g
+    if pad:
+        w = torch.nn.functional.pad(w, (0, pad))
+    return w.reshape(out_f, (in_f + pad) // g, g), pad  # (out, G, g)
+
+
+def _scale_zero(blocks: torch.Tensor, scheme: Scheme) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-block scale s and zero point z (both float32, shape (out, G)) of float32 blocks (out, G, g)."""
+    if scheme.symmetric:
+        scale = blocks.abs().amax(dim=-1) / scheme.qmax
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        return scale, torch.zeros_like(scale)
+    lo = blocks.amin(dim=-1).clamp(max=0.0)
+    hi = blocks.amax(dim=-1).clamp(min=0.0)
+    scale = (hi - lo) / scheme.qmax
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    zero = torch.clamp(torch.round(-lo / scale), 0, scheme.qmax)
+    return scale, zero
+
+
+def _codes(blocks: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, scheme: Scheme) -> torch.Tensor:
+    """q = clamp(round(w/s) + z, qmin, qmax) as float32 blocks."""
+    q = torch.round(blocks / scale.unsqueeze(-1)).add_(zero.unsqueeze(-1))
+    return q.clamp_(scheme.qmin, scheme.qmax)
+
+
+def quantize_codes(w: torch.Tensor, scheme: Scheme) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Integer codes, scales and zero points of a 2-D weight.
+
+    Returns ``codes`` (int32, shape (out, in)), ``scale`` (float32) and ``zero`` (int32), both (out, G).
+    """
+    if w.dim() != 2:
+        raise ValueError(f"expected a 2-D weight, got shape {tuple(w.shape)}")
+    in_f = w.shape[1]
+    blocks, _ = _blocks(w.detach().to(torch.float32), scheme.group_size)  # (out, G, g)
+    scale, zero = _scale_zero(blocks, scheme)
+    q = _codes(blocks, scale, zero, scheme).to(torch.int32)
+    return q.reshape(q.shape[0], -1)[:, :in_f], scale, zero.to(torch.int32)
+
+
+def dequantize_codes(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group_size: int | None) -> torch.Tensor:
+    """ŵ = s·(q − z), broadcasting each (s, z) over its block; returns float32 of the codes' shape."""
+    in_f = codes.shape[1]
+    blocks, _ = _blocks(codes.to(torch.float32), group_size)  # (out, G, g)
+    w = (blocks - zero.unsqueeze(-1).to(torch.float32)) * scale.unsqueeze(-1)
+    return w.reshape(w.shape[0], -1)[:, :in_f]
+
+
+def fake_quantize(w: torch.Tensor, scheme: Scheme) -> torch.Tensor:
+    """Quantize then dequantize a 2-D weight, ŵ = s·(q − z); the result has w's dtype and device.
+
+    Same arithmetic as ``dequantize_codes(*quantize_codes(w))``, without the integer round trip.
+    """
+    if w.dim() != 2:
+        raise ValueError(f"expected a 2-D weight, got shape {tuple(w.shape)}")
+    out_f, in_f = w.shape
+    blocks, _ = _blocks(w.detach().to(torch.float32), scheme.group_size)  # (out, G, g)
+    scale, zero = _scale_zero(blocks, scheme)
+    q = _codes(blocks, scale, zero, scheme)
+    w_hat = q.sub_(zero.unsqueeze(-1)).mul_(scale.unsqueeze(-1))
+    return w_hat.reshape(out_f, -1)[:, :in_f].to(dtype=w.dtype)
+
+
+def sqnr_db(w: torch.Tensor, w_hat: torch.Tensor) -> float:
+    """Signal-to-quantization-noise ratio 10·log10(Σw² / Σ(w − ŵ)²) in dB; +inf when exact.
+
+    Element-wise work in float32, sums accumulated in float64.
+    """
+    w = w.detach().float()
+    noise = (w - w_hat.detach().float()).pow_(2).sum(dtype=torch.float64).item()
+    signal = w.pow(2).sum(dtype=torch.float64).item()
+    if noise == 0.0:
+        return math.inf
+    if signal == 0.0:
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)

@@ -1,0 +1,105 @@
+"""Scheme value objects and the parser for names such as ``int4-g128`` or ``int3-g64-asym``.
+
+Grammar (case-insensitive)::
+
+    int<bits>-<granularity>[-sym|-asym]
+    bits         2 … 8
+    granularity  channel        one scale per output channel (row of the weight matrix)
+                 g<N>           one scale per group of N consecutive input columns, N ≥ 4;
+                                the last group of a row is shorter when N does not divide it
+    default      symmetric (absmax), no zero point
+
+Examples: ``int8-channel``, ``int4-g128``, ``int4-channel``, ``int3-g64-asym``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+from infoeval.errors import SchemeError
+
+MIN_BITS, MAX_BITS = 2, 8
+MIN_GROUP = 4
+DEFAULT_SCHEMES = "int8-channel,int4-g128,int4-channel"
+
+_PATTERN = re.compile(r"^int(\d+)-(channel|g(\d+))(?:-(sym|asym))?$")
+_KNOWN = [
+    f"int{b}-{g}{s}"
+    for b in (8, 6, 5, 4, 3, 2)
+    for g in ("channel", "g32", "g64", "g128", "g256")
+    for s in ("", "-asym")
+]
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """One fake-quantization scheme; ``group_size`` None means per output channel."""
+
+    bits: int
+    group_size: int | None
+    symmetric: bool = True
+
+    @property
+    def name(self) -> str:
+        gran = "channel" if self.group_size is None else f"g{self.group_size}"
+        return f"int{self.bits}-{gran}" + ("" if self.symmetric else "-asym")
+
+    @property
+    def qmin(self) -> int:
+        """Smallest integer code: −(2^(b−1)−1) symmetric (restricted range), 0 asymmetric."""
+        return -(2 ** (self.bits - 1) - 1) if self.symmetric else 0
+
+    @property
+    def qmax(self) -> int:
+        """Largest integer code: 2^(b−1)−1 symmetric, 2^b−1 asymmetric."""
+        return 2 ** (self.bits - 1) - 1 if self.symmetric else 2**self.bits - 1
+
+    @property
+    def granularity(self) -> str:
+        return "per-channel" if self.group_size is None else f"per-group({self.group_size})"
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "bits": self.bits,
+            "group_size": self.group_size,
+            "symmetric": self.symmetric,
+            "qmin": self.qmin,
+            "qmax": self.qmax,
+            "rounding": "round-half-to-even",
+        }
+
+
+def parse_scheme(text: str) -> Scheme:
+    """Parse one scheme name; raise SchemeError with the allowed forms (and a close match) otherwise."""
+    name = text.strip().lower()
+    m = _PATTERN.match(name)
+    if not m:
+        close = difflib.get_close_matches(name, _KNOWN, n=1, cutoff=0.6)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise SchemeError(
+            f"unknown quantization scheme '{text}'{hint}; allowed: int<bits>-channel or int<bits>-g<N>, "
+            f"optionally -asym, e.g. int8-channel, int4-g128, int3-g64-asym"
+        )
+    bits = int(m.group(1))
+    if not MIN_BITS <= bits <= MAX_BITS:
+        raise SchemeError(f"scheme '{text}': {bits} bits is not supported; bits must be {MIN_BITS} to {MAX_BITS}")
+    group = int(m.group(3)) if m.group(3) is not None else None
+    if group is not None and group < MIN_GROUP:
+        raise SchemeError(f"scheme '{text}': group size {group} is too small; it must be an integer ≥ {MIN_GROUP}")
+    return Scheme(bits=bits, group_size=group, symmetric=m.group(4) != "asym")
+
+
+def parse_schemes(text: str) -> list[Scheme]:
+    """Parse a comma-separated list; duplicates and empty lists are usage errors."""
+    parts = [p for p in (s.strip() for s in text.split(",")) if p]
+    if not parts:
+        raise SchemeError("no quantization scheme given; pass e.g. --schemes int8-channel,int4-g128")
+    schemes = [parse_scheme(p) for p in parts]
+    names = [s.name for s in schemes]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise SchemeError(f"scheme listed twice: {', '.join(dupes)}; list each scheme once")
+    return schemes

@@ -1,0 +1,152 @@
+"""Rich tables for the terminal and a progress bar on stderr; no torch import."""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+
+def _f(x, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if x != 0 and (abs(x) < 10 ** -(digits - 1) or abs(x) >= 1e6):
+        return f"{x:.{digits - 1}e}"
+    return f"{x:.{digits}f}"
+
+
+def _pm(x, se, digits: int = 4) -> str:
+    return f"{_f(x, digits)} ± {_f(se, 2 if se is not None and 0 < abs(se) < 1e-3 else digits)}"
+
+
+class RichReporter:
+    """Progress on stderr: a spinner for stages, a bar for the forward passes."""
+
+    def __init__(self, console: Console | None = None, enabled: bool = True):
+        self.console = console or Console(stderr=True)
+        self.enabled = enabled
+        self._progress: Progress | None = None
+        self._task = None
+        self._status = None
+
+    def stage(self, text: str) -> None:
+        if self.enabled:
+            self._stop_status()
+            self._status = self.console.status(text)
+            self._status.start()
+
+    def _stop_status(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def start(self, total: int, text: str) -> None:
+        self._stop_status()
+        if not self.enabled:
+            return
+        self._progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=False,
+        )  # fmt: skip
+        self._progress.start()
+        self._task = self._progress.add_task(text, total=total)
+
+    def advance(self) -> None:
+        if self._progress is not None:
+            self._progress.advance(self._task)
+
+    def stop(self) -> None:
+        self._stop_status()
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+def _header(result: dict) -> str:
+    pv = result["provenance"]
+    m, t, pr = pv["model"], pv["text"], pv["protocol"]
+    src = t["path"] or t["source"]
+    return (
+        f"model [bold]{m['spec']}[/] ({m['architecture']}, {m['n_parameters'] / 1e6:.1f}M params, {pv['dtype']} on {pv['device']})  "
+        f"text [bold]{t['source']}[/] ({src}, sha256 {t['sha256'][:12]})\n"
+        f"protocol {pr['name']} ctx {pr['ctx']} stride {pr['stride']}, prefix {pr['prefix_token']}; "
+        f"{pr['windows']} windows, {pr['scored_tokens']:,} tokens scored, {pr['context_only_tokens']:,} context-only "
+        f"(context per scored token {pr['min_context']}–{pr['max_context']}, mean {pr['mean_context']:.0f})"
+    )
+
+
+def reference_table(ref: dict, title: str = "Reference") -> Table:
+    t = Table(title=title, title_justify="left")
+    for c in ("PPL", "bits/token", "bits/byte", "tokens", "bytes", "entropy P10", "P50", "P90 (bits)"):
+        t.add_column(c, justify="right")
+    t.add_row(
+        _pm(ref["ppl"], ref["ppl_se"], 3), _f(ref["bits_per_token"]), _f(ref["bits_per_byte"]), _f(ref["tokens"]),
+        _f(ref["bytes"]), _f(ref["entropy_p10"], 3), _f(ref["entropy_p50"], 3), _f(ref["entropy_p90"], 3),
+    )  # fmt: skip
+    return t
+
+
+def variants_tables(result: dict) -> list[Table]:
+    """Two tables so each fits a 100-column terminal: likelihood and agreement, then the KL distribution."""
+    a = Table(title="Variants vs reference: likelihood and agreement (± one standard error)", title_justify="left")
+    for c in ("scheme", "layers q/skip", "PPL", "PPL ratio", "Δ ln PPL", "top-1 agree", "Δ bits/byte"):
+        a.add_column(c, justify="left" if c == "scheme" else "right", no_wrap=True)
+    k = Table(title="Per-position KL(reference ‖ variant) in nats; reverse KL and TV means", title_justify="left")
+    for c in ("scheme", "mean KL", "P50", "P90", "P99", "P99.9", "max", "rev KL", "TV"):
+        k.add_column(c, justify="left" if c == "scheme" else "right", no_wrap=True)
+    for v in result["variants"]:
+        m, q = v["metrics"], v["quantization"]
+        a.add_row(
+            v["name"], f"{q['layers_quantized']}/{q['layers_skipped']}", _f(m["ppl"], 3), _f(m["ppl_ratio"]),
+            _pm(m["ln_ppl_ratio"], m["ln_ppl_ratio_se"]), _pm(100 * m["top1"], 100 * m["top1_se"], 2) + " %",
+            _f(m["bits_per_byte_delta"]),
+        )  # fmt: skip
+        k.add_row(
+            v["name"], _pm(m["kl_mean"], m["kl_se"]), _f(m["kl_p50"], 3), _f(m["kl_p90"], 3), _f(m["kl_p99"], 3),
+            _f(m["kl_p999"], 3), _f(m["kl_max"], 3), _f(m["rkl_mean"], 3), _f(m["tv_mean"], 3),
+        )  # fmt: skip
+    return [a, k]
+
+
+def stdout_console() -> Console:
+    """The data console; when stdout is not a terminal (a pipe, a CI log) tables get 120 columns, not 80."""
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=120)
+    return console
+
+
+def compress_table(result: dict) -> Table:
+    ref = result["reference"]
+    t = Table(title=f"Bits for the same {ref['bytes']:,} bytes", title_justify="left")
+    for c in ("method", "bits", "bits/byte", "vs model"):
+        t.add_column(c, justify="left" if c == "method" else "right")
+    t.add_row("model (Σ −log₂ q)", _f(round(ref["total_bits"])), _f(ref["bits_per_byte"]), "1.000")
+    for r in result["compressors"]:
+        t.add_row(r["method"], _f(r["bits"]), _f(r["bits_per_byte"]), _f(r["bits"] / ref["total_bits"], 3))
+    return t
+
+
+def print_quantize_compare(console: Console, result: dict, outputs: list[str]) -> None:
+    console.print(_header(result))
+    console.print(reference_table(result["reference"]))
+    for table in variants_tables(result):
+        console.print(table)
+    _print_outputs(console, outputs)
+
+
+def print_compress_bits(console: Console, result: dict, outputs: list[str]) -> None:
+    console.print(_header(result))
+    console.print(reference_table(result["reference"], "Model"))
+    console.print(compress_table(result))
+    console.print(f"model bits / xz bits = {_f(result['model_over_xz'], 3)} (the model's own size is not counted)")
+    _print_outputs(console, outputs)
+
+
+def _print_outputs(console: Console, outputs: list[str]) -> None:
+    if outputs:
+        console.print("wrote " + ", ".join(outputs), style="dim")

@@ -1,0 +1,230 @@
+"""The pipelines behind the commands: text → tokens → windows → lockstep evaluation → metrics → result dict.
+
+The CLI builds the settings, calls one function here and renders what it returns.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+import torch
+
+from infoeval.config import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.errors import UsageError
+from infoeval.evaluate import Columns, run_lockstep
+from infoeval.metrics import METRICS, reference_metrics, variant_metrics
+from infoeval.models import LoadedModel, load_model, resolve_device, resolve_dtype
+from infoeval.quant.apply import quantize_variant
+from infoeval.quant.schemes import parse_schemes
+from infoeval.results import command_line, now_iso, versions
+from infoeval.text import Text, load_text, strip_one_trailing_newline
+from infoeval.tokens import TokenStream, encode, truncate
+from infoeval.windows import Window, describe, llamacpp_windows, rolling_windows
+
+
+class Reporter:
+    """Progress callbacks; the CLI passes one that draws a rich progress bar on stderr."""
+
+    def stage(self, text: str) -> None: ...
+
+    def start(self, total: int, text: str) -> None: ...
+
+    def advance(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass
+class Prepared:
+    loaded: LoadedModel
+    text: Text
+    stream: TokenStream
+    windows: list[Window]
+    protocol: dict
+    timings: dict
+
+
+def _resolve_prefix(policy: str, protocol: str, loaded: LoadedModel) -> tuple[int | None, str]:
+    tok = loaded.info["tokenizer"]
+    bos, eos = tok["bos_id"], tok["eos_id"]
+    if protocol == "llama.cpp":
+        if policy == "eos":
+            raise UsageError("--prefix eos is not part of the llama.cpp protocol; use auto, bos or none")
+        if policy == "auto":
+            add = loaded.info.get("gguf_add_bos")
+            add = tok["add_bos_token"] if add is None else add
+            rule = "GGUF tokenizer.ggml.add_bos_token" if loaded.info.get("gguf_add_bos") is not None else "tokenizer add_bos_token"
+        else:
+            add, rule = policy == "bos", f"--prefix {policy}"
+        if add and bos is None:
+            raise UsageError("--prefix bos: the tokenizer has no BOS token; use --prefix none")
+        return (bos if add else None), f"{'BOS' if add else 'no BOS'} ({rule})"
+    if policy == "auto":
+        if bos is not None:
+            return bos, "BOS (the tokenizer has one)"
+        if eos is not None:
+            return eos, "EOS (the tokenizer has no BOS, as with Qwen3; lm-evaluation-harness's convention)"
+        return None, "none (the tokenizer has neither BOS nor EOS): the first token is context only"
+    if policy == "none":
+        return None, "none: the first token is context only"
+    tid = bos if policy == "bos" else eos
+    if tid is None:
+        raise UsageError(f"--prefix {policy}: the tokenizer has no {policy.upper()} token; use auto or none")
+    return tid, f"{policy.upper()} (--prefix {policy})"
+
+
+def prepare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Reporter) -> Prepared:
+    """Load text and model, tokenize, and cut the stream into windows."""
+    if ws.protocol not in ("rolling", "llama.cpp"):
+        raise UsageError(f"unknown protocol '{ws.protocol}'; allowed: rolling, llama.cpp")
+    if ws.ctx < 2:
+        raise UsageError(f"--ctx {ws.ctx} is too small; it must be at least 2")
+    if ts.max_tokens is not None and ts.max_tokens < 1:
+        raise UsageError(f"--max-tokens {ts.max_tokens} is not allowed; it must be at least 1")
+    timings = {}
+    text = load_text(ts.text, ts.dataset, ts.data_dir)
+    if ws.protocol == "llama.cpp":
+        text = strip_one_trailing_newline(text)
+    device = resolve_device(ms.device)
+    dtype = resolve_dtype(ms.dtype, device)
+    rep.stage(f"loading {ms.model}")
+    t0 = time.perf_counter()
+    loaded = load_model(ms.model, device, dtype, ms.device_map)
+    timings["load_s"] = time.perf_counter() - t0
+    prefix_id, prefix_desc = _resolve_prefix(ws.prefix, ws.protocol, loaded)
+    rep.stage("tokenizing")
+    t0 = time.perf_counter()
+    stream = encode(text.text, loaded.tokenizer, prefix_id)
+    timings["tokenize_s"] = time.perf_counter() - t0
+    if ws.protocol == "rolling":
+        if ts.max_tokens is not None:
+            stream = truncate(stream, ts.max_tokens + 1)
+        windows = rolling_windows(len(stream), ws.ctx, ws.stride)
+        rule = (
+            f"rolling: windows of at most {ws.ctx} tokens every {ws.stride or ws.ctx} tokens; each window scores the "
+            f"targets not scored before (the last logit predicts the token after the window); stream token 0 is context only"
+        )
+    else:
+        if ws.stride is not None and ws.stride != ws.ctx:
+            raise UsageError("--stride cannot be set with --protocol llama.cpp (its chunks never overlap)")
+        per_chunk = ws.ctx - 1 - ws.ctx // 2
+        max_chunks = None
+        if ts.max_tokens is not None:
+            max_chunks = ts.max_tokens // per_chunk
+            if max_chunks < 1:
+                raise UsageError(f"--max-tokens {ts.max_tokens} is fewer than the {per_chunk} tokens one llama.cpp chunk scores")
+        windows = llamacpp_windows(len(stream), ws.ctx, prefix_id is not None, max_chunks)
+        rule = (
+            f"llama.cpp: {len(stream) // ws.ctx} non-overlapping chunks of {ws.ctx} tokens (last partial chunk dropped), "
+            f"first token of each chunk replaced by BOS when BOS is added, tokens {ws.ctx // 2 + 1}…{ws.ctx - 1} of "
+            f"each chunk scored; one trailing newline stripped from the text"
+        )
+    protocol = {
+        "name": ws.protocol,
+        "ctx": ws.ctx,
+        "stride": ws.stride or ws.ctx,
+        "prefix": ws.prefix,
+        "prefix_token": prefix_desc,
+        "prefix_id": prefix_id,
+        "rule": rule,
+        "max_tokens": ts.max_tokens,
+        "tokenizer": loaded.info["tokenizer"]["source"],
+        **describe(windows, len(stream)),
+    }
+    return Prepared(loaded, text, stream, windows, protocol, timings)
+
+
+def _provenance(p: Prepared, command: str) -> dict:
+    return {
+        "command": command,
+        "argv": command_line(),
+        "created": now_iso(),
+        "model": p.loaded.info,
+        "text": p.text.provenance(),
+        "protocol": p.protocol,
+        "dtype": p.loaded.info["dtype"],
+        "device": p.loaded.info["device"],
+        "versions": versions(),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def _evaluate(p: Prepared, variants, rep: Reporter) -> Columns:
+    rep.start(len(p.windows) * (1 + len(variants)), f"{len(p.windows)} windows × {1 + len(variants)} models")
+    t0 = time.perf_counter()
+    try:
+        cols = run_lockstep(p.loaded.model, p.stream, p.windows, variants, p.protocol["prefix_id"], rep.advance)
+    finally:
+        rep.stop()
+    p.timings["eval_s"] = time.perf_counter() - t0
+    return cols
+
+
+def quantize_compare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, vs: VariantSettings, rep: Reporter | None = None) -> tuple[dict, Columns]:
+    rep = rep or Reporter()
+    schemes = parse_schemes(vs.schemes)  # fail on a bad scheme before loading anything
+    p = prepare(ms, ts, ws, rep)
+    rep.stage("quantizing")
+    t0 = time.perf_counter()
+    variants = [quantize_variant(p.loaded.model, s, vs.include, vs.exclude) for s in schemes]
+    p.timings["quantize_s"] = time.perf_counter() - t0
+    cols = _evaluate(p, variants, rep)
+    ref = reference_metrics(cols.reference)
+    result = {
+        "schema": f"infoeval/quantize-compare/{1}",
+        "provenance": _provenance(p, "quantize-compare"),
+        "reference": ref,
+        "variants": [
+            {"name": v.name, "metrics": variant_metrics(cols.reference, cols.variants[v.name]), "quantization": v.summary()}
+            for v in variants
+        ],
+        "timings": p.timings,
+        "metrics": {n: {"unit": m.unit, "higher_is_better": m.higher_is_better, "description": m.description} for n, m in METRICS.items()},
+    }
+    return result, cols
+
+
+def scored_bytes(p: Prepared) -> bytes:
+    """The UTF-8 bytes covered by the scored tokens, in order (the whole scored span for rolling windows)."""
+    import numpy as np
+
+    raw = p.text.text.encode("utf-8")
+    starts = np.cumsum(p.stream.nbytes) - p.stream.nbytes
+    pieces = []
+    for w in p.windows:
+        a, b = w.first_target, w.first_target + w.n_scored
+        lo = int(starts[a])
+        hi = int(starts[b - 1] + p.stream.nbytes[b - 1])
+        pieces.append(raw[lo:hi])
+    return b"".join(pieces)
+
+
+def compress_bits(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Reporter | None = None) -> tuple[dict, Columns]:
+    from infoeval.compressors import compress_all
+
+    rep = rep or Reporter()
+    p = prepare(ms, ts, ws, rep)
+    cols = _evaluate(p, [], rep)
+    ref = reference_metrics(cols.reference)
+    data = scored_bytes(p)
+    assert len(data) == ref["bytes"], (len(data), ref["bytes"])
+    rep.stage("compressing")
+    rows = compress_all(data)
+    xz_bits = next(r["bits"] for r in rows if r["method"] == "xz -9")
+    result = {
+        "schema": "infoeval/compress-bits/1",
+        "provenance": _provenance(p, "compress-bits"),
+        "reference": ref,
+        "compressors": rows,
+        "model_over_xz": ref["total_bits"] / xz_bits if xz_bits else None,
+        "timings": p.timings,
+    }
+    return result, cols
+
+
+def run_name(command: str, ms: ModelSettings, p_text: str) -> str:
+    model = re.sub(r"[^A-Za-z0-9._-]+", "-", ms.model.rstrip("/").split("/")[-1]).strip("-")[:40]
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return f"{command}-{model}-{p_text}-{stamp}"

@@ -1,0 +1,357 @@
+"""infoeval.infotheory against closed forms and a brute-force float64 loop.
+
+Every quantity is checked against something computed independently: a per-element Python/float64 loop, torch's
+own ``kl_div``, a two-token closed form, or an inequality that holds for all distributions (Gibbs, Pinsker).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from infoeval import infotheory as it
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def _logits(n: int, V: int, scale: float, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, V, generator=g) * scale
+
+
+def _brute(lp_row: list[float], lq_row: list[float]) -> dict[str, float]:
+    """Per-element float64 loop over one row of log-probabilities (natural log)."""
+    p = [math.exp(x) for x in lp_row]
+    q = [math.exp(x) for x in lq_row]
+    kl = sum(pi * (a - b) for pi, a, b in zip(p, lp_row, lq_row) if pi > 0)
+    rkl = sum(qi * (b - a) for qi, a, b in zip(q, lp_row, lq_row) if qi > 0)
+    tv = 0.5 * sum(abs(pi - qi) for pi, qi in zip(p, q))
+    hp = -sum(pi * a for pi, a in zip(p, lp_row) if pi > 0)
+    hq = -sum(qi * b for qi, b in zip(q, lq_row) if qi > 0)
+    beta = sum(min(pi, qi) for pi, qi in zip(p, q))
+    return {"kl": kl, "rkl": rkl, "tv": tv, "hp": hp, "hq": hq, "beta": beta}
+
+
+def _f64_reference(lg_p: torch.Tensor, lg_q: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Vectorised float64 reference (used for large vocabularies where a Python loop would be slow)."""
+    lp = torch.log_softmax(lg_p.double(), -1)
+    lq = torch.log_softmax(lg_q.double(), -1)
+    p, q = lp.exp(), lq.exp()
+    return {
+        "kl": (p * (lp - lq)).sum(-1),
+        "rkl": (q * (lq - lp)).sum(-1),
+        "tv": 0.5 * (p - q).abs().sum(-1),
+        "entropy_p": -(p * lp).sum(-1),
+        "entropy": -(q * lq).sum(-1),
+        "nll_p": -lp.gather(-1, targets[:, None])[:, 0],
+        "nll": -lq.gather(-1, targets[:, None])[:, 0],
+        "top1": lq.argmax(-1) == lp.argmax(-1),
+    }
+
+
+# ------------------------------------------------------------------------------- standalone functions
+
+
+@pytest.mark.parametrize("V", [2, 3, 17, 4096])
+def test_entropy_of_uniform_is_log_V(V):
+    """H(uniform over V) = log V, for any constant logit value.
+
+    The float32 row sum (bmm) accumulates ~V·ε rounding: ~2e-5 relative at V = 4096 on CPU, hence rtol 5e-5.
+    """
+    lp = it.log_softmax(torch.full((3, V), 7.25))
+    torch.testing.assert_close(it.entropy(lp), torch.full((3,), math.log(V)), rtol=5e-5, atol=1e-6)
+    ref = it.reference_stats(torch.full((3, V), -2.0), torch.zeros(3, dtype=torch.long))
+    torch.testing.assert_close(ref.entropy, torch.full((3,), math.log(V)), rtol=5e-5, atol=1e-6)
+    torch.testing.assert_close(ref.nll, torch.full((3,), math.log(V)), rtol=1e-6, atol=1e-6)
+
+
+def test_entropy_counts_zero_probability_terms_as_zero():
+    """Masked (−inf) logits: H of uniform over the k unmasked tokens is log k, not NaN."""
+    logits = torch.tensor([[0.0, 0.0, -math.inf, 0.0, -math.inf]])
+    lp = it.log_softmax(logits)
+    torch.testing.assert_close(it.entropy(lp), torch.tensor([math.log(3)]))
+
+
+def test_entropy_of_one_hot_is_zero():
+    """A point mass (all other logits −inf) has zero entropy."""
+    logits = torch.tensor([[-math.inf, 3.0, -math.inf]])
+    assert it.entropy(it.log_softmax(logits)).item() == 0.0
+
+
+@pytest.mark.parametrize("a", [0.0, 0.3, 2.0, 9.0])
+def test_binary_entropy_closed_form(a):
+    """V = 2, logits (a, 0): p = σ(a), H = −p ln p − (1−p) ln(1−p)."""
+    p = 1 / (1 + math.exp(-a))
+    expected = -p * math.log(p) - (1 - p) * math.log(1 - p)
+    lp = it.log_softmax(torch.tensor([[a, 0.0]]))
+    assert it.entropy(lp).item() == pytest.approx(expected, rel=1e-5, abs=1e-7)
+
+
+def test_worked_example_from_docstring():
+    """p = (.5, .5), q = (.9, .1): KL = .5 ln(.5/.9) + .5 ln(.5/.1) = 0.5108, TV = .4, β = .6, Pinsker holds."""
+    lp = torch.tensor([[0.5, 0.5]]).log()
+    lq = torch.tensor([[0.9, 0.1]]).log()
+    kl_expected = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
+    assert kl_expected == pytest.approx(0.5108, abs=1e-4)
+    kl = it.kl_div(lp, lq).item()
+    tv = it.total_variation(lp, lq).item()
+    beta = it.acceptance(lp, lq).item()
+    assert kl == pytest.approx(kl_expected, rel=1e-6)
+    assert tv == pytest.approx(0.4, rel=1e-6)
+    assert beta == pytest.approx(0.6, rel=1e-6)
+    assert math.sqrt(kl / 2) == pytest.approx(0.5054, abs=1e-4)
+    assert tv <= math.sqrt(kl / 2)
+    # reverse KL: .9 ln(.9/.5) + .1 ln(.1/.5)
+    assert it.kl_div(lq, lp).item() == pytest.approx(0.9 * math.log(1.8) + 0.1 * math.log(0.2), rel=1e-6)
+
+
+def test_kl_of_identical_is_zero():
+    """KL(p‖p) = 0 and TV(p, p) = 0 exactly (the terms are literally equal)."""
+    lp = it.log_softmax(_logits(16, 300, 3.0, seed=1))
+    assert torch.equal(it.kl_div(lp, lp), torch.zeros(16))
+    assert torch.equal(it.total_variation(lp, lp), torch.zeros(16))
+    torch.testing.assert_close(it.acceptance(lp, lp), torch.ones(16))
+
+
+@pytest.mark.parametrize("scale", [0.5, 3.0, 12.0])
+def test_standalone_functions_match_brute_force_loop(scale):
+    """kl_div, total_variation, acceptance, entropy equal a per-element float64 Python loop."""
+    lp = it.log_softmax(_logits(6, 37, scale, seed=2))
+    lq = it.log_softmax(_logits(6, 37, scale, seed=3))
+    kl, rkl = it.kl_div(lp, lq), it.kl_div(lq, lp)
+    tv, beta, hp = it.total_variation(lp, lq), it.acceptance(lp, lq), it.entropy(lp)
+    for i in range(6):
+        b = _brute(lp[i].double().tolist(), lq[i].double().tolist())
+        assert kl[i].item() == pytest.approx(b["kl"], rel=1e-5, abs=1e-6)
+        assert rkl[i].item() == pytest.approx(b["rkl"], rel=1e-5, abs=1e-6)
+        assert tv[i].item() == pytest.approx(b["tv"], abs=1e-6)
+        assert beta[i].item() == pytest.approx(b["beta"], abs=1e-6)
+        assert hp[i].item() == pytest.approx(b["hp"], rel=1e-5, abs=1e-6)
+
+
+def test_kl_matches_torch_kl_div():
+    """KL(p‖q) = torch.nn.functional.kl_div(log q, log p, log_target=True) summed over the vocabulary."""
+    lp = it.log_softmax(_logits(32, 1000, 2.0, seed=4))
+    lq = it.log_softmax(_logits(32, 1000, 2.0, seed=5))
+    ref = torch.nn.functional.kl_div(lq.double(), lp.double(), log_target=True, reduction="none").sum(-1)
+    torch.testing.assert_close(it.kl_div(lp, lq).double(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_kl_masked_vocabulary():
+    """0·log(0/0) = 0: a token masked in both p and q contributes nothing (not NaN); q = 0 < p gives +inf."""
+    lp = it.log_softmax(torch.tensor([[0.0, 1.0, -math.inf]]))
+    lq = it.log_softmax(torch.tensor([[1.0, 0.0, -math.inf]]))
+    p0 = 1 / (1 + math.e)  # p = (1/(1+e), e/(1+e), 0)
+    expected = p0 * (-1.0) + (1 - p0) * 1.0  # Σ p (lp − lq); lp − lq = (−1, +1)
+    assert it.kl_div(lp, lq).item() == pytest.approx(expected, rel=1e-6)
+    assert it.kl_div(lp, lp).item() == 0.0
+    lq_zero = it.log_softmax(torch.tensor([[0.0, -math.inf, 0.0]]))
+    assert it.kl_div(lp, lq_zero).item() == math.inf
+
+
+def test_gibbs_pinsker_and_tv_bounds_on_random_distributions():
+    """KL ≥ 0, 0 ≤ TV ≤ 1, Σ min(p, q) = 1 − TV, Pinsker TV ≤ √(KL/2), over many scales and vocabularies."""
+    for seed, (V, scale, eps) in enumerate([(2, 1.0, 1.0), (50, 0.1, 1.0), (50, 5.0, 1.0), (999, 3.0, 0.05), (4096, 8.0, 0.5)]):
+        lg = _logits(24, V, scale, seed=10 + seed)
+        lgq = lg + eps * _logits(24, V, scale, seed=100 + seed)
+        lp, lq = it.log_softmax(lg), it.log_softmax(lgq)
+        kl, tv, beta = it.kl_div(lp, lq), it.total_variation(lp, lq), it.acceptance(lp, lq)
+        assert (kl >= -1e-6).all()
+        assert (tv >= 0).all() and (tv <= 1 + 1e-6).all()
+        torch.testing.assert_close(beta, 1 - tv, rtol=0, atol=2e-6)
+        assert (tv <= torch.sqrt(kl.clamp(min=0) / 2) + 2e-6).all()
+
+
+def test_nll_is_minus_log_prob_of_target():
+    """nll = −log p(y), checked per row against math.log of the softmax probability."""
+    lg = _logits(10, 20, 2.0, seed=6)
+    targets = torch.arange(10) * 2 % 20
+    lp = it.log_softmax(lg)
+    got = it.nll(lp, targets)
+    for i in range(10):
+        row = [math.exp(x) for x in lg[i].double().tolist()]
+        expected = -math.log(row[targets[i]] / sum(row))
+        assert got[i].item() == pytest.approx(expected, rel=1e-5, abs=1e-6)
+    # uniform: −log(1/V)
+    assert it.nll(it.log_softmax(torch.zeros(2, 20)), torch.tensor([0, 19])).tolist() == pytest.approx([math.log(20)] * 2)
+
+
+def test_log_softmax_is_float32_for_any_input_dtype():
+    """bf16 / fp16 / fp64 logits come back as float32 log-probabilities equal to log_softmax of the upcast."""
+    lg = _logits(4, 64, 3.0, seed=7)
+    for dt in (torch.bfloat16, torch.float16, torch.float64):
+        x = lg.to(dt)
+        out = it.log_softmax(x)
+        assert out.dtype == torch.float32
+        torch.testing.assert_close(out, torch.log_softmax(x.float(), -1), rtol=0, atol=0)
+
+
+# ----------------------------------------------------------------------- reference_stats and compare
+
+
+@pytest.mark.parametrize(
+    "n,V,scale,eps",
+    [
+        (1, 2, 1.0, 1.0),
+        (7, 50, 0.3, 0.5),
+        (7, 50, 10.0, 0.5),
+        (33, 512, 4.0, 0.1),
+        (16, 4096, 1.0, 0.01),  # nearly uniform and nearly identical: KL ~ 5e-5
+        (16, 4096, 6.0, 0.01),
+        (8, 4096, 30.0, 1.0),
+    ],
+)
+def test_compare_matches_float64_reference(n, V, scale, eps):
+    """reference_stats + compare = float64 truth for nll, kl, rkl, tv, entropy, top1 (and the reference's own)."""
+    lg = _logits(n, V, scale, seed=V + n)
+    lgq = lg + eps * _logits(n, V, 1.0, seed=V + n + 1)
+    targets = torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(V))
+    ref = it.reference_stats(lg, targets)
+    got = it.compare(ref, lgq, targets)
+    want = _f64_reference(lg, lgq, targets)
+    assert set(got) == {"nll", "kl", "rkl", "tv", "entropy", "top1"}
+    for k in ("nll", "kl", "rkl", "tv", "entropy"):
+        assert got[k].shape == (n,)
+        assert got[k].dtype == torch.float32
+    # KL must be accurate in absolute terms even when it is tiny: float32 log-prob rounding is ~1e-7·|log p|
+    atol_kl = 2e-6 + 1e-8 * scale * 30
+    torch.testing.assert_close(got["kl"].double(), want["kl"], rtol=1e-4, atol=atol_kl)
+    torch.testing.assert_close(got["rkl"].double(), want["rkl"], rtol=1e-4, atol=atol_kl)
+    torch.testing.assert_close(got["tv"].double(), want["tv"], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got["entropy"].double(), want["entropy"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got["nll"].double(), want["nll"], rtol=1e-5, atol=1e-5)
+    assert torch.equal(got["top1"], want["top1"])
+    torch.testing.assert_close(ref.entropy.double(), want["entropy_p"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ref.nll.double(), want["nll_p"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ref.neg_entropy_terms, -ref.entropy, rtol=0, atol=0)
+    assert torch.equal(ref.argmax, lg.argmax(-1))
+
+
+def test_compare_tiny_kl_relative_accuracy_at_large_vocab():
+    """Near-identical distributions over 4096 tokens: KL ≈ 5e-5, and each row must be within 5 % of float64.
+
+    (Σ p log p − Σ p log q in float32 cancels two ≈ 8-nat sums and misses by up to ~50 % here.)
+    """
+    lg = _logits(32, 4096, 1.0, seed=8)
+    lgq = lg + 0.01 * _logits(32, 4096, 1.0, seed=9)
+    t = torch.zeros(32, dtype=torch.long)
+    got = it.compare(it.reference_stats(lg, t), lgq, t)
+    want = _f64_reference(lg, lgq, t)
+    assert want["kl"].min() > 3e-5
+    torch.testing.assert_close(got["kl"].double(), want["kl"], rtol=0.05, atol=0)
+    torch.testing.assert_close(got["rkl"].double(), want["rkl"], rtol=0.05, atol=0)
+
+
+def test_compare_agrees_with_standalone_functions():
+    """compare's columns equal kl_div, kl_div(q, p), total_variation, entropy, nll applied to the same log-probs."""
+    lg = _logits(20, 4096, 5.0, seed=11)
+    lgq = lg + 0.3 * _logits(20, 4096, 5.0, seed=12)
+    targets = torch.randint(0, 4096, (20,), generator=torch.Generator().manual_seed(1))
+    got = it.compare(it.reference_stats(lg, targets), lgq, targets)
+    lp, lq = it.log_softmax(lg), it.log_softmax(lgq)
+    torch.testing.assert_close(got["kl"], it.kl_div(lp, lq), rtol=1e-4, atol=2e-6)
+    torch.testing.assert_close(got["rkl"], it.kl_div(lq, lp), rtol=1e-4, atol=2e-6)
+    torch.testing.assert_close(got["tv"], it.total_variation(lp, lq), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(got["entropy"], it.entropy(lq), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got["nll"], it.nll(lq, targets), rtol=0, atol=0)
+    assert torch.equal(got["top1"], lq.argmax(-1) == lp.argmax(-1))
+
+
+def test_compare_identical_logits():
+    """q = p: KL = rKL = TV = 0 exactly, entropy(q) = H(p), nll equal, top1 all true."""
+    lg = _logits(9, 700, 4.0, seed=13)
+    t = torch.arange(9)
+    ref = it.reference_stats(lg, t)
+    got = it.compare(ref, lg.clone(), t)
+    assert (got["kl"] == 0).all() and (got["rkl"] == 0).all() and (got["tv"] == 0).all()
+    torch.testing.assert_close(got["entropy"], ref.entropy, rtol=0, atol=0)
+    torch.testing.assert_close(got["nll"], ref.nll, rtol=0, atol=0)
+    assert got["top1"].all()
+
+
+def test_compare_is_side_effect_free_and_repeatable():
+    """compare reuses buffers internally: the reference stats and the caller's logits must not change."""
+    lg = _logits(5, 300, 2.0, seed=14)
+    lgq = _logits(5, 300, 2.0, seed=15)
+    t = torch.arange(5)
+    ref = it.reference_stats(lg, t)
+    snapshot = {k: getattr(ref, k).clone() for k in ("lp", "p", "entropy", "neg_entropy_terms", "argmax", "nll")}
+    lgq_copy = lgq.clone()
+    first = it.compare(ref, lgq, t)
+    second = it.compare(ref, lgq, t)
+    for k, v in snapshot.items():
+        assert torch.equal(getattr(ref, k), v), k
+    assert torch.equal(lgq, lgq_copy)
+    for k in first:
+        assert torch.equal(first[k], second[k])
+
+
+@pytest.mark.parametrize("a", [1.0, 10.0, 50.0, 200.0, 1000.0])
+def test_peaked_disjoint_closed_form(a):
+    """V = 2, p from logits (a, 0), q from (0, a): KL = rKL = a·tanh(a/2), TV = tanh(a/2), top1 false.
+
+    For a ≥ 104 the minor probability underflows to 0 in float32; the answer must stay finite and exact.
+    """
+    lg = torch.tensor([[a, 0.0]])
+    lgq = torch.tensor([[0.0, a]])
+    t = torch.tensor([1])
+    ref = it.reference_stats(lg, t)
+    got = it.compare(ref, lgq, t)
+    th = math.tanh(a / 2)
+    assert got["kl"].item() == pytest.approx(a * th, rel=1e-5)
+    assert got["rkl"].item() == pytest.approx(a * th, rel=1e-5)
+    assert got["tv"].item() == pytest.approx(th, rel=1e-6)
+    assert not got["top1"].item()
+    assert ref.nll.item() == pytest.approx(a + math.log1p(math.exp(-a)), rel=1e-6)  # −log σ(−a)
+    assert got["nll"].item() == pytest.approx(math.log1p(math.exp(-a)), rel=1e-4, abs=1e-7)
+
+
+def test_peaked_large_vocab_is_finite_and_matches_float64():
+    """Very peaked logits (scale 200) over 4096 tokens, with different argmaxes: finite, ≥ 0, equal to float64."""
+    lg = _logits(12, 4096, 200.0, seed=16)
+    lgq = _logits(12, 4096, 200.0, seed=17)
+    t = lg.argmax(-1)
+    got = it.compare(it.reference_stats(lg, t), lgq, t)
+    want = _f64_reference(lg, lgq, t)
+    for k in ("kl", "rkl", "tv", "entropy", "nll"):
+        assert torch.isfinite(got[k]).all(), k
+    assert (got["kl"] > 10).all()
+    torch.testing.assert_close(got["kl"].double(), want["kl"], rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(got["rkl"].double(), want["rkl"], rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(got["tv"].double(), want["tv"], rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_logits():
+    """bf16 logits give exactly what their float32 upcast gives (the instrument works in float32)."""
+    lg = _logits(6, 1024, 4.0, seed=18).bfloat16()
+    lgq = (lg.float() + 0.2 * _logits(6, 1024, 1.0, seed=19)).bfloat16()
+    t = torch.arange(6)
+    ref16 = it.reference_stats(lg, t)
+    ref32 = it.reference_stats(lg.float(), t)
+    assert ref16.lp.dtype == torch.float32
+    torch.testing.assert_close(ref16.entropy, ref32.entropy, rtol=0, atol=0)
+    got16 = it.compare(ref16, lgq, t)
+    got32 = it.compare(ref32, lgq.float(), t)
+    for k in got16:
+        assert torch.equal(got16[k], got32[k]), k
+    want = _f64_reference(lg.float(), lgq.float(), t)
+    torch.testing.assert_close(got16["kl"].double(), want["kl"], rtol=1e-4, atol=2e-6)
+
+
+def test_compare_columns_satisfy_inequalities():
+    """On compare's output: KL ≥ 0, rKL ≥ 0, TV ∈ [0, 1], Pinsker TV ≤ √(KL/2) and ≤ √(rKL/2).
+
+    float32 log-softmax resolves KL to ~1e-6 nats (rounding of log Σ e^x), so KL is given 2e-6 of slack; the
+    smallest perturbation is chosen so that KL ≈ 1e-4 ≫ that floor and Pinsker is still tight-ish.
+    """
+    lg = _logits(64, 2048, 3.0, seed=20)
+    lgq = lg + torch.linspace(0.02, 2.0, 64)[:, None] * _logits(64, 2048, 1.0, seed=21)
+    t = torch.zeros(64, dtype=torch.long)
+    got = it.compare(it.reference_stats(lg, t), lgq, t)
+    assert got["kl"].min() > 5e-5
+    assert (got["kl"] >= 0).all() and (got["rkl"] >= 0).all()
+    assert (got["tv"] >= 0).all() and (got["tv"] <= 1).all()
+    assert (got["tv"] <= torch.sqrt((got["kl"] + 2e-6) / 2)).all()
+    assert (got["tv"] <= torch.sqrt((got["rkl"] + 2e-6) / 2)).all()
