@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from infoeval.config import ModelSettings, OutputSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.errors import EXIT_RUNTIME, EXIT_USAGE, InfoevalError
+from infoeval.errors import EXIT_RUNTIME, InfoevalError, UsageError
 from infoeval.models import DEFAULT_MODEL
 from infoeval.quant.schemes import DEFAULT_SCHEMES
 from infoeval.text import DATASETS
@@ -24,6 +24,33 @@ app = typer.Typer(
     add_completion=False,
 )
 
+def _load_config(ctx: typer.Context, param, value: Optional[Path]) -> Optional[Path]:
+    """--config FILE.toml: its keys (option names, '-' or '_') become this command's defaults; options given on
+    the command line still win. Keys may sit at the top level or under a table named after the command."""
+    if value is None:
+        return value
+    import tomllib
+
+    try:
+        data = tomllib.loads(Path(value).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"config file '{value}' does not exist") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UsageError(f"config file '{value}' is not valid TOML: {e}") from None
+    section = data.get(ctx.info_name, {k: v for k, v in data.items() if not isinstance(v, dict)})
+    allowed = {p.name for p in ctx.command.params if p.name != "config"}
+    defaults = {}
+    for key, val in section.items():
+        name = key.replace("-", "_")
+        if name not in allowed:
+            raise UsageError(f"config file '{value}': unknown key '{key}' for {ctx.info_name}; allowed: {', '.join(sorted(allowed))}")
+        if name == "schemes" and isinstance(val, list):
+            val = ",".join(val)
+        defaults[name] = val
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    return value
+
+
 # ---- reusable option types -------------------------------------------------------------------------------
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help=f"HF folder, hub id (org/name), .gguf file, or '{DEFAULT_MODEL}'.")]
 DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA when present), cpu, cuda or cuda:N.")]
@@ -32,7 +59,22 @@ DeviceMapOpt = Annotated[Optional[str], typer.Option(help="accelerate device_map
 TextOpt = Annotated[Optional[Path], typer.Option("--text", "-t", help="A UTF-8 text file to score.")]
 DatasetOpt = Annotated[Optional[str], typer.Option(help=f"Built-in text: {', '.join(DATASETS)} (default python-docs).")]
 DataDirOpt = Annotated[Optional[Path], typer.Option(help="Folder holding wikitext-2-raw/ or tinyshakespeare/ (or set INFOEVAL_DATA_DIR).")]
-MaxTokensOpt = Annotated[Optional[int], typer.Option(help="Score at most this many tokens.")]
+DEFAULT_MAX_TOKENS = "8192"
+MaxTokensOpt = Annotated[
+    str, typer.Option(help="Score at most this many tokens, or 'all' for the whole text (the default keeps a first run to minutes).")
+]
+
+
+def _max_tokens(value: str | int) -> int | None:
+    if str(value).strip().lower() == "all":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise UsageError(f"--max-tokens '{value}' is not allowed; give a positive integer or 'all'") from None
+    if n < 1:
+        raise UsageError(f"--max-tokens {n} is not allowed; give a positive integer or 'all'")
+    return n
 CtxOpt = Annotated[int, typer.Option(help="Window length in tokens (n_ctx).")]
 StrideOpt = Annotated[Optional[int], typer.Option(help="Tokens between window starts (default = ctx); ≤ ctx.")]
 ProtocolOpt = Annotated[str, typer.Option(help="rolling (every token scored once) or llama.cpp (llama-perplexity's chunks).")]
@@ -45,13 +87,17 @@ JsonOpt = Annotated[Optional[Path], typer.Option(help="Write metrics and provena
 PositionsOpt = Annotated[Optional[Path], typer.Option(help="Write per-position columns as CSV here.")]
 OutDirOpt = Annotated[Optional[Path], typer.Option(help="Folder for summary.csv, result.json, positions.csv (default results/<run-name>/).")]
 RunNameOpt = Annotated[Optional[str], typer.Option(help="Name of the run folder under results/.")]
+ConfigOpt = Annotated[
+    Optional[Path],
+    typer.Option("--config", is_eager=True, callback=_load_config, help="TOML file of option defaults (see configs/)."),
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 
 
 def _settings(model, device, dtype, device_map, text, dataset, data_dir, max_tokens, ctx, stride, protocol, prefix):
     return (
         ModelSettings(model, device, dtype, device_map),
-        TextSettings(text, dataset, data_dir, max_tokens),
+        TextSettings(text, dataset, data_dir, _max_tokens(max_tokens)),
         WindowSettings(ctx, stride, protocol, prefix),
     )
 
@@ -92,7 +138,7 @@ def quantize_compare(
     text: TextOpt = None,
     dataset: DatasetOpt = None,
     data_dir: DataDirOpt = None,
-    max_tokens: MaxTokensOpt = None,
+    max_tokens: MaxTokensOpt = DEFAULT_MAX_TOKENS,
     ctx: CtxOpt = 512,
     stride: StrideOpt = None,
     protocol: ProtocolOpt = "rolling",
@@ -106,6 +152,7 @@ def quantize_compare(
     out_dir: OutDirOpt = None,
     run_name: RunNameOpt = None,
     quiet: QuietOpt = False,
+    config: ConfigOpt = None,
 ) -> None:
     """Fake-quantize a model's weights with each scheme and compare every variant with the original: PPL,
     KL(reference‖variant) mean and tails, top-1 agreement, reverse KL and TV on the same windows."""
@@ -126,7 +173,7 @@ def compress_bits(
     text: TextOpt = None,
     dataset: DatasetOpt = None,
     data_dir: DataDirOpt = None,
-    max_tokens: MaxTokensOpt = None,
+    max_tokens: MaxTokensOpt = DEFAULT_MAX_TOKENS,
     ctx: CtxOpt = 512,
     stride: StrideOpt = None,
     protocol: ProtocolOpt = "rolling",
@@ -140,6 +187,7 @@ def compress_bits(
     out_dir: OutDirOpt = None,
     run_name: RunNameOpt = None,
     quiet: QuietOpt = False,
+    config: ConfigOpt = None,
 ) -> None:
     """Total bits, bits/token and bits/byte of a model on a text, beside gzip, bz2, xz and zstd on the very
     same bytes."""
@@ -178,5 +226,3 @@ def main() -> None:
         print(f"infoeval: error: {type(e).__name__}: {msg} (set INFOEVAL_DEBUG=1 for the traceback)", file=sys.stderr)
         sys.exit(EXIT_RUNTIME)
 
-
-_ = EXIT_USAGE

@@ -70,7 +70,6 @@ class RefStats:
     lp: torch.Tensor  # (n, V) log p, float32
     p: torch.Tensor  # (n, V)
     entropy: torch.Tensor  # (n,) nats
-    neg_entropy_terms: torch.Tensor  # (n,) Σ p log p = −H (kept to avoid recomputing)
     argmax: torch.Tensor  # (n,)
     nll: torch.Tensor  # (n,)
 
@@ -79,7 +78,7 @@ def reference_stats(logits: torch.Tensor, targets: torch.Tensor) -> RefStats:
     lp = log_softmax(logits)
     p = lp.exp()
     plogp = _rowdot(p, lp)  # logits are finite, so lp is finite (the hot path skips nan_to_num)
-    return RefStats(lp=lp, p=p, entropy=-plogp, neg_entropy_terms=plogp, argmax=lp.argmax(-1), nll=nll(lp, targets))
+    return RefStats(lp=lp, p=p, entropy=-plogp, argmax=lp.argmax(-1), nll=nll(lp, targets))
 
 
 def compare(ref: RefStats, logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:

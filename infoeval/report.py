@@ -74,7 +74,9 @@ def _header(result: dict) -> str:
         f"model [bold]{m['spec']}[/] ({m['architecture']}, {m['n_parameters'] / 1e6:.1f}M params, {pv['dtype']} on {pv['device']})  "
         f"text [bold]{t['source']}[/] ({src}, sha256 {t['sha256'][:12]})\n"
         f"protocol {pr['name']} ctx {pr['ctx']} stride {pr['stride']}, prefix {pr['prefix_token']}; "
-        f"{pr['windows']} windows, {pr['scored_tokens']:,} tokens scored, {pr['context_only_tokens']:,} context-only "
+        f"{pr['windows']} windows, {pr['scored_tokens']:,} tokens scored of the text's {pr['text_tokens']:,}"
+        f"{' (--max-tokens ' + str(pr['max_tokens']) + '; all for the whole text)' if pr['max_tokens'] else ''}, "
+        f"{pr['context_only_tokens']:,} context-only in the stream "
         f"(context per scored token {pr['min_context']}–{pr['max_context']}, mean {pr['mean_context']:.0f})"
     )
 

@@ -98,6 +98,7 @@ def prepare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Report
     t0 = time.perf_counter()
     stream = encode(text.text, loaded.tokenizer, prefix_id)
     timings["tokenize_s"] = time.perf_counter() - t0
+    text_tokens = len(stream) - (prefix_id is not None)
     if ws.protocol == "rolling":
         if ts.max_tokens is not None:
             stream = truncate(stream, ts.max_tokens + 1)
@@ -130,6 +131,7 @@ def prepare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Report
         "prefix_id": prefix_id,
         "rule": rule,
         "max_tokens": ts.max_tokens,
+        "text_tokens": text_tokens,
         "tokenizer": loaded.info["tokenizer"]["source"],
         **describe(windows, len(stream)),
     }

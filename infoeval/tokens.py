@@ -45,7 +45,7 @@ def encode(text: str, tokenizer, prefix_id: int | None = None) -> TokenStream:
         raise DataError("the text is empty after tokenization; give a text with some content")
     byte_of = _byte_offsets(text)
     starts = np.array([o[0] for o in offsets], dtype=np.int64)
-    pass  # offsets of trimmed whitespace can go backwards
+    starts = np.maximum.accumulate(starts)  # offsets of trimmed whitespace can go backwards
     starts[0] = 0
     bounds = byte_of[np.append(starts, len(text))]
     nbytes = np.diff(bounds)

@@ -122,6 +122,16 @@ def test_hand_worked_int2_asymmetric():
     assert torch.equal(fake_quantize(w, scheme), w)
 
 
+def test_hand_worked_asymmetric_code_overflow_is_clamped():
+    """Row (−1.5, 1.5) int2 asym: s = 1, z = round(1.5) = 2 (half to even), and 1.5 → round(1.5) + 2 = 4 > qmax = 3,
+    so the clamp gives code 3 and ŵ = 1 (error 0.5 = s/2); −1.5 → −2 + 2 = 0, ŵ = −2 (error 0.5)."""
+    w = torch.tensor([[-1.5, 1.5]])
+    scheme = parse_scheme("int2-channel-asym")
+    codes, scale, zero = quantize_codes(w, scheme)
+    assert codes.tolist() == [[0, 3]] and zero.tolist() == [[2]] and scale.tolist() == [[1.0]]
+    assert fake_quantize(w, scheme).tolist() == [[-2.0, 1.0]]
+
+
 # --------------------------------------------------------------------------------- range and error bound
 
 

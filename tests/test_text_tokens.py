@@ -174,6 +174,34 @@ def test_trimmed_offsets_still_partition(any_tokenizer):
     assert (s.nbytes >= 0).all()
 
 
+class _FakeFast:
+    """A 'fast' tokenizer returning hand-written offsets (character offsets, as HF fast tokenizers do)."""
+
+    is_fast = True
+
+    def __init__(self, offsets):
+        self.offsets = offsets
+
+    def __call__(self, text, **kwargs):
+        return {"input_ids": list(range(len(self.offsets))), "offset_mapping": self.offsets}
+
+
+def test_offsets_going_backwards_and_trimmed_first_token():
+    """Trimmed offsets may start after 0 and go backwards; starts are made monotone and the first is 0:
+    text 'ab  cdé' (é = 2 bytes, 8 bytes), offsets (2,3) (5,5) (4,6) (6,7) → starts 0, 5, 5, 6 → 5, 0, 1, 2."""
+    text = "ab  cdé"
+    s = encode(text, _FakeFast([(2, 3), (5, 5), (4, 6), (6, 7)]))
+    assert s.nbytes.tolist() == [5, 0, 1, 2]
+    assert int(s.nbytes.sum()) == len(text.encode()) == 8
+
+
+def test_offsets_inside_multibyte_characters():
+    """Three byte tokens of one 4-byte emoji all report the character's span: the last one owns its 4 bytes."""
+    text = "x😀y"
+    s = encode(text, _FakeFast([(0, 1), (1, 2), (1, 2), (1, 2), (2, 3)]))
+    assert s.nbytes.tolist() == [1, 0, 0, 4, 1]
+
+
 def test_prefix_token_has_zero_bytes(byte_level):
     """prefix_id goes first with 0 bytes; the rest is the unprefixed stream unchanged."""
     text = "café 日本語 😀 fox"
