@@ -3,7 +3,7 @@
 By default every ``nn.Linear`` inside the decoder blocks (the model's largest ``nn.ModuleList``, e.g.
 ``model.layers``) is quantized; the head, embeddings and norms are not. ``include`` globs add layers (e.g.
 ``lm_head``), ``exclude`` globs remove them (``fnmatch`` on the qualified module name). Every Linear layer of
-the model appears in the report, quantized or skipped with the reason.
+the model appears in the report, quantized or skipped with the reason, and so do the embeddings (skipped).
 
 The original weights are never copied: a variant holds only its quantized weights, and ``swapped`` puts them
 in place of the originals for the duration of a forward pass (replacing the Parameter objects, so a head tied
@@ -98,7 +98,8 @@ def _tied_names(model: torch.nn.Module) -> dict[int, list[str]]:
 
 
 def plan_layers(model: torch.nn.Module, include: list[str] = (), exclude: list[str] = ()) -> list[tuple[str, bool, str]]:
-    """(name, selected, reason) for every Linear layer; globs that match no layer are usage errors."""
+    """(name, selected, reason) for every Linear layer, then every embedding (always skipped); globs that match
+    no module are usage errors."""
     prefix = decoder_prefix(model)
     linears = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
     all_names = [n for n, _ in model.named_modules() if n]
@@ -119,6 +120,9 @@ def plan_layers(model: torch.nn.Module, include: list[str] = (), exclude: list[s
             plan.append((name, True, f"Linear in decoder blocks ({prefix})"))
         else:
             plan.append((name, False, f"outside the decoder blocks ({prefix}); add it with --include"))
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Embedding):
+            plan.append((name, False, "embedding: only Linear layers are quantized"))
     for glob in include:
         hits = [n for n, _ in model.named_modules() if n and fnmatch.fnmatchcase(n, glob)]
         if hits and not any(fnmatch.fnmatchcase(n, glob) for n, _ in linears):
