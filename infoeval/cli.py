@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from infoeval.config import ModelSettings, OutputSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.config import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.errors import EXIT_RUNTIME, InfoevalError, UsageError
 from infoeval.models import DEFAULT_MODEL
 from infoeval.quant.schemes import DEFAULT_SCHEMES
@@ -82,7 +82,7 @@ PrefixOpt = Annotated[str, typer.Option(help="Token put before the text: auto (B
 SchemesOpt = Annotated[str, typer.Option(help="Comma-separated schemes: int<bits>-channel | int<bits>-g<N> [-asym].")]
 IncludeOpt = Annotated[Optional[list[str]], typer.Option(help="Also quantize modules matching this glob (repeatable), e.g. lm_head.")]
 ExcludeOpt = Annotated[Optional[list[str]], typer.Option(help="Do not quantize modules matching this glob (repeatable).")]
-CsvOpt = Annotated[Optional[Path], typer.Option(help="Write the summary CSV (one row per variant) here.")]
+CsvOpt = Annotated[Optional[Path], typer.Option(help="Write the summary CSV here (a row per variant, or per compressor).")]
 JsonOpt = Annotated[Optional[Path], typer.Option(help="Write metrics and provenance as JSON here.")]
 PositionsOpt = Annotated[Optional[Path], typer.Option(help="Write per-position columns as CSV here.")]
 OutDirOpt = Annotated[Optional[Path], typer.Option(help="Folder for summary.csv, result.json, positions.csv (default results/<run-name>/).")]
@@ -102,31 +102,12 @@ def _settings(model, device, dtype, device_map, text, dataset, data_dir, max_tok
     )
 
 
-def _write_outputs(command: str, result: dict, cols, ms: ModelSettings, os_: OutputSettings, summary: bool) -> list[str]:
-    from infoeval.results import positions_frame, summary_frame, write_frame, write_json
-    from infoeval.runs import run_name
+def _output_paths(command: str, ms: ModelSettings, result: dict, csv, json_, positions, out_dir, run_name) -> dict[str, Path]:
+    from infoeval.results import output_paths
+    from infoeval.runs import default_run_name
 
-    explicit = [p for p in (os_.csv, os_.json, os_.positions) if p is not None]
-    targets: dict[str, Path] = {}
-    if explicit and os_.out_dir is None:
-        targets = {k: v for k, v in (("csv", os_.csv), ("json", os_.json), ("positions", os_.positions)) if v is not None}
-    else:
-        folder = os_.out_dir or Path("results") / (os_.run_name or run_name(command, ms, result["provenance"]["text"]["source"]))
-        targets = {"csv": os_.csv or folder / "summary.csv", "json": os_.json or folder / "result.json",
-                   "positions": os_.positions or folder / "positions.csv"}
-    if not summary:
-        targets.pop("csv", None) if os_.csv is None else None
-    written = []
-    if "json" in targets:
-        write_json(targets["json"], result)
-        written.append(str(targets["json"]))
-    if "csv" in targets:
-        write_frame(targets["csv"], summary_frame(result))
-        written.append(str(targets["csv"]))
-    if "positions" in targets:
-        write_frame(targets["positions"], positions_frame(cols.reference, cols.variants))
-        written.append(str(targets["positions"]))
-    return written
+    name = run_name or default_run_name(command, ms, result["provenance"]["text"]["source"])
+    return output_paths(csv, json_, positions, out_dir, Path("results") / name)
 
 
 @app.command("quantize-compare")
@@ -158,12 +139,14 @@ def quantize_compare(
     KL(reference‖variant) mean and tails, top-1 agreement, reverse KL and TV on the same windows."""
     from infoeval import runs
     from infoeval.report import RichReporter, print_quantize_compare, stdout_console
+    from infoeval.results import positions_frame, summary_frame, write_outputs
 
     ms, ts, ws = _settings(model, device, dtype, device_map, text, dataset, data_dir, max_tokens, ctx, stride, protocol, prefix)
     vs = VariantSettings(schemes, tuple(include or ()), tuple(exclude or ()))
     result, cols = runs.quantize_compare(ms, ts, ws, vs, RichReporter(enabled=not quiet))
-    written = _write_outputs("quantize-compare", result, cols, ms, OutputSettings(out_dir, run_name, csv, json, positions), True)
-    print_quantize_compare(stdout_console(), result, [])
+    paths = _output_paths("quantize-compare", ms, result, csv, json, positions, out_dir, run_name)
+    written = write_outputs(paths, result, lambda: summary_frame(result), lambda: positions_frame(cols.reference, cols.variants))
+    print_quantize_compare(stdout_console(), result)
     Console(stderr=True).print("wrote " + ", ".join(written), style="dim")
 
 
@@ -193,11 +176,13 @@ def compress_bits(
     same bytes."""
     from infoeval import runs
     from infoeval.report import RichReporter, print_compress_bits, stdout_console
+    from infoeval.results import compress_frame, positions_frame, write_outputs
 
     ms, ts, ws = _settings(model, device, dtype, device_map, text, dataset, data_dir, max_tokens, ctx, stride, protocol, prefix)
     result, cols = runs.compress_bits(ms, ts, ws, RichReporter(enabled=not quiet))
-    written = _write_outputs("compress-bits", result, cols, ms, OutputSettings(out_dir, run_name, csv, json, positions), False)
-    print_compress_bits(stdout_console(), result, [])
+    paths = _output_paths("compress-bits", ms, result, csv, json, positions, out_dir, run_name)
+    written = write_outputs(paths, result, lambda: compress_frame(result), lambda: positions_frame(cols.reference, {}))
+    print_compress_bits(stdout_console(), result)
     Console(stderr=True).print("wrote " + ", ".join(written), style="dim")
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from infoeval.models import DEFAULT_MODEL
@@ -41,14 +41,3 @@ class VariantSettings:
     schemes: str = DEFAULT_SCHEMES
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class OutputSettings:
-    out_dir: Path | None = None  # None: results/<run-name>/
-    run_name: str | None = None
-    csv: Path | None = None
-    json: Path | None = None
-    positions: Path | None = None
-    write_default_files: bool = True
-    extra: dict = field(default_factory=dict)

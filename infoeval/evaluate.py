@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from infoeval.errors import RuntimeFailure
-from infoeval.infotheory import compare, reference_stats
+from infoeval.infotheory import Workspace, compare, reference_stats
 from infoeval.quant.apply import QuantizedVariant, swapped
 from infoeval.tokens import TokenStream
 from infoeval.windows import Window, window_inputs, window_targets
@@ -67,10 +67,11 @@ def run_lockstep(
     device = next(model.parameters()).device
     ref_acc = _Accumulator(REF_COLUMNS)
     var_acc = {v.name: _Accumulator(VARIANT_COLUMNS) for v in variants}
+    ws = Workspace()
     for w in windows:
         inputs = window_inputs(stream.ids, w, bos_id).to(device)
         targets = window_targets(stream.ids, w).to(device)
-        ref = reference_stats(_forward_scored(model, inputs, w), targets)
+        ref = reference_stats(_forward_scored(model, inputs, w), targets, ws)
         if not torch.isfinite(ref.nll).all():
             raise RuntimeFailure(f"the reference model produced non-finite log-probabilities in window {w.index}")
         if on_forward:
@@ -91,7 +92,7 @@ def run_lockstep(
         for v in variants:
             with swapped(model, v):
                 logits = _forward_scored(model, inputs, w)
-            cols = compare(ref, logits, targets)
+            cols = compare(ref, logits, targets, ws)
             del logits
             if not torch.isfinite(cols["kl"]).all():
                 raise RuntimeFailure(f"variant {v.name} produced non-finite log-probabilities in window {w.index}")

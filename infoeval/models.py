@@ -169,20 +169,55 @@ def _tokenizer_info(tok, source: str) -> dict:
     }
 
 
-def _from_folder(folder: Path, dtype: torch.dtype, device_map, revision: str | None = None):
+def _from_folder(folder: Path | str, dtype: torch.dtype, device_map, local_files_only: bool = False):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    config = AutoConfig.from_pretrained(folder, revision=revision)
+    kw = {"local_files_only": local_files_only}
+    config = AutoConfig.from_pretrained(folder, **kw)
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, device_map=device_map, revision=revision)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, device_map=device_map, **kw)
     except ValueError as e:
         if "Unrecognized configuration class" in str(e):
             raise ModelLoadError(
                 f"'{folder}' holds a {config.model_type} model, which is not a causal language model"
             ) from None
         raise
-    tok = AutoTokenizer.from_pretrained(folder, revision=revision)
+    tok = AutoTokenizer.from_pretrained(folder, **kw)
     return model, tok
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """One TCP connection to the hub's host: tells "offline" apart quickly, before huggingface_hub's retries."""
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return False
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    try:
+        with socket.create_connection((url.hostname, url.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _from_hub(repo_id: str, dtype: torch.dtype, device_map):
+    """The local Hugging Face cache first; the hub only when it can be reached."""
+    try:
+        return _from_folder(repo_id, dtype, device_map, local_files_only=True)
+    except OSError:
+        pass
+    if not _hub_reachable():
+        raise ModelLoadError(
+            f"model '{repo_id}' is not a local folder and not in the Hugging Face cache, and the hub cannot be reached; "
+            f"download it where there is internet (`hf download {repo_id}`) or pass a local folder"
+        )
+    try:
+        return _from_folder(repo_id, dtype, device_map)
+    except OSError as e:
+        raise ModelLoadError(f"cannot load '{repo_id}' from the Hugging Face hub: {str(e).splitlines()[0]}") from None
 
 
 def _gguf_add_bos(gguf: Path) -> bool | None:
@@ -221,13 +256,7 @@ def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: 
             info.update(kind="folder", path=str(folder.resolve()), sha256=_weights_digest(folder))
             tok_source = f"{type(tok).__name__} from {folder}"
         elif _HUB_ID.match(spec):
-            try:
-                model, tok = _from_folder(spec, dtype, device_map)  # type: ignore[arg-type]
-            except OSError as e:
-                raise ModelLoadError(
-                    f"cannot load '{spec}' from the Hugging Face hub or the local cache ({str(e).splitlines()[0]}); "
-                    f"download it where there is internet (`hf download {spec}`) or pass a local folder"
-                ) from None
+            model, tok = _from_hub(spec, dtype, device_map)
             info.update(kind="hub", revision=getattr(model.config, "_commit_hash", None))
             tok_source = f"{type(tok).__name__} from hub {spec}"
         else:

@@ -133,22 +133,15 @@ def compress_table(result: dict) -> Table:
     return t
 
 
-def print_quantize_compare(console: Console, result: dict, outputs: list[str]) -> None:
+def print_quantize_compare(console: Console, result: dict) -> None:
     console.print(_header(result))
     console.print(reference_table(result["reference"]))
     for table in variants_tables(result):
         console.print(table)
-    _print_outputs(console, outputs)
 
 
-def print_compress_bits(console: Console, result: dict, outputs: list[str]) -> None:
+def print_compress_bits(console: Console, result: dict) -> None:
     console.print(_header(result))
     console.print(reference_table(result["reference"], "Model"))
     console.print(compress_table(result))
     console.print(f"model bits / xz bits = {_f(result['model_over_xz'], 3)} (the model's own size is not counted)")
-    _print_outputs(console, outputs)
-
-
-def _print_outputs(console: Console, outputs: list[str]) -> None:
-    if outputs:
-        console.print("wrote " + ", ".join(outputs), style="dim")

@@ -145,5 +145,35 @@ def positions_frame(reference: dict[str, np.ndarray], variants: dict[str, dict[s
     return pd.concat(frames, ignore_index=True)
 
 
+def compress_frame(result: dict) -> pd.DataFrame:
+    """compress-bits summary: the model's ideal code length, then each compressor, on the same bytes."""
+    ref = result["reference"]
+    rows = [{"method": "model", "bytes": None, "bits": ref["total_bits"], "bits_per_byte": ref["bits_per_byte"]}]
+    rows += [{k: r[k] for k in ("method", "bytes", "bits", "bits_per_byte")} for r in result["compressors"]]
+    frame = pd.DataFrame(rows)
+    frame["bits_vs_model"] = frame["bits"] / ref["total_bits"]
+    frame["bytes"] = frame["bytes"].astype("Int64")
+    return frame
+
+
+def output_paths(csv: Path | None, json_: Path | None, positions: Path | None, out_dir: Path | None, default_dir: Path) -> dict[str, Path]:
+    """Where each output goes: only the files named explicitly, or all three in a folder (``out_dir``, else
+    ``default_dir``, i.e. results/<run-name>/), with explicitly named files taking their own path."""
+    explicit = {k: v for k, v in (("json", json_), ("csv", csv), ("positions", positions)) if v is not None}
+    if explicit and out_dir is None:
+        return explicit
+    folder = out_dir or default_dir
+    return {"json": folder / "result.json", "csv": folder / "summary.csv", "positions": folder / "positions.csv", **explicit}
+
+
+def write_outputs(paths: dict[str, Path], result: dict, summary, positions) -> list[str]:
+    """Write result JSON, summary and positions CSV (each built only if wanted) atomically; return the paths."""
+    makers = {"json": lambda p: write_json(p, result), "csv": lambda p: write_frame(p, summary()),
+              "positions": lambda p: write_frame(p, positions())}  # fmt: skip
+    for key, path in paths.items():
+        makers[key](path)
+    return [str(p) for p in paths.values()]
+
+
 def command_line() -> list[str]:
     return [Path(sys.argv[0]).name, *sys.argv[1:]]

@@ -226,7 +226,7 @@ def compress_bits(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: 
     return result, cols
 
 
-def run_name(command: str, ms: ModelSettings, p_text: str) -> str:
+def default_run_name(command: str, ms: ModelSettings, p_text: str) -> str:
     model = re.sub(r"[^A-Za-z0-9._-]+", "-", ms.model.rstrip("/").split("/")[-1]).strip("-")[:40]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return f"{command}-{model}-{p_text}-{stamp}"

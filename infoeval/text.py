@@ -27,9 +27,14 @@ DATASETS = [DEFAULT_DATASET, *_DATA_FILES]
 
 @dataclass(frozen=True)
 class Text:
+    """The text to score; ``source_sha256`` is the hash of the file or corpus as read, before any
+    protocol-specific change (``transform`` says which), so it can be checked with ``sha256sum``."""
+
     text: str
     source: str  # dataset name or "file"
     path: str | None
+    source_sha256: str | None = None
+    transform: str | None = None
 
     @property
     def sha256(self) -> str:
@@ -40,7 +45,14 @@ class Text:
         return len(self.text.encode("utf-8"))
 
     def provenance(self) -> dict:
-        return {"source": self.source, "path": self.path, "sha256": self.sha256, "bytes": self.n_bytes}
+        return {
+            "source": self.source,
+            "path": self.path,
+            "sha256": self.sha256,
+            "bytes": self.n_bytes,
+            "source_sha256": self.source_sha256 or self.sha256,
+            "transform": self.transform,
+        }
 
 
 def python_docs() -> str:
@@ -104,5 +116,5 @@ def load_text(text_path: Path | None = None, dataset: str | None = None, data_di
 def strip_one_trailing_newline(text: Text) -> Text:
     """llama.cpp drops one trailing newline of a prompt file before tokenizing."""
     if text.text.endswith("\n"):
-        return Text(text.text[:-1], text.source, text.path)
+        return Text(text.text[:-1], text.source, text.path, text.sha256, "one trailing newline stripped (llama.cpp)")
     return text

@@ -31,9 +31,10 @@ from infoeval.results import CSV_COLUMNS
 
 SCHEMES = ["int8-channel", "int4-g32"]
 CTX = 64
-# Offline runs: without HF_HUB_OFFLINE a path that looks like a hub id ("models/x") makes huggingface_hub retry
-# for ~27 s and print six "Retrying in ..." lines to stderr before infoeval's own one-line error.
-ENV = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"} | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+# No HF_HUB_OFFLINE here: a path that looks like a hub id ("models/x") must fail fast with one line on a machine
+# that cannot reach the hub (infoeval checks the cache, then whether the hub answers, before huggingface_hub's
+# retries could start).
+ENV = {k: v for k, v in os.environ.items() if k not in ("INFOEVAL_DEBUG", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
 TIMEOUT = 300
 
 
