@@ -19,8 +19,11 @@ from infoeval.quant.apply import QuantizedVariant, swapped
 from infoeval.tokens import TokenStream
 from infoeval.windows import Window, window_inputs, window_targets
 
-REF_COLUMNS = ("window", "position", "token_id", "context", "bytes", "nll", "entropy", "argmax")
-VARIANT_COLUMNS = ("nll", "kl", "rkl", "tv", "entropy", "top1")
+REF_COLUMNS = {
+    "window": np.int32, "position": np.int64, "token_id": np.int64, "context": np.int32, "bytes": np.int64,
+    "nll": np.float32, "entropy": np.float32, "argmax": np.int64,
+}  # fmt: skip
+VARIANT_COLUMNS = {"nll": np.float32, "kl": np.float32, "rkl": np.float32, "tv": np.float32, "entropy": np.float32, "top1": np.bool_}
 
 
 @dataclass
@@ -42,16 +45,17 @@ def _forward_scored(model, inputs: torch.Tensor, window: Window) -> torch.Tensor
     return out.logits[0]
 
 
-class _Accumulator:
-    def __init__(self, names: Sequence[str]):
-        self.parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
+class _ColumnStore:
+    """Columns allocated once for every scored position and filled window by window: nothing long-lived is
+    allocated inside the loop, so the heap does not fragment and memory stays flat as the corpus grows."""
 
-    def add(self, cols: dict[str, torch.Tensor | np.ndarray]) -> None:
+    def __init__(self, n: int, schema: dict[str, type]):
+        self.columns = {name: np.zeros(n, dtype=dtype) for name, dtype in schema.items()}
+
+    def put(self, offset: int, cols: dict[str, torch.Tensor | np.ndarray]) -> None:
         for k, v in cols.items():
-            self.parts[k].append(v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v))
-
-    def result(self) -> dict[str, np.ndarray]:
-        return {k: np.concatenate(v) if v else np.zeros(0) for k, v in self.parts.items()}
+            v = v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
+            self.columns[k][offset : offset + v.shape[0]] = v
 
 
 @torch.inference_mode()
@@ -65,9 +69,11 @@ def run_lockstep(
 ) -> Columns:
     """Evaluate the reference and every variant on every window, window by window."""
     device = next(model.parameters()).device
-    ref_acc = _Accumulator(REF_COLUMNS)
-    var_acc = {v.name: _Accumulator(VARIANT_COLUMNS) for v in variants}
+    n_total = sum(w.n_scored for w in windows)
+    ref_store = _ColumnStore(n_total, REF_COLUMNS)
+    var_store = {v.name: _ColumnStore(n_total, VARIANT_COLUMNS) for v in variants}
     ws = Workspace()
+    offset = 0
     for w in windows:
         inputs = window_inputs(stream.ids, w, bos_id).to(device)
         targets = window_targets(stream.ids, w).to(device)
@@ -77,9 +83,10 @@ def run_lockstep(
         if on_forward:
             on_forward()
         positions = torch.arange(w.first_target, w.first_target + w.n_scored)
-        ref_acc.add(
+        ref_store.put(
+            offset,
             {
-                "window": np.full(w.n_scored, w.index, dtype=np.int32),
+                "window": np.full(w.n_scored, w.index),
                 "position": positions,
                 "token_id": targets,
                 "context": torch.arange(w.first_scored + 1, w.first_scored + 1 + w.n_scored),
@@ -96,8 +103,9 @@ def run_lockstep(
             del logits
             if not torch.isfinite(cols["kl"]).all():
                 raise RuntimeFailure(f"variant {v.name} produced non-finite log-probabilities in window {w.index}")
-            var_acc[v.name].add(cols)
+            var_store[v.name].put(offset, cols)
             if on_forward:
                 on_forward()
         del ref
-    return Columns(ref_acc.result(), {k: a.result() for k, a in var_acc.items()})
+        offset += w.n_scored
+    return Columns(ref_store.columns, {k: st.columns for k, st in var_store.items()})

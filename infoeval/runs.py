@@ -11,14 +11,14 @@ from dataclasses import dataclass
 
 import torch
 
-from infoeval.config import ModelSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.errors import UsageError
+from infoeval.config import PREFIXES, PROTOCOLS, ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.errors import RuntimeFailure, UsageError
 from infoeval.evaluate import Columns, run_lockstep
 from infoeval.metrics import METRICS, reference_metrics, variant_metrics
 from infoeval.models import LoadedModel, load_model, resolve_device, resolve_dtype
 from infoeval.quant.apply import quantize_variant
 from infoeval.quant.schemes import parse_schemes
-from infoeval.results import command_line, now_iso, versions
+from infoeval.results import SCHEMA_VERSION, command_line, metric_meta, now_iso, versions
 from infoeval.text import Text, load_text, strip_one_trailing_newline
 from infoeval.tokens import TokenStream, encode, truncate
 from infoeval.windows import Window, describe, llamacpp_windows, rolling_windows
@@ -75,14 +75,51 @@ def _resolve_prefix(policy: str, protocol: str, loaded: LoadedModel) -> tuple[in
     return tid, f"{policy.upper()} (--prefix {policy})"
 
 
-def prepare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Reporter) -> Prepared:
-    """Load text and model, tokenize, and cut the stream into windows."""
-    if ws.protocol not in ("rolling", "llama.cpp"):
-        raise UsageError(f"unknown protocol '{ws.protocol}'; allowed: rolling, llama.cpp")
+def _validate(ts: TextSettings, ws: WindowSettings) -> None:
+    """Option checks that need no model, done before the slow load."""
+    if ws.protocol not in PROTOCOLS:
+        raise UsageError(f"unknown protocol '{ws.protocol}'; allowed: {', '.join(PROTOCOLS)}")
+    if ws.prefix not in PREFIXES:
+        raise UsageError(f"unknown prefix policy '{ws.prefix}'; allowed: {', '.join(PREFIXES)}")
     if ws.ctx < 2:
         raise UsageError(f"--ctx {ws.ctx} is too small; it must be at least 2")
+    if ws.stride is not None and not 1 <= ws.stride <= ws.ctx:
+        raise UsageError(f"--stride {ws.stride} is not allowed; it must be between 1 and --ctx ({ws.ctx})")
+    if ws.protocol == "llama.cpp" and ws.stride not in (None, ws.ctx):
+        raise UsageError("--stride cannot be set with --protocol llama.cpp (its chunks never overlap)")
     if ts.max_tokens is not None and ts.max_tokens < 1:
         raise UsageError(f"--max-tokens {ts.max_tokens} is not allowed; it must be at least 1")
+
+
+def _windows(stream: TokenStream, ts: TextSettings, ws: WindowSettings) -> tuple[TokenStream, list[Window], str]:
+    """Cut the stream by the protocol; returns the (possibly truncated) stream, the windows and the rule in words."""
+    if ws.protocol == "rolling":
+        if ts.max_tokens is not None:
+            stream = truncate(stream, ts.max_tokens + 1)
+        windows = rolling_windows(len(stream), ws.ctx, ws.stride)
+        rule = (
+            f"rolling: windows of at most {ws.ctx} tokens every {ws.stride or ws.ctx} tokens; each window scores the "
+            f"targets not scored before (the last logit predicts the token after the window); stream token 0 is context only"
+        )
+        return stream, windows, rule
+    per_chunk = ws.ctx - 1 - ws.ctx // 2
+    max_chunks = None
+    if ts.max_tokens is not None:
+        max_chunks = ts.max_tokens // per_chunk
+        if max_chunks < 1:
+            raise UsageError(f"--max-tokens {ts.max_tokens} is fewer than the {per_chunk} tokens one llama.cpp chunk scores")
+    windows = llamacpp_windows(len(stream), ws.ctx, stream.prefix_id is not None, max_chunks)
+    rule = (
+        f"llama.cpp: {len(windows)} non-overlapping chunks of {ws.ctx} tokens (last partial chunk dropped), "
+        f"first token of each chunk replaced by BOS when BOS is added, tokens {ws.ctx // 2 + 1}…{ws.ctx - 1} of "
+        f"each chunk scored; one trailing newline stripped from the text"
+    )
+    return stream, windows, rule
+
+
+def prepare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Reporter) -> Prepared:
+    """Load text and model, tokenize, and cut the stream into windows."""
+    _validate(ts, ws)
     timings = {}
     text = load_text(ts.text, ts.dataset, ts.data_dir)
     if ws.protocol == "llama.cpp":
@@ -99,29 +136,7 @@ def prepare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Report
     stream = encode(text.text, loaded.tokenizer, prefix_id)
     timings["tokenize_s"] = time.perf_counter() - t0
     text_tokens = len(stream) - (prefix_id is not None)
-    if ws.protocol == "rolling":
-        if ts.max_tokens is not None:
-            stream = truncate(stream, ts.max_tokens + 1)
-        windows = rolling_windows(len(stream), ws.ctx, ws.stride)
-        rule = (
-            f"rolling: windows of at most {ws.ctx} tokens every {ws.stride or ws.ctx} tokens; each window scores the "
-            f"targets not scored before (the last logit predicts the token after the window); stream token 0 is context only"
-        )
-    else:
-        if ws.stride is not None and ws.stride != ws.ctx:
-            raise UsageError("--stride cannot be set with --protocol llama.cpp (its chunks never overlap)")
-        per_chunk = ws.ctx - 1 - ws.ctx // 2
-        max_chunks = None
-        if ts.max_tokens is not None:
-            max_chunks = ts.max_tokens // per_chunk
-            if max_chunks < 1:
-                raise UsageError(f"--max-tokens {ts.max_tokens} is fewer than the {per_chunk} tokens one llama.cpp chunk scores")
-        windows = llamacpp_windows(len(stream), ws.ctx, prefix_id is not None, max_chunks)
-        rule = (
-            f"llama.cpp: {len(stream) // ws.ctx} non-overlapping chunks of {ws.ctx} tokens (last partial chunk dropped), "
-            f"first token of each chunk replaced by BOS when BOS is added, tokens {ws.ctx // 2 + 1}…{ws.ctx - 1} of "
-            f"each chunk scored; one trailing newline stripped from the text"
-        )
+    stream, windows, rule = _windows(stream, ts, ws)
     protocol = {
         "name": ws.protocol,
         "ctx": ws.ctx,
@@ -175,7 +190,7 @@ def quantize_compare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, vs
     cols = _evaluate(p, variants, rep)
     ref = reference_metrics(cols.reference)
     result = {
-        "schema": f"infoeval/quantize-compare/{1}",
+        "schema": f"infoeval/quantize-compare/{SCHEMA_VERSION}",
         "provenance": _provenance(p, "quantize-compare"),
         "reference": ref,
         "variants": [
@@ -183,7 +198,7 @@ def quantize_compare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, vs
             for v in variants
         ],
         "timings": p.timings,
-        "metrics": {n: {"unit": m.unit, "higher_is_better": m.higher_is_better, "description": m.description} for n, m in METRICS.items()},
+        "metrics": metric_meta(METRICS),
     }
     return result, cols
 
@@ -211,12 +226,14 @@ def compress_bits(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: 
     cols = _evaluate(p, [], rep)
     ref = reference_metrics(cols.reference)
     data = scored_bytes(p)
-    assert len(data) == ref["bytes"], (len(data), ref["bytes"])
+    if len(data) != ref["bytes"]:
+        raise RuntimeFailure(f"internal error: {len(data)} scored bytes gathered, {ref['bytes']} counted")
     rep.stage("compressing")
     rows = compress_all(data)
     xz_bits = next(r["bits"] for r in rows if r["method"] == "xz -9")
     result = {
-        "schema": "infoeval/compress-bits/1",
+        "schema": f"infoeval/compress-bits/{SCHEMA_VERSION}",
+        "metrics": metric_meta(ref),
         "provenance": _provenance(p, "compress-bits"),
         "reference": ref,
         "compressors": rows,

@@ -275,7 +275,11 @@ def test_read_text_file_roundtrip(tmp_path):
     assert t.source == "file" and t.path == str(p.resolve())
     assert t.n_bytes == len(raw)
     assert t.sha256 == hashlib.sha256(raw).hexdigest()
-    assert t.provenance() == {"source": "file", "path": str(p.resolve()), "sha256": t.sha256, "bytes": len(raw)}
+    assert t.provenance() == {"source": "file", "path": str(p.resolve()), "sha256": t.sha256, "bytes": len(raw),
+                              "source_sha256": t.sha256, "transform": None}  # fmt: skip
+    stripped = strip_one_trailing_newline(t)
+    assert stripped.provenance()["source_sha256"] == hashlib.sha256(raw).hexdigest() != stripped.sha256
+    assert "newline" in stripped.provenance()["transform"]
 
 
 def test_read_text_file_errors(tmp_path):

@@ -1,0 +1,90 @@
+"""Option handling that needs no model: --config TOML, --max-tokens, --prefix, --stride checks before loading,
+and where outputs go (``results.output_paths``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infoeval.results import compress_frame, output_paths
+
+ENV = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"}
+
+
+def _run(args, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "infoeval", *map(str, args)], cwd=cwd, env=ENV,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--max-tokens", "lots"], "--max-tokens 'lots'"),
+        (["--max-tokens", "0"], "--max-tokens 0"),
+        (["--prefix", "start"], "unknown prefix policy 'start'"),
+        (["--protocol", "llama"], "unknown protocol 'llama'"),
+        (["--protocol", "llama.cpp", "--ctx", "64", "--stride", "32"], "--stride cannot be set"),
+        (["--ctx", "8", "--stride", "0"], "--stride 0"),
+        (["--model", "no-such-model"], "neither an existing file or folder nor a hub id"),
+    ],
+)
+def test_bad_options_fail_fast_with_one_line(tmp_path, args, message):
+    proc = _run(["quantize-compare", "--model", "/nonexistent-is-checked-later", *args] if "--model" not in args else ["quantize-compare", *args], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_config_unknown_key_and_bad_toml(tmp_path):
+    (tmp_path / "bad.toml").write_text("[quantize-compare]\nschemas = ['int8-channel']\n")
+    proc = _run(["quantize-compare", "--config", tmp_path / "bad.toml"], tmp_path)
+    assert proc.returncode == 2 and "unknown key 'schemas'" in proc.stderr
+    (tmp_path / "broken.toml").write_text("ctx = \n")
+    proc = _run(["quantize-compare", "--config", tmp_path / "broken.toml"], tmp_path)
+    assert proc.returncode == 2 and "not valid TOML" in proc.stderr
+    proc = _run(["quantize-compare", "--config", tmp_path / "missing.toml"], tmp_path)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+
+
+def test_config_values_are_used_and_command_line_wins(tmp_path):
+    """A scheme list from the config reaches the parser; an option on the command line overrides it."""
+    (tmp_path / "c.toml").write_text("[quantize-compare]\nschemes = ['int8-channel', 'int4-chanel']\nctx = 16\n")
+    proc = _run(["quantize-compare", "--config", tmp_path / "c.toml"], tmp_path)
+    assert proc.returncode == 2 and "int4-chanel" in proc.stderr  # the config's schemes were parsed
+    proc = _run(["quantize-compare", "--config", tmp_path / "c.toml", "--schemes", "int8-channel", "--stride", "17"], tmp_path)
+    assert proc.returncode == 2 and "--stride 17" in proc.stderr and "(16)" in proc.stderr  # config ctx, CLI schemes
+
+
+def test_shipped_configs_parse():
+    import tomllib
+
+    from infoeval.quant.schemes import parse_schemes
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    files = sorted(root.glob("*.toml"))
+    assert files
+    for f in files:
+        section = tomllib.loads(f.read_text())["quantize-compare"]
+        if "schemes" in section:
+            parse_schemes(",".join(section["schemes"]))
+
+
+def test_output_paths():
+    d = Path("results/run")
+    assert output_paths(None, None, None, None, d) == {"json": d / "result.json", "csv": d / "summary.csv", "positions": d / "positions.csv"}
+    assert output_paths(Path("a.csv"), None, None, None, d) == {"csv": Path("a.csv")}
+    assert output_paths(Path("a.csv"), None, None, Path("o"), d) == {
+        "json": Path("o/result.json"), "csv": Path("a.csv"), "positions": Path("o/positions.csv")}  # fmt: skip
+
+
+def test_compress_frame_ratios():
+    result = {"reference": {"total_bits": 100.0, "bits_per_byte": 0.5},
+              "compressors": [{"method": "xz -9", "bytes": 50, "bits": 400, "bits_per_byte": 2.0}]}  # fmt: skip
+    f = compress_frame(result)
+    assert list(f["method"]) == ["model", "xz -9"]
+    assert list(f["bits_vs_model"]) == [1.0, 4.0]
