@@ -146,9 +146,14 @@ def _gguf_cache_dir(gguf: Path, digest: str) -> Path:
         tok.save_pretrained(tmp)
         source = {"gguf": str(gguf), "sha256": digest, "gguf_add_bos": _gguf_add_bos(gguf)}
         (tmp / "infoeval-source.json").write_text(json.dumps(source, indent=1))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        if not (target / "infoeval-source.json").is_file():  # another process may have finished first
+            if target.exists():
+                shutil.rmtree(target)  # a leftover without its completion marker
+            try:
+                os.replace(tmp, target)
+            except OSError:
+                if not (target / "infoeval-source.json").is_file():
+                    raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

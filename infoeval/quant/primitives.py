@@ -97,7 +97,8 @@ def fake_quantize(w: torch.Tensor, scheme: Scheme) -> torch.Tensor:
     scale, zero = _scale_zero(blocks, scheme)
     q = _codes(blocks, scale, zero, scheme)
     w_hat = q.sub_(zero.unsqueeze(-1)).mul_(scale.unsqueeze(-1))
-    return w_hat.reshape(out_f, -1)[:, :in_f].to(dtype=w.dtype)
+    # contiguous: cutting the padding off leaves a strided view, which would slow every matmul with it
+    return w_hat.reshape(out_f, -1)[:, :in_f].to(dtype=w.dtype).contiguous()
 
 
 def sqnr_db(w: torch.Tensor, w_hat: torch.Tensor) -> float:
