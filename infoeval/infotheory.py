@@ -20,8 +20,6 @@ from dataclasses import dataclass
 
 import torch
 
-LN2 = 0.6931471805599453
-
 
 def log_softmax(logits: torch.Tensor) -> torch.Tensor:
     """Log-probabilities in float32 (logits of any float dtype)."""

@@ -36,14 +36,6 @@ class LoadedModel:
     tokenizer: object
     info: dict = field(default_factory=dict)
 
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
-    @property
-    def bos_id(self) -> int | None:
-        return self.info["tokenizer"]["bos_id"]
-
 
 def resolve_device(device: str) -> torch.device:
     """auto → cuda when available else cpu; cuda without a GPU is a usage error."""
