@@ -21,7 +21,7 @@ from infoeval.quant.schemes import parse_schemes
 from infoeval.results import SCHEMA_VERSION, command_line, metric_meta, now_iso, versions
 from infoeval.text import Text, load_text, strip_one_trailing_newline
 from infoeval.tokens import TokenStream, encode, truncate
-from infoeval.windows import Window, describe, llamacpp_windows, rolling_windows
+from infoeval.windows import Window, check_window_options, describe, llamacpp_windows, rolling_windows
 
 
 class Reporter:
@@ -81,10 +81,7 @@ def _validate(ts: TextSettings, ws: WindowSettings) -> None:
         raise UsageError(f"unknown protocol '{ws.protocol}'; allowed: {', '.join(PROTOCOLS)}")
     if ws.prefix not in PREFIXES:
         raise UsageError(f"unknown prefix policy '{ws.prefix}'; allowed: {', '.join(PREFIXES)}")
-    if ws.ctx < 2:
-        raise UsageError(f"--ctx {ws.ctx} is too small; it must be at least 2")
-    if ws.stride is not None and not 1 <= ws.stride <= ws.ctx:
-        raise UsageError(f"--stride {ws.stride} is not allowed; it must be between 1 and --ctx ({ws.ctx})")
+    check_window_options(ws.ctx, ws.stride)
     if ws.protocol == "llama.cpp" and ws.stride not in (None, ws.ctx):
         raise UsageError("--stride cannot be set with --protocol llama.cpp (its chunks never overlap)")
     if ts.max_tokens is not None and ts.max_tokens < 1:

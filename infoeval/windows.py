@@ -54,13 +54,18 @@ class Window:
         return torch.arange(self.first_scored, self.first_scored + self.n_scored)
 
 
-def rolling_windows(n_tokens: int, ctx: int, stride: int | None = None) -> list[Window]:
-    """Windows of at most ``ctx`` inputs starting every ``stride`` tokens; targets 1 … n_tokens−1 once each."""
-    stride = ctx if stride is None else stride
+def check_window_options(ctx: int, stride: int | None) -> None:
+    """ctx ≥ 2 and 1 ≤ stride ≤ ctx (stride None means ctx)."""
     if ctx < 2:
         raise UsageError(f"--ctx {ctx} is too small; it must be at least 2")
-    if not 1 <= stride <= ctx:
+    if stride is not None and not 1 <= stride <= ctx:
         raise UsageError(f"--stride {stride} is not allowed; it must be between 1 and --ctx ({ctx})")
+
+
+def rolling_windows(n_tokens: int, ctx: int, stride: int | None = None) -> list[Window]:
+    """Windows of at most ``ctx`` inputs starting every ``stride`` tokens; targets 1 … n_tokens−1 once each."""
+    check_window_options(ctx, stride)
+    stride = ctx if stride is None else stride
     if n_tokens < 2:
         raise DataError(f"the text has {n_tokens} token(s); at least 2 are needed to score one")
     windows: list[Window] = []
