@@ -45,7 +45,7 @@ METRICS: dict[str, Metric] = {
     "kl_p99": Metric("nats", False, "99th percentile of per-position KL"),
     "kl_p999": Metric("nats", False, "99.9th percentile of per-position KL"),
     "kl_max": Metric("nats", False, "largest per-position KL"),
-    "top1": Metric("fraction", True, "top-1 agreement: argmax variant = argmax reference"),
+    "top1": Metric("fraction", True, "top-1 agreement: the reference's top token is the variant's top token (ties count as agreement)"),
     "top1_se": Metric("fraction", None, "standard error of top-1 agreement, √(a(1−a)/n)"),
     "rkl_mean": Metric("nats", False, "mean reverse KL(variant ‖ reference)"),
     "tv_mean": Metric("", False, "mean total variation ½Σ|p − q| (1 − TV is the speculative acceptance)"),

@@ -66,6 +66,13 @@ class RichReporter:
             self._progress = None
 
 
+def _text_size(result: dict) -> str:
+    pv = result["provenance"]
+    if pv["protocol"]["text_tokens"] is not None:
+        return f"the text's {pv['protocol']['text_tokens']:,}"
+    return f"the text's {pv['text']['bytes']:,} bytes (only the part needed was tokenized)"
+
+
 def _header(result: dict) -> str:
     pv = result["provenance"]
     m, t, pr = pv["model"], pv["text"], pv["protocol"]
@@ -74,7 +81,7 @@ def _header(result: dict) -> str:
         f"model [bold]{m['spec']}[/] ({m['architecture']}, {m['n_parameters'] / 1e6:.1f}M params, {pv['dtype']} on {pv['device']})  "
         f"text [bold]{t['source']}[/] ({src}, sha256 {t['sha256'][:12]})\n"
         f"protocol {pr['name']} ctx {pr['ctx']} stride {pr['stride']}, prefix {pr['prefix_token']}; "
-        f"{pr['windows']} windows, {pr['scored_tokens']:,} tokens scored of the text's {pr['text_tokens']:,}"
+        f"{pr['windows']} windows, {pr['scored_tokens']:,} tokens scored of {_text_size(result)}"
         f"{' (--max-tokens ' + str(pr['max_tokens']) + '; all for the whole text)' if pr['max_tokens'] else ''}, "
         f"{pr['context_only_tokens']:,} context-only in the stream "
         f"(context per scored token {pr['min_context']}–{pr['max_context']}, mean {pr['mean_context']:.0f})"

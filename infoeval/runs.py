@@ -114,6 +114,17 @@ def _windows(stream: TokenStream, ts: TextSettings, ws: WindowSettings) -> tuple
     return stream, windows, rule
 
 
+def _tokens_needed(ts: TextSettings, ws: WindowSettings, has_prefix: bool) -> int | None:
+    """How many text tokens (after the prefix token) the windows can use; None means all of them."""
+    if ts.max_tokens is None:
+        return None
+    if ws.protocol == "rolling":
+        return ts.max_tokens + 1 - has_prefix  # scored targets + the first token, which is context only
+    per_chunk = ws.ctx - 1 - ws.ctx // 2
+    chunks = max(2, ts.max_tokens // per_chunk)  # llama.cpp refuses texts shorter than two chunks
+    return chunks * ws.ctx - has_prefix
+
+
 def prepare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Reporter) -> Prepared:
     """Load text and model, tokenize, and cut the stream into windows."""
     _validate(ts, ws)
@@ -130,9 +141,11 @@ def prepare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Report
     prefix_id, prefix_desc = _resolve_prefix(ws.prefix, ws.protocol, loaded)
     rep.stage("tokenizing")
     t0 = time.perf_counter()
-    stream = encode(text.text, loaded.tokenizer, prefix_id)
+    limit = _tokens_needed(ts, ws, prefix_id is not None)
+    stream = encode(text.text, loaded.tokenizer, prefix_id, limit)
     timings["tokenize_s"] = time.perf_counter() - t0
-    text_tokens = len(stream) - (prefix_id is not None)
+    n_text = len(stream) - (prefix_id is not None)
+    whole = limit is None or n_text < limit  # otherwise only a prefix of the text was tokenized
     stream, windows, rule = _windows(stream, ts, ws)
     protocol = {
         "name": ws.protocol,
@@ -143,7 +156,8 @@ def prepare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Report
         "prefix_id": prefix_id,
         "rule": rule,
         "max_tokens": ts.max_tokens,
-        "text_tokens": text_tokens,
+        "text_tokens": n_text if whole else None,
+        "tokenized": "the whole text" if whole else f"a prefix of the text, enough for the first {limit:,} tokens",
         "tokenizer": loaded.info["tokenizer"]["source"],
         **describe(windows, len(stream)),
     }

@@ -33,26 +33,71 @@ def _byte_offsets(text: str) -> np.ndarray:
     return np.append(starts, raw.size).astype(np.int64)
 
 
-def encode(text: str, tokenizer, prefix_id: int | None = None) -> TokenStream:
-    """Tokenize ``text`` without special tokens (a fast tokenizer is needed for offsets), count bytes per
-    token, and put ``prefix_id`` (e.g. BOS) in front when given."""
-    if not getattr(tokenizer, "is_fast", False):
-        raise DataError("the tokenizer is not a fast (Rust) tokenizer; infoeval needs its offsets to count bytes")
+def _tokenize(text: str, tokenizer) -> tuple[np.ndarray, np.ndarray]:
+    """Ids and character start offsets of ``text`` (no special tokens)."""
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
     ids = np.asarray(enc["input_ids"], dtype=np.int64)
-    offsets = enc["offset_mapping"]
+    starts = np.array([o[0] for o in enc["offset_mapping"]], dtype=np.int64)
+    return ids, starts
+
+
+def _stream(text: str, ids: np.ndarray, starts: np.ndarray, end_char: int, prefix_id: int | None) -> TokenStream:
+    """Bytes per token from the character start offsets; the last token ends at ``end_char``."""
     if ids.size == 0:
         raise DataError("the text is empty after tokenization; give a text with some content")
     byte_of = _byte_offsets(text)
-    starts = np.array([o[0] for o in offsets], dtype=np.int64)
     starts = np.maximum.accumulate(starts)  # offsets of trimmed whitespace can go backwards
     starts[0] = 0
-    bounds = byte_of[np.append(starts, len(text))]
+    bounds = byte_of[np.append(starts, end_char)]
     nbytes = np.diff(bounds)
     if prefix_id is not None:
         ids = np.concatenate([[prefix_id], ids])
         nbytes = np.concatenate([[0], nbytes])
     return TokenStream(torch.from_numpy(ids), nbytes.astype(np.int64), prefix_id)
+
+
+# Tokenizing only a prefix: the ids of text[:c] can differ from those of the whole text only near the cut (a
+# word or whitespace run split by it), so we keep the first n of many more tokens and check that cutting the
+# text at a second, later point gives the very same first n + 1 ids and offsets.
+_MARGIN_TOKENS = 64
+_CHARS_PER_TOKEN = 6
+
+
+def encode(text: str, tokenizer, prefix_id: int | None = None, max_tokens: int | None = None) -> TokenStream:
+    """Tokenize ``text`` without special tokens (a fast tokenizer is needed for offsets), count bytes per
+    token, and put ``prefix_id`` (e.g. BOS) in front when given.
+
+    With ``max_tokens`` only the first ``max_tokens`` text tokens are returned, and only as much of the text
+    as they need is tokenized (verified against a second, longer cut; the whole text if the check fails).
+    """
+    if not getattr(tokenizer, "is_fast", False):
+        raise DataError("the tokenizer is not a fast (Rust) tokenizer; infoeval needs its offsets to count bytes")
+    if max_tokens is not None:
+        stream = _encode_prefix(text, tokenizer, prefix_id, max_tokens)
+        if stream is not None:
+            return stream
+    ids, starts = _tokenize(text, tokenizer)
+    stream = _stream(text, ids, starts, len(text), prefix_id)
+    return stream if max_tokens is None else truncate(stream, max_tokens + (prefix_id is not None))
+
+
+def _encode_prefix(text: str, tokenizer, prefix_id: int | None, n: int) -> TokenStream | None:
+    """The first n tokens from a prefix of the text, or None when the text must be tokenized whole."""
+    want = n + _MARGIN_TOKENS
+    cut = want * _CHARS_PER_TOKEN
+    while True:
+        if cut >= len(text):
+            return None
+        ids, starts = _tokenize(text[:cut], tokenizer)
+        if ids.size >= want:
+            break
+        cut = min(len(text), 2 * cut)
+    cut2 = min(len(text), cut + cut // 4 + 1)
+    ids2, starts2 = _tokenize(text[:cut2], tokenizer)
+    k = n + 1  # the token after the last kept one fixes the last kept token's byte count
+    if ids2.size < k or not (np.array_equal(ids[:k], ids2[:k]) and np.array_equal(starts[:k], starts2[:k])):
+        return None
+    return _stream(text, ids[:n], starts[:n], int(np.maximum.accumulate(starts[:k])[-1]), prefix_id)
 
 
 def truncate(stream: TokenStream, n_tokens: int) -> TokenStream:

@@ -354,3 +354,14 @@ def test_compare_columns_satisfy_inequalities():
     assert (got["tv"] >= 0).all() and (got["tv"] <= 1).all()
     assert (got["tv"] <= torch.sqrt((got["kl"] + 2e-6) / 2)).all()
     assert (got["tv"] <= torch.sqrt((got["rkl"] + 2e-6) / 2)).all()
+
+
+def test_top1_ties_in_the_variant_count_as_agreement():
+    """top1 means 'the reference's top token is a top token of the variant': a variant tied between the
+    reference's top token and another token agrees, whichever of the two comes first; a variant whose unique
+    top token differs does not."""
+    ref_logits = torch.tensor([[0.0, 3.0, 1.0, 0.5], [0.0, 3.0, 1.0, 0.5], [0.0, 3.0, 1.0, 0.5]])
+    var_logits = torch.tensor([[2.0, 2.0, 0.0, 0.0], [0.0, 2.0, 2.0, 0.0], [0.0, 1.0, 2.0, 0.0]])
+    targets = torch.tensor([1, 1, 1])
+    got = it.compare(it.reference_stats(ref_logits, targets), var_logits, targets)
+    assert got["top1"].tolist() == [True, True, False]

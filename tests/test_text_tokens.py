@@ -226,6 +226,63 @@ def test_truncate(byte_level):
     assert torch.equal(full.ids, s.ids) and np.array_equal(full.nbytes, s.nbytes)
 
 
+def _long_text(seed: int, n_chars: int) -> str:
+    rng = random.Random(seed)
+    words = ["the", "quick", "brown", "fox", "  ", "\n\n", "日本", "😀", "über", "a" * 40, "    indented", "\t", "x.y"]
+    out, size = [], 0
+    while size < n_chars:
+        w = rng.choice(words)
+        out.append(w + rng.choice([" ", "", "\n"]))
+        size += len(out[-1])
+    return "".join(out)
+
+
+@pytest.mark.parametrize("n", [1, 2, 17, 300, 1000, 4000])
+@pytest.mark.parametrize("prefix", [None, "bos"])
+def test_prefix_only_tokenization_equals_whole(n, prefix, any_tokenizer):
+    """encode(..., max_tokens=n) tokenizes only a prefix of the text yet gives exactly the first n ids and byte
+    counts of the whole-text tokenization (the last one included, whose bytes end where token n + 1 starts)."""
+    text = _long_text(n, 60_000)
+    pid = any_tokenizer.bos_token_id if prefix else None
+    whole = encode(text, any_tokenizer, pid)
+    k = n + (pid is not None)
+    part = encode(text, any_tokenizer, pid, max_tokens=n)
+    assert part.prefix_id == pid and len(part) == k
+    assert torch.equal(part.ids, whole.ids[:k])
+    assert np.array_equal(part.nbytes, whole.nbytes[:k])
+
+
+def test_prefix_only_tokenization_short_text(byte_level):
+    """More tokens asked for than the text has: the whole text, nothing invented."""
+    text = "a short text of a few tokens"
+    whole = encode(text, byte_level)
+    part = encode(text, byte_level, max_tokens=10_000)
+    assert torch.equal(part.ids, whole.ids) and np.array_equal(part.nbytes, whole.nbytes)
+
+
+def test_prefix_only_tokenization_falls_back_when_cut_changes_ids(byte_level, monkeypatch):
+    """When cutting at two points disagrees on the kept ids, the whole text is tokenized instead."""
+    import infoeval.tokens as tokens_mod
+
+    text = _long_text(3, 20_000)
+    whole = encode(text, byte_level)
+    real = tokens_mod._tokenize
+    calls = []
+
+    def flaky(t, tok):
+        ids, starts = real(t, tok)
+        calls.append(len(t))
+        if len(t) < len(text) and len(calls) % 2 == 0:  # the second, longer cut disagrees
+            ids = ids.copy()
+            ids[0] = (ids[0] + 1) % 50
+        return ids, starts
+
+    monkeypatch.setattr(tokens_mod, "_tokenize", flaky)
+    part = encode(text, byte_level, max_tokens=100)
+    assert calls[-1] == len(text)  # fell back to the whole text
+    assert torch.equal(part.ids, whole.ids[:100]) and np.array_equal(part.nbytes, whole.nbytes[:100])
+
+
 def test_empty_text_is_data_error(byte_level):
     """An empty text has no tokens: DataError, one line."""
     with pytest.raises(DataError) as e:

@@ -59,7 +59,9 @@ def _scale_zero(blocks: torch.Tensor, scheme: Scheme) -> tuple[torch.Tensor, tor
 
 def _codes(blocks: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, scheme: Scheme) -> torch.Tensor:
     """q = clamp(round(w/s) + z, qmin, qmax) as float32 blocks."""
-    q = torch.round(blocks / scale.unsqueeze(-1)).add_(zero.unsqueeze(-1))
+    q = torch.round(blocks / scale.unsqueeze(-1))
+    if not scheme.symmetric:
+        q.add_(zero.unsqueeze(-1))
     return q.clamp_(scheme.qmin, scheme.qmax)
 
 
@@ -96,7 +98,9 @@ def fake_quantize(w: torch.Tensor, scheme: Scheme) -> torch.Tensor:
     blocks, _ = _blocks(w.detach().to(torch.float32), scheme.group_size)  # (out, G, g)
     scale, zero = _scale_zero(blocks, scheme)
     q = _codes(blocks, scale, zero, scheme)
-    w_hat = q.sub_(zero.unsqueeze(-1)).mul_(scale.unsqueeze(-1))
+    if not scheme.symmetric:  # symmetric zero points are 0: skip two passes over the weight
+        q.sub_(zero.unsqueeze(-1))
+    w_hat = q.mul_(scale.unsqueeze(-1))
     # contiguous: cutting the padding off leaves a strided view, which would slow every matmul with it
     return w_hat.reshape(out_f, -1)[:, :in_f].to(dtype=w.dtype).contiguous()
 
