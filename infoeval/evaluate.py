@@ -38,7 +38,7 @@ class Columns:
         return int(self.reference["nll"].shape[0])
 
 
-def _forward_scored(model, inputs: torch.Tensor, window: Window) -> torch.Tensor:
+def forward_scored(model, inputs: torch.Tensor, window: Window) -> torch.Tensor:
     """Logits of the window's scored positions, shape (n_scored, V)."""
     keep = window.logit_index.to(inputs.device)
     out = model(input_ids=inputs, use_cache=False, logits_to_keep=keep)
@@ -77,7 +77,7 @@ def run_lockstep(
     for w in windows:
         inputs = window_inputs(stream.ids, w, bos_id).to(device)
         targets = window_targets(stream.ids, w).to(device)
-        ref = reference_stats(_forward_scored(model, inputs, w), targets, ws)
+        ref = reference_stats(forward_scored(model, inputs, w), targets, ws)
         if not torch.isfinite(ref.nll).all():
             raise RuntimeFailure(f"the reference model produced non-finite log-probabilities in window {w.index}")
         if on_forward:
@@ -98,7 +98,7 @@ def run_lockstep(
         )
         for v in variants:
             with swapped(model, v):
-                logits = _forward_scored(model, inputs, w)
+                logits = forward_scored(model, inputs, w)
             cols = compare(ref, logits, targets, ws)
             del logits
             if not torch.isfinite(cols["kl"]).all():

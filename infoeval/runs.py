@@ -164,7 +164,7 @@ def prepare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Report
     return Prepared(loaded, text, stream, windows, protocol, timings)
 
 
-def _provenance(p: Prepared, command: str) -> dict:
+def provenance(p: Prepared, command: str) -> dict:
     return {
         "command": command,
         "argv": command_line(),
@@ -202,7 +202,7 @@ def quantize_compare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, vs
     ref = reference_metrics(cols.reference)
     result = {
         "schema": f"infoeval/quantize-compare/{SCHEMA_VERSION}",
-        "provenance": _provenance(p, "quantize-compare"),
+        "provenance": provenance(p, "quantize-compare"),
         "reference": ref,
         "variants": [
             {"name": v.name, "metrics": variant_metrics(cols.reference, cols.variants[v.name]), "quantization": v.summary()}
@@ -245,7 +245,7 @@ def compress_bits(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: 
     result = {
         "schema": f"infoeval/compress-bits/{SCHEMA_VERSION}",
         "metrics": metric_meta(ref),
-        "provenance": _provenance(p, "compress-bits"),
+        "provenance": provenance(p, "compress-bits"),
         "reference": ref,
         "compressors": rows,
         "model_over_xz": ref["total_bits"] / xz_bits if xz_bits else None,
