@@ -50,6 +50,10 @@ METRICS: dict[str, Metric] = {
     "rkl_mean": Metric("nats", False, "mean reverse KL(variant ‖ reference)"),
     "tv_mean": Metric("", False, "mean total variation ½Σ|p − q| (1 − TV is the speculative acceptance)"),
     "bits_per_byte_delta": Metric("bits/byte", False, "variant bits/byte − reference bits/byte"),
+    "bits_per_byte_delta_se": Metric("bits/byte", None, "paired standard error of the bits/byte difference"),
+    "kl_lower_mean": Metric("nats", False, "mean coarse KL over the reference's top-K + one tail bucket: a lower bound of mean KL"),
+    "kl_lower_se": Metric("nats", None, "standard error of the mean coarse KL"),
+    "tv_se": Metric("", None, "standard error of mean TV"),
 }
 
 

@@ -1,0 +1,1 @@
+"""CI regression gates: the compact reference, limits and verdicts, quantized checkpoints."""

@@ -1,0 +1,74 @@
+"""`infoeval quantize`: write a fake-quantized checkpoint that transformers loads back as it is.
+
+The weights are stored dequantized (ŵ = s·(q − z), in the model's dtype) as safetensors next to the config and
+tokenizer, so any transformers release loads them with ``from_pretrained`` and computes exactly what the in-memory
+fake quantization computes. The scheme and the per-layer report (SQNR of every layer, and the reason for every skipped one)
+go into ``infoeval-quantization.json``; ``config.json`` gets ``infoeval_quantization`` naming the scheme.
+
+Real 4-bit storage (compressed-tensors' "pack-quantized" format) is not offered: see README, "Gates".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from infoeval.config import ModelSettings
+from infoeval.errors import UsageError
+from infoeval.models import load_model, resolve_device, resolve_dtype
+from infoeval.quant.apply import fake_quantize_
+from infoeval.quant.schemes import parse_scheme
+from infoeval.results import now_iso, versions
+
+REPORT_FILE = "infoeval-quantization.json"
+
+
+def quantize_checkpoint(ms: ModelSettings, scheme_name: str, out: Path, include=(), exclude=(), force: bool = False) -> dict:
+    """Load, fake-quantize in place, save to ``out`` atomically (a temp folder renamed at the end)."""
+    scheme = parse_scheme(scheme_name)
+    out = Path(out)
+    if out.exists() and not force:
+        raise UsageError(f"output folder '{out}' already exists; choose another --out or pass --force")
+    device = resolve_device(ms.device)
+    loaded = load_model(ms.model, device, resolve_dtype(ms.dtype, device), ms.device_map)
+    variant = fake_quantize_(loaded.model, scheme, include, exclude)
+    summary = variant.summary()
+    report = {
+        "format": "infoeval fake-quantized checkpoint (dequantized weights)",
+        "created": now_iso(),
+        "source_model": loaded.info,
+        "scheme": scheme.as_dict(),
+        "quantization": summary,
+        "versions": versions(),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model = loaded.model
+        model.config.infoeval_quantization = {"scheme": scheme.name, "report": REPORT_FILE}
+        if any(r.quantized and r.tied_to for r in variant.layers):
+            model.config.tie_word_embeddings = False  # the quantized head no longer equals the embeddings
+        model.save_pretrained(tmp)
+        loaded.tokenizer.save_pretrained(tmp)
+        (tmp / REPORT_FILE).write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {"out": str(out), "scheme": scheme.name, "layers_quantized": summary["layers_quantized"],
+            "layers_skipped": summary["layers_skipped"], "sqnr_db_min": summary["sqnr_db_min"],
+            "sqnr_db_mean": summary["sqnr_db_mean"], "params_quantized": summary["params_quantized"],
+            "files": sorted(p.name for p in out.iterdir())}
+
+
+def saved_scheme(folder: Path) -> str | None:
+    """The scheme recorded in a checkpoint written by `infoeval quantize`, if any."""
+    f = Path(folder) / REPORT_FILE
+    if not f.is_file():
+        return None
+    return json.loads(f.read_text(encoding="utf-8"))["scheme"]["name"]

@@ -1,0 +1,130 @@
+"""Gate limits → verdicts. No torch: reads metric dicts (as in result JSON) and decides.
+
+A limit is ``max_<metric>`` or ``min_<metric>`` (aliases: ``max_bpb_increase`` = ``max_bits_per_byte_delta``).
+Limits on means are judged with their standard errors: by default a limit passes only when it holds at the
+one-sided confidence level (95 %: z = 1.645), i.e. for a max limit mean + z·SE ≤ max and for a min limit
+mean − z·SE ≥ min. The PPL ratio is judged through its log: exp(Δ ln PPL + z·SE) ≤ max. Quantiles (kl_p99 …)
+have no standard error here and are judged as point estimates. ``point=True`` judges every metric by its
+point estimate. A limit naming an unknown metric, or bounding a metric from the wrong side, is a usage error:
+a gate must fail closed, never pass on a typo.
+
+Worked example: kl_mean = 0.040, kl_se = 0.004, max_kl_mean = 0.045 → bound 0.040 + 1.645·0.004 = 0.0466 >
+0.045: FAIL at 95 % (a point estimate would pass).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from infoeval.errors import UsageError
+from infoeval.metrics import METRICS
+
+# metric → (its standard error in the metrics dict, how the bound is formed)
+GATE_METRICS: dict[str, tuple[str | None, str]] = {
+    "kl_mean": ("kl_se", "mean"),
+    "kl_lower_mean": ("kl_lower_se", "mean"),
+    "kl_p90": (None, "point"),
+    "kl_p99": (None, "point"),
+    "kl_p999": (None, "point"),
+    "kl_max": (None, "point"),
+    "top1": ("top1_se", "mean"),
+    "ppl_ratio": ("ln_ppl_ratio_se", "log"),
+    "ppl": ("ppl_se", "mean"),
+    "bits_per_byte": (None, "point"),
+    "bits_per_byte_delta": ("bits_per_byte_delta_se", "mean"),
+    "tv_mean": ("tv_se", "mean"),
+    "rkl_mean": (None, "point"),
+}
+ALIASES = {"max_bpb_increase": "max_bits_per_byte_delta"}
+DEFAULT_LIMITS = {"max_kl_mean": 0.05, "max_kl_p99": 0.5, "min_top1": 0.90, "max_ppl_ratio": 1.05, "max_bpb_increase": 0.05}
+DEFAULT_CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Limit:
+    key: str  # as given, e.g. max_bpb_increase
+    metric: str  # e.g. bits_per_byte_delta
+    side: str  # "max" or "min"
+    value: float
+
+
+@dataclass(frozen=True)
+class Verdict:
+    limit: Limit
+    value: float
+    se: float | None
+    bound: float  # what was compared with the limit
+    judged: str  # "95% one-sided bound", "point estimate"
+    passed: bool
+
+    def as_dict(self) -> dict:
+        return {
+            "limit": self.limit.key, "metric": self.limit.metric, "side": self.limit.side, "threshold": self.limit.value,
+            "value": self.value, "se": self.se, "bound": self.bound, "judged": self.judged, "passed": self.passed,
+        }  # fmt: skip
+
+
+def parse_limits(raw: dict) -> list[Limit]:
+    """{'max_kl_mean': 0.05, ...} → limits; unknown names and wrong sides are usage errors."""
+    out = []
+    for key, value in raw.items():
+        name = ALIASES.get(key, key)
+        side, _, metric = name.partition("_")
+        if side not in ("max", "min") or metric not in GATE_METRICS:
+            allowed = ", ".join([*(f"max_{m}/min_{m}" for m in GATE_METRICS), *ALIASES])
+            raise UsageError(f"unknown gate limit '{key}'; allowed: {allowed}")
+        hib = METRICS[metric].higher_is_better if metric in METRICS else False
+        if (side == "max") == bool(hib):
+            other = "min" if side == "max" else "max"
+            raise UsageError(f"gate limit '{key}' bounds {metric} from the wrong side ({'higher' if hib else 'lower'} is better); use {other}_{metric}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise UsageError(f"gate limit '{key}' = {value!r} is not a finite number")
+        out.append(Limit(key, metric, side, float(value)))
+    if not out:
+        raise UsageError("no gate limits given; set some in --limits FILE.toml or with --max-kl-mean and friends")
+    return out
+
+
+def z_value(confidence: float) -> float:
+    if not 0.5 <= confidence < 1:
+        raise UsageError(f"--confidence {confidence} is not allowed; give a level in [0.5, 1), e.g. 0.95")
+    return statistics.NormalDist().inv_cdf(confidence)
+
+
+def judge(limits: list[Limit], metrics: dict, confidence: float = DEFAULT_CONFIDENCE, point: bool = False) -> list[Verdict]:
+    z = z_value(confidence)
+    out = []
+    for lim in limits:
+        se_key, how = GATE_METRICS[lim.metric]
+        value = float(metrics[lim.metric])
+        se = metrics.get(se_key) if se_key else None
+        sign = 1.0 if lim.side == "max" else -1.0
+        if point or se is None or how == "point" or not math.isfinite(se):
+            bound, judged = value, "point estimate"
+        elif how == "log":
+            bound = math.exp(math.log(value) + sign * z * se)
+            judged = f"{confidence:.0%} one-sided bound"
+        else:
+            bound = value + sign * z * se
+            judged = f"{confidence:.0%} one-sided bound"
+        passed = math.isfinite(bound) and (bound <= lim.value if lim.side == "max" else bound >= lim.value)
+        out.append(Verdict(lim, value, se, bound, judged, passed))
+    return out
+
+
+def compare_baseline(metrics: dict, baseline: dict, names: list[str], tolerance: float) -> list[dict]:
+    """For each metric: fail when it is worse than the baseline's by more than ``tolerance`` (relative)."""
+    if tolerance < 0:
+        raise UsageError(f"--baseline-tolerance {tolerance} is not allowed; it must be ≥ 0")
+    rows = []
+    for name in names:
+        if name not in baseline:
+            raise UsageError(f"the baseline result has no metric '{name}'; give a result JSON written by `infoeval gate`")
+        now, then = float(metrics[name]), float(baseline[name])
+        hib = METRICS[name].higher_is_better if name in METRICS else False
+        slack = tolerance * abs(then)
+        worse = now < then - slack if hib else now > then + slack
+        rows.append({"metric": name, "value": now, "baseline": then, "tolerance": tolerance, "passed": not worse})
+    return rows

@@ -1,0 +1,118 @@
+"""Gate and reference results as rich tables, JUnit XML and markdown. No torch."""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from rich.table import Table
+
+from infoeval.results import atomic_write_bytes
+
+
+def _num(x, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if isinstance(x, float) and (abs(x) >= 1e4 or (x != 0 and abs(x) < 1e-3)):
+        return f"{x:.3e}"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def _value(v: dict) -> str:
+    if v["se"] is None or v["metric"] == "ppl_ratio":
+        return _num(v["value"])
+    return f"{_num(v['value'])} ± {_num(v['se'])}"
+
+
+def _rel(v: dict) -> str:
+    return "≤" if v["side"] == "max" else "≥"
+
+
+def verdict_rows(result: dict) -> list[tuple[str, str, str, str, str]]:
+    """(check, value ± SE, judged value, limit, verdict) for every limit and baseline comparison."""
+    rows = []
+    for v in result["verdicts"]:
+        rows.append((v["metric"], _value(v), f"{_num(v['bound'])} ({v['judged']})", f"{_rel(v)} {_num(v['threshold'])}",
+                     "PASS" if v["passed"] else "FAIL"))
+    for r in (result.get("baseline") or {}).get("rows", []):
+        rows.append((f"{r['metric']} vs baseline", _num(r["value"]), _num(r["value"]),
+                     f"baseline {_num(r['baseline'])} ± {r['tolerance']:.0%}", "PASS" if r["passed"] else "FAIL"))
+    return rows
+
+
+def gate_table(result: dict) -> Table:
+    verdict = "[bold green]PASS[/]" if result["passed"] else "[bold red]FAIL[/]"
+    t = Table(title=f"Gate: {result['candidate']['spec']}{' + ' + result['candidate']['scheme'] if result['candidate']['scheme'] else ''} — {verdict}", title_justify="left")
+    for c in ("check", "value ± SE", "judged", "limit", "verdict"):
+        t.add_column(c, justify="left" if c == "check" else "right")
+    for row in verdict_rows(result):
+        style = None if row[-1] == "PASS" else "red"
+        t.add_row(*row, style=style)
+    return t
+
+
+def summary_table(result: dict) -> Table:
+    m, r = result["metrics"], result["reference"]
+    t = Table(title="Candidate vs compact reference", title_justify="left")
+    for c in ("PPL ref", "PPL cand", "KL mean (nats)", "KL lower bound", "KL P99", "top-1 agree", "TV mean", "Δ bits/byte"):
+        t.add_column(c, justify="right")
+    t.add_row(
+        _num(r["ppl"], 3), _num(m["ppl"], 3), f"{_num(m['kl_mean'])} ± {_num(m['kl_se'])}", _num(m["kl_lower_mean"]),
+        _num(m["kl_p99"]), f"{100 * m['top1']:.2f} ± {100 * m['top1_se']:.2f} %", _num(m["tv_mean"]), _num(m["bits_per_byte_delta"]),
+    )  # fmt: skip
+    return t
+
+
+def reference_summary_table(info: dict) -> Table:
+    r = info["reference"]
+    t = Table(title=f"Compact reference {info['file']}", title_justify="left")
+    for c in ("positions", "top-K", "tail samples", "bytes/position", "vs llama.cpp", "PPL", "bits/byte"):
+        t.add_column(c, justify="right")
+    t.add_row(
+        f"{r['tokens']:,}", str(info["top_k"]), str(info["tail_samples"]), f"{info['bytes_per_position']:.0f}",
+        f"{100 * info['bytes_per_position'] / info['llama_cpp_bytes_per_position']:.2f} % of {info['llama_cpp_bytes_per_position']:,} B",
+        _num(r["ppl"], 3), _num(r["bits_per_byte"]),
+    )  # fmt: skip
+    return t
+
+
+def junit_xml(result: dict) -> bytes:
+    """One <testcase> per limit (and per baseline comparison); failures carry the numbers."""
+    rows = verdict_rows(result)
+    suite = ET.Element("testsuite", name="infoeval gate", tests=str(len(rows)),
+                       failures=str(sum(1 for r in rows if r[-1] == "FAIL")), errors="0")
+    cand = result["candidate"]["spec"] + (f" + {result['candidate']['scheme']}" if result["candidate"]["scheme"] else "")
+    for check, value, judged, limit, verdict in rows:
+        case = ET.SubElement(suite, "testcase", classname=f"infoeval.gate.{cand}", name=f"{check} {limit}")
+        if verdict == "FAIL":
+            ET.SubElement(case, "failure", message=f"{check} = {value}; judged {judged}; limit {limit}").text = (
+                f"candidate {cand}: {check} = {value}, judged {judged}, limit {limit}"
+            )
+    root = ET.Element("testsuites", name="infoeval", tests=suite.get("tests"), failures=suite.get("failures"))
+    root.append(suite)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def markdown(result: dict) -> str:
+    cand = result["candidate"]["spec"] + (f" + `{result['candidate']['scheme']}`" if result["candidate"]["scheme"] else "")
+    head = "✅ PASS" if result["passed"] else "❌ FAIL"
+    m, r = result["metrics"], result["reference"]
+    lines = [
+        f"### infoeval gate: {head}",
+        "",
+        f"Candidate **{cand}** against reference `{result['provenance']['reference_file']}` "
+        f"({m['tokens']:,} positions; KL from top-{result['provenance']['top_k']} + "
+        f"{result['provenance']['tail_samples']} tail samples).",
+        "",
+        "| check | value ± SE | judged | limit | verdict |",
+        "|---|---:|---:|---:|:---:|",
+    ]
+    lines += [f"| {c} | {v} | {j} | {lim} | {'✅' if ok == 'PASS' else '❌'} |" for c, v, j, lim, ok in verdict_rows(result)]
+    lines += ["", f"PPL {_num(r['ppl'], 3)} → {_num(m['ppl'], 3)}; KL lower bound {_num(m['kl_lower_mean'])} nats; "
+              f"TV {_num(m['tv_mean'])}.", ""]
+    return "\n".join(lines)
+
+
+def write_text(path: Path, data: str | bytes) -> None:
+    atomic_write_bytes(Path(path), data.encode("utf-8") if isinstance(data, str) else data)

@@ -1,0 +1,213 @@
+"""The `reference` and `gate` pipelines: one pass of the reference model writes a compact reference; a gate
+runs only the candidate, on exactly the reference's token ids, and judges it against limits."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from infoeval.config import ModelSettings, TextSettings, WindowSettings
+from infoeval.errors import DataError, RuntimeFailure
+from infoeval.evaluate import forward_scored
+from infoeval.gate.compact import CompactDist, compact, divergences
+from infoeval.gate.limits import Limit, compare_baseline, judge
+from infoeval.gate.reference_file import Reference, read_reference, write_reference
+from infoeval.infotheory import entropy, log_softmax
+from infoeval.metrics import LN2, METRICS, _se, reference_metrics, variant_metrics
+from infoeval.models import load_model, resolve_device, resolve_dtype
+from infoeval.quant.apply import fake_quantize_
+from infoeval.quant.schemes import parse_scheme
+from infoeval.results import SCHEMA_VERSION, command_line, metric_meta, now_iso, versions
+from infoeval.runs import Reporter, prepare, provenance
+from infoeval.windows import window_inputs, window_targets
+
+
+def vocab_fingerprint(tokenizer) -> str:
+    """sha256 of the token → id map and the special token ids: equal fingerprints mean equal token ids."""
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    special = {k: getattr(tokenizer, k, None) for k in ("bos_token_id", "eos_token_id", "unk_token_id", "pad_token_id")}
+    return hashlib.sha256(json.dumps([vocab, special], ensure_ascii=False).encode()).hexdigest()
+
+
+def _cat(parts: list[CompactDist]) -> CompactDist:
+    return CompactDist(*(torch.cat([getattr(p, f) for p in parts]) for f in CompactDist.__dataclass_fields__))
+
+
+def _slice(d: CompactDist, a: int, b: int) -> CompactDist:
+    return CompactDist(*(getattr(d, f)[a:b] for f in CompactDist.__dataclass_fields__))
+
+
+@torch.inference_mode()
+def build_reference(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, out: Path, top_k: int, tail_samples: int,
+                    seed: int = 0, rep: Reporter | None = None) -> dict:
+    """One pass of the reference model over the windows → the compact reference file at ``out``."""
+    from infoeval.errors import UsageError
+
+    if top_k < 1 or tail_samples < 0:
+        raise UsageError(f"--top-k {top_k} / --tail-samples {tail_samples} not allowed; top-k ≥ 1 and tail-samples ≥ 0")
+    rep = rep or Reporter()
+    p = prepare(ms, ts, ws, rep)
+    model = p.loaded.model
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    dists, tgt, tgt_lp, ent, nbytes = [], [], [], [], []
+    vocab = None
+    rep.start(len(p.windows), f"reference: {len(p.windows)} windows")
+    t0 = time.perf_counter()
+    try:
+        for w in p.windows:
+            inputs = window_inputs(p.stream.ids, w, p.protocol["prefix_id"]).to(device)
+            targets = window_targets(p.stream.ids, w).to(device)
+            lp = log_softmax(forward_scored(model, inputs, w))
+            if not torch.isfinite(lp).all():
+                raise RuntimeFailure(f"the reference model produced non-finite log-probabilities in window {w.index}")
+            vocab = lp.shape[1]
+            dists.append(_to_cpu(compact(lp, top_k, tail_samples, gen)))
+            tgt.append(targets.cpu())
+            tgt_lp.append(lp.gather(-1, targets[:, None])[:, 0].cpu())
+            ent.append(entropy(lp).cpu())
+            nbytes.append(torch.from_numpy(p.stream.nbytes[w.target_slice]))
+            rep.advance()
+    finally:
+        rep.stop()
+    p.timings["eval_s"] = time.perf_counter() - t0
+    nll = -torch.cat(tgt_lp)
+    cols = {"nll": nll.numpy(), "bytes": torch.cat(nbytes).numpy(), "entropy": torch.cat(ent).numpy()}
+    prov = provenance(p, "reference")
+    meta = {
+        "schema": f"infoeval/reference/{SCHEMA_VERSION}",
+        "provenance": prov,
+        "tokenizer_fingerprint": vocab_fingerprint(p.loaded.tokenizer),
+        "top_k": min(top_k, vocab),
+        "tail_samples": tail_samples,
+        "seed": seed,
+        "reference": reference_metrics(cols),
+    }
+    ref = Reference(_cat(dists), torch.cat(tgt), -nll, torch.cat(ent), torch.cat(nbytes), p.stream.ids, p.windows, meta)
+    size = write_reference(out, ref, vocab)
+    return {**meta, "file": str(out), "file_bytes": size, "bytes_per_position": size / ref.n,
+            "llama_cpp_bytes_per_position": 2 * vocab, "vocab_size": vocab, "timings": p.timings}
+
+
+def _to_cpu(d: CompactDist) -> CompactDist:
+    return CompactDist(*(getattr(d, f).cpu() for f in CompactDist.__dataclass_fields__))
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    reference: Path
+    candidate: str | None  # folder, hub id, .gguf; None: the reference's own model (with --scheme)
+    scheme: str | None
+    limits: tuple[Limit, ...]
+    confidence: float = 0.95
+    point: bool = False
+    baseline: Path | None = None
+    baseline_tolerance: float = 0.05
+
+
+def _load_candidate(gs: GateSettings, ms: ModelSettings, ref: Reference):
+    spec = gs.candidate or ref.meta["provenance"]["model"]["spec"]
+    device = resolve_device(ms.device)
+    loaded = load_model(spec, device, resolve_dtype(ms.dtype, device), ms.device_map)
+    report = None
+    if gs.scheme:
+        report = fake_quantize_(loaded.model, parse_scheme(gs.scheme)).summary()
+    fp = vocab_fingerprint(loaded.tokenizer)
+    if fp != ref.meta["tokenizer_fingerprint"]:
+        raise DataError(
+            f"the candidate's tokenizer ({spec}) differs from the reference's "
+            f"({ref.meta['provenance']['model']['spec']}): vocabularies must be identical to compare distributions"
+        )
+    return spec, loaded, report
+
+
+def _baseline_metrics(path: Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"baseline file '{path}' does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise DataError(f"baseline file '{path}' is not valid JSON") from None
+    if not str(data.get("schema", "")).startswith("infoeval/gate/"):
+        raise DataError(f"baseline file '{path}' is not a result of `infoeval gate` (schema {data.get('schema')!r})")
+    return data["metrics"]
+
+
+@torch.inference_mode()
+def run_gate(gs: GateSettings, ms: ModelSettings, rep: Reporter | None = None) -> tuple[dict, dict]:
+    """Run the candidate on the reference's windows; returns (result dict, per-position columns)."""
+    rep = rep or Reporter()
+    ref = read_reference(gs.reference)
+    baseline = _baseline_metrics(gs.baseline) if gs.baseline else None
+    rep.stage("loading candidate")
+    t0 = time.perf_counter()
+    spec, loaded, qreport = _load_candidate(gs, ms, ref)
+    timings = {"load_s": time.perf_counter() - t0}
+    model = loaded.model
+    device = next(model.parameters()).device
+    prefix_id = ref.meta["provenance"]["protocol"]["prefix_id"]
+    cols: dict[str, list] = {k: [] for k in ("nll", "kl", "kl_lower", "tv", "rkl", "top1")}
+    offset = 0
+    rep.start(len(ref.windows), f"candidate: {len(ref.windows)} windows")
+    t0 = time.perf_counter()
+    try:
+        for w in ref.windows:
+            inputs = window_inputs(ref.stream_ids, w, prefix_id).to(device)
+            lq = log_softmax(forward_scored(model, inputs, w)).cpu()
+            if lq.shape[1] != ref.meta["vocab_size"]:
+                raise DataError(f"the candidate has {lq.shape[1]} output logits, the reference {ref.meta['vocab_size']}: different vocabularies")
+            if not torch.isfinite(lq).all():
+                raise RuntimeFailure(f"the candidate produced non-finite log-probabilities in window {w.index}")
+            d = divergences(_slice(ref.dist, offset, offset + w.n_scored), lq)
+            cols["nll"].append(-lq.gather(-1, ref.target_ids[offset : offset + w.n_scored, None])[:, 0])
+            for k in ("kl", "kl_lower", "tv", "rkl", "top1"):
+                cols[k].append(getattr(d, k))
+            offset += w.n_scored
+            rep.advance()
+    finally:
+        rep.stop()
+    timings["eval_s"] = time.perf_counter() - t0
+    var = {k: torch.cat(v).numpy() for k, v in cols.items()}
+    ref_cols = {"nll": (-ref.target_logp).numpy(), "bytes": ref.nbytes.numpy(), "entropy": ref.entropy.numpy()}
+    metrics = _gate_metrics(ref_cols, var)
+    verdicts = judge(list(gs.limits), metrics, gs.confidence, gs.point)
+    base_rows = compare_baseline(metrics, baseline, [v.limit.metric for v in verdicts], gs.baseline_tolerance) if baseline else []
+    passed = all(v.passed for v in verdicts) and all(r["passed"] for r in base_rows)
+    result = {
+        "schema": f"infoeval/gate/{SCHEMA_VERSION}",
+        "passed": passed,
+        "verdicts": [v.as_dict() for v in verdicts],
+        "baseline": {"file": str(gs.baseline), "rows": base_rows} if baseline else None,
+        "metrics": metrics,
+        "reference": ref.meta["reference"],
+        "candidate": {"spec": spec, "model": loaded.info, "scheme": gs.scheme, "quantization": qreport},
+        "provenance": {
+            "command": "gate", "argv": command_line(), "created": now_iso(), "versions": versions(),
+            "reference_file": str(gs.reference), "reference_provenance": ref.meta["provenance"],
+            "top_k": ref.meta["top_k"], "tail_samples": ref.meta["tail_samples"],
+            "confidence": gs.confidence, "point": gs.point, "torch_threads": torch.get_num_threads(),
+        },  # fmt: skip
+        "timings": timings,
+        "metrics_meta": metric_meta(METRICS),
+    }
+    return result, {"reference": {**ref_cols, "entropy": ref.entropy.numpy()}, "variant": var}
+
+
+def _gate_metrics(ref_cols: dict, var: dict) -> dict:
+    m = variant_metrics(ref_cols, var)
+    lower = var["kl_lower"].astype(np.float64)
+    diff = var["nll"].astype(np.float64) - ref_cols["nll"].astype(np.float64)
+    n_bytes = int(ref_cols["bytes"].sum())
+    m["kl_lower_mean"] = float(lower.mean())
+    m["kl_lower_se"] = _se(lower)
+    m["tv_se"] = _se(var["tv"].astype(np.float64))
+    m["bits_per_byte_delta_se"] = _se(diff) * diff.size / LN2 / n_bytes if n_bytes else math.nan
+    m["reference_ppl"] = reference_metrics(ref_cols)["ppl"]
+    return m

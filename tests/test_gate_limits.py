@@ -1,0 +1,108 @@
+"""Gate limits: parsing fails closed, verdicts use standard errors, baselines, JUnit and markdown outputs."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from infoeval.errors import UsageError
+from infoeval.gate.limits import DEFAULT_LIMITS, compare_baseline, judge, parse_limits
+from infoeval.gate.outputs import junit_xml, markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+METRICS = {
+    "kl_mean": 0.040, "kl_se": 0.004, "kl_p99": 0.3, "top1": 0.93, "top1_se": 0.01, "ln_ppl_ratio": math.log(1.02),
+    "ln_ppl_ratio_se": 0.01, "ppl_ratio": 1.02, "bits_per_byte_delta": 0.01, "bits_per_byte_delta_se": 0.004,
+}  # fmt: skip
+
+
+def test_docstring_example_fails_at_95_but_passes_as_point():
+    lim = parse_limits({"max_kl_mean": 0.045})
+    (v,) = judge(lim, METRICS)
+    assert v.bound == pytest.approx(0.040 + 1.6448536 * 0.004, rel=1e-6)
+    assert not v.passed
+    (p,) = judge(lim, METRICS, point=True)
+    assert p.passed and p.bound == 0.040 and p.judged == "point estimate"
+
+
+def test_min_limits_subtract_and_ppl_ratio_is_judged_in_logs():
+    vs = judge(parse_limits({"min_top1": 0.92, "max_ppl_ratio": 1.05}), METRICS)
+    top1, ppl = vs
+    assert top1.bound == pytest.approx(0.93 - 1.6448536 * 0.01, rel=1e-6) and not top1.passed
+    assert ppl.bound == pytest.approx(math.exp(math.log(1.02) + 1.6448536 * 0.01), rel=1e-9) and ppl.passed
+
+
+def test_quantiles_are_point_estimates_and_confidence_changes_z():
+    (v,) = judge(parse_limits({"max_kl_p99": 0.29}), METRICS)
+    assert v.judged == "point estimate" and not v.passed
+    (a,) = judge(parse_limits({"max_kl_mean": 0.05}), METRICS, confidence=0.99)
+    assert a.bound == pytest.approx(0.040 + 2.3263479 * 0.004, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    "raw, words",
+    [
+        ({"max_kl_man": 0.1}, "unknown gate limit 'max_kl_man'"),
+        ({"kl_mean": 0.1}, "unknown gate limit"),
+        ({"min_kl_mean": 0.1}, "wrong side"),
+        ({"max_top1": 0.9}, "wrong side"),
+        ({"max_kl_mean": "0.1"}, "not a finite number"),
+        ({"max_kl_mean": float("nan")}, "not a finite number"),
+        ({}, "no gate limits"),
+    ],
+)
+def test_bad_limits_fail_closed(raw, words):
+    with pytest.raises(UsageError) as e:
+        parse_limits(raw)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_default_toml_matches_built_in_defaults():
+    data = tomllib.loads((ROOT / "configs" / "gates" / "default.toml").read_text())
+    assert data["limits"] == DEFAULT_LIMITS
+    assert {lim.metric for lim in parse_limits(data["limits"])} == {"kl_mean", "kl_p99", "top1", "ppl_ratio", "bits_per_byte_delta"}
+
+
+def test_baseline_relative_tolerance_by_direction():
+    base = {"kl_mean": 0.030, "top1": 0.95}
+    rows = compare_baseline({"kl_mean": 0.0314, "top1": 0.90}, base, ["kl_mean", "top1"], 0.05)
+    assert [r["passed"] for r in rows] == [True, False]  # KL +4.7 % within 5 %; top-1 fell 5.3 %
+    rows = compare_baseline({"kl_mean": 0.0316, "top1": 0.99}, base, ["kl_mean", "top1"], 0.05)
+    assert [r["passed"] for r in rows] == [False, True]
+    with pytest.raises(UsageError):
+        compare_baseline({"kl_mean": 0.1}, {}, ["kl_mean"], 0.05)
+
+
+def _result(verdicts, baseline_rows=()):
+    return {
+        "passed": all(v.passed for v in verdicts) and all(r["passed"] for r in baseline_rows),
+        "verdicts": [v.as_dict() for v in verdicts],
+        "baseline": {"rows": list(baseline_rows)} if baseline_rows else None,
+        "candidate": {"spec": "cand", "scheme": "int4-g128"},
+        "metrics": {**METRICS, "tokens": 100, "ppl": 10.2, "kl_lower_mean": 0.03, "tv_mean": 0.1},
+        "reference": {"ppl": 10.0},
+        "provenance": {"reference_file": "ref.safetensors", "top_k": 64, "tail_samples": 128},
+    }
+
+
+def test_junit_has_one_testcase_per_limit_and_failures_marked():
+    verdicts = judge(parse_limits(DEFAULT_LIMITS), METRICS)
+    rows = [{"metric": "kl_mean", "value": 0.04, "baseline": 0.02, "tolerance": 0.05, "passed": False}]
+    root = ET.fromstring(junit_xml(_result(verdicts, rows)))
+    cases = root.findall("./testsuite/testcase")
+    assert len(cases) == len(DEFAULT_LIMITS) + 1
+    failed = [c for c in cases if c.find("failure") is not None]
+    assert len(failed) == sum(1 for v in verdicts if not v.passed) + 1
+    assert root.find("testsuite").get("failures") == str(len(failed))
+
+
+def test_markdown_table_lists_every_check():
+    verdicts = judge(parse_limits(DEFAULT_LIMITS), METRICS)
+    md = markdown(_result(verdicts))
+    assert md.startswith("### infoeval gate: ")
+    assert md.count("\n| ") == len(DEFAULT_LIMITS) + 1  # header + one row per limit
+    assert ("✅ PASS" in md) == all(v.passed for v in verdicts)
