@@ -152,6 +152,7 @@ def register(app: typer.Typer) -> None:
         include: IncludeOpt = None,
         exclude: ExcludeOpt = None,
         force: Annotated[bool, typer.Option("--force", help="Replace --out if it exists.")] = False,
+        format: Annotated[str, typer.Option("--format", help="fake (dequantized float weights) or pack-quantized (real int4 codes, compressed-tensors).")] = "fake",
         device: DeviceOpt = "auto",
         dtype: DtypeOpt = "auto",
         config: ConfigOpt = None,
@@ -160,8 +161,8 @@ def register(app: typer.Typer) -> None:
         from infoeval.gate.checkpoint import quantize_checkpoint
         from infoeval.report import stdout_console
 
-        info = quantize_checkpoint(ModelSettings(model, device, dtype), scheme, out, tuple(include or ()), tuple(exclude or ()), force)
+        info = quantize_checkpoint(ModelSettings(model, device, dtype), scheme, out, tuple(include or ()), tuple(exclude or ()), force, format)
         stdout_console().print(
-            f"wrote {info['out']}: {info['scheme']}, {info['layers_quantized']} layers quantized, {info['layers_skipped']} "
+            f"wrote {info['out']} ({info['format']}): {info['scheme']}, {info['layers_quantized']} layers quantized, {info['layers_skipped']} "
             f"skipped, SQNR min {info['sqnr_db_min']:.2f} dB / mean {info['sqnr_db_mean']:.2f} dB"
         )

@@ -173,3 +173,29 @@ def test_quantize_roundtrip_same_logits(tiny_llama_dir, tmp_path):
     assert len(report["quantization"]["layers"]) >= info["layers_quantized"]
     with pytest.raises(UsageError, match="already exists"):
         quantize_checkpoint(ModelSettings(str(tiny_llama_dir), "cpu", "float32"), "int8-channel", out)
+
+
+def test_pack_quantized_roundtrip_same_logits(tiny_llama_dir, tmp_path):
+    """--format pack-quantized: real int4 codes that transformers (with compressed-tensors) loads back into a
+    model computing exactly the in-memory fake quantization; files smaller than the fake checkpoint's."""
+    pytest.importorskip("compressed_tensors")
+    from transformers import AutoModelForCausalLM
+
+    from infoeval.gate.checkpoint import quantize_checkpoint
+
+    ms = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
+    info = quantize_checkpoint(ms, "int4-g32", tmp_path / "p", fmt="pack-quantized")
+    quantize_checkpoint(ms, "int4-g32", tmp_path / "f")
+    assert info["format"] == "pack-quantized"
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "p", dtype=torch.float32).eval()
+    ref = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
+    fake_quantize_(ref, parse_scheme("int4-g32"))
+    ids = torch.arange(1, 60)[None]
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, ref(ids).logits, atol=1e-5, rtol=1e-5)
+    size = lambda d: sum(f.stat().st_size for f in d.glob("*.safetensors"))  # noqa: E731
+    assert size(tmp_path / "p") < size(tmp_path / "f")
+    for scheme, words in [("int8-channel", "symmetric int4 schemes only"), ("int4-g48", "not a multiple of 48"),
+                          ("int4-g32-asym", "symmetric int4 schemes only")]:  # fmt: skip
+        with pytest.raises(UsageError, match=words):
+            quantize_checkpoint(ms, scheme, tmp_path / scheme, fmt="pack-quantized")

@@ -5,7 +5,7 @@ tokenizer, so any transformers release loads them with ``from_pretrained`` and c
 fake quantization computes. The scheme and the per-layer report (SQNR of every layer, and the reason for every skipped one)
 go into ``infoeval-quantization.json``; ``config.json`` gets ``infoeval_quantization`` naming the scheme.
 
-Real 4-bit storage (compressed-tensors' "pack-quantized" format) is not offered: see README, "Gates".
+``fmt="pack-quantized"`` stores real int4 codes instead (see packed.py).
 """
 
 from __future__ import annotations
@@ -19,28 +19,38 @@ from pathlib import Path
 from infoeval.config import ModelSettings
 from infoeval.errors import UsageError
 from infoeval.models import load_model, resolve_device, resolve_dtype
-from infoeval.quant.apply import fake_quantize_
+from infoeval.gate.packed import check_packable, save_pack_quantized
+from infoeval.quant.apply import quantize_variant, swap_in
 from infoeval.quant.schemes import parse_scheme
 from infoeval.results import now_iso, versions
 
 REPORT_FILE = "infoeval-quantization.json"
 
 
-def quantize_checkpoint(ms: ModelSettings, scheme_name: str, out: Path, include=(), exclude=(), force: bool = False) -> dict:
-    """Load, fake-quantize in place, save to ``out`` atomically (a temp folder renamed at the end)."""
+FORMATS = ("fake", "pack-quantized")
+
+
+def quantize_checkpoint(ms: ModelSettings, scheme_name: str, out: Path, include=(), exclude=(), force: bool = False,
+                        fmt: str = "fake") -> dict:
+    """Load, quantize, save to ``out`` atomically (a temp folder renamed at the end). ``fmt`` "fake" stores the
+    dequantized weights; "pack-quantized" real int4 codes (compressed-tensors)."""
     scheme = parse_scheme(scheme_name)
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown --format '{fmt}'; allowed: {', '.join(FORMATS)}")
     out = Path(out)
     if out.exists() and not force:
         raise UsageError(f"output folder '{out}' already exists; choose another --out or pass --force")
     device = resolve_device(ms.device)
     loaded = load_model(ms.model, device, resolve_dtype(ms.dtype, device), ms.device_map)
-    variant = fake_quantize_(loaded.model, scheme, include, exclude)
+    packed = check_packable(loaded.model, scheme, include, exclude) if fmt == "pack-quantized" else None
+    variant = quantize_variant(loaded.model, scheme, include, exclude)  # the report (SQNR); weights not swapped yet
     summary = variant.summary()
     report = {
         "format": "infoeval fake-quantized checkpoint (dequantized weights)",
         "created": now_iso(),
         "source_model": loaded.info,
         "scheme": scheme.as_dict(),
+        "storage": "dequantized float weights" if fmt == "fake" else "compressed-tensors pack-quantized int4 codes",
         "quantization": summary,
         "versions": versions(),
     }
@@ -48,10 +58,14 @@ def quantize_checkpoint(ms: ModelSettings, scheme_name: str, out: Path, include=
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         model = loaded.model
-        model.config.infoeval_quantization = {"scheme": scheme.name, "report": REPORT_FILE}
+        model.config.infoeval_quantization = {"scheme": scheme.name, "format": fmt, "report": REPORT_FILE}
         if any(r.quantized and r.tied_to for r in variant.layers):
             model.config.tie_word_embeddings = False  # the quantized head no longer equals the embeddings
-        model.save_pretrained(tmp)
+        if packed is None:
+            swap_in(model, variant)
+            model.save_pretrained(tmp)
+        else:
+            save_pack_quantized(model, scheme, packed, tmp)
         loaded.tokenizer.save_pretrained(tmp)
         (tmp / REPORT_FILE).write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
         if out.exists():
@@ -60,7 +74,7 @@ def quantize_checkpoint(ms: ModelSettings, scheme_name: str, out: Path, include=
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return {"out": str(out), "scheme": scheme.name, "layers_quantized": summary["layers_quantized"],
+    return {"out": str(out), "scheme": scheme.name, "format": fmt, "layers_quantized": summary["layers_quantized"],
             "layers_skipped": summary["layers_skipped"], "sqnr_db_min": summary["sqnr_db_min"],
             "sqnr_db_mean": summary["sqnr_db_mean"], "params_quantized": summary["params_quantized"],
             "files": sorted(p.name for p in out.iterdir())}

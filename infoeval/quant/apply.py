@@ -173,11 +173,16 @@ def swapped(model: torch.nn.Module, variant: QuantizedVariant | None):
             modules[name].weight = param
 
 
+def swap_in(model: torch.nn.Module, variant: QuantizedVariant) -> None:
+    """Put the variant's weights in the model for good."""
+    modules = dict(model.named_modules())
+    for name, param in variant.weights.items():
+        modules[name].weight = param
+
+
 @torch.no_grad()
 def fake_quantize_(model: torch.nn.Module, scheme: Scheme, include=(), exclude=()) -> QuantizedVariant:
     """Quantize the model in place, for good (e.g. before saving a checkpoint); returns the report."""
     variant = quantize_variant(model, scheme, include, exclude)
-    modules = dict(model.named_modules())
-    for name, param in variant.weights.items():
-        modules[name].weight = param
+    swap_in(model, variant)
     return variant
