@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
         candidate: CandidateArg = None,
         reference: Annotated[Path, typer.Option("--reference", "-r", help="Reference file written by `infoeval reference`.")] = Path("reference.safetensors"),
         scheme: Annotated[Optional[str], typer.Option(help="Fake-quantize the candidate with this scheme first, e.g. int8-channel.")] = None,
-        limits: Annotated[Optional[Path], typer.Option(help="TOML file with a [limits] table (see configs/gates/default.toml).")] = None,
+        limits: Annotated[Optional[Path], typer.Option(help="TOML file with a \\[limits] table (see configs/gates/default.toml).")] = None,
         max_kl_mean: Annotated[Optional[float], typer.Option(help="Limit on mean KL(reference‖candidate), nats.")] = None,
         max_kl_p99: Annotated[Optional[float], typer.Option(help="Limit on the 99th percentile of per-position KL, nats.")] = None,
         min_top1: Annotated[Optional[float], typer.Option(help="Limit on top-1 agreement (fraction).")] = None,

@@ -68,3 +68,13 @@ def test_default_limits_pass_int8_and_fail_int4_channel(gated):
     assert not gated["int4-channel"]["passed"]
     failed = {v["metric"] for v in gated["int4-channel"]["verdicts"] if not v["passed"]}
     assert {"kl_mean", "top1"} <= failed
+
+
+def test_gguf_file_candidate_is_the_reference_itself(reference):
+    """A .gguf candidate (here the very GGUF the reference was built from) gates to KL ≈ 0, top-1 = 1."""
+    from infoeval.models import builtin_gguf
+
+    result, _ = run_gate(GateSettings(reference[0], str(builtin_gguf("smollm2-135m")), None, DEFAULT), MODEL)
+    m = result["metrics"]
+    assert result["passed"] and result["candidate"]["model"]["kind"] == "gguf"
+    assert abs(m["kl_mean"]) < 1e-3 and m["top1"] == 1.0 and m["ppl_ratio"] == pytest.approx(1.0, abs=1e-5)

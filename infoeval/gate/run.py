@@ -21,7 +21,7 @@ from infoeval.gate.limits import Limit, compare_baseline, judge
 from infoeval.gate.reference_file import Reference, read_reference, write_reference
 from infoeval.infotheory import entropy, log_softmax
 from infoeval.metrics import LN2, METRICS, _se, reference_metrics, variant_metrics
-from infoeval.models import load_model, resolve_device, resolve_dtype
+from infoeval.models import BUILTIN, load_model, resolve_device, resolve_dtype
 from infoeval.quant.apply import fake_quantize_
 from infoeval.quant.schemes import parse_scheme
 from infoeval.results import SCHEMA_VERSION, command_line, metric_meta, now_iso, versions
@@ -113,7 +113,7 @@ class GateSettings:
 
 
 def _load_candidate(gs: GateSettings, ms: ModelSettings, ref: Reference):
-    spec = gs.candidate or ref.meta["provenance"]["model"]["spec"]
+    spec = gs.candidate or _reference_model_spec(ref.meta["provenance"]["model"])
     device = resolve_device(ms.device)
     loaded = load_model(spec, device, resolve_dtype(ms.dtype, device), ms.device_map)
     report = None
@@ -126,6 +126,13 @@ def _load_candidate(gs: GateSettings, ms: ModelSettings, ref: Reference):
             f"({ref.meta['provenance']['model']['spec']}): vocabularies must be identical to compare distributions"
         )
     return spec, loaded, report
+
+
+def _reference_model_spec(info: dict) -> str:
+    """How to load the reference's own model again: built-in names and hub ids as given, files by absolute path."""
+    if info["spec"].lower() in BUILTIN or info.get("kind") == "hub" or not info.get("path"):
+        return info["spec"]
+    return info["path"]
 
 
 def _baseline_metrics(path: Path) -> dict:
