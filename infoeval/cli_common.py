@@ -13,19 +13,24 @@ from infoeval.models import DEFAULT_MODEL
 from infoeval.text import DATASETS
 
 
+def read_toml(path: Path, what: str) -> dict:
+    """A TOML file as a dict; a missing or invalid file is a usage error naming it (``what``: "config file")."""
+    import tomllib
+
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{what} '{path}' does not exist") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UsageError(f"{what} '{path}' is not valid TOML: {e}") from None
+
+
 def _load_config(ctx: typer.Context, param, value: Optional[Path]) -> Optional[Path]:
     """--config FILE.toml: its keys (option names, '-' or '_') become this command's defaults; options given on
     the command line still win. Keys may sit at the top level or under a table named after the command."""
     if value is None:
         return value
-    import tomllib
-
-    try:
-        data = tomllib.loads(Path(value).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"config file '{value}' does not exist") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UsageError(f"config file '{value}' is not valid TOML: {e}") from None
+    data = read_toml(Path(value), "config file")
     section = data.get(ctx.info_name, {k: v for k, v in data.items() if not isinstance(v, dict)})
     allowed = {p.name for p in ctx.command.params if p.name != "config"}
     defaults = {}

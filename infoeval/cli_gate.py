@@ -11,7 +11,7 @@ from rich.console import Console
 from infoeval.cli_common import (
     DEFAULT_MAX_TOKENS, ConfigOpt, CsvOpt, CtxOpt, DataDirOpt, DatasetOpt, DeviceMapOpt, DeviceOpt, DtypeOpt,
     ExcludeOpt, IncludeOpt, JsonOpt, MaxTokensOpt, OutDirOpt, PositionsOpt, PrefixOpt, ProtocolOpt, QuietOpt,
-    RunNameOpt, StrideOpt, TextOpt, output_paths_for, settings,
+    RunNameOpt, StrideOpt, TextOpt, output_paths_for, read_toml, settings,
 )
 from infoeval.config import ModelSettings
 from infoeval.errors import UsageError
@@ -25,18 +25,11 @@ CandidateArg = Annotated[
 
 
 def _limits_from(limits_file: Optional[Path], overrides: dict) -> tuple:
-    import tomllib
-
     from infoeval.gate.limits import DEFAULT_LIMITS, parse_limits
 
     raw = dict(DEFAULT_LIMITS)
     if limits_file is not None:
-        try:
-            data = tomllib.loads(Path(limits_file).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UsageError(f"limits file '{limits_file}' does not exist") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise UsageError(f"limits file '{limits_file}' is not valid TOML: {e}") from None
+        data = read_toml(limits_file, "limits file")
         raw = data.get("limits", data)
         if not isinstance(raw, dict):
             raise UsageError(f"limits file '{limits_file}': [limits] must be a table of name = number")
