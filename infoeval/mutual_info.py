@@ -1,0 +1,315 @@
+"""Bipartite mutual information of a text as a model sees it (the L²M paper's direct estimator).
+
+For a block of L tokens split at m = L/2 into a past X = b₁…b_m and a future Y = b_{m+1}…b_L::
+
+    marginal     H(Y)   ≈ Σ_j −log₂ q(y_j | s, y_<j)        inputs  s  y₁ … y_{m−1}        (m tokens)
+    conditional  H(Y|X) ≈ Σ_j −log₂ q(y_j | s, X, y_<j)     inputs  s  x₁ … x_m  y₁ … y_{m−1}  (L tokens)
+    I(X; Y)      ≈ H(Y) − H(Y|X)                            bits, one number per block
+
+where s is the model's start token (BOS, else EOS). Both sums are cross-entropies of the same observed Y, so
+the per-block difference is paired and its mean over blocks has a small standard error. The estimate is what
+the model captures: the model's cross-entropies bound the true entropies from above, and the difference is a
+lower bound on the text's mutual information in the L²M paper's sense only as far as the model uses its
+context as well as it predicts without it (see the README for the assumptions).
+
+Blocks are cut from the text in order without overlap, and the blocks of every length start at the same
+places: block k covers text tokens k·S … k·S + L − 1 with S = the longest length (stream positions 1 + k·S …,
+the start token being position 0). So every length is measured on the same stretches of text (the lengths are
+paired, which the bootstrap of β keeps), and the short lengths are spread over the whole sampled text rather
+than crowded at its start. Each batch is reduced at once to per-token NLLs of Y; no (tokens × vocabulary)
+tensor outlives its batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from infoeval.errors import DataError, RuntimeFailure, UsageError
+
+LN2 = math.log(2.0)
+DEFAULT_LENGTHS = "16,32,64,128,256,512,1024,2048"
+DEFAULT_BLOCKS = 8
+DEFAULT_BATCH_TOKENS = 4096
+RULE = (
+    "block k of length L = text tokens k·S … k·S+L−1, S the longest length (non-overlapping, in text order, the same "
+    "starts for every L); X = first L/2, Y = last L/2; H(Y): Y scored after the start token only; H(Y|X): Y scored "
+    "after the start token and X; I = H(Y) − H(Y|X) summed over Y's tokens, in bits"
+)
+
+MI_METRICS = {
+    "mi_bits": ("bits", None, "I(X;Y) ≈ H(Y) − H(Y|X) per block of L tokens, X the first and Y the second half; mean over blocks"),
+    "mi_bits_se": ("bits", None, "standard error of the mean I over blocks (sd/√blocks)"),
+    "marginal_bits_per_token": ("bits/token", None, "H(Y)/(L/2): Y's tokens scored after the start token only"),
+    "conditional_bits_per_token": ("bits/token", False, "H(Y|X)/(L/2): Y's tokens scored after the start token and X"),
+    "mi_bits_per_token": ("bits/token", None, "I/(L/2): what X saves per token of Y"),
+    "beta": ("", None, "exponent of the least-squares fit I(L) ≈ A·L^β in log-log space"),
+}
+
+
+def parse_lengths(text: str) -> tuple[int, ...]:
+    """'16,32,64' → (16, 32, 64), sorted; every length even and ≥ 2, no repeats."""
+    try:
+        lengths = [int(p) for p in str(text).split(",") if p.strip()]
+    except ValueError:
+        raise UsageError(f"--lengths '{text}' is not a comma-separated list of integers, e.g. {DEFAULT_LENGTHS}") from None
+    bad = [n for n in lengths if n < 2 or n % 2]
+    if not lengths or bad:
+        raise UsageError(f"--lengths '{text}': every length must be an even integer ≥ 2 (split in two halves)")
+    if len(set(lengths)) != len(lengths):
+        raise UsageError(f"--lengths '{text}' repeats a length")
+    return tuple(sorted(lengths))
+
+
+def blocks_per_length(n_tokens: int, lengths: Sequence[int], n_blocks: int) -> dict[int, int]:
+    """How many blocks of each length fit in ``n_tokens`` text tokens (at most n_blocks), block k starting at
+    k·S with S = max(lengths).
+
+    >>> blocks_per_length(100, [16, 64], 4)  # starts 0 and 64: [0, 16) and [64, 80) fit, [64, 128) does not
+    {16: 2, 64: 1}
+    """
+    stride = max(lengths)
+    return {length: 0 if n_tokens < length else min(n_blocks, (n_tokens - length) // stride + 1) for length in lengths}
+
+
+def cut_blocks(text_ids: torch.Tensor, length: int, count: int, stride: int) -> torch.Tensor:
+    """Blocks k = 0 … count−1 of ``length`` tokens starting at k·stride, shape (count, length)."""
+    return torch.stack([text_ids[k * stride : k * stride + length] for k in range(count)])
+
+
+def check_blocks(counts: dict[int, int], n_tokens: int) -> None:
+    """Every length needs at least 2 blocks (a standard error needs two)."""
+    short = [length for length, n in counts.items() if n < 2]
+    if short:
+        raise DataError(
+            f"--lengths {','.join(map(str, short))}: fewer than 2 blocks fit in the {n_tokens:,} text tokens available; "
+            f"use shorter lengths, a longer text or a larger --max-tokens"
+        )
+
+
+def check_max_positions(lengths: Sequence[int], max_positions: int | None) -> None:
+    """The conditional pass feeds L tokens (start token + X + all of Y but its last token)."""
+    if max_positions is not None and max(lengths) > max_positions:
+        raise UsageError(
+            f"--lengths {max(lengths)} exceeds the model's {max_positions} positions (max_position_embeddings); "
+            f"use lengths ≤ {max_positions}"
+        )
+
+
+def _nll(model, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """−ln q of ``targets`` (B, k) predicted by the last k logits of ``inputs`` (B, T); float32, shape (B, k)."""
+    b, k = targets.shape
+    logits = model(input_ids=inputs, use_cache=False, logits_to_keep=k).logits[:, -k:]  # (B, k, V)
+    out = F.cross_entropy(logits.reshape(b * k, -1).float(), targets.reshape(-1), reduction="none").view(b, k)
+    if not torch.isfinite(out).all():
+        raise RuntimeFailure("the model produced non-finite log-probabilities while scoring mutual-information blocks")
+    return out
+
+
+@torch.inference_mode()
+def score_blocks(
+    model, blocks: torch.Tensor, start_id: int, batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    on_batch: Callable[[], None] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Per-token NLL (nats) of each block's second half, without and with the first half as context.
+
+    ``blocks`` is (N, L) token ids. Returns (marginal, conditional), each (N, L/2) float64: row i, column j is
+    −ln q(y_j | s, y_<j) and −ln q(y_j | s, X, y_<j). Blocks go through the model ``batch_tokens // L`` at a time.
+    """
+    n, length = blocks.shape
+    m = length // 2
+    device = blocks.device
+    per_batch = max(1, batch_tokens // length)
+    marginal = np.empty((n, m))
+    conditional = np.empty((n, m))
+    for lo in range(0, n, per_batch):
+        b = blocks[lo : lo + per_batch]
+        start = torch.full((b.shape[0], 1), start_id, dtype=b.dtype, device=device)
+        y = b[:, m:]
+        marginal[lo : lo + b.shape[0]] = _nll(model, torch.cat([start, y[:, :-1]], 1), y).double().cpu().numpy()
+        if on_batch:
+            on_batch()
+        conditional[lo : lo + b.shape[0]] = _nll(model, torch.cat([start, b[:, :-1]], 1), y).double().cpu().numpy()
+        if on_batch:
+            on_batch()
+    return marginal, conditional
+
+
+def _mean_se(x: np.ndarray) -> tuple[float, float]:
+    return float(x.mean()), float(x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else float("nan")
+
+
+@dataclass(frozen=True)
+class LengthSummary:
+    length: int
+    blocks: int
+    marginal_bits: np.ndarray  # (N,) H(Y) estimate per block
+    conditional_bits: np.ndarray  # (N,) H(Y|X) estimate per block
+    marginal_profile: np.ndarray  # (L/2,) mean bits at each offset of Y, over blocks
+    conditional_profile: np.ndarray
+
+    @property
+    def mi_bits(self) -> np.ndarray:
+        return self.marginal_bits - self.conditional_bits
+
+    def row(self) -> dict:
+        """The length's JSON/CSV numbers: I mean ± SE and the per-token view of Y, in bits."""
+        m = self.length // 2
+        mi, mi_se = _mean_se(self.mi_bits)
+        hy, hy_se = _mean_se(self.marginal_bits / m)
+        hyx, hyx_se = _mean_se(self.conditional_bits / m)
+        return {
+            "length": self.length, "blocks": self.blocks, "mi_bits": mi, "mi_bits_se": mi_se,
+            "mi_bits_sd": float(self.mi_bits.std(ddof=1)), "mi_bits_per_token": mi / m,
+            "marginal_bits_per_token": hy, "marginal_bits_per_token_se": hy_se,
+            "conditional_bits_per_token": hyx, "conditional_bits_per_token_se": hyx_se,
+        }  # fmt: skip
+
+
+def summarize(length: int, marginal_nats: np.ndarray, conditional_nats: np.ndarray) -> LengthSummary:
+    """Per-token NLLs (N, L/2) in nats → per-block sums and per-offset means in bits.
+
+    Worked example: L = 4, one block with marginal NLLs (ln 4, ln 2) and conditional (0, ln 2) nats gives
+    H(Y) = 3 bits, H(Y|X) = 1 bit, I = 2 bits.
+    """
+    return LengthSummary(
+        length=length,
+        blocks=int(marginal_nats.shape[0]),
+        marginal_bits=marginal_nats.sum(1) / LN2,
+        conditional_bits=conditional_nats.sum(1) / LN2,
+        marginal_profile=marginal_nats.mean(0) / LN2,
+        conditional_profile=conditional_nats.mean(0) / LN2,
+    )
+
+
+def estimate(
+    model, text_ids: torch.Tensor, start_id: int, lengths: Sequence[int], n_blocks: int,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS, on_batch: Callable[[], None] | None = None,
+    on_length: Callable[[int, float], None] | None = None,
+) -> list[LengthSummary]:  # fmt: skip
+    """Cut ``text_ids`` (the text's tokens, no start token) into blocks for every length and score them."""
+    import time
+
+    counts = blocks_per_length(int(text_ids.shape[0]), lengths, n_blocks)
+    check_blocks(counts, int(text_ids.shape[0]))
+    out = []
+    for length in lengths:
+        t0 = time.perf_counter()
+        blocks = cut_blocks(text_ids, length, counts[length], max(lengths))  # (N, L)
+        out.append(summarize(length, *score_blocks(model, blocks, start_id, batch_tokens, on_batch)))
+        if on_length:
+            on_length(length, time.perf_counter() - t0)
+    return out
+
+
+def forwards_needed(counts: dict[int, int], batch_tokens: int) -> int:
+    """Forward passes ``estimate`` makes (two per batch), for a progress bar."""
+    return sum(2 * math.ceil(n / max(1, batch_tokens // length)) for length, n in counts.items())
+
+
+# ---- the pipeline behind `infoeval mutual-info` -------------------------------------------------------------
+@dataclass(frozen=True)
+class MISettings:
+    lengths: tuple[int, ...] = parse_lengths(DEFAULT_LENGTHS)
+    blocks: int = DEFAULT_BLOCKS
+    batch_tokens: int = DEFAULT_BATCH_TOKENS
+    bootstrap: int = 1000
+    seed: int = 0
+    prefix: str = "auto"
+
+
+def check_settings(s: MISettings) -> None:
+    """Option checks that need no model, done before the slow load."""
+    if s.blocks < 2:
+        raise UsageError(f"--blocks {s.blocks} is too few; give at least 2 (a standard error needs two blocks)")
+    if s.batch_tokens < 1:
+        raise UsageError(f"--batch-tokens {s.batch_tokens} is not allowed; it must be at least 1")
+    if s.bootstrap < 2:
+        raise UsageError(f"--bootstrap {s.bootstrap} is too few; give at least 2 replicates (1000 is usual)")
+    if s.prefix not in ("auto", "bos", "eos"):
+        raise UsageError(f"--prefix {s.prefix} is not allowed for mutual-info (Y needs a start token); use auto, bos or eos")
+
+
+def _block_rows(summaries: list[LengthSummary], nbytes: np.ndarray) -> list[dict]:
+    """Where every block lies: stream positions (the start token is position 0) and UTF-8 byte offsets."""
+    starts = np.cumsum(nbytes) - nbytes
+    stride = max(s.length for s in summaries)
+    rows = []
+    for s in summaries:
+        for k in range(s.blocks):
+            x0 = 1 + k * stride
+            end = x0 + s.length
+            rows.append({
+                "length": s.length, "block": k, "x_start": x0, "y_start": x0 + s.length // 2, "end": end,
+                "byte_start": int(starts[x0]), "byte_end": int(starts[end - 1] + nbytes[end - 1]),
+                "marginal_bits": float(s.marginal_bits[k]), "conditional_bits": float(s.conditional_bits[k]),
+                "mi_bits": float(s.mi_bits[k]),
+            })  # fmt: skip
+    return rows
+
+
+def run_mutual_info(ms, ts, s: MISettings, rep=None) -> dict:
+    """Load model and text, score the blocks of every length, fit I(L) ≈ A·L^β; returns the result dict."""
+    import dataclasses
+    import time
+
+    from infoeval import runs
+    from infoeval.config import WindowSettings
+    from infoeval.powerlaw import fit_with_ci
+    from infoeval.results import SCHEMA_VERSION
+
+    rep = rep or runs.Reporter()
+    check_settings(s)
+    need = s.blocks * max(s.lengths)
+    cap = need if ts.max_tokens is None else min(ts.max_tokens, need)
+    p = runs.prepare(ms, dataclasses.replace(ts, max_tokens=cap), WindowSettings(ctx=max(s.lengths), prefix=s.prefix), rep)
+    start_id = p.protocol["prefix_id"]
+    if start_id is None:
+        raise DataError("the tokenizer has neither a BOS nor an EOS token; mutual-info needs a start token to score Y alone")
+    max_positions = getattr(p.loaded.model.config, "max_position_embeddings", None)
+    check_max_positions(s.lengths, max_positions)
+    text_ids = p.stream.ids[1:].to(next(p.loaded.model.parameters()).device)
+    counts = blocks_per_length(int(text_ids.shape[0]), s.lengths, s.blocks)
+    check_blocks(counts, int(text_ids.shape[0]))
+    seconds: dict[int, float] = {}
+    rep.start(forwards_needed(counts, s.batch_tokens), f"{sum(counts.values())} blocks × 2 passes, {len(counts)} lengths")
+    t0 = time.perf_counter()
+    try:
+        summaries = estimate(p.loaded.model, text_ids, start_id, s.lengths, s.blocks, s.batch_tokens, rep.advance,
+                             lambda length, sec: seconds.__setitem__(length, sec))  # fmt: skip
+    finally:
+        rep.stop()
+    p.timings["eval_s"] = time.perf_counter() - t0
+    rep.stage("bootstrapping the fit")
+    fit = fit_with_ci(list(s.lengths), [x.mi_bits for x in summaries], s.bootstrap, s.seed)
+    rep.stop()
+    rows = []
+    for x in summaries:
+        law = fit.get("fit")
+        rows.append(x.row() | {
+            "mi_bits_fit": law["a"] * x.length ** law["beta"] if law else None, "seconds": seconds[x.length],
+            "marginal_profile_bits": x.marginal_profile.tolist(), "conditional_profile_bits": x.conditional_profile.tolist(),
+        })  # fmt: skip
+    protocol = {
+        "name": "mutual-info",
+        "rule": RULE,
+        "prefix": s.prefix, "prefix_token": p.protocol["prefix_token"], "prefix_id": start_id,
+        "max_tokens": ts.max_tokens, "tokens_available": int(text_ids.shape[0]), "text_tokens": p.protocol["text_tokens"],
+        "tokenized": p.protocol["tokenized"], "tokenizer": p.protocol["tokenizer"],
+        "blocks_requested": s.blocks, "blocks": {str(k): v for k, v in counts.items()}, "max_positions": max_positions,
+    }  # fmt: skip
+    return {
+        "schema": f"infoeval/mutual-info/{SCHEMA_VERSION}",
+        "provenance": runs.provenance(dataclasses.replace(p, windows=[], protocol=protocol), "mutual-info"),
+        "settings": dataclasses.asdict(s) | {"lengths": list(s.lengths)},
+        "lengths": rows,
+        "fit": fit,
+        "blocks": _block_rows(summaries, p.stream.nbytes),
+        "timings": p.timings,
+        "metrics": {k: {"unit": u, "higher_is_better": h, "description": d} for k, (u, h, d) in MI_METRICS.items()},
+    }
