@@ -14,6 +14,7 @@ from infoeval.cli_common import (
     ExcludeOpt, IncludeOpt, JsonOpt, MaxTokensOpt, ModelOpt, OutDirOpt, PositionsOpt, PrefixOpt, ProtocolOpt,
     QuietOpt, RunNameOpt, SchemesOpt, StrideOpt, TextOpt, output_paths_for, settings,
 )
+from infoeval.cli_mi import PlotOpt
 from infoeval.config import VariantSettings
 from infoeval.errors import EXIT_RUNTIME, InfoevalError
 from infoeval.models import DEFAULT_MODEL
@@ -47,6 +48,7 @@ def quantize_compare(
     csv: CsvOpt = None,
     json: JsonOpt = None,
     positions: PositionsOpt = None,
+    plot: PlotOpt = None,
     out_dir: OutDirOpt = None,
     run_name: RunNameOpt = None,
     quiet: QuietOpt = False,
@@ -60,9 +62,18 @@ def quantize_compare(
 
     ms, ts, ws = settings(model, device, dtype, device_map, text, dataset, data_dir, max_tokens, ctx, stride, protocol, prefix)
     vs = VariantSettings(schemes, tuple(include or ()), tuple(exclude or ()))
+    if plot:
+        from infoeval.plots import require
+
+        require(plot)  # before the long run
     result, cols = runs.quantize_compare(ms, ts, ws, vs, RichReporter(enabled=not quiet))
     paths = output_paths_for("quantize-compare", ms, result, csv, json, positions, out_dir, run_name)
     written = write_outputs(paths, result, lambda: summary_frame(result), lambda: positions_frame(cols.reference, cols.variants))
+    if plot:
+        from infoeval.plots import plot_quantize_compare
+
+        plot_quantize_compare(result, cols, plot)
+        written.append(str(plot))
     print_quantize_compare(stdout_console(), result)
     Console(stderr=True).print("wrote " + ", ".join(written), style="dim")
 
@@ -84,6 +95,7 @@ def compress_bits(
     csv: CsvOpt = None,
     json: JsonOpt = None,
     positions: PositionsOpt = None,
+    plot: PlotOpt = None,
     out_dir: OutDirOpt = None,
     run_name: RunNameOpt = None,
     quiet: QuietOpt = False,
@@ -96,9 +108,18 @@ def compress_bits(
     from infoeval.results import compress_frame, positions_frame, write_outputs
 
     ms, ts, ws = settings(model, device, dtype, device_map, text, dataset, data_dir, max_tokens, ctx, stride, protocol, prefix)
+    if plot:
+        from infoeval.plots import require
+
+        require(plot)  # before the long run
     result, cols = runs.compress_bits(ms, ts, ws, RichReporter(enabled=not quiet))
     paths = output_paths_for("compress-bits", ms, result, csv, json, positions, out_dir, run_name)
     written = write_outputs(paths, result, lambda: compress_frame(result), lambda: positions_frame(cols.reference, {}))
+    if plot:
+        from infoeval.plots import plot_compress_bits
+
+        plot_compress_bits(result, cols, plot)
+        written.append(str(plot))
     print_compress_bits(stdout_console(), result)
     Console(stderr=True).print("wrote " + ", ".join(written), style="dim")
 
