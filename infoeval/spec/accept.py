@@ -1,0 +1,256 @@
+"""spec-accept: how well a draft q would draft for a target p, measured from both models' logits on every scored
+position of a text (the windows of quantize-compare).
+
+Per position and temperature: β = Σ min(p_T, q) (the probability that the draft's token is accepted), KL(p_T‖q),
+TV, the entropies of p_T and q and the observed token's NLL under each, and whether the two top tokens agree.
+Each temperature T is measured twice (once only at T = 1, where both coincide): with both models at T
+(``both``: q = q_T, what speculative sampling at temperature T accepts) and with only the target at T
+(``target``: q = q_1 unchanged). Each window is reduced at once; no (tokens × vocab) tensor outlives it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from infoeval.config import ModelSettings, TextSettings, WindowSettings
+from infoeval.errors import RuntimeFailure, UsageError
+from infoeval.evaluate import forward_scored
+from infoeval.models import resolve_device, resolve_dtype
+from infoeval.results import SCHEMA_VERSION
+from infoeval.runs import Prepared, Reporter, prepare, provenance
+from infoeval.spec.drafts import DraftSettings, build_draft
+from infoeval.spec.math import (
+    LN2, entropy_quartiles, expected_tokens_table, log_softmax_t, mean_se, pearson, pinsker, position_stats,
+    run_length_table, run_lengths, top1_match,
+)
+from infoeval.spec.metrics import ACCEPT_METRICS, metric_meta
+from infoeval.windows import window_inputs, window_targets
+
+GAMMAS = tuple(range(1, 9))
+STAT_COLUMNS = ("entropy_p", "entropy_q", "beta", "kl", "tv", "nll_p", "nll_q")
+
+
+def parse_temperatures(spec: str | float, option: str = "--temperature") -> tuple[float, ...]:
+    """'0.5,1,2' → (0.5, 1.0, 2.0); each T > 0 and finite, no repeats."""
+    parts = [s.strip() for s in str(spec).split(",") if s.strip()]
+    if not parts:
+        raise UsageError(f"{option} is empty; give temperatures such as 0.5,1,2")
+    temps = []
+    for s in parts:
+        try:
+            t = float(s)
+        except ValueError:
+            raise UsageError(f"{option} '{s}' is not a number; give positive temperatures such as 0.5,1,2") from None
+        if not (t > 0 and np.isfinite(t)):
+            raise UsageError(f"{option} {s} is not allowed; temperatures must be positive and finite")
+        if t in temps:
+            raise UsageError(f"{option} lists {s} twice")
+        temps.append(t)
+    return tuple(temps)
+
+
+def conditions(temps: tuple[float, ...]) -> list[tuple[float, str]]:
+    """(T, mode) pairs measured: (T, 'both') for every T, and (T, 'target') for every T ≠ 1."""
+    out = [(t, "both") for t in temps]
+    out += [(t, "target") for t in temps if t != 1.0]
+    return out
+
+
+def key(t: float, mode: str) -> str:
+    return f"T={t:g}/{mode}"
+
+
+@dataclass
+class AcceptColumns:
+    """Per-position columns (numpy, scored order): ``base`` (window, position, token_id, context, top1) and one
+    dict of STAT_COLUMNS per condition key."""
+
+    base: dict[str, np.ndarray]
+    stats: dict[str, dict[str, np.ndarray]]
+    conditions: list[tuple[float, str]]
+
+
+@torch.inference_mode()
+def evaluate_windows(p: Prepared, draft, temps: tuple[float, ...], on_window=None) -> AcceptColumns:
+    target = p.loaded.model
+    device = next(target.parameters()).device
+    conds = conditions(temps)
+    n = sum(w.n_scored for w in p.windows)
+    base = {"window": np.zeros(n, np.int32), "position": np.zeros(n, np.int64), "token_id": np.zeros(n, np.int64),
+            "context": np.zeros(n, np.int32), "top1": np.zeros(n, bool)}  # fmt: skip
+    stats = {key(*c): {k: np.zeros(n, np.float32) for k in STAT_COLUMNS} for c in conds}
+    off = 0
+    for w in p.windows:
+        inputs = window_inputs(p.stream.ids, w, p.protocol["prefix_id"]).to(device)
+        targets = window_targets(p.stream.ids, w).to(device)
+        zp = forward_scored(target, inputs, w).float()
+        zq = forward_scored(draft, inputs, w).float()
+        if not (torch.isfinite(zp).all() and torch.isfinite(zq).all()):
+            raise RuntimeFailure(f"non-finite logits in window {w.index}")
+        sl = slice(off, off + w.n_scored)
+        base["window"][sl] = w.index
+        base["position"][sl] = np.arange(w.first_target, w.first_target + w.n_scored)
+        base["token_id"][sl] = targets.cpu().numpy()
+        base["context"][sl] = np.arange(w.first_scored + 1, w.first_scored + 1 + w.n_scored)
+        base["top1"][sl] = top1_match(zp, zq).cpu().numpy()
+        lq1 = log_softmax_t(zq, 1.0)
+        for t in temps:
+            lp = log_softmax_t(zp, t)
+            modes = [("both", lq1 if t == 1.0 else log_softmax_t(zq, t))] + ([("target", lq1)] if t != 1.0 else [])
+            for mode, lq in modes:
+                cols = position_stats(lp, lq, targets)
+                dst = stats[key(t, mode)]
+                for k in STAT_COLUMNS:
+                    dst[k][sl] = cols[k].cpu().numpy()
+                del lq, cols
+            del lp
+        del zp, zq, lq1
+        off += w.n_scored
+        if on_window:
+            on_window()
+    return AcceptColumns(base, stats, conds)
+
+
+def summarize(cols: AcceptColumns, t: float, mode: str) -> dict:
+    """Aggregates of one condition (see SPEC_METRICS for each metric's definition)."""
+    s = cols.stats[key(t, mode)]
+    top1 = cols.base["top1"]
+    beta, kl, tv = (s[k].astype(np.float64) for k in ("beta", "kl", "tv"))
+    h_bits = s["entropy_p"].astype(np.float64) / LN2
+    alpha, alpha_se = mean_se(beta)
+    kl_mean, kl_se = mean_se(kl)
+    r, r_n = pearson(h_bits, beta)
+    return {
+        "temperature": t,
+        "mode": mode,
+        "tokens": int(beta.size),
+        "alpha": alpha,
+        "alpha_se": alpha_se,
+        "kl_mean": kl_mean,
+        "kl_se": kl_se,
+        "tv_mean": float(tv.mean()),
+        "pinsker": pinsker(tv, kl),
+        "pearson_r": r,
+        "pearson_n": r_n,
+        "entropy_p_bits": float(h_bits.mean()),
+        "entropy_q_bits": float(s["entropy_q"].astype(np.float64).mean() / LN2),
+        "nll_p": float(s["nll_p"].astype(np.float64).mean()),
+        "nll_q": float(s["nll_q"].astype(np.float64).mean()),
+        "quartiles": entropy_quartiles(h_bits, beta, kl, top1),
+        "expected_tokens": expected_tokens_table(beta, GAMMAS),
+    }
+
+
+def top1_summary(cols: AcceptColumns) -> dict:
+    m = cols.base["top1"]
+    a, _ = mean_se(m.astype(np.float64))
+    lengths = run_lengths(m, cols.base["position"])
+    return {
+        "top1": a,
+        "top1_se": float(np.sqrt(a * (1 - a) / m.size)) if m.size else float("nan"),
+        "runs": int(lengths.size),
+        "run_mean": float(lengths.mean()) if lengths.size else float("nan"),
+        "run_max": int(lengths.max()) if lengths.size else 0,
+        "run_lengths": run_length_table(lengths, a),
+    }
+
+
+def spec_accept(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, ds: DraftSettings, temps: tuple[float, ...],
+                rep: Reporter | None = None) -> tuple[dict, AcceptColumns]:  # fmt: skip
+    rep = rep or Reporter()
+    ds.check()  # before the slow load
+    p = prepare(ms, ts, ws, rep)
+    rep.stage("building the draft")
+    t0 = time.perf_counter()
+    device = resolve_device(ms.device)
+    draft = build_draft(p.loaded, ds, device, resolve_dtype(ms.dtype, device), ms.device_map)
+    p.timings["draft_s"] = time.perf_counter() - t0
+    rep.start(len(p.windows), f"{len(p.windows)} windows × (target + draft)")
+    t0 = time.perf_counter()
+    try:
+        cols = evaluate_windows(p, draft, temps, rep.advance)
+    finally:
+        rep.stop()
+    p.timings["eval_s"] = time.perf_counter() - t0
+    summaries = [summarize(cols, t, m) for t, m in cols.conditions]
+    pv = provenance(p, "spec-accept")
+    pv["draft"] = draft.info
+    result = {
+        "schema": f"infoeval/spec-accept/{SCHEMA_VERSION}",
+        "provenance": pv,
+        "notation": "p = target, q = draft; β = Σ min(p, q) per position; α = mean β",
+        "temperatures": list(temps),
+        "conditions": summaries,
+        "top1": top1_summary(cols),
+        "timings": p.timings,
+        "metrics": metric_meta(ACCEPT_METRICS),
+    }
+    return result, cols
+
+
+def summary_rows(result: dict) -> list[dict]:
+    """One flat row per condition, with stable column names (see SUMMARY_COLUMNS)."""
+    rows = []
+    t1 = result["top1"]
+    for c in result["conditions"]:
+        row = {k: c[k] for k in ("temperature", "mode", "tokens", "alpha", "alpha_se", "kl_mean", "kl_se", "tv_mean",
+                                  "pearson_r", "pearson_n", "entropy_p_bits", "entropy_q_bits", "nll_p", "nll_q")}  # fmt: skip
+        row["pinsker_violations"] = c["pinsker"]["violations"]
+        row["pinsker_max_ratio"] = c["pinsker"]["max_ratio"]
+        row["top1"], row["top1_se"] = t1["top1"], t1["top1_se"]
+        for q in c["quartiles"]:
+            row[f"alpha_{q['quartile'].lower()}"] = q["alpha"]
+        for e in c["expected_tokens"]:
+            row[f"e_mean_alpha_g{e['gamma']}"] = e["e_mean_alpha"]
+            row[f"e_per_position_g{e['gamma']}"] = e["e_per_position"]
+        rows.append(row)
+    return rows
+
+
+SUMMARY_COLUMNS = [
+    "temperature", "mode", "tokens", "alpha", "alpha_se", "kl_mean", "kl_se", "tv_mean", "pinsker_violations",
+    "pinsker_max_ratio", "pearson_r", "pearson_n", "entropy_p_bits", "entropy_q_bits", "nll_p", "nll_q", "top1",
+    "top1_se", "alpha_q1", "alpha_q2", "alpha_q3", "alpha_q4",
+    *[f"e_mean_alpha_g{g}" for g in GAMMAS], *[f"e_per_position_g{g}" for g in GAMMAS],
+]  # fmt: skip
+
+POSITION_COLUMNS = ["window", "position", "token_id", "context", "temperature", "mode", "entropy_p_bits",
+                    "entropy_q_bits", "beta", "kl", "tv", "nll_p", "nll_q", "top1_match"]  # fmt: skip
+
+
+def positions_frame(cols: AcceptColumns):
+    """Long format: one row per scored position and condition (T, mode)."""
+    import pandas as pd
+
+    frames = []
+    for t, mode in cols.conditions:
+        s = cols.stats[key(t, mode)]
+        f = pd.DataFrame({k: cols.base[k] for k in ("window", "position", "token_id", "context")})
+        f["temperature"] = t
+        f["mode"] = mode
+        f["entropy_p_bits"] = s["entropy_p"] / LN2
+        f["entropy_q_bits"] = s["entropy_q"] / LN2
+        for k in ("beta", "kl", "tv", "nll_p", "nll_q"):
+            f[k] = s[k]
+        f["top1_match"] = cols.base["top1"].astype(np.int8)
+        frames.append(f)
+    return pd.concat(frames, ignore_index=True)[POSITION_COLUMNS]
+
+
+def plot_acceptance(result: dict, cols: AcceptColumns, path) -> None:
+    """β against the target's entropy (bits) at T = 1 (both models), drawn by ``infoeval.plots``."""
+    from pathlib import Path
+
+    from infoeval.plots import plot_acceptance_by_entropy
+
+    t, mode = (1.0, "both") if 1.0 in result["temperatures"] else cols.conditions[0]
+    s = cols.stats[key(t, mode)]
+    draft = result["provenance"]["draft"]
+    name = {"model": draft.get("spec"), "scheme": draft.get("scheme"), "layers": f"first {draft.get('layers')} layers"}[draft["kind"]]
+    pv = result["provenance"]
+    title = f"{pv['model']['spec']} vs draft {name} on {pv['text']['source']}, T = {t:g} ({mode})"
+    plot_acceptance_by_entropy(s["entropy_p"].astype(np.float64) / LN2, s["beta"].astype(np.float64), title, Path(path))

@@ -1,0 +1,199 @@
+"""distill: the terms of the distillation loss (Hinton et al. 2015) of a student q against a teacher p, measured
+on every scored position of a text, at each temperature T.
+
+    hard     H(y, q)      = −ln q(y)                        at T = 1, y the observed token
+    soft     KL(p_T‖q_T)  with p_T = softmax(z_p / T), q_T = softmax(z_q / T)
+    total    L = α·H(y, q) + (1 − α)·T²·KL(p_T‖q_T)
+    gradient ∂KL(p_T‖q_T)/∂z_q = (q_T − p_T) / T
+
+The gradient of the soft term shrinks like 1/T² at high T (q_T − p_T ≈ (z_q − z_p − mean)/(T·V) for large
+T, and one more 1/T from the chain rule), which is why the soft term is multiplied by T²: ‖T²·∂KL/∂z_q‖ stays
+of the same order across T, so changing T does not silently re-weight hard and soft terms. The teacher's
+entropy and its tail mass (probability outside its top-1 token) show the "dark knowledge" T exposes.
+
+Worked two-class example (T = 2): z_p = (2, 0), z_q = (0, 0): p_T = softmax(1, 0) = (0.7311, 0.2689),
+q_T = (0.5, 0.5), KL = 0.7311 ln(1.4621) + 0.2689 ln(0.5379) = 0.1109 nats, T²·KL = 0.4438,
+∂KL/∂z_q = ((0.5 − 0.7311)/2, (0.5 − 0.2689)/2) = (−0.1155, 0.1155).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from infoeval.config import ModelSettings, TextSettings, WindowSettings
+from infoeval.errors import RuntimeFailure, UsageError
+from infoeval.evaluate import forward_scored
+from infoeval.infotheory import nll
+from infoeval.models import resolve_device, resolve_dtype
+from infoeval.results import SCHEMA_VERSION
+from infoeval.runs import Reporter, prepare, provenance
+from infoeval.spec.drafts import DraftSettings, build_draft
+from infoeval.spec.math import LN2, log_softmax_t, mean_se
+from infoeval.spec.metrics import DISTILL_METRICS, metric_meta
+from infoeval.windows import window_inputs, window_targets
+
+TERMS = ("hard_ce", "kl", "t2_kl", "loss", "soft_ce", "teacher_entropy", "teacher_tail_mass", "grad_norm", "t2_grad_norm")
+GRAD_CHECK_POSITIONS = 16
+
+
+def kl_grad_closed_form(zp: torch.Tensor, zq: torch.Tensor, t: float) -> torch.Tensor:
+    """∂KL(p_T‖q_T)/∂z_q = (q_T − p_T) / T, per row.
+
+    >>> kl_grad_closed_form(torch.tensor([2.0, 0.0]), torch.zeros(2), 2.0)
+    tensor([-0.1155,  0.1155])
+    """
+    return (log_softmax_t(zq, t).exp() - log_softmax_t(zp, t).exp()) / t
+
+
+def kl_grad_autograd(zp: torch.Tensor, zq: torch.Tensor, t: float) -> torch.Tensor:
+    """The same gradient by autograd through log_softmax: ∂/∂z_q of Σ_rows KL(p_T‖q_T) (rows are independent)."""
+    with torch.inference_mode(False), torch.enable_grad():  # clones of inference tensors can enter autograd
+        z = zq.detach().double().clone().requires_grad_(True)
+        lp = torch.log_softmax(zp.detach().double().clone() / t, -1)
+        lq = torch.log_softmax(z / t, -1)
+        kl = (lp.exp() * (lp - lq)).sum()
+        (grad,) = torch.autograd.grad(kl, z)
+    return grad
+
+
+def distill_terms(zp: torch.Tensor, zq: torch.Tensor, targets: torch.Tensor, t: float, alpha: float) -> dict[str, torch.Tensor]:
+    """Per-position terms at temperature ``t`` from teacher logits ``zp`` and student logits ``zq`` (n, V), in nats."""
+    hard = nll(log_softmax_t(zq, 1.0), targets)
+    lp, lq = log_softmax_t(zp, t), log_softmax_t(zq, t)
+    p, q = lp.exp(), lq.exp()
+    kl = torch.where(p > 0, p * (lp - lq), 0.0).sum(-1)
+    h = -torch.where(p > 0, p * lp, 0.0).sum(-1)
+    grad_norm = torch.linalg.vector_norm(q - p, dim=-1) / t
+    t2 = t * t
+    return {
+        "hard_ce": hard,
+        "kl": kl,
+        "t2_kl": t2 * kl,
+        "loss": alpha * hard + (1.0 - alpha) * t2 * kl,
+        "soft_ce": h + kl,
+        "teacher_entropy": h,
+        "teacher_tail_mass": 1.0 - p.amax(-1),
+        "grad_norm": grad_norm,
+        "t2_grad_norm": t2 * grad_norm,
+    }
+
+
+@dataclass
+class DistillColumns:
+    base: dict[str, np.ndarray]  # window, position, token_id, context
+    terms: dict[float, dict[str, np.ndarray]]  # per T
+
+
+@torch.inference_mode()
+def _evaluate(p, student, temps, alpha, on_window=None) -> tuple[DistillColumns, dict]:
+    teacher = p.loaded.model
+    device = next(teacher.parameters()).device
+    n = sum(w.n_scored for w in p.windows)
+    base = {k: np.zeros(n, np.int64) for k in ("window", "position", "token_id", "context")}
+    terms = {t: {k: np.zeros(n, np.float32) for k in TERMS} for t in temps}
+    check = {"positions": 0, "max_abs_diff": 0.0, "max_abs_grad": 0.0}
+    off = 0
+    for w in p.windows:
+        inputs = window_inputs(p.stream.ids, w, p.protocol["prefix_id"]).to(device)
+        targets = window_targets(p.stream.ids, w).to(device)
+        zp = forward_scored(teacher, inputs, w).float()
+        zq = forward_scored(student, inputs, w).float()
+        if not (torch.isfinite(zp).all() and torch.isfinite(zq).all()):
+            raise RuntimeFailure(f"non-finite logits in window {w.index}")
+        sl = slice(off, off + w.n_scored)
+        base["window"][sl] = w.index
+        base["position"][sl] = np.arange(w.first_target, w.first_target + w.n_scored)
+        base["token_id"][sl] = targets.cpu().numpy()
+        base["context"][sl] = np.arange(w.first_scored + 1, w.first_scored + 1 + w.n_scored)
+        for t in temps:
+            cols = distill_terms(zp, zq, targets, t, alpha)
+            for k in TERMS:
+                terms[t][k][sl] = cols[k].cpu().numpy()
+            if off == 0:  # the closed-form gradient against autograd on the first positions
+                a, b = zp[:GRAD_CHECK_POSITIONS], zq[:GRAD_CHECK_POSITIONS]
+                auto, closed = kl_grad_autograd(a, b, t), kl_grad_closed_form(a.double(), b.double(), t)
+                check["max_abs_diff"] = max(check["max_abs_diff"], float((auto - closed).abs().max()))
+                check["max_abs_grad"] = max(check["max_abs_grad"], float(auto.abs().max()))
+                check["positions"] = int(a.shape[0])
+        off += w.n_scored
+        if on_window:
+            on_window()
+    return DistillColumns(base, terms), check
+
+
+def summarize(cols: DistillColumns, t: float, alpha: float) -> dict:
+    c = cols.terms[t]
+    row: dict = {"temperature": t, "alpha": alpha, "tokens": int(c["kl"].size)}
+    for k in TERMS:
+        m, se = mean_se(c[k])
+        name = {"teacher_entropy": "teacher_entropy_bits"}.get(k, k)
+        scale = 1 / LN2 if k == "teacher_entropy" else 1.0
+        row[name], row[f"{name}_se"] = m * scale, se * scale
+    for k in ("hard_ce", "kl", "t2_kl", "loss", "soft_ce"):
+        row[f"{k}_bits"] = row[k] / LN2
+    return row
+
+
+def parse_alpha(alpha: float) -> float:
+    if not (0.0 <= alpha <= 1.0 and math.isfinite(alpha)):
+        raise UsageError(f"--alpha {alpha} is not allowed; the weight of the hard loss must be between 0 and 1")
+    return float(alpha)
+
+
+def distill(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, ds: DraftSettings, temps: tuple[float, ...], alpha: float,
+            rep: Reporter | None = None) -> tuple[dict, DistillColumns]:  # fmt: skip
+    rep = rep or Reporter()
+    alpha = parse_alpha(alpha)
+    ds.check()
+    p = prepare(ms, ts, ws, rep)
+    rep.stage("building the student")
+    device = resolve_device(ms.device)
+    student = build_draft(p.loaded, ds, device, resolve_dtype(ms.dtype, device), ms.device_map)
+    rep.start(len(p.windows), f"{len(p.windows)} windows × (teacher + student)")
+    t0 = time.perf_counter()
+    try:
+        cols, check = _evaluate(p, student, temps, alpha, rep.advance)
+    finally:
+        rep.stop()
+    p.timings["eval_s"] = time.perf_counter() - t0
+    pv = provenance(p, "distill")
+    pv["student"] = student.info
+    result = {
+        "schema": f"infoeval/distill/{SCHEMA_VERSION}",
+        "provenance": pv,
+        "notation": "p = teacher, q = student; L = α·H(y, q) + (1 − α)·T²·KL(p_T‖q_T); nats unless _bits",
+        "alpha": alpha,
+        "temperatures": list(temps),
+        "rows": [summarize(cols, t, alpha) for t in temps],
+        "grad_check": check,
+        "timings": p.timings,
+        "metrics": metric_meta(DISTILL_METRICS),
+    }
+    return result, cols
+
+
+SUMMARY_COLUMNS = [
+    "temperature", "alpha", "tokens", "hard_ce", "hard_ce_se", "kl", "kl_se", "t2_kl", "t2_kl_se", "loss", "loss_se",
+    "soft_ce", "hard_ce_bits", "kl_bits", "t2_kl_bits", "loss_bits", "soft_ce_bits", "teacher_entropy_bits",
+    "teacher_entropy_bits_se", "teacher_tail_mass", "teacher_tail_mass_se", "grad_norm", "grad_norm_se",
+    "t2_grad_norm", "t2_grad_norm_se",
+]  # fmt: skip
+
+
+def positions_frame(cols: DistillColumns):
+    """Long format: one row per scored position and temperature."""
+    import pandas as pd
+
+    frames = []
+    for t, c in cols.terms.items():
+        f = pd.DataFrame(dict(cols.base))
+        f["temperature"] = t
+        for k in TERMS:
+            f[k if k != "teacher_entropy" else "teacher_entropy_bits"] = c[k] / LN2 if k == "teacher_entropy" else c[k]
+        frames.append(f)
+    return pd.concat(frames, ignore_index=True)

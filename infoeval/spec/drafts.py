@@ -1,0 +1,179 @@
+"""The draft (speculative decoding) or student (distillation) q beside a target or teacher p. Three kinds:
+
+* ``model``:  another causal LM with the same tokenizer (vocabulary, merges and output size are checked);
+* ``scheme``: the target itself with fake-quantized weights (``quant.apply.quantize_variant``), swapped in for
+  each draft forward pass: no copy of the model, only one set of quantized Linear weights;
+* ``layers``: the target truncated to its first N decoder blocks, followed by its own final norm and LM head
+  (self-speculation, "early exit"). The draft is a new module object that *shares* the target's embedding,
+  blocks, norm and head (no weight is copied); only the list of blocks and the config (num_hidden_layers = N)
+  are its own, so it gets its own KV cache. With N = the full depth it computes exactly the target's logits.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+
+from infoeval.errors import ModelLoadError, UsageError
+from infoeval.models import LoadedModel, load_model
+from infoeval.quant.apply import QuantizedVariant, decoder_prefix, quantize_variant, swapped
+from infoeval.quant.schemes import parse_scheme
+
+KINDS = ("model", "scheme", "layers")
+_PROBE = "Speculative decoding: déjà vu — 1,234.5 tokens/s!\n\tdef f(x):\n        return x ** 2  # 你好"
+
+
+@dataclass(frozen=True)
+class DraftSettings:
+    """Exactly one of model (a model spec), scheme (a scheme name) or layers (N ≥ 1) is set."""
+
+    model: str | None = None
+    scheme: str | None = None
+    layers: int | None = None
+    role: str = "draft"  # "draft" or "student": the option names in messages are --<role>, --<role>-scheme, ...
+
+    @property
+    def kind(self) -> str:
+        return "model" if self.model is not None else "scheme" if self.scheme is not None else "layers"
+
+    def check(self) -> None:
+        """Option checks that need no model (done before the slow load)."""
+        given = [x is not None for x in (self.model, self.scheme, self.layers)]
+        r = self.role
+        if sum(given) != 1:
+            raise UsageError(f"give exactly one of --{r} MODEL, --{r}-scheme SCHEME or --{r}-layers N")
+        if self.scheme is not None:
+            parse_scheme(self.scheme)
+        if self.layers is not None and self.layers < 1:
+            raise UsageError(f"--{r}-layers {self.layers} is not allowed; give a number of decoder layers ≥ 1")
+
+
+@dataclass
+class Draft:
+    """A callable model q: ``draft(input_ids=..., ...)`` runs the draft's forward pass (with a scheme's quantized
+    weights swapped into the shared module for the duration of the call)."""
+
+    model: torch.nn.Module
+    variant: QuantizedVariant | None
+    info: dict
+    tokenizer: object = None
+
+    def __call__(self, **kwargs):
+        with swapped(self.model, self.variant):
+            return self.model(**kwargs)
+
+    @property
+    def config(self):
+        return self.model.config
+
+
+def n_layers(model: torch.nn.Module) -> int:
+    """Number of decoder blocks (the length of the model's largest ModuleList)."""
+    prefix = decoder_prefix(model)
+    if prefix is None:
+        raise UsageError("the model has no list of decoder blocks (nn.ModuleList); --draft-layers needs one")
+    return len(model.get_submodule(prefix))
+
+
+def _shallow(module: torch.nn.Module) -> torch.nn.Module:
+    """A new module object whose parameters, buffers and children are the same objects as ``module``'s, with its
+    own dict of children (so replacing a child does not touch the original)."""
+    new = copy.copy(module)  # a new __dict__ whose values are shared, including the _modules dict ...
+    object.__setattr__(new, "_modules", dict(module._modules))  # ... so give it its own
+    return new
+
+
+def truncated(model: torch.nn.Module, n: int) -> torch.nn.Module:
+    """The model with only its first ``n`` decoder blocks, then its final norm and head; shares every module.
+
+    The config is copied with num_hidden_layers = n (and layer_types cut to n), so a KV cache made for the
+    draft has n layers. Raises UsageError unless 1 ≤ n ≤ depth.
+    """
+    depth = n_layers(model)
+    if not 1 <= n <= depth:
+        raise UsageError(f"--draft-layers {n} is out of range; the model has {depth} decoder layers, allow 1 … {depth}")
+    prefix = decoder_prefix(model)
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = n
+    if isinstance(getattr(config, "layer_types", None), (list, tuple)):
+        config.layer_types = list(config.layer_types)[:n]
+    parts = prefix.split(".")
+    top = _shallow(model)
+    made = [top]  # only these new objects get the new config; the shared modules are left untouched
+    parent, original = top, model
+    for name in parts[:-1]:  # e.g. "model" on the way to "model.layers"
+        child = _shallow(original._modules[name])
+        parent._modules[name] = child
+        made.append(child)
+        parent, original = child, original._modules[name]
+    blocks = original._modules[parts[-1]]
+    parent._modules[parts[-1]] = torch.nn.ModuleList(list(blocks)[:n])
+    for mod in made:
+        if getattr(mod, "config", None) is model.config:
+            object.__setattr__(mod, "config", config)
+    return top
+
+
+def _check_same_tokenizer(target: LoadedModel, other: LoadedModel, role: str) -> None:
+    """Same vocabulary (token → id), same encoding of a probe text, same number of output logits."""
+    ta, tb = target.tokenizer, other.tokenizer
+    va, vb = ta.get_vocab(), tb.get_vocab()
+    if va != vb:
+        only_a = len(set(va) - set(vb))
+        diff = sum(1 for k in set(va) & set(vb) if va[k] != vb[k])
+        raise UsageError(
+            f"the {role} model's tokenizer differs from the target's ({len(va)} vs {len(vb)} tokens, {only_a} not "
+            f"shared, {diff} with other ids); speculative decoding and distillation need the same tokenizer"
+        )
+    if ta(_PROBE, add_special_tokens=False).input_ids != tb(_PROBE, add_special_tokens=False).input_ids:
+        raise UsageError(f"the {role} model's tokenizer splits text differently from the target's (same vocabulary, other merges)")
+    na, nb = _n_logits(target.model), _n_logits(other.model)
+    if na != nb:
+        raise UsageError(f"the {role} model has {nb} output logits and the target {na}; they must be equal")
+
+
+def _n_logits(model: torch.nn.Module) -> int:
+    head = model.get_output_embeddings()
+    return int(head.weight.shape[0]) if head is not None else int(model.config.vocab_size)
+
+
+def _count(modules) -> int:
+    seen, n = set(), 0
+    for m in modules:
+        for p in m.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                n += p.numel()
+    return n
+
+
+def build_draft(target: LoadedModel, ds: DraftSettings, device: torch.device, dtype: torch.dtype, device_map=None) -> Draft:
+    """The draft/student described by ``ds`` for ``target`` (see the module docstring)."""
+    ds.check()
+    if ds.kind == "model":
+        try:
+            other = load_model(ds.model, device, dtype, device_map)
+        except ModelLoadError as e:
+            raise ModelLoadError(f"--{ds.role}: {e}") from None
+        _check_same_tokenizer(target, other, ds.role)
+        info = {"kind": "model", "spec": ds.model, "model": other.info, "n_parameters": other.info["n_parameters"]}
+        return Draft(other.model, None, info, other.tokenizer)
+    if ds.kind == "scheme":
+        variant = quantize_variant(target.model, parse_scheme(ds.scheme))
+        summary = variant.summary()
+        info = {"kind": "scheme", "scheme": variant.name, "quantization": summary,
+                "n_parameters": target.info["n_parameters"], "description": f"the target fake-quantized with {variant.name}"}  # fmt: skip
+        return Draft(target.model, variant, info, target.tokenizer)
+    depth = n_layers(target.model)
+    try:
+        model = truncated(target.model, ds.layers)
+    except UsageError as e:
+        raise UsageError(str(e).replace("--draft-layers", f"--{ds.role}-layers")) from None
+    info = {
+        "kind": "layers", "layers": ds.layers, "of_layers": depth, "n_parameters": _count([model]),
+        "description": f"the target's first {ds.layers} of {depth} decoder layers, then its final norm and head (shared weights)",
+    }  # fmt: skip
+    return Draft(model, None, info, target.tokenizer)
+

@@ -1,0 +1,163 @@
+"""spec-decode: speculative sampling against plain sampling from the target, timed on the same prompt, with the
+same number of new tokens and the same seed handling (each loop gets a fresh generator seeded with --seed); and
+optionally Theorem 1 checked by Monte Carlo on the prompt (``verify.py``)."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import torch
+
+from infoeval.config import ModelSettings
+from infoeval.errors import UsageError
+from infoeval.models import load_model, resolve_device, resolve_dtype
+from infoeval.results import SCHEMA_VERSION, command_line, now_iso, versions
+from infoeval.runs import Reporter
+from infoeval.spec.decode import Generation, plain_sample, speculative_sample
+from infoeval.spec.drafts import DraftSettings, build_draft
+from infoeval.spec.math import break_even_alpha, expected_tokens
+from infoeval.spec.metrics import DECODE_METRICS, metric_meta
+from infoeval.spec.verify import theorem1_check
+
+
+def check_options(gamma: int, max_new: int, temperature: float, repeats: int, verify: int) -> None:
+    if gamma < 1:
+        raise UsageError(f"--gamma {gamma} is not allowed; the draft proposes at least 1 token per round")
+    if max_new < 1:
+        raise UsageError(f"--max-new-tokens {max_new} is not allowed; give at least 1")
+    if not temperature > 0:
+        raise UsageError(f"--temperature {temperature} is not allowed; sampling needs T > 0")
+    if repeats < 1:
+        raise UsageError(f"--repeats {repeats} is not allowed; give at least 1")
+    if verify < 0 or 0 < verify < 100:
+        raise UsageError(f"--verify {verify} is not allowed; give 0 (no check) or at least 100 samples")
+
+
+def _gen_dict(g: Generation, walls: list[float], tokenizer, n_prompt: int) -> dict:
+    wall = min(walls)
+    return {
+        "new_tokens": g.new_tokens,
+        "wall_s": wall,
+        "wall_s_all": walls,
+        "tokens_per_s": g.new_tokens / wall if wall > 0 else float("nan"),
+        "target_calls": g.target_calls,
+        "tokens_per_target_call": g.new_tokens / g.target_calls,
+        "target_s": g.target_s,
+        "draft_calls": g.draft_calls,
+        "draft_s": g.draft_s,
+        "proposed": g.proposed,
+        "accepted": g.accepted,
+        "acceptance": g.acceptance if g.proposed else None,
+        "verified": g.verified,
+        "alpha": g.alpha if g.verified else None,
+        "text": tokenizer.decode(g.tokens[n_prompt:]),
+    }
+
+
+def spec_decode(ms: ModelSettings, ds: DraftSettings, prompt: str, gamma: int, max_new: int, temperature: float,
+                seed: int, repeats: int = 1, verify: int = 0, rep: Reporter | None = None) -> tuple[dict, Generation]:  # fmt: skip
+    rep = rep or Reporter()
+    check_options(gamma, max_new, temperature, repeats, verify)
+    ds.check()
+    device = resolve_device(ms.device)
+    dtype = resolve_dtype(ms.dtype, device)
+    rep.stage(f"loading {ms.model}")
+    t0 = time.perf_counter()
+    loaded = load_model(ms.model, device, dtype, ms.device_map)
+    draft = build_draft(loaded, ds, device, dtype, ms.device_map)
+    timings = {"load_s": time.perf_counter() - t0}
+    ids = loaded.tokenizer(prompt).input_ids
+    if not ids:
+        raise UsageError("--prompt is empty after tokenization; give some text")
+    prompt_ids = torch.tensor(ids, device=device)
+    target = loaded.model
+
+    rep.stage("warming up")
+    plain_sample(target, prompt_ids, min(4, max_new), temperature, torch.Generator().manual_seed(seed + 1))
+    speculative_sample(target, draft, prompt_ids, gamma, min(4, max_new), temperature, torch.Generator().manual_seed(seed + 1))
+    walls = {"plain": [], "speculative": []}
+    rep.start(2 * repeats, f"plain and speculative sampling, {max_new} tokens × {repeats}")
+    try:
+        for _ in range(repeats):  # alternate, so that a slower or busier moment hits both alike
+            plain = plain_sample(target, prompt_ids, max_new, temperature, torch.Generator().manual_seed(seed))
+            walls["plain"].append(plain.wall_s)
+            rep.advance()
+            spec = speculative_sample(target, draft, prompt_ids, gamma, max_new, temperature, torch.Generator().manual_seed(seed))
+            walls["speculative"].append(spec.wall_s)
+            rep.advance()
+    finally:
+        rep.stop()
+    n_prompt = len(ids)
+    res_plain = _gen_dict(plain, walls["plain"], loaded.tokenizer, n_prompt)
+    res_spec = _gen_dict(spec, walls["speculative"], loaded.tokenizer, n_prompt)
+    alpha = spec.alpha
+    t_target = plain.target_s / plain.target_calls  # one cached 1-token target step
+    t_draft = spec.draft_s / spec.draft_calls if spec.draft_calls else float("nan")
+    t_verify = spec.target_s / spec.target_calls  # one target call over γ + 1 tokens
+    cost, verify_cost = t_draft / t_target, t_verify / t_target
+    e = expected_tokens(alpha, gamma)
+    result = {
+        "schema": f"infoeval/spec-decode/{SCHEMA_VERSION}",
+        "provenance": {
+            "command": "spec-decode", "argv": command_line(), "created": now_iso(), "model": loaded.info, "draft": draft.info,
+            "prompt": {"text": prompt, "tokens": n_prompt, "sha256": hashlib.sha256(prompt.encode("utf-8")).hexdigest()},
+            "dtype": loaded.info["dtype"], "device": loaded.info["device"], "versions": versions(),
+            "torch_threads": torch.get_num_threads(),
+        },  # fmt: skip
+        "settings": {"gamma": gamma, "max_new_tokens": max_new, "temperature": temperature, "seed": seed, "repeats": repeats,
+                     "eos": "ignored: both loops generate exactly max_new_tokens"},  # fmt: skip
+        "plain": res_plain,
+        "speculative": res_spec,
+        "speedup": res_plain["wall_s"] / res_spec["wall_s"],
+        "model_of_speedup": {
+            "alpha": alpha,
+            "predicted_tokens_per_call": e,
+            "target_step_s": t_target,
+            "draft_step_s": t_draft,
+            "cost_ratio": cost,
+            "verify_call_s": t_verify,
+            "verify_cost": verify_cost,
+            "predicted_speedup_papers": e / (gamma * cost + 1.0),
+            "predicted_speedup": e / (gamma * cost + verify_cost),
+            "break_even_alpha": break_even_alpha(gamma, cost, verify_cost),
+        },
+        "timings": timings,
+        "verify": None,
+        "metrics": metric_meta(DECODE_METRICS),
+    }
+    if verify:
+        rep.stage(f"Theorem 1: {verify} samples per sampler")
+        t0 = time.perf_counter()
+        gammas = (1, gamma) if gamma > 1 else (1,)
+        result["verify"] = theorem1_check(target, draft, prompt_ids, temperature, verify, gammas, seed)
+        timings["verify_s"] = time.perf_counter() - t0
+        rep.stop()
+    return result, spec
+
+
+SUMMARY_COLUMNS = ["method", "new_tokens", "wall_s", "tokens_per_s", "speedup", "target_calls", "tokens_per_target_call",
+                   "draft_calls", "proposed", "accepted", "acceptance", "verified", "alpha"]  # fmt: skip
+
+
+def summary_frame(result: dict):
+    import pandas as pd
+
+    rows = []
+    for method in ("plain", "speculative"):
+        r = result[method]
+        rows.append({"method": method, **{k: r[k] for k in SUMMARY_COLUMNS[1:] if k in r},
+                     "speedup": 1.0 if method == "plain" else result["speedup"]})  # fmt: skip
+    frame = pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS)
+    for c in ("new_tokens", "target_calls", "draft_calls", "proposed", "accepted", "verified"):
+        frame[c] = frame[c].astype("Int64")
+    return frame
+
+
+def rounds_frame(spec: Generation):
+    """One row per speculative round: proposed, accepted and emitted tokens."""
+    import pandas as pd
+
+    frame = pd.DataFrame(spec.rounds, columns=["proposed", "accepted", "emitted"])
+    frame.insert(0, "round", range(len(frame)))
+    return frame

@@ -1,0 +1,158 @@
+"""Rich tables for spec-accept, spec-decode, distill and temperature; no torch import."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from infoeval.report import _f, _header, _pm
+
+
+def _table(title: str, columns: list[str], left: int = 1) -> Table:
+    t = Table(title=title, title_justify="left")
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="left" if i < left else "right", no_wrap=True)
+    return t
+
+
+def _cond(c: dict) -> str:
+    return f"T={c['temperature']:g} " + ("both" if c["mode"] == "both" else "target only")
+
+
+def describe(info: dict) -> str:
+    """One line naming the draft."""
+    if info["kind"] == "model":
+        return f"{info['spec']} ({info['n_parameters'] / 1e6:.1f}M params)"
+    if info["kind"] == "scheme":
+        q = info["quantization"]
+        return f"target fake-quantized {info['scheme']} ({q['layers_quantized']} layers)"
+    return f"target's first {info['layers']}/{info['of_layers']} layers + final norm and head ({info['n_parameters'] / 1e6:.1f}M params)"
+
+
+def _draft_line(info: dict, role: str = "draft") -> str:
+    return f"{role} [bold]{describe(info)}[/]"
+
+
+# ------------------------------------------------------------------------------------------------ spec-accept
+def accept_tables(result: dict) -> list[Table]:
+    conds = result["conditions"]
+    a = _table("Acceptance of draft tokens: β = Σ min(p, q) per position, α = mean β (± one standard error)",
+               ["condition", "α", "KL(p‖q) nats", "TV", "H(p) bits", "H(q) bits", "NLL p", "NLL q"])  # fmt: skip
+    b = _table("Pinsker TV ≤ √(KL/2) at every position; correlation of the target's entropy with β",
+               ["condition", "violations", "max TV/√(KL/2)", "Pearson r(H(p), β)", "n"])  # fmt: skip
+    for c in conds:
+        a.add_row(_cond(c), _pm(c["alpha"], c["alpha_se"]), _pm(c["kl_mean"], c["kl_se"]), _f(c["tv_mean"]),
+                  _f(c["entropy_p_bits"], 3), _f(c["entropy_q_bits"], 3), _f(c["nll_p"], 3), _f(c["nll_q"], 3))  # fmt: skip
+        pk = c["pinsker"]
+        b.add_row(_cond(c), f"{pk['violations']} of {pk['checked']:,}", _f(pk["max_ratio"]), _f(c["pearson_r"]), _f(c["pearson_n"]))
+    q = _table("Acceptance by target-entropy quartile (Q1 = most confident quarter of positions)",
+               ["condition", "quartile", "H(p) range bits", "mean H(p)", "α", "KL nats", "top-1", "n"], left=2)  # fmt: skip
+    for c in conds:
+        for i, r in enumerate(c["quartiles"]):
+            q.add_row(_cond(c) if i == 0 else "", r["quartile"], f"{_f(r['entropy_min_bits'], 3)}–{_f(r['entropy_max_bits'], 3)}",
+                      _f(r["entropy_mean_bits"], 3), _pm(r["alpha"], r["alpha_se"], 3), _f(r["kl_mean"], 3),
+                      _f(r["top1"], 3), _f(r["n"]), end_section=i == 3)  # fmt: skip
+    e = _table("Expected tokens per target call E(γ) = (1 − α^(γ+1))/(1 − α): at α = mean β / mean over positions of E(β)",
+               ["γ", *[_cond(c) for c in conds]])  # fmt: skip
+    for i, g in enumerate(r["gamma"] for r in conds[0]["expected_tokens"]):
+        e.add_row(str(g), *[f"{_f(c['expected_tokens'][i]['e_mean_alpha'], 3)} / {_f(c['expected_tokens'][i]['e_per_position'], 3)}" for c in conds])
+    t1 = result["top1"]
+    r = _table(f"Greedy top-1 agreement {_pm(100 * t1['top1'], 100 * t1['top1_se'], 2)} %: runs of consecutive matches "
+               f"({t1['runs']:,} runs, mean {_f(t1['run_mean'], 3)}, longest {t1['run_max']})",
+               ["run length", "runs", "share", "share if independent"])  # fmt: skip
+    for row in t1["run_lengths"]:
+        r.add_row(row["length"], _f(row["runs"]), _f(row["share"], 3), _f(row["share_if_independent"], 3))
+    return [a, b, q, e, r]
+
+
+def print_spec_accept(console: Console, result: dict) -> None:
+    console.print(_header(result))
+    console.print(_draft_line(result["provenance"]["draft"]) + "   (p = target, q = draft)")
+    for t in accept_tables(result):
+        console.print(t)
+
+
+# ------------------------------------------------------------------------------------------------ distill
+def distill_tables(result: dict) -> list[Table]:
+    a = _table(f"Distillation loss L = α·H(y, q) + (1 − α)·T²·KL(p_T‖q_T), α = {result['alpha']:g}; nats (L in bits)",
+               ["T", "H(y, q) at T=1", "KL(p_T‖q_T)", "T²·KL", "L", "L bits", "H(p_T, q_T)"])  # fmt: skip
+    b = _table("The teacher at T ('dark knowledge') and what T² does to the soft gradient ‖∂KL(p_T‖q_T)/∂z_q‖₂",
+               ["T", "H(p_T) bits", "tail mass 1 − max p_T", "‖∂KL/∂z_q‖", "T²·‖∂KL/∂z_q‖"])  # fmt: skip
+    for r in result["rows"]:
+        a.add_row(f"{r['temperature']:g}", _pm(r["hard_ce"], r["hard_ce_se"], 3), _pm(r["kl"], r["kl_se"]),
+                  _f(r["t2_kl"]), _pm(r["loss"], r["loss_se"]), _f(r["loss_bits"]), _f(r["soft_ce"], 3))  # fmt: skip
+        b.add_row(f"{r['temperature']:g}", _f(r["teacher_entropy_bits"], 3), _f(r["teacher_tail_mass"]),
+                  _f(r["grad_norm"]), _f(r["t2_grad_norm"]))  # fmt: skip
+    return [a, b]
+
+
+def print_distill(console: Console, result: dict) -> None:
+    console.print(_header(result))
+    console.print(_draft_line(result["provenance"]["student"], "student") + "   (p = teacher, q = student)")
+    for t in distill_tables(result):
+        console.print(t)
+    g = result["grad_check"]
+    console.print(f"gradient check on {g['positions']} positions: closed form (q_T − p_T)/T vs autograd, "
+                  f"max |difference| {_f(g['max_abs_diff'], 2)} (largest |gradient| {_f(g['max_abs_grad'], 3)})")  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------ spec-decode
+def print_spec_decode(console: Console, result: dict) -> None:
+    pv, s = result["provenance"], result["settings"]
+    m = pv["model"]
+    console.print(
+        f"target [bold]{m['spec']}[/] ({m['architecture']}, {m['n_parameters'] / 1e6:.1f}M params, {pv['dtype']} on "
+        f"{pv['device']}, {pv['torch_threads']} threads)  {_draft_line(pv['draft'])}\n"
+        f"prompt {pv['prompt']['tokens']} tokens; γ = {s['gamma']}, {s['max_new_tokens']} new tokens, T = {s['temperature']:g}, "
+        f"seed {s['seed']}, best of {s['repeats']}; EOS does not stop either loop"
+    )
+    t = _table("Speculative sampling against plain sampling from the target",
+               ["method", "wall s", "tokens/s", "target calls", "tokens/call", "draft calls", "accepted/proposed", "α̂", "speed-up"])  # fmt: skip
+    for name in ("plain", "speculative"):
+        r = result[name]
+        spec = name == "speculative"
+        t.add_row(name, _f(r["wall_s"], 3), _f(r["tokens_per_s"], 3), _f(r["target_calls"]), _f(r["tokens_per_target_call"], 3),
+                  _f(r["draft_calls"]) if spec else "–", f"{r['accepted']}/{r['proposed']}" if spec else "–",
+                  _f(r["alpha"], 3) if spec else "–", _f(result["speedup"], 3) + "×" if spec else "1×")  # fmt: skip
+    console.print(t)
+    mo = result["model_of_speedup"]
+    console.print(
+        f"model: E(α̂ = {_f(mo['alpha'], 3)}, γ = {s['gamma']}) = {_f(mo['predicted_tokens_per_call'], 3)} tokens per target call; "
+        f"per call: target step {_f(mo['target_step_s'] * 1e3, 3)} ms, draft step {_f(mo['draft_step_s'] * 1e3, 3)} ms "
+        f"(c = {_f(mo['cost_ratio'], 3)}), verifying call {_f(mo['verify_call_s'] * 1e3, 3)} ms (v = {_f(mo['verify_cost'], 3)}); "
+        f"predicted speed-up E/(γc + v) = {_f(mo['predicted_speedup'], 3)}× (papers' E/(γc + 1) = "
+        f"{_f(mo['predicted_speedup_papers'], 3)}×); this draft pays off only when α > {_f(mo['break_even_alpha'], 3)}"
+    )
+    console.print(f"[dim]speculative sample:[/] {result['speculative']['text'][:400]!r}")
+    if result.get("verify"):
+        console.print(verify_table(result["verify"]))
+
+
+def _pval(p) -> str:
+    return "< 1e-300" if p == 0 else _f(p, 3)
+
+
+def verify_table(v: dict) -> Table:
+    t = _table(f"Theorem 1 by Monte Carlo: first two emitted tokens, {v['samples']:,} samples per sampler, χ² against each "
+               f"model's exact law ({len(v['cells'])} cells + other; seed {v['seed']})",
+               ["sampler", "χ² vs target (df)", "p-value", "χ² vs draft (df)", "p-value"])  # fmt: skip
+    for r in v["rows"]:
+        vt, vd = r["vs_target"], r["vs_draft"]
+        t.add_row(r["sampler"], f"{_f(vt['stat'], 3)} ({vt['df']})", _pval(vt["p_value"]), f"{_f(vd['stat'], 3)} ({vd['df']})",
+                  _pval(vd["p_value"]))  # fmt: skip
+    return t
+
+
+# ------------------------------------------------------------------------------------------------ temperature
+def print_temperature(console: Console, result: dict) -> None:
+    src = result["provenance"]["source"]
+    if src["kind"] == "model":
+        console.print(f"model [bold]{src['model']['spec']}[/], next token after a {src['prompt_tokens']}-token prompt; "
+                      f"the {len(result['labels'])} likeliest of {src['vocab']:,} tokens shown, the rest summed in 'other'")  # fmt: skip
+    cols = ["T", *result["labels"]] + (["other"] if src["kind"] == "model" else []) + ["top prob", "tail mass", "entropy bits"]
+    t = _table("softmax(z / T): probability of each class, top probability, tail mass 1 − top, entropy", cols)
+    t.add_row("z", *[_f(z, 3) for z in result["logits"]], *([""] if src["kind"] == "model" else []), "", "", "", end_section=True)
+    for r in result["rows"]:
+        t.add_row(f"{r['temperature']:g}", *[_f(p, 3) for p in r["probs"]], *([_f(r["other"], 3)] if src["kind"] == "model" else []),
+                  _f(r["top_prob"], 3), _f(r["tail_mass"], 3), _f(r["entropy_bits"], 3))  # fmt: skip
+    console.print(t)
