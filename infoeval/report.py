@@ -9,7 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 
-def _f(x, digits: int = 4) -> str:
+def fmt_num(x, digits: int = 4) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "–"
     if isinstance(x, int):
@@ -19,8 +19,8 @@ def _f(x, digits: int = 4) -> str:
     return f"{x:.{digits}f}"
 
 
-def _pm(x, se, digits: int = 4) -> str:
-    return f"{_f(x, digits)} ± {_f(se, 2 if se is not None and 0 < abs(se) < 1e-3 else digits)}"
+def fmt_pm(x, se, digits: int = 4) -> str:
+    return f"{fmt_num(x, digits)} ± {fmt_num(se, 2 if se is not None and 0 < abs(se) < 1e-3 else digits)}"
 
 
 class RichReporter:
@@ -73,7 +73,7 @@ def _text_size(result: dict) -> str:
     return f"the text's {pv['text']['bytes']:,} bytes (only the part needed was tokenized)"
 
 
-def _header(result: dict) -> str:
+def run_header(result: dict) -> str:
     pv = result["provenance"]
     m, t, pr = pv["model"], pv["text"], pv["protocol"]
     src = t["path"] or t["source"]
@@ -93,8 +93,8 @@ def reference_table(ref: dict, title: str = "Reference") -> Table:
     for c in ("PPL", "bits/token", "bits/byte", "tokens", "bytes", "entropy P10", "P50", "P90 (bits)"):
         t.add_column(c, justify="right")
     t.add_row(
-        _pm(ref["ppl"], ref["ppl_se"], 3), _f(ref["bits_per_token"]), _f(ref["bits_per_byte"]), _f(ref["tokens"]),
-        _f(ref["bytes"]), _f(ref["entropy_p10"], 3), _f(ref["entropy_p50"], 3), _f(ref["entropy_p90"], 3),
+        fmt_pm(ref["ppl"], ref["ppl_se"], 3), fmt_num(ref["bits_per_token"]), fmt_num(ref["bits_per_byte"]), fmt_num(ref["tokens"]),
+        fmt_num(ref["bytes"]), fmt_num(ref["entropy_p10"], 3), fmt_num(ref["entropy_p50"], 3), fmt_num(ref["entropy_p90"], 3),
     )  # fmt: skip
     return t
 
@@ -110,13 +110,13 @@ def variants_tables(result: dict) -> list[Table]:
     for v in result["variants"]:
         m, q = v["metrics"], v["quantization"]
         a.add_row(
-            v["name"], f"{q['layers_quantized']}/{q['layers_skipped']}", _f(m["ppl"], 3), _f(m["ppl_ratio"]),
-            _pm(m["ln_ppl_ratio"], m["ln_ppl_ratio_se"]), _pm(100 * m["top1"], 100 * m["top1_se"], 2) + " %",
-            _f(m["bits_per_byte_delta"]),
+            v["name"], f"{q['layers_quantized']}/{q['layers_skipped']}", fmt_num(m["ppl"], 3), fmt_num(m["ppl_ratio"]),
+            fmt_pm(m["ln_ppl_ratio"], m["ln_ppl_ratio_se"]), fmt_pm(100 * m["top1"], 100 * m["top1_se"], 2) + " %",
+            fmt_num(m["bits_per_byte_delta"]),
         )  # fmt: skip
         k.add_row(
-            v["name"], _pm(m["kl_mean"], m["kl_se"]), _f(m["kl_p50"], 3), _f(m["kl_p90"], 3), _f(m["kl_p99"], 3),
-            _f(m["kl_p999"], 3), _f(m["kl_max"], 3), _f(m["rkl_mean"], 3), _f(m["tv_mean"], 3),
+            v["name"], fmt_pm(m["kl_mean"], m["kl_se"]), fmt_num(m["kl_p50"], 3), fmt_num(m["kl_p90"], 3), fmt_num(m["kl_p99"], 3),
+            fmt_num(m["kl_p999"], 3), fmt_num(m["kl_max"], 3), fmt_num(m["rkl_mean"], 3), fmt_num(m["tv_mean"], 3),
         )  # fmt: skip
     return [a, k]
 
@@ -134,21 +134,21 @@ def compress_table(result: dict) -> Table:
     t = Table(title=f"Bits for the same {ref['bytes']:,} bytes", title_justify="left")
     for c in ("method", "bits", "bits/byte", "vs model"):
         t.add_column(c, justify="left" if c == "method" else "right")
-    t.add_row("model (Σ −log₂ q)", _f(round(ref["total_bits"])), _f(ref["bits_per_byte"]), "1.000")
+    t.add_row("model (Σ −log₂ q)", fmt_num(round(ref["total_bits"])), fmt_num(ref["bits_per_byte"]), "1.000")
     for r in result["compressors"]:
-        t.add_row(r["method"], _f(r["bits"]), _f(r["bits_per_byte"]), _f(r["bits"] / ref["total_bits"], 3))
+        t.add_row(r["method"], fmt_num(r["bits"]), fmt_num(r["bits_per_byte"]), fmt_num(r["bits"] / ref["total_bits"], 3))
     return t
 
 
 def print_quantize_compare(console: Console, result: dict) -> None:
-    console.print(_header(result))
+    console.print(run_header(result))
     console.print(reference_table(result["reference"]))
     for table in variants_tables(result):
         console.print(table)
 
 
 def print_compress_bits(console: Console, result: dict) -> None:
-    console.print(_header(result))
+    console.print(run_header(result))
     console.print(reference_table(result["reference"], "Model"))
     console.print(compress_table(result))
-    console.print(f"model bits / xz bits = {_f(result['model_over_xz'], 3)} (the model's own size is not counted)")
+    console.print(f"model bits / xz bits = {fmt_num(result['model_over_xz'], 3)} (the model's own size is not counted)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from infoeval.report import _f, _header, _pm
+from infoeval.report import fmt_num, fmt_pm, run_header
 
 
 def _table(title: str, columns: list[str], left: int = 1) -> Table:
@@ -41,32 +41,32 @@ def accept_tables(result: dict) -> list[Table]:
     b = _table("Pinsker TV ≤ √(KL/2) at every position; correlation of the target's entropy with β",
                ["condition", "violations", "max TV/√(KL/2)", "Pearson r(H(p), β)", "n"])  # fmt: skip
     for c in conds:
-        a.add_row(_cond(c), _pm(c["alpha"], c["alpha_se"]), _pm(c["kl_mean"], c["kl_se"]), _f(c["tv_mean"]),
-                  _f(c["entropy_p_bits"], 3), _f(c["entropy_q_bits"], 3), _f(c["nll_p"], 3), _f(c["nll_q"], 3))  # fmt: skip
+        a.add_row(_cond(c), fmt_pm(c["alpha"], c["alpha_se"]), fmt_pm(c["kl_mean"], c["kl_se"]), fmt_num(c["tv_mean"]),
+                  fmt_num(c["entropy_p_bits"], 3), fmt_num(c["entropy_q_bits"], 3), fmt_num(c["nll_p"], 3), fmt_num(c["nll_q"], 3))  # fmt: skip
         pk = c["pinsker"]
-        b.add_row(_cond(c), f"{pk['violations']} of {pk['checked']:,}", _f(pk["max_ratio"]), _f(c["pearson_r"]), _f(c["pearson_n"]))
+        b.add_row(_cond(c), f"{pk['violations']} of {pk['checked']:,}", fmt_num(pk["max_ratio"]), fmt_num(c["pearson_r"]), fmt_num(c["pearson_n"]))
     q = _table("Acceptance by target-entropy quartile (Q1 = most confident quarter of positions)",
                ["condition", "quartile", "H(p) range bits", "mean H(p)", "α", "KL nats", "top-1", "n"], left=2)  # fmt: skip
     for c in conds:
         for i, r in enumerate(c["quartiles"]):
-            q.add_row(_cond(c) if i == 0 else "", r["quartile"], f"{_f(r['entropy_min_bits'], 3)}–{_f(r['entropy_max_bits'], 3)}",
-                      _f(r["entropy_mean_bits"], 3), _pm(r["alpha"], r["alpha_se"], 3), _f(r["kl_mean"], 3),
-                      _f(r["top1"], 3), _f(r["n"]), end_section=i == 3)  # fmt: skip
+            q.add_row(_cond(c) if i == 0 else "", r["quartile"], f"{fmt_num(r['entropy_min_bits'], 3)}–{fmt_num(r['entropy_max_bits'], 3)}",
+                      fmt_num(r["entropy_mean_bits"], 3), fmt_pm(r["alpha"], r["alpha_se"], 3), fmt_num(r["kl_mean"], 3),
+                      fmt_num(r["top1"], 3), fmt_num(r["n"]), end_section=i == 3)  # fmt: skip
     e = _table("Expected tokens per target call E(γ) = (1 − α^(γ+1))/(1 − α): at α = mean β / mean over positions of E(β)",
                ["γ", *[_cond(c) for c in conds]])  # fmt: skip
     for i, g in enumerate(r["gamma"] for r in conds[0]["expected_tokens"]):
-        e.add_row(str(g), *[f"{_f(c['expected_tokens'][i]['e_mean_alpha'], 3)} / {_f(c['expected_tokens'][i]['e_per_position'], 3)}" for c in conds])
+        e.add_row(str(g), *[f"{fmt_num(c['expected_tokens'][i]['e_mean_alpha'], 3)} / {fmt_num(c['expected_tokens'][i]['e_per_position'], 3)}" for c in conds])
     t1 = result["top1"]
-    r = _table(f"Greedy top-1 agreement {_pm(100 * t1['top1'], 100 * t1['top1_se'], 2)} %: runs of consecutive matches "
-               f"({t1['runs']:,} runs, mean {_f(t1['run_mean'], 3)}, longest {t1['run_max']})",
+    r = _table(f"Greedy top-1 agreement {fmt_pm(100 * t1['top1'], 100 * t1['top1_se'], 2)} %: runs of consecutive matches "
+               f"({t1['runs']:,} runs, mean {fmt_num(t1['run_mean'], 3)}, longest {t1['run_max']})",
                ["run length", "runs", "share", "share if independent"])  # fmt: skip
     for row in t1["run_lengths"]:
-        r.add_row(row["length"], _f(row["runs"]), _f(row["share"], 3), _f(row["share_if_independent"], 3))
+        r.add_row(row["length"], fmt_num(row["runs"]), fmt_num(row["share"], 3), fmt_num(row["share_if_independent"], 3))
     return [a, b, q, e, r]
 
 
 def print_spec_accept(console: Console, result: dict) -> None:
-    console.print(_header(result))
+    console.print(run_header(result))
     console.print(_draft_line(result["provenance"]["draft"]) + "   (p = target, q = draft)")
     for t in accept_tables(result):
         console.print(t)
@@ -79,21 +79,21 @@ def distill_tables(result: dict) -> list[Table]:
     b = _table("The teacher at T ('dark knowledge') and what T² does to the soft gradient ‖∂KL(p_T‖q_T)/∂z_q‖₂",
                ["T", "H(p_T) bits", "tail mass 1 − max p_T", "‖∂KL/∂z_q‖", "T²·‖∂KL/∂z_q‖"])  # fmt: skip
     for r in result["rows"]:
-        a.add_row(f"{r['temperature']:g}", _pm(r["hard_ce"], r["hard_ce_se"], 3), _pm(r["kl"], r["kl_se"]),
-                  _f(r["t2_kl"]), _pm(r["loss"], r["loss_se"]), _f(r["loss_bits"]), _f(r["soft_ce"], 3))  # fmt: skip
-        b.add_row(f"{r['temperature']:g}", _f(r["teacher_entropy_bits"], 3), _f(r["teacher_tail_mass"]),
-                  _f(r["grad_norm"]), _f(r["t2_grad_norm"]))  # fmt: skip
+        a.add_row(f"{r['temperature']:g}", fmt_pm(r["hard_ce"], r["hard_ce_se"], 3), fmt_pm(r["kl"], r["kl_se"]),
+                  fmt_num(r["t2_kl"]), fmt_pm(r["loss"], r["loss_se"]), fmt_num(r["loss_bits"]), fmt_num(r["soft_ce"], 3))  # fmt: skip
+        b.add_row(f"{r['temperature']:g}", fmt_num(r["teacher_entropy_bits"], 3), fmt_num(r["teacher_tail_mass"]),
+                  fmt_num(r["grad_norm"]), fmt_num(r["t2_grad_norm"]))  # fmt: skip
     return [a, b]
 
 
 def print_distill(console: Console, result: dict) -> None:
-    console.print(_header(result))
+    console.print(run_header(result))
     console.print(_draft_line(result["provenance"]["student"], "student") + "   (p = teacher, q = student)")
     for t in distill_tables(result):
         console.print(t)
     g = result["grad_check"]
     console.print(f"gradient check on {g['positions']} positions: closed form (q_T − p_T)/T vs autograd, "
-                  f"max |difference| {_f(g['max_abs_diff'], 2)} (largest |gradient| {_f(g['max_abs_grad'], 3)})")  # fmt: skip
+                  f"max |difference| {fmt_num(g['max_abs_diff'], 2)} (largest |gradient| {fmt_num(g['max_abs_grad'], 3)})")  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ spec-decode
@@ -111,17 +111,17 @@ def print_spec_decode(console: Console, result: dict) -> None:
     for name in ("plain", "speculative"):
         r = result[name]
         spec = name == "speculative"
-        t.add_row(name, _f(r["wall_s"], 3), _f(r["tokens_per_s"], 3), _f(r["target_calls"]), _f(r["tokens_per_target_call"], 3),
-                  _f(r["draft_calls"]) if spec else "–", f"{r['accepted']}/{r['proposed']}" if spec else "–",
-                  _f(r["alpha"], 3) if spec else "–", _f(result["speedup"], 3) + "×" if spec else "1×")  # fmt: skip
+        t.add_row(name, fmt_num(r["wall_s"], 3), fmt_num(r["tokens_per_s"], 3), fmt_num(r["target_calls"]), fmt_num(r["tokens_per_target_call"], 3),
+                  fmt_num(r["draft_calls"]) if spec else "–", f"{r['accepted']}/{r['proposed']}" if spec else "–",
+                  fmt_num(r["alpha"], 3) if spec else "–", fmt_num(result["speedup"], 3) + "×" if spec else "1×")  # fmt: skip
     console.print(t)
     mo = result["model_of_speedup"]
     console.print(
-        f"model: E(α̂ = {_f(mo['alpha'], 3)}, γ = {s['gamma']}) = {_f(mo['predicted_tokens_per_call'], 3)} tokens per target call; "
-        f"per call: target step {_f(mo['target_step_s'] * 1e3, 3)} ms, draft step {_f(mo['draft_step_s'] * 1e3, 3)} ms "
-        f"(c = {_f(mo['cost_ratio'], 3)}), verifying call {_f(mo['verify_call_s'] * 1e3, 3)} ms (v = {_f(mo['verify_cost'], 3)}); "
-        f"predicted speed-up E/(γc + v) = {_f(mo['predicted_speedup'], 3)}× (papers' E/(γc + 1) = "
-        f"{_f(mo['predicted_speedup_papers'], 3)}×); this draft pays off only when α > {_f(mo['break_even_alpha'], 3)}"
+        f"model: E(α̂ = {fmt_num(mo['alpha'], 3)}, γ = {s['gamma']}) = {fmt_num(mo['predicted_tokens_per_call'], 3)} tokens per target call; "
+        f"per call: target step {fmt_num(mo['target_step_s'] * 1e3, 3)} ms, draft step {fmt_num(mo['draft_step_s'] * 1e3, 3)} ms "
+        f"(c = {fmt_num(mo['cost_ratio'], 3)}), verifying call {fmt_num(mo['verify_call_s'] * 1e3, 3)} ms (v = {fmt_num(mo['verify_cost'], 3)}); "
+        f"predicted speed-up E/(γc + v) = {fmt_num(mo['predicted_speedup'], 3)}× (papers' E/(γc + 1) = "
+        f"{fmt_num(mo['predicted_speedup_papers'], 3)}×); this draft pays off only when α > {fmt_num(mo['break_even_alpha'], 3)}"
     )
     console.print(f"[dim]speculative sample:[/] {result['speculative']['text'][:400]!r}")
     if result.get("verify"):
@@ -129,7 +129,7 @@ def print_spec_decode(console: Console, result: dict) -> None:
 
 
 def _pval(p) -> str:
-    return "< 1e-300" if p == 0 else _f(p, 3)
+    return "< 1e-300" if p == 0 else fmt_num(p, 3)
 
 
 def verify_table(v: dict) -> Table:
@@ -138,7 +138,7 @@ def verify_table(v: dict) -> Table:
                ["sampler", "χ² vs target (df)", "p-value", "χ² vs draft (df)", "p-value"])  # fmt: skip
     for r in v["rows"]:
         vt, vd = r["vs_target"], r["vs_draft"]
-        t.add_row(r["sampler"], f"{_f(vt['stat'], 3)} ({vt['df']})", _pval(vt["p_value"]), f"{_f(vd['stat'], 3)} ({vd['df']})",
+        t.add_row(r["sampler"], f"{fmt_num(vt['stat'], 3)} ({vt['df']})", _pval(vt["p_value"]), f"{fmt_num(vd['stat'], 3)} ({vd['df']})",
                   _pval(vd["p_value"]))  # fmt: skip
     return t
 
@@ -151,8 +151,8 @@ def print_temperature(console: Console, result: dict) -> None:
                       f"the {len(result['labels'])} likeliest of {src['vocab']:,} tokens shown, the rest summed in 'other'")  # fmt: skip
     cols = ["T", *result["labels"]] + (["other"] if src["kind"] == "model" else []) + ["top prob", "tail mass", "entropy bits"]
     t = _table("softmax(z / T): probability of each class, top probability, tail mass 1 − top, entropy", cols)
-    t.add_row("z", *[_f(z, 3) for z in result["logits"]], *([""] if src["kind"] == "model" else []), "", "", "", end_section=True)
+    t.add_row("z", *[fmt_num(z, 3) for z in result["logits"]], *([""] if src["kind"] == "model" else []), "", "", "", end_section=True)
     for r in result["rows"]:
-        t.add_row(f"{r['temperature']:g}", *[_f(p, 3) for p in r["probs"]], *([_f(r["other"], 3)] if src["kind"] == "model" else []),
-                  _f(r["top_prob"], 3), _f(r["tail_mass"], 3), _f(r["entropy_bits"], 3))  # fmt: skip
+        t.add_row(f"{r['temperature']:g}", *[fmt_num(p, 3) for p in r["probs"]], *([fmt_num(r["other"], 3)] if src["kind"] == "model" else []),
+                  fmt_num(r["top_prob"], 3), fmt_num(r["tail_mass"], 3), fmt_num(r["entropy_bits"], 3))  # fmt: skip
     console.print(t)
