@@ -17,8 +17,7 @@ import numpy as np
 import torch
 
 from infoeval.config import ModelSettings, TextSettings, WindowSettings
-from infoeval.errors import RuntimeFailure, UsageError
-from infoeval.evaluate import forward_scored
+from infoeval.errors import UsageError
 from infoeval.models import resolve_device, resolve_dtype
 from infoeval.results import SCHEMA_VERSION
 from infoeval.runs import Prepared, Reporter, prepare, provenance
@@ -28,7 +27,7 @@ from infoeval.spec.math import (
     run_length_table, run_lengths, top1_match,
 )
 from infoeval.spec.metrics import ACCEPT_METRICS, metric_meta
-from infoeval.windows import window_inputs, window_targets
+from infoeval.spec.pairs import base_columns, paired_logits
 
 GAMMAS = tuple(range(1, 9))
 STAT_COLUMNS = ("entropy_p", "entropy_q", "beta", "kl", "tv", "nll_p", "nll_q")
@@ -76,26 +75,11 @@ class AcceptColumns:
 
 @torch.inference_mode()
 def evaluate_windows(p: Prepared, draft, temps: tuple[float, ...], on_window=None) -> AcceptColumns:
-    target = p.loaded.model
-    device = next(target.parameters()).device
     conds = conditions(temps)
-    n = sum(w.n_scored for w in p.windows)
-    base = {"window": np.zeros(n, np.int32), "position": np.zeros(n, np.int64), "token_id": np.zeros(n, np.int64),
-            "context": np.zeros(n, np.int32), "top1": np.zeros(n, bool)}  # fmt: skip
-    stats = {key(*c): {k: np.zeros(n, np.float32) for k in STAT_COLUMNS} for c in conds}
-    off = 0
-    for w in p.windows:
-        inputs = window_inputs(p.stream.ids, w, p.protocol["prefix_id"]).to(device)
-        targets = window_targets(p.stream.ids, w).to(device)
-        zp = forward_scored(target, inputs, w).float()
-        zq = forward_scored(draft, inputs, w).float()
-        if not (torch.isfinite(zp).all() and torch.isfinite(zq).all()):
-            raise RuntimeFailure(f"non-finite logits in window {w.index}")
-        sl = slice(off, off + w.n_scored)
-        base["window"][sl] = w.index
-        base["position"][sl] = np.arange(w.first_target, w.first_target + w.n_scored)
-        base["token_id"][sl] = targets.cpu().numpy()
-        base["context"][sl] = np.arange(w.first_scored + 1, w.first_scored + 1 + w.n_scored)
+    base = base_columns(p)
+    base["top1"] = np.zeros(len(base["window"]), bool)
+    stats = {key(*c): {k: np.zeros(len(base["window"]), np.float32) for k in STAT_COLUMNS} for c in conds}
+    for sl, zp, zq, targets in paired_logits(p, p.loaded.model, draft, base):
         base["top1"][sl] = top1_match(zp, zq).cpu().numpy()
         lq1 = log_softmax_t(zq, 1.0)
         for t in temps:
@@ -109,7 +93,6 @@ def evaluate_windows(p: Prepared, draft, temps: tuple[float, ...], on_window=Non
                 del lq, cols
             del lp
         del zp, zq, lq1
-        off += w.n_scored
         if on_window:
             on_window()
     return AcceptColumns(base, stats, conds)

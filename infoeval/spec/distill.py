@@ -26,8 +26,7 @@ import numpy as np
 import torch
 
 from infoeval.config import ModelSettings, TextSettings, WindowSettings
-from infoeval.errors import RuntimeFailure, UsageError
-from infoeval.evaluate import forward_scored
+from infoeval.errors import UsageError
 from infoeval.infotheory import nll
 from infoeval.models import resolve_device, resolve_dtype
 from infoeval.results import SCHEMA_VERSION
@@ -35,7 +34,7 @@ from infoeval.runs import Reporter, prepare, provenance
 from infoeval.spec.drafts import DraftSettings, build_draft
 from infoeval.spec.math import LN2, log_softmax_t, mean_se
 from infoeval.spec.metrics import DISTILL_METRICS, metric_meta
-from infoeval.windows import window_inputs, window_targets
+from infoeval.spec.pairs import base_columns, paired_logits
 
 TERMS = ("hard_ce", "kl", "t2_kl", "loss", "soft_ce", "teacher_entropy", "teacher_tail_mass", "grad_norm", "t2_grad_norm")
 GRAD_CHECK_POSITIONS = 16
@@ -91,36 +90,20 @@ class DistillColumns:
 
 @torch.inference_mode()
 def _evaluate(p, student, temps, alpha, on_window=None) -> tuple[DistillColumns, dict]:
-    teacher = p.loaded.model
-    device = next(teacher.parameters()).device
-    n = sum(w.n_scored for w in p.windows)
-    base = {k: np.zeros(n, np.int64) for k in ("window", "position", "token_id", "context")}
-    terms = {t: {k: np.zeros(n, np.float32) for k in TERMS} for t in temps}
+    base = base_columns(p)
+    terms = {t: {k: np.zeros(len(base["window"]), np.float32) for k in TERMS} for t in temps}
     check = {"positions": 0, "max_abs_diff": 0.0, "max_abs_grad": 0.0}
-    off = 0
-    for w in p.windows:
-        inputs = window_inputs(p.stream.ids, w, p.protocol["prefix_id"]).to(device)
-        targets = window_targets(p.stream.ids, w).to(device)
-        zp = forward_scored(teacher, inputs, w).float()
-        zq = forward_scored(student, inputs, w).float()
-        if not (torch.isfinite(zp).all() and torch.isfinite(zq).all()):
-            raise RuntimeFailure(f"non-finite logits in window {w.index}")
-        sl = slice(off, off + w.n_scored)
-        base["window"][sl] = w.index
-        base["position"][sl] = np.arange(w.first_target, w.first_target + w.n_scored)
-        base["token_id"][sl] = targets.cpu().numpy()
-        base["context"][sl] = np.arange(w.first_scored + 1, w.first_scored + 1 + w.n_scored)
+    for sl, zp, zq, targets in paired_logits(p, p.loaded.model, student, base):
         for t in temps:
             cols = distill_terms(zp, zq, targets, t, alpha)
             for k in TERMS:
                 terms[t][k][sl] = cols[k].cpu().numpy()
-            if off == 0:  # the closed-form gradient against autograd on the first positions
+            if sl.start == 0:  # the closed-form gradient against autograd on the first positions
                 a, b = zp[:GRAD_CHECK_POSITIONS], zq[:GRAD_CHECK_POSITIONS]
                 auto, closed = kl_grad_autograd(a, b, t), kl_grad_closed_form(a.double(), b.double(), t)
                 check["max_abs_diff"] = max(check["max_abs_diff"], float((auto - closed).abs().max()))
                 check["max_abs_grad"] = max(check["max_abs_grad"], float(auto.abs().max()))
                 check["positions"] = int(a.shape[0])
-        off += w.n_scored
         if on_window:
             on_window()
     return DistillColumns(base, terms), check
