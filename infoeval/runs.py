@@ -5,6 +5,7 @@ The CLI builds the settings, calls one function here and renders what it returns
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from dataclasses import dataclass
@@ -179,15 +180,22 @@ def provenance(p: Prepared, command: str) -> dict:
     }
 
 
-def _evaluate(p: Prepared, variants, rep: Reporter) -> Columns:
-    rep.start(len(p.windows) * (1 + len(variants)), f"{len(p.windows)} windows × {1 + len(variants)} models")
+@contextlib.contextmanager
+def progress(rep: Reporter, timings: dict, total: int, text: str):
+    """A progress bar of ``total`` steps around an evaluation loop (yields the step callback); the loop's wall
+    time goes to ``timings["eval_s"]``."""
+    rep.start(total, text)
     t0 = time.perf_counter()
     try:
-        cols = run_lockstep(p.loaded.model, p.stream, p.windows, variants, p.protocol["prefix_id"], rep.advance)
+        yield rep.advance
     finally:
         rep.stop()
-    p.timings["eval_s"] = time.perf_counter() - t0
-    return cols
+    timings["eval_s"] = time.perf_counter() - t0
+
+
+def _evaluate(p: Prepared, variants, rep: Reporter) -> Columns:
+    with progress(rep, p.timings, len(p.windows) * (1 + len(variants)), f"{len(p.windows)} windows × {1 + len(variants)} models") as step:
+        return run_lockstep(p.loaded.model, p.stream, p.windows, variants, p.protocol["prefix_id"], step)
 
 
 def quantize_compare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, vs: VariantSettings, rep: Reporter | None = None) -> tuple[dict, Columns]:

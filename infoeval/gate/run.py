@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from infoeval.config import ModelSettings, TextSettings, WindowSettings
-from infoeval.errors import DataError, RuntimeFailure
+from infoeval.errors import DataError, RuntimeFailure, UsageError
 from infoeval.evaluate import forward_scored
 from infoeval.gate.compact import CompactDist, compact, divergences
 from infoeval.gate.limits import Limit, compare_baseline, judge
@@ -25,7 +25,7 @@ from infoeval.models import BUILTIN, load_model, resolve_device, resolve_dtype
 from infoeval.quant.apply import fake_quantize_
 from infoeval.quant.schemes import parse_scheme
 from infoeval.results import SCHEMA_VERSION, command_line, metric_meta, now_iso, versions
-from infoeval.runs import Reporter, prepare, provenance
+from infoeval.runs import Reporter, prepare, progress, provenance
 from infoeval.windows import window_inputs, window_targets
 
 
@@ -48,8 +48,6 @@ def _slice(d: CompactDist, a: int, b: int) -> CompactDist:
 def build_reference(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, out: Path, top_k: int, tail_samples: int,
                     seed: int = 0, rep: Reporter | None = None) -> dict:
     """One pass of the reference model over the windows → the compact reference file at ``out``."""
-    from infoeval.errors import UsageError
-
     if top_k < 1 or tail_samples < 0:
         raise UsageError(f"--top-k {top_k} / --tail-samples {tail_samples} not allowed; top-k ≥ 1 and tail-samples ≥ 0")
     rep = rep or Reporter()
@@ -59,9 +57,7 @@ def build_reference(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, out
     gen = torch.Generator(device=device).manual_seed(seed)
     dists, tgt, tgt_lp, ent, nbytes = [], [], [], [], []
     vocab = None
-    rep.start(len(p.windows), f"reference: {len(p.windows)} windows")
-    t0 = time.perf_counter()
-    try:
+    with progress(rep, p.timings, len(p.windows), f"reference: {len(p.windows)} windows") as step:
         for w in p.windows:
             inputs = window_inputs(p.stream.ids, w, p.protocol["prefix_id"]).to(device)
             targets = window_targets(p.stream.ids, w).to(device)
@@ -74,10 +70,7 @@ def build_reference(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, out
             tgt_lp.append(lp.gather(-1, targets[:, None])[:, 0].cpu())
             ent.append(entropy(lp).cpu())
             nbytes.append(torch.from_numpy(p.stream.nbytes[w.target_slice]))
-            rep.advance()
-    finally:
-        rep.stop()
-    p.timings["eval_s"] = time.perf_counter() - t0
+            step()
     nll = -torch.cat(tgt_lp)
     cols = {"nll": nll.numpy(), "bytes": torch.cat(nbytes).numpy(), "entropy": torch.cat(ent).numpy()}
     prov = provenance(p, "reference")
@@ -162,9 +155,7 @@ def run_gate(gs: GateSettings, ms: ModelSettings, rep: Reporter | None = None) -
     prefix_id = ref.meta["provenance"]["protocol"]["prefix_id"]
     cols: dict[str, list] = {k: [] for k in ("nll", "kl", "kl_lower", "tv", "rkl", "top1")}
     offset = 0
-    rep.start(len(ref.windows), f"candidate: {len(ref.windows)} windows")
-    t0 = time.perf_counter()
-    try:
+    with progress(rep, timings, len(ref.windows), f"candidate: {len(ref.windows)} windows") as step:
         for w in ref.windows:
             inputs = window_inputs(ref.stream_ids, w, prefix_id).to(device)
             lq = log_softmax(forward_scored(model, inputs, w)).cpu()
@@ -177,10 +168,7 @@ def run_gate(gs: GateSettings, ms: ModelSettings, rep: Reporter | None = None) -
             for k in ("kl", "kl_lower", "tv", "rkl", "top1"):
                 cols[k].append(getattr(d, k))
             offset += w.n_scored
-            rep.advance()
-    finally:
-        rep.stop()
-    timings["eval_s"] = time.perf_counter() - t0
+            step()
     var = {k: torch.cat(v).numpy() for k, v in cols.items()}
     ref_cols = {"nll": (-ref.target_logp).numpy(), "bytes": ref.nbytes.numpy(), "entropy": ref.entropy.numpy()}
     metrics = _gate_metrics(ref_cols, var)
@@ -204,7 +192,7 @@ def run_gate(gs: GateSettings, ms: ModelSettings, rep: Reporter | None = None) -
         "timings": timings,
         "metrics_meta": metric_meta(METRICS),
     }
-    return result, {"reference": {**ref_cols, "entropy": ref.entropy.numpy()}, "variant": var}
+    return result, {"reference": ref_cols, "variant": var}
 
 
 def _gate_metrics(ref_cols: dict, var: dict) -> dict:

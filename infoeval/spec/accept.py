@@ -20,7 +20,7 @@ from infoeval.config import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
 from infoeval.models import resolve_device, resolve_dtype
 from infoeval.results import SCHEMA_VERSION
-from infoeval.runs import Prepared, Reporter, prepare, provenance
+from infoeval.runs import Prepared, Reporter, prepare, progress, provenance
 from infoeval.spec.drafts import DraftSettings, build_draft
 from infoeval.spec.math import (
     LN2, entropy_quartiles, expected_tokens_table, log_softmax_t, mean_se, pearson, pinsker, position_stats,
@@ -152,13 +152,8 @@ def spec_accept(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, ds: Dra
     device = resolve_device(ms.device)
     draft = build_draft(p.loaded, ds, device, resolve_dtype(ms.dtype, device), ms.device_map)
     p.timings["draft_s"] = time.perf_counter() - t0
-    rep.start(len(p.windows), f"{len(p.windows)} windows × (target + draft)")
-    t0 = time.perf_counter()
-    try:
-        cols = evaluate_windows(p, draft, temps, rep.advance)
-    finally:
-        rep.stop()
-    p.timings["eval_s"] = time.perf_counter() - t0
+    with progress(rep, p.timings, len(p.windows), f"{len(p.windows)} windows × (target + draft)") as step:
+        cols = evaluate_windows(p, draft, temps, step)
     summaries = [summarize(cols, t, m) for t, m in cols.conditions]
     pv = provenance(p, "spec-accept")
     pv["draft"] = draft.info

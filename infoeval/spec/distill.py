@@ -19,7 +19,6 @@ q_T = (0.5, 0.5), KL = 0.7311 ln(1.4621) + 0.2689 ln(0.5379) = 0.1109 nats, T²�
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +29,7 @@ from infoeval.errors import UsageError
 from infoeval.infotheory import nll
 from infoeval.models import resolve_device, resolve_dtype
 from infoeval.results import SCHEMA_VERSION
-from infoeval.runs import Reporter, prepare, provenance
+from infoeval.runs import Reporter, prepare, progress, provenance
 from infoeval.spec.drafts import DraftSettings, build_draft
 from infoeval.spec.math import LN2, log_softmax_t, mean_se
 from infoeval.spec.metrics import DISTILL_METRICS, metric_meta
@@ -137,13 +136,8 @@ def distill(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, ds: DraftSe
     rep.stage("building the student")
     device = resolve_device(ms.device)
     student = build_draft(p.loaded, ds, device, resolve_dtype(ms.dtype, device), ms.device_map)
-    rep.start(len(p.windows), f"{len(p.windows)} windows × (teacher + student)")
-    t0 = time.perf_counter()
-    try:
-        cols, check = _evaluate(p, student, temps, alpha, rep.advance)
-    finally:
-        rep.stop()
-    p.timings["eval_s"] = time.perf_counter() - t0
+    with progress(rep, p.timings, len(p.windows), f"{len(p.windows)} windows × (teacher + student)") as step:
+        cols, check = _evaluate(p, student, temps, alpha, step)
     pv = provenance(p, "distill")
     pv["student"] = student.info
     result = {
