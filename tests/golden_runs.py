@@ -1,0 +1,228 @@
+"""Every command run on fixed small settings, and the numbers it reports, for the golden comparison.
+
+``run_all(folder)`` builds the tiny models and a text inside ``folder``, runs each command the way a user does
+(``python -m infoeval ...`` in a subprocess) and returns ``{run name: JSON-like record}``. A record is the command's
+result JSON, plus digests of the files a command writes instead (reference file tensors, checkpoints) and the
+per-position CSV of one run. ``tests/golden/*.json`` holds the records saved before a refactor;
+``test_golden.py`` compares a fresh run with them number by number (see ``compare``).
+
+Regenerate (only when a number is meant to change, and say why in the commit):
+    python tests/golden_runs.py tests/golden            # tiny models
+    python tests/golden_runs.py tests/golden --real     # + the built-in SmolLM2 (slow)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from tiny_models import build_tiny_llama, build_tiny_qwen3, tiny_text  # noqa: E402
+
+ENV = {k: v for k, v in os.environ.items() if k not in ("INFOEVAL_DEBUG",)} | {"HF_HUB_OFFLINE": "1"}
+ENV.setdefault("INFOEVAL_DATA_DIR", str(HERE.parent.parent / "shared" / "data"))  # the product's own lookup
+# Keys whose values depend on the machine, the clock, the run's folder or the software versions, not on the
+# arithmetic: they are not compared.
+VOLATILE = {
+    "timings", "created", "argv", "versions", "path", "file", "out", "reference_file", "seconds", "wall_s",
+    "tokens_per_s", "speedup", "model_of_speedup", "torch_threads", "cache", "sha256_file", "load_s", "eval_s",
+}
+# Renames of the result schema (old key path → new key path), applied to a golden record before comparing.
+RENAMES: dict[str, list[tuple[str, str]]] = {}
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _run(args: list, cwd: Path) -> None:
+    quiet = ["-q"] if args[0] not in ("kl-fit", "temperature", "quantize") else []
+    proc = subprocess.run([sys.executable, "-m", "infoeval", *map(str, args), *quiet], cwd=cwd, env=ENV,
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"infoeval {' '.join(map(str, args))} exited {proc.returncode}: {proc.stderr[-2000:]}")
+
+
+def _reference_record(path: Path) -> dict:
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        meta = json.loads(f.metadata()["infoeval"])
+        tensors = {k: hashlib.sha256(f.get_tensor(k).contiguous().view(-1).view(__import__("torch").uint8).numpy().tobytes()).hexdigest()
+                   for k in sorted(f.keys())}  # fmt: skip
+    return {"reference": meta.get("reference"), "top_k": meta.get("top_k"), "tail_samples": meta.get("tail_samples"),
+            "tensors": tensors}  # fmt: skip
+
+
+def _checkpoint_record(folder: Path) -> dict:
+    report = json.loads((folder / "infoeval-quantization.json").read_text())
+    report.pop("created", None)
+    report.pop("versions", None)
+    return {"weights": _sha(folder / "model.safetensors"), "report": report}
+
+
+def plan(folder: Path, real: bool) -> dict[str, list]:
+    """Each run's arguments (every output under ``folder``)."""
+    llama, qwen, text = folder / "llama", folder / "qwen3", folder / "text.txt"
+    common = ["--text", text, "--device", "cpu"]
+    runs = {
+        "quantize-compare-llama": ["quantize-compare", "--model", llama, "--schemes", "int8-channel,int4-g32,int3-g64-asym",
+                                   "--ctx", 64, "--stride", 48, "--max-tokens", 300, *common,
+                                   "--json", folder / "qc-llama.json", "--positions", folder / "qc-llama-positions.csv"],
+        "quantize-compare-qwen3-llamacpp": ["quantize-compare", "--model", qwen, "--schemes", "int4-g64,int8-channel-asym",
+                                            "--protocol", "llama.cpp", "--ctx", 64, "--max-tokens", 300, *common,
+                                            "--json", folder / "qc-qwen3.json"],
+        "compress-bits-qwen3": ["compress-bits", "--model", qwen, "--ctx", 96, "--max-tokens", 400, *common,
+                                "--json", folder / "cb-qwen3.json"],
+        "reference-llama": ["reference", llama, "--out", folder / "ref.safetensors", "--top-k", 16, "--tail-samples", 8,
+                            "--ctx", 64, "--max-tokens", 300, *common],
+        "spec-accept-llama": ["spec-accept", llama, "--draft-scheme", "int4-g32", "--temperature", "0.5,1,2", "--ctx", 64,
+                              "--max-tokens", 300, *common, "--json", folder / "sa.json"],
+        "spec-accept-layers": ["spec-accept", llama, "--draft-layers", 1, "--ctx", 64, "--max-tokens", 200, *common,
+                               "--json", folder / "sa-layers.json"],
+        "spec-decode-llama": ["spec-decode", llama, "--draft-scheme", "int4-g32", "--prompt", "The function returns",
+                              "--gamma", 3, "--max-new-tokens", 24, "--temperature", 0.8, "--seed", 3, "--device", "cpu",
+                              "--json", folder / "sd.json"],
+        "distill-llama": ["distill", llama, "--student-layers", 1, "--T", "1,2,4", "--alpha", 0.25, "--ctx", 64,
+                          "--max-tokens", 300, *common, "--json", folder / "distill.json"],
+        "temperature-logits": ["temperature", "--logits", "9.1,6.2,4.6,3.3", "--labels", "cat,lion,lynx,dog",
+                               "--T", "0.5,1,2", "--json", folder / "temp-logits.json"],
+        "temperature-model": ["temperature", "--model", llama, "--prompt", "The function", "--top", 5, "--device", "cpu",
+                              "--json", folder / "temp-model.json"],
+        "mutual-info-llama": ["mutual-info", "--model", llama, "--lengths", "8,16,32", "--blocks", 4, "--batch-tokens", 64,
+                              "--bootstrap", 50, *common, "--json", folder / "mi.json"],
+        "kl-fit": ["kl-fit", "--steps", 200, "--support", 60, "--target", "0.6:15:4,0.4:40:4", "--starts", "20,35",
+                   "--json", folder / "klfit.json"],
+        "quantize-llama": ["quantize", llama, "--scheme", "int4-g32", "--out", folder / "ckpt", "--device", "cpu"],
+    }
+    if real:
+        runs["quantize-compare-smollm2"] = ["quantize-compare", "--schemes", "int8-channel,int4-g128", "--ctx", 128,
+                                            "--max-tokens", 256, "--device", "cpu", "--json", folder / "qc-smollm2.json"]
+        runs["compress-bits-smollm2"] = ["compress-bits", "--dataset", "tinyshakespeare", "--ctx", 128, "--max-tokens", 256,
+                                         "--device", "cpu", "--json", folder / "cb-smollm2.json"]
+    return runs
+
+
+GATE = ["gate", "--reference", "ref.safetensors", "--scheme", "int4-g32", "--max-kl-mean", 0.5, "--device", "cpu",
+        "--json", "gate.json"]  # fmt: skip
+
+
+def run_all(folder: Path, real: bool = False, only: set[str] | None = None) -> dict[str, dict]:
+    folder = Path(folder)
+    build_tiny_llama(folder / "llama", seed=0)
+    build_tiny_qwen3(folder / "qwen3", seed=0)
+    (folder / "text.txt").write_text(tiny_text(), encoding="utf-8")
+    runs = {k: v for k, v in plan(folder, real).items() if only is None or k in only}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for fut in [pool.submit(_run, args, folder) for args in runs.values()]:
+            fut.result()
+    out: dict[str, dict] = {}
+    for name, args in runs.items():
+        if name == "reference-llama":
+            out[name] = _reference_record(folder / "ref.safetensors")
+            _run(GATE, folder)
+            out["gate-llama"] = json.loads((folder / "gate.json").read_text())
+        elif name == "quantize-llama":
+            out[name] = _checkpoint_record(folder / "ckpt")
+        else:
+            out[name] = json.loads(Path(args[args.index("--json") + 1]).read_text())
+    if "quantize-compare-llama" in runs:
+        out["quantize-compare-llama-positions"] = pd.read_csv(folder / "qc-llama-positions.csv").to_dict(orient="list")
+    return _scrub(out, str(folder))
+
+
+def _scrub(obj, folder: str):
+    """Replace the run folder in strings with <RUN> so that records from two folders compare."""
+    if isinstance(obj, dict):
+        return {k: _scrub(v, folder) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_scrub(v, folder) for v in obj]
+    if isinstance(obj, str):
+        return obj.replace(folder, "<RUN>")
+    return obj
+
+
+# ---- comparison ------------------------------------------------------------------------------------------
+def _get(obj, path: str):
+    for part in path.split("/") if path else []:
+        obj = obj[int(part)] if isinstance(obj, list) else obj[part]
+    return obj
+
+
+def apply_renames(name: str, record: dict) -> dict:
+    """Move every renamed key of a golden record to its new place (RENAMES: 'a/b' → 'c/d')."""
+    record = json.loads(json.dumps(record))
+    for old, new in RENAMES.get(name, []) + RENAMES.get("*", []):
+        *old_parent, old_key = old.split("/")
+        parent = _get(record, "/".join(old_parent))
+        if old_key not in parent:
+            continue
+        value = parent.pop(old_key)
+        *new_parent, new_key = new.split("/")
+        node = record
+        for part in new_parent:
+            node = node.setdefault(part, {})
+        node[new_key] = value
+    return record
+
+
+def leaves(obj, path: str = ""):
+    """(path, value) of every number, bool and string, skipping VOLATILE keys."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k not in VOLATILE and not k.endswith(("_s", "_s_all")):  # *_s: seconds
+                yield from leaves(v, f"{path}/{k}" if path else k)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from leaves(v, f"{path}/{i}")
+    else:
+        yield path, obj
+
+
+def compare(golden: dict, fresh: dict, name: str, rel: float = 0.0) -> list[str]:
+    """Every leaf of the golden record (after renames) against the fresh one; returns the differences.
+
+    ``rel = 0`` asks for identical numbers. Strings are compared too, so a changed rule text or scheme name
+    shows up; a leaf missing from the fresh record is a difference."""
+    golden = apply_renames(name, golden)
+    fresh_leaves = dict(leaves(fresh))
+    diffs = []
+    for path, want in leaves(golden):
+        if path not in fresh_leaves:
+            diffs.append(f"{name}: {path} missing (golden {want!r})")
+            continue
+        got = fresh_leaves[path]
+        if isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
+            same = (math.isnan(want) and math.isnan(got)) or want == got or abs(got - want) <= rel * abs(want)
+        else:
+            same = want == got
+        if not same:
+            diffs.append(f"{name}: {path} golden {want!r} now {got!r}")
+    return diffs
+
+
+def main(argv: list[str]) -> None:
+    import tempfile
+
+    out_dir = Path(argv[0])
+    real = "--real" in argv
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        records = run_all(Path(tmp), real)
+    for name, record in records.items():
+        (out_dir / f"{name}.json").write_text(json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    print(f"wrote {len(records)} records to {out_dir}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
