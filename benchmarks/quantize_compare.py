@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def child(mode: str, tokens: int, model: str, data_dir: str) -> dict:
     import torch
 
-    from infoeval.config import ModelSettings, TextSettings, VariantSettings, WindowSettings
-    from infoeval.runs import Reporter, prepare, quantize_compare
+    from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+    from infoeval.prepare import Reporter, prepare, quantize_compare
 
     ms = ModelSettings(model=model)
     ts = TextSettings(dataset="wikitext-2", data_dir=Path(data_dir), max_tokens=tokens)

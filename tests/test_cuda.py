@@ -8,8 +8,8 @@ import torch
 
 from tiny_models import requires_cuda
 
-from infoeval.config import ModelSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.runs import quantize_compare
+from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.prepare import quantize_compare
 
 
 @requires_cuda

@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
-from infoeval.config import ModelSettings, TextSettings, WindowSettings
+from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
 from infoeval.models import load_model
-from infoeval.spec import distill as dmod
-from infoeval.spec.drafts import DraftSettings
+from infoeval.speculative import distill as dmod
+from infoeval.speculative.drafts import DraftSettings
 
 LN2 = math.log(2)
 

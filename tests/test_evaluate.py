@@ -20,10 +20,10 @@ import pytest
 import torch
 import zstandard
 
-from infoeval import runs
-from infoeval.compressors import COMPRESSORS, compress_all
-from infoeval.config import ModelSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.evaluate import REF_COLUMNS, VARIANT_COLUMNS, run_lockstep
+from infoeval import prepare as runs
+from infoeval.compare.compressors import COMPRESSORS, compress_all
+from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.engine import REF_COLUMNS, VARIANT_COLUMNS, run_lockstep
 from infoeval.models import load_model
 from infoeval.quant.apply import fake_quantize_, quantize_variant
 from infoeval.quant.schemes import parse_scheme

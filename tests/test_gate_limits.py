@@ -11,7 +11,7 @@ import pytest
 
 from infoeval.errors import UsageError
 from infoeval.gate.limits import DEFAULT_LIMITS, compare_baseline, judge, parse_limits
-from infoeval.gate.outputs import junit_xml, markdown
+from infoeval.gate.report import junit_xml, markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = {

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from infoeval import runs
-from infoeval.config import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval import prepare as runs
+from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.gate.limits import parse_limits
-from infoeval.gate.run import GateSettings, build_reference, run_gate
+from infoeval.gate.pipeline import GateSettings, build_reference, run_gate
 from tiny_models import requires_smollm2
 
 pytestmark = [pytest.mark.slow, requires_smollm2]

@@ -28,7 +28,7 @@ def _check(records: dict) -> None:
 @pytest.mark.slow
 def test_every_command_keeps_its_numbers(tmp_path):
     records = run_all(tmp_path)
-    assert len(records) == 16
+    assert len(records) == 15
     _check(records)
 
 

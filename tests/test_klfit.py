@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from infoeval.errors import UsageError
-from infoeval.klfit import (
+from infoeval.klfit.fit import (
     Bump, KLFitSettings, check_settings, gaussian_log_probs, grid, kl, parse_target, run_kl_fit, target_log_probs,
 )  # fmt: skip
 

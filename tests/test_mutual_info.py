@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 import torch
 
-from infoeval.config import ModelSettings, TextSettings
+from infoeval.settings import ModelSettings, TextSettings
 from infoeval.errors import DataError, UsageError
 from infoeval.models import load_model
-from infoeval.mutual_info import (
+from infoeval.mutual_info.estimator import (
     MISettings, blocks_per_length, check_blocks, check_max_positions, check_settings, cut_blocks, estimate,
     parse_lengths, run_mutual_info, score_blocks, summarize,
 )  # fmt: skip

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from infoeval import runs
-from infoeval.config import ModelSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.evaluate import run_lockstep
+from infoeval import prepare as runs
+from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.engine import run_lockstep
 from tiny_models import requires_smollm2
 
 pytestmark = [pytest.mark.slow, requires_smollm2]

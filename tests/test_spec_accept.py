@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from infoeval.config import ModelSettings, TextSettings, WindowSettings
+from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
 from infoeval.models import load_model
-from infoeval.spec import accept
-from infoeval.spec.drafts import DraftSettings
+from infoeval.speculative import accept
+from infoeval.speculative.drafts import DraftSettings
 
 CTX, MAX_TOKENS = 48, 150
 TEMPS = (0.5, 1.0, 2.0)

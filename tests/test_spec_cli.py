@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from infoeval.spec.accept import POSITION_COLUMNS, SUMMARY_COLUMNS
-from infoeval.spec.generate import SUMMARY_COLUMNS as DECODE_COLUMNS
+from infoeval.speculative.accept import POSITION_COLUMNS, SUMMARY_COLUMNS
+from infoeval.speculative.generate import SUMMARY_COLUMNS as DECODE_COLUMNS
 
 # one thread per run: three runs share the cores, and tiny models gain nothing from a second thread (OpenMP
 # threads that wait on a busy core made a tiny-model run 30× slower here)

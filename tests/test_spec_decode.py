@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from infoeval.config import ModelSettings
+from infoeval.settings import ModelSettings
 from infoeval.errors import UsageError
 from infoeval.models import load_model
-from infoeval.spec.decode import plain_sample, speculative_sample, verify_drafts
-from infoeval.spec.drafts import DraftSettings, build_draft, truncated
-from infoeval.spec.generate import spec_decode
-from infoeval.spec.math import chi_square
-from infoeval.spec.verify import theorem1_check
+from infoeval.speculative.decode import plain_sample, speculative_sample, verify_drafts
+from infoeval.speculative.drafts import DraftSettings, build_draft, truncated
+from infoeval.speculative.generate import spec_decode
+from infoeval.speculative.theory import chi_square
+from infoeval.speculative.verify import theorem1_check
 
 CPU = torch.device("cpu")
 

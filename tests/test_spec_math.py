@@ -1,4 +1,4 @@
-"""infoeval.spec.math against closed forms, brute-force loops and simulations."""
+"""infoeval.speculative.theory against closed forms, brute-force loops and simulations."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from infoeval.spec import math as sm
+from infoeval.speculative import theory as sm
 
 
 def _rand_lp(n: int, v: int, scale: float, seed: int) -> torch.Tensor:
@@ -223,7 +223,7 @@ def test_break_even_alpha_with_a_costly_verify():
     assert a > sm.break_even_alpha(4, 0.4)
 
 
-@pytest.mark.parametrize("module", ["infoeval.spec.math", "infoeval.spec.decode", "infoeval.spec.distill"])
+@pytest.mark.parametrize("module", ["infoeval.speculative.theory", "infoeval.speculative.decode", "infoeval.speculative.distill"])
 def test_worked_examples_in_docstrings(module):
     """The worked examples in the docstrings are run, so they cannot drift from the code."""
     import doctest

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from infoeval.config import ModelSettings, TextSettings, WindowSettings
-from infoeval.runs import Reporter, prepare
-from infoeval.spec import accept
-from infoeval.spec.decode import speculative_sample
-from infoeval.spec.drafts import DraftSettings, build_draft
+from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.prepare import Reporter, prepare
+from infoeval.speculative import accept
+from infoeval.speculative.decode import speculative_sample
+from infoeval.speculative.drafts import DraftSettings, build_draft
 from tiny_models import requires_smollm2
 
 pytestmark = [pytest.mark.slow, requires_smollm2]

@@ -9,7 +9,7 @@ import torch
 
 from infoeval.errors import UsageError
 from infoeval.models import load_model
-from infoeval.spec import temperature as tm
+from infoeval.speculative import temperature as tm
 
 Z = [9.1, 6.2, 4.6, 3.3]
 

@@ -16,10 +16,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from infoeval.config import ModelSettings
+from infoeval.settings import ModelSettings
 from infoeval.errors import UsageError
 from infoeval.models import load_model, resolve_device, resolve_dtype
-from infoeval.gate.packed import check_packable, save_pack_quantized
+from infoeval.quant.packed import check_packable, save_pack_quantized
 from infoeval.quant.apply import quantize_variant, swap_in
 from infoeval.quant.schemes import parse_scheme
 from infoeval.results import now_iso, versions

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from infoeval.errors import RuntimeFailure
-from infoeval.evaluate import forward_scored
-from infoeval.runs import Prepared
+from infoeval.engine import forward_scored
+from infoeval.prepare import Prepared
 from infoeval.windows import window_inputs, window_targets
 
 BASE_DTYPES = {"window": np.int32, "position": np.int64, "token_id": np.int64, "context": np.int32}

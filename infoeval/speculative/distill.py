@@ -24,16 +24,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from infoeval.config import ModelSettings, TextSettings, WindowSettings
+from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
 from infoeval.infotheory import nll
 from infoeval.models import resolve_device, resolve_dtype
 from infoeval.results import SCHEMA_VERSION
-from infoeval.runs import Reporter, prepare, progress, provenance
-from infoeval.spec.drafts import DraftSettings, build_draft
-from infoeval.spec.math import LN2, log_softmax_t, mean_se
-from infoeval.spec.metrics import DISTILL_METRICS, metric_meta
-from infoeval.spec.pairs import base_columns, paired_logits
+from infoeval.prepare import Reporter, prepare, progress, provenance
+from infoeval.speculative.drafts import DraftSettings, build_draft
+from infoeval.speculative.theory import LN2, log_softmax_t, mean_se
+from infoeval.speculative.metrics import DISTILL_METRICS, metric_meta
+from infoeval.speculative.pairs import base_columns, paired_logits
 
 TERMS = ("hard_ce", "kl", "t2_kl", "loss", "soft_ce", "teacher_entropy", "teacher_tail_mass", "grad_norm", "t2_grad_norm")
 GRAD_CHECK_POSITIONS = 16

@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from infoeval.spec.decode import verify_drafts
-from infoeval.spec.math import chi_square, log_softmax_t
+from infoeval.speculative.decode import verify_drafts
+from infoeval.speculative.theory import chi_square, log_softmax_t
 
 MIN_EXPECTED = 5.0
 MAX_CELLS = 60

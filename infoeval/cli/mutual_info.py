@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from infoeval.cli_common import (
+from infoeval.cli.options import (
     ConfigOpt, DataDirOpt, DatasetOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, JsonOpt, ModelOpt, OutDirOpt,
     QuietOpt, RunNameOpt, TextOpt, output_paths_for, settings,
 )  # fmt: skip
@@ -29,7 +29,7 @@ MIBlocksCsvOpt = Annotated[Optional[Path], typer.Option("--positions", help="Wri
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the infoeval app."""
-    from infoeval.mutual_info import DEFAULT_BATCH_TOKENS, DEFAULT_BLOCKS, DEFAULT_LENGTHS
+    from infoeval.mutual_info.estimator import DEFAULT_BATCH_TOKENS, DEFAULT_BLOCKS, DEFAULT_LENGTHS
 
     @app.command("mutual-info")
     def mutual_info(
@@ -60,8 +60,8 @@ def register(app: typer.Typer) -> None:
         H(Y|X) in bits, for each length; and the power law I(L) ≈ A·L^β with a bootstrap CI for β (L²M)."""
         from rich.console import Console
 
-        from infoeval.mi_report import mi_blocks_frame, mi_summary_frame, print_mutual_info
-        from infoeval.mutual_info import MISettings, check_settings, parse_lengths, run_mutual_info
+        from infoeval.mutual_info.report import mi_blocks_frame, mi_summary_frame, print_mutual_info
+        from infoeval.mutual_info.estimator import MISettings, check_settings, parse_lengths, run_mutual_info
         from infoeval.report import RichReporter, stdout_console
         from infoeval.results import write_outputs
 
@@ -102,8 +102,8 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         from infoeval.errors import UsageError
-        from infoeval.klfit import KLFitSettings, kl_fit_result, parse_target
-        from infoeval.mi_report import klfit_frame, print_kl_fit
+        from infoeval.klfit.fit import KLFitSettings, kl_fit_result, parse_target
+        from infoeval.mutual_info.report import klfit_frame, print_kl_fit
         from infoeval.report import stdout_console
         from infoeval.results import write_outputs
 

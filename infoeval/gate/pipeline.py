@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from infoeval.config import ModelSettings, TextSettings, WindowSettings
+from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import DataError, RuntimeFailure, UsageError
-from infoeval.evaluate import forward_scored
+from infoeval.engine import forward_scored
 from infoeval.gate.compact import CompactDist, compact, divergences
 from infoeval.gate.limits import Limit, compare_baseline, judge
 from infoeval.gate.reference_file import Reference, read_reference, write_reference
@@ -25,7 +25,7 @@ from infoeval.models import BUILTIN, load_model, resolve_device, resolve_dtype
 from infoeval.quant.apply import fake_quantize_
 from infoeval.quant.schemes import parse_scheme
 from infoeval.results import SCHEMA_VERSION, command_line, metric_meta, now_iso, versions
-from infoeval.runs import Reporter, prepare, progress, provenance
+from infoeval.prepare import Reporter, prepare, progress, provenance
 from infoeval.windows import window_inputs, window_targets
 
 

@@ -17,8 +17,8 @@ import torch
 
 from infoeval.errors import UsageError
 from infoeval.results import SCHEMA_VERSION, command_line, now_iso, versions
-from infoeval.spec.math import LN2
-from infoeval.spec.metrics import TEMPERATURE_METRICS, metric_meta
+from infoeval.speculative.theory import LN2
+from infoeval.speculative.metrics import TEMPERATURE_METRICS, metric_meta
 
 
 def parse_logits(spec: str) -> list[float]:

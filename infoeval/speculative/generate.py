@@ -9,16 +9,16 @@ import time
 
 import torch
 
-from infoeval.config import ModelSettings
+from infoeval.settings import ModelSettings
 from infoeval.errors import UsageError
 from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.results import SCHEMA_VERSION, command_line, now_iso, versions
-from infoeval.runs import Reporter
-from infoeval.spec.decode import Generation, plain_sample, speculative_sample
-from infoeval.spec.drafts import DraftSettings, build_draft
-from infoeval.spec.math import break_even_alpha, expected_tokens
-from infoeval.spec.metrics import DECODE_METRICS, metric_meta
-from infoeval.spec.verify import theorem1_check
+from infoeval.prepare import Reporter
+from infoeval.speculative.decode import Generation, plain_sample, speculative_sample
+from infoeval.speculative.drafts import DraftSettings, build_draft
+from infoeval.speculative.theory import break_even_alpha, expected_tokens
+from infoeval.speculative.metrics import DECODE_METRICS, metric_meta
+from infoeval.speculative.verify import theorem1_check
 
 
 def check_options(gamma: int, max_new: int, temperature: float, repeats: int, verify: int) -> None:

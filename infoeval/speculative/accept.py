@@ -16,18 +16,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from infoeval.config import ModelSettings, TextSettings, WindowSettings
+from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
 from infoeval.models import resolve_device, resolve_dtype
 from infoeval.results import SCHEMA_VERSION
-from infoeval.runs import Prepared, Reporter, prepare, progress, provenance
-from infoeval.spec.drafts import DraftSettings, build_draft
-from infoeval.spec.math import (
+from infoeval.prepare import Prepared, Reporter, prepare, progress, provenance
+from infoeval.speculative.drafts import DraftSettings, build_draft
+from infoeval.speculative.theory import (
     LN2, entropy_quartiles, expected_tokens_table, log_softmax_t, mean_se, pearson, pinsker, position_stats,
     run_length_table, run_lengths, top1_match,
 )
-from infoeval.spec.metrics import ACCEPT_METRICS, metric_meta
-from infoeval.spec.pairs import base_columns, paired_logits
+from infoeval.speculative.metrics import ACCEPT_METRICS, metric_meta
+from infoeval.speculative.pairs import base_columns, paired_logits
 
 GAMMAS = tuple(range(1, 9))
 STAT_COLUMNS = ("entropy_p", "entropy_q", "beta", "kl", "tv", "nll_p", "nll_q")

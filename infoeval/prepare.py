@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from infoeval.config import PREFIXES, PROTOCOLS, ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.settings import PREFIXES, PROTOCOLS, ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.errors import RuntimeFailure, UsageError
-from infoeval.evaluate import Columns, run_lockstep
+from infoeval.engine import Columns, run_lockstep
 from infoeval.metrics import METRICS, reference_metrics, variant_metrics
 from infoeval.models import LoadedModel, load_model, resolve_device, resolve_dtype
 from infoeval.quant.apply import quantize_variant
@@ -238,7 +238,7 @@ def scored_bytes(p: Prepared) -> bytes:
 
 
 def compress_bits(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Reporter | None = None) -> tuple[dict, Columns]:
-    from infoeval.compressors import compress_all
+    from infoeval.compare.compressors import compress_all
 
     rep = rep or Reporter()
     p = prepare(ms, ts, ws, rep)

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from infoeval.config import ModelSettings, TextSettings, WindowSettings
+from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
 from infoeval.models import DEFAULT_MODEL
 from infoeval.text import DATASETS
@@ -98,7 +98,7 @@ def settings(model, device, dtype, device_map, text, dataset, data_dir, max_toke
 
 def output_paths_for(command: str, ms: ModelSettings, result: dict, csv, json_, positions, out_dir, run_name) -> dict[str, Path]:
     from infoeval.results import output_paths
-    from infoeval.runs import default_run_name
+    from infoeval.prepare import default_run_name
 
     name = run_name or default_run_name(command, ms, result["provenance"]["text"]["source"])
     return output_paths(csv, json_, positions, out_dir, Path("results") / name)

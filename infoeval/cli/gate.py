@@ -8,12 +8,12 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from infoeval.cli_common import (
+from infoeval.cli.options import (
     DEFAULT_MAX_TOKENS, ConfigOpt, CsvOpt, CtxOpt, DataDirOpt, DatasetOpt, DeviceMapOpt, DeviceOpt, DtypeOpt,
     ExcludeOpt, IncludeOpt, JsonOpt, MaxTokensOpt, OutDirOpt, PositionsOpt, PrefixOpt, ProtocolOpt, QuietOpt,
     RunNameOpt, StrideOpt, TextOpt, output_paths_for, read_toml, settings,
 )
-from infoeval.config import ModelSettings
+from infoeval.settings import ModelSettings
 from infoeval.errors import UsageError
 from infoeval.models import DEFAULT_MODEL
 
@@ -63,8 +63,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """One pass of the reference model writes a compact, self-validating reference file for `gate`: top-K
         log-probs, tail mass and tail samples per scored position, the token ids of every window, provenance."""
-        from infoeval.gate.outputs import reference_summary_table
-        from infoeval.gate.run import build_reference
+        from infoeval.gate.report import reference_summary_table
+        from infoeval.gate.pipeline import build_reference
         from infoeval.report import RichReporter, stdout_console
 
         ms, ts, ws = settings(model, device, dtype, device_map, text, dataset, data_dir, max_tokens, ctx, stride, protocol, prefix)
@@ -104,9 +104,9 @@ def register(app: typer.Typer) -> None:
         import pandas as pd
 
         from infoeval.errors import EXIT_GATE_FAILED
-        from infoeval.gate.outputs import gate_table, junit_xml, summary_table, write_text
-        from infoeval.gate.outputs import markdown as to_markdown
-        from infoeval.gate.run import GateSettings, run_gate
+        from infoeval.gate.report import gate_table, junit_xml, summary_table, write_text
+        from infoeval.gate.report import markdown as to_markdown
+        from infoeval.gate.pipeline import GateSettings, run_gate
         from infoeval.report import RichReporter, stdout_console
         from infoeval.results import write_outputs
 
@@ -151,7 +151,7 @@ def register(app: typer.Typer) -> None:
         config: ConfigOpt = None,
     ) -> None:
         """Write a fake-quantized checkpoint (safetensors, config, tokenizer, per-layer report) that transformers loads."""
-        from infoeval.gate.checkpoint import quantize_checkpoint
+        from infoeval.quant.export import quantize_checkpoint
         from infoeval.report import stdout_console
 
         info = quantize_checkpoint(ModelSettings(model, device, dtype), scheme, out, tuple(include or ()), tuple(exclude or ()), force, format)

@@ -8,14 +8,14 @@ import sys
 import typer
 from rich.console import Console
 
-from infoeval import cli_gate, cli_mi, cli_spec
-from infoeval.cli_common import (
+from infoeval.cli import gate as cli_gate, mutual_info as cli_mi, speculative as cli_spec
+from infoeval.cli.options import (
     DEFAULT_MAX_TOKENS, ConfigOpt, CsvOpt, CtxOpt, DataDirOpt, DatasetOpt, DeviceMapOpt, DeviceOpt, DtypeOpt,
     ExcludeOpt, IncludeOpt, JsonOpt, MaxTokensOpt, ModelOpt, OutDirOpt, PositionsOpt, PrefixOpt, ProtocolOpt,
     QuietOpt, RunNameOpt, SchemesOpt, StrideOpt, TextOpt, output_paths_for, settings,
 )
-from infoeval.cli_mi import PlotOpt
-from infoeval.config import VariantSettings
+from infoeval.cli.mutual_info import PlotOpt
+from infoeval.settings import VariantSettings
 from infoeval.errors import EXIT_RUNTIME, InfoevalError
 from infoeval.models import DEFAULT_MODEL
 from infoeval.quant.schemes import DEFAULT_SCHEMES
@@ -56,7 +56,7 @@ def quantize_compare(
 ) -> None:
     """Fake-quantize a model's weights with each scheme and compare every variant with the original: PPL,
     KL(reference‖variant) mean and tails, top-1 agreement, reverse KL and TV on the same windows."""
-    from infoeval import runs
+    from infoeval import prepare as runs
     from infoeval.report import RichReporter, print_quantize_compare, stdout_console
     from infoeval.results import positions_frame, summary_frame, write_outputs
 
@@ -103,7 +103,7 @@ def compress_bits(
 ) -> None:
     """Total bits, bits/token and bits/byte of a model on a text, beside gzip, bz2, xz and zstd on the very
     same bytes."""
-    from infoeval import runs
+    from infoeval import prepare as runs
     from infoeval.report import RichReporter, print_compress_bits, stdout_console
     from infoeval.results import compress_frame, positions_frame, write_outputs
 

@@ -1,6 +1,6 @@
 """Commands for speculative decoding and distillation (issue 4): spec-accept, spec-decode, distill, temperature.
 
-Each command parses options, calls ``infoeval.spec`` and renders; p = target/teacher, q = draft/student.
+Each command parses options, calls ``infoeval.speculative`` and renders; p = target/teacher, q = draft/student.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from infoeval.cli_common import (
+from infoeval.cli.options import (
     DEFAULT_MAX_TOKENS, ConfigOpt, CsvOpt, CtxOpt, DataDirOpt, DatasetOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, JsonOpt,
     MaxTokensOpt, ModelOpt, OutDirOpt, PositionsOpt, PrefixOpt, ProtocolOpt, QuietOpt, RunNameOpt, StrideOpt, TextOpt,
     output_paths_for, settings,
@@ -84,9 +84,9 @@ def spec_accept(
     acceptance by target-entropy quartile, top-1 runs and expected tokens per target call, at each temperature."""
     from infoeval.report import RichReporter, stdout_console
     from infoeval.results import write_outputs
-    from infoeval.spec.accept import SUMMARY_COLUMNS, parse_temperatures, plot_acceptance, positions_frame, spec_accept, summary_rows
-    from infoeval.spec.drafts import DraftSettings
-    from infoeval.spec.report import print_spec_accept
+    from infoeval.speculative.accept import SUMMARY_COLUMNS, parse_temperatures, plot_acceptance, positions_frame, spec_accept, summary_rows
+    from infoeval.speculative.drafts import DraftSettings
+    from infoeval.speculative.report import print_spec_accept
 
     import pandas as pd
 
@@ -130,13 +130,13 @@ def spec_decode(
 ) -> None:
     """Speculative sampling with KV caches (draft proposes γ tokens, the target verifies them in one pass) against
     plain sampling from the target: acceptance, tokens per target call, wall time and speed-up."""
-    from infoeval.config import ModelSettings
+    from infoeval.settings import ModelSettings
     from infoeval.report import RichReporter, stdout_console
     from infoeval.results import output_paths, write_outputs
-    from infoeval.runs import default_run_name
-    from infoeval.spec.drafts import DraftSettings
-    from infoeval.spec.generate import rounds_frame, spec_decode, summary_frame
-    from infoeval.spec.report import print_spec_decode
+    from infoeval.prepare import default_run_name
+    from infoeval.speculative.drafts import DraftSettings
+    from infoeval.speculative.generate import rounds_frame, spec_decode, summary_frame
+    from infoeval.speculative.report import print_spec_decode
 
     ms = ModelSettings(_target(target, model), device, dtype, device_map)
     result, spec = spec_decode(ms, DraftSettings(draft, draft_scheme, draft_layers), prompt, gamma, max_new_tokens, temperature,
@@ -181,10 +181,10 @@ def distill(
 
     from infoeval.report import RichReporter, stdout_console
     from infoeval.results import write_outputs
-    from infoeval.spec.accept import parse_temperatures
-    from infoeval.spec.distill import SUMMARY_COLUMNS, distill, positions_frame
-    from infoeval.spec.drafts import DraftSettings
-    from infoeval.spec.report import print_distill
+    from infoeval.speculative.accept import parse_temperatures
+    from infoeval.speculative.distill import SUMMARY_COLUMNS, distill, positions_frame
+    from infoeval.speculative.drafts import DraftSettings
+    from infoeval.speculative.report import print_distill
 
     temps = parse_temperatures(temperatures, "--T")
     ms, ts, ws = settings(_target(teacher, model), device, dtype, device_map, text, dataset, data_dir, max_tokens, ctx, stride, protocol, prefix)
@@ -214,13 +214,13 @@ def temperature(
 ) -> None:
     """The temperature slider as a table: softmax(z/T) per class, top probability, tail mass and entropy in bits,
     for --logits given by hand or a model's next-token logits (--model M --prompt TEXT)."""
-    from infoeval.config import ModelSettings
+    from infoeval.settings import ModelSettings
     from infoeval.report import stdout_console
     from infoeval.results import output_paths, write_outputs
-    from infoeval.runs import default_run_name
-    from infoeval.spec.accept import parse_temperatures
-    from infoeval.spec.report import print_temperature
-    from infoeval.spec.temperature import parse_logits, summary_frame, temperature_table
+    from infoeval.prepare import default_run_name
+    from infoeval.speculative.accept import parse_temperatures
+    from infoeval.speculative.report import print_temperature
+    from infoeval.speculative.temperature import parse_logits, summary_frame, temperature_table
 
     temps = parse_temperatures(temperatures, "--T")
     if (logits is None) == (model is None):

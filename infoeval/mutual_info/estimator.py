@@ -258,9 +258,9 @@ def run_mutual_info(ms, ts, s: MISettings, rep=None) -> dict:
     import dataclasses
     import time
 
-    from infoeval import runs
-    from infoeval.config import WindowSettings
-    from infoeval.powerlaw import fit_with_ci
+    from infoeval import prepare as runs
+    from infoeval.settings import WindowSettings
+    from infoeval.mutual_info.powerlaw import fit_with_ci
     from infoeval.results import SCHEMA_VERSION
 
     rep = rep or runs.Reporter()
