@@ -29,7 +29,8 @@ def child(mode: str, tokens: int, model: str, data_dir: str) -> dict:
     import torch
 
     from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
-    from infoeval.prepare import Reporter, prepare, quantize_compare
+    from infoeval.compare.pipeline import quantize_compare
+    from infoeval.prepare import Reporter, prepare
 
     ms = ModelSettings(model=model)
     ts = TextSettings(dataset="wikitext-2", data_dir=Path(data_dir), max_tokens=tokens)

@@ -12,14 +12,10 @@ from dataclasses import dataclass
 
 import torch
 
-from infoeval.settings import PREFIXES, PROTOCOLS, ModelSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.errors import RuntimeFailure, UsageError
-from infoeval.engine import Columns, run_lockstep
-from infoeval.metrics import METRICS, reference_metrics, variant_metrics
+from infoeval.settings import PREFIXES, PROTOCOLS, ModelSettings, TextSettings, WindowSettings
+from infoeval.errors import UsageError
 from infoeval.models import LoadedModel, load_model, resolve_device, resolve_dtype
-from infoeval.quant.apply import quantize_variant
-from infoeval.quant.schemes import parse_schemes
-from infoeval.results import SCHEMA_VERSION, command_line, metric_meta, now_iso, versions
+from infoeval.results import command_line, now_iso, versions
 from infoeval.text import Text, load_text, strip_one_trailing_newline
 from infoeval.tokens import TokenStream, encode, truncate
 from infoeval.windows import Window, check_window_options, describe, llamacpp_windows, rolling_windows
@@ -191,75 +187,6 @@ def progress(rep: Reporter, timings: dict, total: int, text: str):
     finally:
         rep.stop()
     timings["eval_s"] = time.perf_counter() - t0
-
-
-def _evaluate(p: Prepared, variants, rep: Reporter) -> Columns:
-    with progress(rep, p.timings, len(p.windows) * (1 + len(variants)), f"{len(p.windows)} windows × {1 + len(variants)} models") as step:
-        return run_lockstep(p.loaded.model, p.stream, p.windows, variants, p.protocol["prefix_id"], step)
-
-
-def quantize_compare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, vs: VariantSettings, rep: Reporter | None = None) -> tuple[dict, Columns]:
-    rep = rep or Reporter()
-    schemes = parse_schemes(vs.schemes)  # fail on a bad scheme before loading anything
-    p = prepare(ms, ts, ws, rep)
-    rep.stage("quantizing")
-    t0 = time.perf_counter()
-    variants = [quantize_variant(p.loaded.model, s, vs.include, vs.exclude) for s in schemes]
-    p.timings["quantize_s"] = time.perf_counter() - t0
-    cols = _evaluate(p, variants, rep)
-    ref = reference_metrics(cols.reference)
-    result = {
-        "schema": f"infoeval/quantize-compare/{SCHEMA_VERSION}",
-        "provenance": provenance(p, "quantize-compare"),
-        "reference": ref,
-        "variants": [
-            {"name": v.name, "metrics": variant_metrics(cols.reference, cols.variants[v.name]), "quantization": v.summary()}
-            for v in variants
-        ],
-        "timings": p.timings,
-        "metrics": metric_meta(METRICS),
-    }
-    return result, cols
-
-
-def scored_bytes(p: Prepared) -> bytes:
-    """The UTF-8 bytes covered by the scored tokens, in order (the whole scored span for rolling windows)."""
-    import numpy as np
-
-    raw = p.text.text.encode("utf-8")
-    starts = np.cumsum(p.stream.nbytes) - p.stream.nbytes
-    pieces = []
-    for w in p.windows:
-        a, b = w.first_target, w.first_target + w.n_scored
-        lo = int(starts[a])
-        hi = int(starts[b - 1] + p.stream.nbytes[b - 1])
-        pieces.append(raw[lo:hi])
-    return b"".join(pieces)
-
-
-def compress_bits(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Reporter | None = None) -> tuple[dict, Columns]:
-    from infoeval.compare.compressors import compress_all
-
-    rep = rep or Reporter()
-    p = prepare(ms, ts, ws, rep)
-    cols = _evaluate(p, [], rep)
-    ref = reference_metrics(cols.reference)
-    data = scored_bytes(p)
-    if len(data) != ref["bytes"]:
-        raise RuntimeFailure(f"internal error: {len(data)} scored bytes gathered, {ref['bytes']} counted")
-    rep.stage("compressing")
-    rows = compress_all(data)
-    xz_bits = next(r["bits"] for r in rows if r["method"] == "xz -9")
-    result = {
-        "schema": f"infoeval/compress-bits/{SCHEMA_VERSION}",
-        "metrics": metric_meta(ref),
-        "provenance": provenance(p, "compress-bits"),
-        "reference": ref,
-        "compressors": rows,
-        "model_over_xz": ref["total_bits"] / xz_bits if xz_bits else None,
-        "timings": p.timings,
-    }
-    return result, cols
 
 
 def default_run_name(command: str, ms: ModelSettings, p_text: str) -> str:

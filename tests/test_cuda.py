@@ -9,7 +9,7 @@ import torch
 from tiny_models import requires_cuda
 
 from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.prepare import quantize_compare
+from infoeval.compare.pipeline import quantize_compare
 
 
 @requires_cuda

@@ -20,10 +20,11 @@ import pytest
 import torch
 import zstandard
 
+from infoeval.compare import pipeline as compare_pipeline
 from infoeval import prepare as runs
 from infoeval.compare.compressors import COMPRESSORS, compress_all
 from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.engine import REF_COLUMNS, VARIANT_COLUMNS, run_lockstep
+from infoeval.compare.pipeline import REF_COLUMNS, VARIANT_COLUMNS, run_lockstep
 from infoeval.models import load_model
 from infoeval.quant.apply import fake_quantize_, quantize_variant
 from infoeval.quant.schemes import parse_scheme
@@ -219,7 +220,7 @@ def compared(request, tiny_llama_dir, tiny_qwen3_dir, text_file):
         if key not in cache:
             model_dir = {"tiny_llama_dir": tiny_llama_dir, "tiny_qwen3_dir": tiny_qwen3_dir}[model_name]
             ms, ts, ws = _settings(model_dir, text_file, ctx=ctx, stride=stride)
-            result, cols = runs.quantize_compare(ms, ts, ws, VariantSettings(schemes, include, ()))
+            result, cols = compare_pipeline.quantize_compare(ms, ts, ws, VariantSettings(schemes, include, ()))
             p = runs.prepare(ms, ts, ws, runs.Reporter())
             cache[key] = (result, cols, p)
         return cache[key]
@@ -389,7 +390,7 @@ def test_metrics_equal_their_definitions(compared, text_file, model_name, scheme
 def test_max_tokens_caps_scored_tokens_and_bytes(tiny_llama_dir, text_file):
     """--max-tokens N scores tokens 1 … N; the bytes are the UTF-8 bytes of the text those N tokens cover."""
     n = 100
-    result, cols = runs.quantize_compare(*_settings(tiny_llama_dir, text_file, ctx=32, max_tokens=n), VariantSettings("int8-channel"))
+    result, cols = compare_pipeline.quantize_compare(*_settings(tiny_llama_dir, text_file, ctx=32, max_tokens=n), VariantSettings("int8-channel"))
     text = text_file.read_text(encoding="utf-8")
     tok = load_model(str(tiny_llama_dir), CPU, torch.float32).tokenizer
     starts = [s for s, _ in tok(text, add_special_tokens=False, return_offsets_mapping=True).offset_mapping]
@@ -405,7 +406,7 @@ def test_max_tokens_caps_scored_tokens_and_bytes(tiny_llama_dir, text_file):
 def test_fewer_bits_more_kl(request, text_file, model_name):
     """int8-channel < int4-channel < int2-channel in mean KL (and the reverse in top-1 agreement)."""
     ms, ts, ws = _settings(request.getfixturevalue(model_name), text_file, ctx=64, max_tokens=600)
-    result, _ = runs.quantize_compare(ms, ts, ws, VariantSettings("int2-channel,int8-channel,int4-channel"))
+    result, _ = compare_pipeline.quantize_compare(ms, ts, ws, VariantSettings("int2-channel,int8-channel,int4-channel"))
     m = {v["name"]: v["metrics"] for v in result["variants"]}
     kl = [m[s]["kl_mean"] for s in ("int8-channel", "int4-channel", "int2-channel")]
     top1 = [m[s]["top1"] for s in ("int8-channel", "int4-channel", "int2-channel")]
@@ -463,7 +464,7 @@ def _direct_sizes(data: bytes) -> dict[str, int]:
 
 def test_scored_bytes_rolling_is_the_whole_file(tiny_llama_dir, text_file):
     p = _prepare(tiny_llama_dir, text_file, ctx=48, stride=20)
-    assert runs.scored_bytes(p) == text_file.read_bytes()
+    assert compare_pipeline.scored_bytes(p) == text_file.read_bytes()
 
 
 def test_scored_bytes_llamacpp_is_concatenated_scored_spans(tiny_llama_dir, text_file):
@@ -478,7 +479,7 @@ def test_scored_bytes_llamacpp_is_concatenated_scored_spans(tiny_llama_dir, text
     for k in range(len(p.stream) // ctx):
         first, last = k * ctx + ctx // 2 + 1, k * ctx + ctx - 1  # stream positions; text token = position − 1 (BOS)
         expected += raw[byte_start[first - 1] : byte_start[last]]
-    got = runs.scored_bytes(p)
+    got = compare_pipeline.scored_bytes(p)
     assert got == expected
     assert 0 < len(got) < len(raw)
     cols = run_lockstep(p.loaded.model, p.stream, p.windows, (), p.protocol["prefix_id"])
@@ -502,8 +503,8 @@ def test_compressor_sizes_equal_direct_calls(text_file):
 def test_compress_bits_pipeline(tiny_llama_dir, text_file, protocol, ctx):
     """compress_bits: the model's total bits are Σ NLL / ln 2 and the compressors ran on exactly the scored bytes."""
     ms, ts, ws = _settings(tiny_llama_dir, text_file, ctx=ctx, protocol=protocol)
-    result, cols = runs.compress_bits(ms, ts, ws)
-    data = runs.scored_bytes(runs.prepare(ms, ts, ws, runs.Reporter()))
+    result, cols = compare_pipeline.compress_bits(ms, ts, ws)
+    data = compare_pipeline.scored_bytes(runs.prepare(ms, ts, ws, runs.Reporter()))
     if protocol == "rolling":
         assert data == text_file.read_bytes()
     ref = result["reference"]

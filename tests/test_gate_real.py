@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from infoeval.compare import pipeline as compare_pipeline
 from infoeval import prepare as runs
 from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.gate.limits import parse_limits
@@ -36,7 +37,7 @@ def reference(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exact():
-    result, _ = runs.quantize_compare(MODEL, TEXT, WINDOWS, VariantSettings("int8-channel,int4-g128,int4-channel"))
+    result, _ = compare_pipeline.quantize_compare(MODEL, TEXT, WINDOWS, VariantSettings("int8-channel,int4-g128,int4-channel"))
     return {v["name"]: v["metrics"] for v in result["variants"]}
 
 

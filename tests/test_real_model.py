@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 import torch
 
+from infoeval.compare import pipeline as compare_pipeline
 from infoeval import prepare as runs
 from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.engine import run_lockstep
+from infoeval.compare.pipeline import run_lockstep
 from tiny_models import requires_smollm2
 
 pytestmark = [pytest.mark.slow, requires_smollm2]
@@ -29,7 +30,7 @@ SCHEMES = ("int8-channel", "int4-g128", "int4-channel")
 
 @pytest.fixture(scope="module")
 def real_run():
-    result, cols = runs.quantize_compare(
+    result, cols = compare_pipeline.quantize_compare(
         MODEL, TextSettings(max_tokens=MAX_TOKENS), WindowSettings(CTX), VariantSettings(",".join(SCHEMES))
     )
     return result, cols
@@ -85,7 +86,7 @@ def test_llamacpp_protocol_on_the_real_model():
     ctx, max_tokens = 128, 130  # → 2 chunks
     ws = WindowSettings(ctx, None, "llama.cpp")
     ts = TextSettings(max_tokens=max_tokens)
-    result, cols = runs.compress_bits(MODEL, ts, ws)
+    result, cols = compare_pipeline.compress_bits(MODEL, ts, ws)
     pr = result["provenance"]["protocol"]
     chunks = max_tokens // (ctx - 1 - ctx // 2)
     assert pr["windows"] == chunks == 2

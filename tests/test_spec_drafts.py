@@ -12,7 +12,7 @@ from infoeval.errors import SchemeError, UsageError
 from infoeval.models import load_model
 from infoeval.quant.apply import fake_quantize_
 from infoeval.quant.schemes import parse_scheme
-from infoeval.speculative.decode import new_cache
+from infoeval.engine import new_cache
 from infoeval.speculative.drafts import DraftSettings, build_draft, n_layers, truncated
 from tiny_models import build_tiny_llama
 

@@ -56,7 +56,7 @@ def quantize_compare(
 ) -> None:
     """Fake-quantize a model's weights with each scheme and compare every variant with the original: PPL,
     KL(reference‖variant) mean and tails, top-1 agreement, reverse KL and TV on the same windows."""
-    from infoeval import prepare as runs
+    from infoeval.compare import pipeline as compare_pipeline
     from infoeval.report import RichReporter, print_quantize_compare, stdout_console
     from infoeval.results import positions_frame, summary_frame, write_outputs
 
@@ -66,7 +66,7 @@ def quantize_compare(
         from infoeval.plots import require
 
         require(plot)  # before the long run
-    result, cols = runs.quantize_compare(ms, ts, ws, vs, RichReporter(enabled=not quiet))
+    result, cols = compare_pipeline.quantize_compare(ms, ts, ws, vs, RichReporter(enabled=not quiet))
     paths = output_paths_for("quantize-compare", ms, result, csv, json, positions, out_dir, run_name)
     written = write_outputs(paths, result, lambda: summary_frame(result), lambda: positions_frame(cols.reference, cols.variants))
     if plot:
@@ -103,7 +103,7 @@ def compress_bits(
 ) -> None:
     """Total bits, bits/token and bits/byte of a model on a text, beside gzip, bz2, xz and zstd on the very
     same bytes."""
-    from infoeval import prepare as runs
+    from infoeval.compare import pipeline as compare_pipeline
     from infoeval.report import RichReporter, print_compress_bits, stdout_console
     from infoeval.results import compress_frame, positions_frame, write_outputs
 
@@ -112,7 +112,7 @@ def compress_bits(
         from infoeval.plots import require
 
         require(plot)  # before the long run
-    result, cols = runs.compress_bits(ms, ts, ws, RichReporter(enabled=not quiet))
+    result, cols = compare_pipeline.compress_bits(ms, ts, ws, RichReporter(enabled=not quiet))
     paths = output_paths_for("compress-bits", ms, result, csv, json, positions, out_dir, run_name)
     written = write_outputs(paths, result, lambda: compress_frame(result), lambda: positions_frame(cols.reference, {}))
     if plot:

@@ -15,8 +15,9 @@ import torch
 
 from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import DataError, RuntimeFailure, UsageError
-from infoeval.engine import forward_scored
-from infoeval.gate.compact import CompactDist, compact, divergences
+from infoeval import engine
+from infoeval.gate.compact import CompactDist, compact
+from infoeval.gate.compact import divergences as compact_divergences
 from infoeval.gate.limits import Limit, compare_baseline, judge
 from infoeval.gate.reference_file import Reference, read_reference, write_reference
 from infoeval.infotheory import entropy, log_softmax
@@ -26,7 +27,6 @@ from infoeval.quant.apply import fake_quantize_
 from infoeval.quant.schemes import parse_scheme
 from infoeval.results import SCHEMA_VERSION, command_line, metric_meta, now_iso, versions
 from infoeval.prepare import Reporter, prepare, progress, provenance
-from infoeval.windows import window_inputs, window_targets
 
 
 def vocab_fingerprint(tokenizer) -> str:
@@ -36,8 +36,11 @@ def vocab_fingerprint(tokenizer) -> str:
     return hashlib.sha256(json.dumps([vocab, special], ensure_ascii=False).encode()).hexdigest()
 
 
-def _cat(parts: list[CompactDist]) -> CompactDist:
-    return CompactDist(*(torch.cat([getattr(p, f) for p in parts]) for f in CompactDist.__dataclass_fields__))
+REFERENCE, CANDIDATE = "the reference model", "the candidate"
+COMPACT_FIELDS = tuple(CompactDist.__dataclass_fields__)
+REFERENCE_SCHEMA = {"top_ids": np.int64, "tail_ids": np.int64, "top_logp": np.float32, "tail_logmass": np.float32,
+                    "tail_logp": np.float32, "target_logp": np.float32, "entropy": np.float32}  # fmt: skip
+GATE_COLUMNS = ("kl", "kl_lower", "tv", "rkl", "top1")
 
 
 def _slice(d: CompactDist, a: int, b: int) -> CompactDist:
@@ -53,26 +56,22 @@ def build_reference(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, out
     rep = rep or Reporter()
     p = prepare(ms, ts, ws, rep)
     model = p.loaded.model
-    device = next(model.parameters()).device
-    gen = torch.Generator(device=device).manual_seed(seed)
-    dists, tgt, tgt_lp, ent, nbytes = [], [], [], [], []
-    vocab = None
+    gen = torch.Generator(device=engine.model_device(model)).manual_seed(seed)
+
+    seen = {}
+
+    def reduce(step: engine.Step) -> dict:
+        lp = log_softmax(step.logits[REFERENCE][0])
+        seen["vocab"] = lp.shape[1]
+        targets = step.targets[0]
+        d = compact(lp, top_k, tail_samples, gen)
+        return {**{f: getattr(d, f) for f in COMPACT_FIELDS}, "target_logp": lp.gather(-1, targets[:, None])[:, 0],
+                "entropy": entropy(lp)}  # fmt: skip
+
     with progress(rep, p.timings, len(p.windows), f"reference: {len(p.windows)} windows") as step:
-        for w in p.windows:
-            inputs = window_inputs(p.stream.ids, w, p.protocol["prefix_id"]).to(device)
-            targets = window_targets(p.stream.ids, w).to(device)
-            lp = log_softmax(forward_scored(model, inputs, w))
-            if not torch.isfinite(lp).all():
-                raise RuntimeFailure(f"the reference model produced non-finite log-probabilities in window {w.index}")
-            vocab = lp.shape[1]
-            dists.append(_to_cpu(compact(lp, top_k, tail_samples, gen)))
-            tgt.append(targets.cpu())
-            tgt_lp.append(lp.gather(-1, targets[:, None])[:, 0].cpu())
-            ent.append(entropy(lp).cpu())
-            nbytes.append(torch.from_numpy(p.stream.nbytes[w.target_slice]))
-            step()
-    nll = -torch.cat(tgt_lp)
-    cols = {"nll": nll.numpy(), "bytes": torch.cat(nbytes).numpy(), "entropy": torch.cat(ent).numpy()}
+        cols = engine.run({REFERENCE: model}, p.stream.ids, engine.plan(p.windows), p.protocol["prefix_id"], reduce,
+                          REFERENCE_SCHEMA, p.stream.nbytes, step)  # fmt: skip
+    vocab = seen["vocab"]
     prov = provenance(p, "reference")
     meta = {
         "schema": f"infoeval/reference/{SCHEMA_VERSION}",
@@ -81,16 +80,14 @@ def build_reference(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, out
         "top_k": min(top_k, vocab),
         "tail_samples": tail_samples,
         "seed": seed,
-        "reference": reference_metrics(cols),
+        "reference": reference_metrics({"nll": -cols["target_logp"], "bytes": cols["bytes"], "entropy": cols["entropy"]}),
     }
-    ref = Reference(_cat(dists), torch.cat(tgt), -nll, torch.cat(ent), torch.cat(nbytes), p.stream.ids, p.windows, meta)
+    t = {k: torch.from_numpy(v) for k, v in cols.items()}
+    dist = CompactDist(*(t[f] for f in COMPACT_FIELDS))
+    ref = Reference(dist, t["token_id"], t["target_logp"], t["entropy"], t["bytes"], p.stream.ids, p.windows, meta)
     size = write_reference(out, ref, vocab)
     return {**meta, "file": str(out), "file_bytes": size, "bytes_per_position": size / ref.n,
             "llama_cpp_bytes_per_position": 2 * vocab, "vocab_size": vocab, "timings": p.timings}
-
-
-def _to_cpu(d: CompactDist) -> CompactDist:
-    return CompactDist(*(getattr(d, f).cpu() for f in CompactDist.__dataclass_fields__))
 
 
 @dataclass(frozen=True)
@@ -150,26 +147,20 @@ def run_gate(gs: GateSettings, ms: ModelSettings, rep: Reporter | None = None) -
     t0 = time.perf_counter()
     spec, loaded, qreport = _load_candidate(gs, ms, ref)
     timings = {"load_s": time.perf_counter() - t0}
-    model = loaded.model
-    device = next(model.parameters()).device
     prefix_id = ref.meta["provenance"]["protocol"]["prefix_id"]
-    cols: dict[str, list] = {k: [] for k in ("nll", "kl", "kl_lower", "tv", "rkl", "top1")}
-    offset = 0
+
+    def reduce(step: engine.Step) -> dict:
+        lq = log_softmax(step.logits[CANDIDATE][0]).cpu()
+        if lq.shape[1] != ref.meta["vocab_size"]:
+            raise DataError(f"the candidate has {lq.shape[1]} output logits, the reference {ref.meta['vocab_size']}: different vocabularies")
+        rows = step.batch.rows
+        d = compact_divergences(_slice(ref.dist, rows.start, rows.stop), lq)
+        return {"nll": -lq.gather(-1, ref.target_ids[rows, None])[:, 0], **{k: getattr(d, k) for k in GATE_COLUMNS}}
+
     with progress(rep, timings, len(ref.windows), f"candidate: {len(ref.windows)} windows") as step:
-        for w in ref.windows:
-            inputs = window_inputs(ref.stream_ids, w, prefix_id).to(device)
-            lq = log_softmax(forward_scored(model, inputs, w)).cpu()
-            if lq.shape[1] != ref.meta["vocab_size"]:
-                raise DataError(f"the candidate has {lq.shape[1]} output logits, the reference {ref.meta['vocab_size']}: different vocabularies")
-            if not torch.isfinite(lq).all():
-                raise RuntimeFailure(f"the candidate produced non-finite log-probabilities in window {w.index}")
-            d = divergences(_slice(ref.dist, offset, offset + w.n_scored), lq)
-            cols["nll"].append(-lq.gather(-1, ref.target_ids[offset : offset + w.n_scored, None])[:, 0])
-            for k in ("kl", "kl_lower", "tv", "rkl", "top1"):
-                cols[k].append(getattr(d, k))
-            offset += w.n_scored
-            step()
-    var = {k: torch.cat(v).numpy() for k, v in cols.items()}
+        cols = engine.run({CANDIDATE: loaded.model}, ref.stream_ids, engine.plan(ref.windows), prefix_id, reduce,
+                          {"top1": np.bool_}, on_forward=step)  # fmt: skip
+    var = {k: cols[k] for k in ("nll", *GATE_COLUMNS)}
     ref_cols = {"nll": (-ref.target_logp).numpy(), "bytes": ref.nbytes.numpy(), "entropy": ref.entropy.numpy()}
     metrics = _gate_metrics(ref_cols, var)
     verdicts = judge(list(gs.limits), metrics, gs.confidence, gs.point)

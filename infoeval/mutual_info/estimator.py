@@ -30,9 +30,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from infoeval.errors import DataError, RuntimeFailure, UsageError
+from infoeval import engine
+from infoeval.errors import DataError, UsageError
+from infoeval.windows import Window
 
 LN2 = math.log(2.0)
+MODEL = "the model"
 DEFAULT_LENGTHS = "16,32,64,128,256,512,1024,2048"
 DEFAULT_BLOCKS = 8
 DEFAULT_BATCH_TOKENS = 4096
@@ -101,17 +104,27 @@ def check_max_positions(lengths: Sequence[int], max_positions: int | None) -> No
         )
 
 
-def _nll(model, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """−ln q of ``targets`` (B, k) predicted by the last k logits of ``inputs`` (B, T); float32, shape (B, k)."""
-    b, k = targets.shape
-    logits = model(input_ids=inputs, use_cache=False, logits_to_keep=k).logits[:, -k:]  # (B, k, V)
-    out = F.cross_entropy(logits.reshape(b * k, -1).float(), targets.reshape(-1), reduction="none").view(b, k)
-    if not torch.isfinite(out).all():
-        raise RuntimeFailure("the model produced non-finite log-probabilities while scoring mutual-information blocks")
-    return out
+def block_windows(n_blocks: int, length: int, stride: int) -> tuple[list[Window], list[Window]]:
+    """The two passes over blocks k = 0 … n−1 at stream positions 1 + k·stride (the start token at 0), as windows
+    whose first input is replaced by the start token:
+
+        marginal     inputs s y₁ … y_{m−1}          stream[k·S + m : k·S + L]   all m logits scored
+        conditional  inputs s x₁ … x_m y₁ … y_{m−1}  stream[k·S : k·S + L]        the last m logits scored
+    """
+    m = length // 2
+    marginal = [Window(k, k * stride + m, m, 0, m, True) for k in range(n_blocks)]
+    conditional = [Window(k, k * stride, length, m, m, True) for k in range(n_blocks)]
+    return marginal, conditional
 
 
-@torch.inference_mode()
+def _nll_reducer(step: engine.Step) -> dict:
+    """−ln q of the targets (B, k) from the batch's logits (B, k, V), in float32, flattened row by row."""
+    logits = step.logits[MODEL]
+    b, k = step.targets.shape
+    nll = F.cross_entropy(logits.reshape(b * k, -1).float(), step.targets.reshape(-1), reduction="none")
+    return {"nll": nll.double()}
+
+
 def score_blocks(
     model, blocks: torch.Tensor, start_id: int, batch_tokens: int = DEFAULT_BATCH_TOKENS,
     on_batch: Callable[[], None] | None = None,
@@ -122,22 +135,14 @@ def score_blocks(
     −ln q(y_j | s, y_<j) and −ln q(y_j | s, X, y_<j). Blocks go through the model ``batch_tokens // L`` at a time.
     """
     n, length = blocks.shape
-    m = length // 2
-    device = blocks.device
+    stream = torch.cat([torch.tensor([start_id], dtype=blocks.dtype, device=blocks.device), blocks.reshape(-1)]).cpu()
     per_batch = max(1, batch_tokens // length)
-    marginal = np.empty((n, m))
-    conditional = np.empty((n, m))
-    for lo in range(0, n, per_batch):
-        b = blocks[lo : lo + per_batch]
-        start = torch.full((b.shape[0], 1), start_id, dtype=b.dtype, device=device)
-        y = b[:, m:]
-        marginal[lo : lo + b.shape[0]] = _nll(model, torch.cat([start, y[:, :-1]], 1), y).double().cpu().numpy()
-        if on_batch:
-            on_batch()
-        conditional[lo : lo + b.shape[0]] = _nll(model, torch.cat([start, b[:, :-1]], 1), y).double().cpu().numpy()
-        if on_batch:
-            on_batch()
-    return marginal, conditional
+    out = []
+    for windows in block_windows(n, length, length):
+        batches = engine.plan(windows, per_batch)
+        cols = engine.run({MODEL: model}, stream, batches, start_id, _nll_reducer, {"nll": np.float64}, on_forward=on_batch)
+        out.append(cols["nll"].reshape(n, length // 2))
+    return out[0], out[1]
 
 
 def _mean_se(x: np.ndarray) -> tuple[float, float]:

@@ -186,3 +186,19 @@ def fake_quantize_(model: torch.nn.Module, scheme: Scheme, include=(), exclude=(
     variant = quantize_variant(model, scheme, include, exclude)
     swap_in(model, variant)
     return variant
+
+
+class WithVariant:
+    """A callable model: ``m(input_ids=...)`` runs ``model`` with the variant's weights swapped in for the call
+    (none: the model as it is). ``.model`` and ``.config`` are the shared module's."""
+
+    def __init__(self, model: torch.nn.Module, variant: QuantizedVariant | None):
+        self.model, self.variant = model, variant
+
+    def __call__(self, **kwargs):
+        with swapped(self.model, self.variant):
+            return self.model(**kwargs)
+
+    @property
+    def config(self):
+        return self.model.config

@@ -27,7 +27,7 @@ from infoeval.speculative.theory import (
     run_length_table, run_lengths, top1_match,
 )
 from infoeval.speculative.metrics import ACCEPT_METRICS, metric_meta
-from infoeval.speculative.pairs import base_columns, paired_logits
+from infoeval.speculative.pairs import base_of, run_paired
 
 GAMMAS = tuple(range(1, 9))
 STAT_COLUMNS = ("entropy_p", "entropy_q", "beta", "kl", "tv", "nll_p", "nll_q")
@@ -73,28 +73,24 @@ class AcceptColumns:
     conditions: list[tuple[float, str]]
 
 
-@torch.inference_mode()
-def evaluate_windows(p: Prepared, draft, temps: tuple[float, ...], on_window=None) -> AcceptColumns:
+def evaluate_windows(p: Prepared, draft, temps: tuple[float, ...], on_forward=None) -> AcceptColumns:
     conds = conditions(temps)
-    base = base_columns(p)
-    base["top1"] = np.zeros(len(base["window"]), bool)
-    stats = {key(*c): {k: np.zeros(len(base["window"]), np.float32) for k in STAT_COLUMNS} for c in conds}
-    for sl, zp, zq, targets in paired_logits(p, p.loaded.model, draft, base):
-        base["top1"][sl] = top1_match(zp, zq).cpu().numpy()
+
+    def reduce_pair(rows, zp, zq, targets) -> dict:
+        out = {"top1": top1_match(zp, zq)}
         lq1 = log_softmax_t(zq, 1.0)
         for t in temps:
             lp = log_softmax_t(zp, t)
             modes = [("both", lq1 if t == 1.0 else log_softmax_t(zq, t))] + ([("target", lq1)] if t != 1.0 else [])
             for mode, lq in modes:
                 cols = position_stats(lp, lq, targets)
-                dst = stats[key(t, mode)]
-                for k in STAT_COLUMNS:
-                    dst[k][sl] = cols[k].cpu().numpy()
-                del lq, cols
-            del lp
-        del zp, zq, lq1
-        if on_window:
-            on_window()
+                out |= {f"{key(t, mode)}/{k}": cols[k] for k in STAT_COLUMNS}
+        return out
+
+    schema = {"top1": np.bool_, **{f"{key(*c)}/{k}": np.float32 for c in conds for k in STAT_COLUMNS}}
+    cols = run_paired(p, p.loaded.model, draft, reduce_pair, schema, on_forward)
+    base = base_of(cols) | {"top1": cols["top1"]}
+    stats = {key(*c): {k: cols[f"{key(*c)}/{k}"] for k in STAT_COLUMNS} for c in conds}
     return AcceptColumns(base, stats, conds)
 
 
@@ -152,7 +148,7 @@ def spec_accept(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, ds: Dra
     device = resolve_device(ms.device)
     draft = build_draft(p.loaded, ds, device, resolve_dtype(ms.dtype, device), ms.device_map)
     p.timings["draft_s"] = time.perf_counter() - t0
-    with progress(rep, p.timings, len(p.windows), f"{len(p.windows)} windows × (target + draft)") as step:
+    with progress(rep, p.timings, 2 * len(p.windows), f"{len(p.windows)} windows × (target + draft)") as step:
         cols = evaluate_windows(p, draft, temps, step)
     summaries = [summarize(cols, t, m) for t, m in cols.conditions]
     pv = provenance(p, "spec-accept")

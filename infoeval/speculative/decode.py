@@ -16,12 +16,12 @@ S + min(accepted, γ − 1) tokens (``DynamicCache.crop`` with a negative count)
 
 from __future__ import annotations
 
-import inspect
 import time
 from dataclasses import dataclass, field
 
 import torch
 
+from infoeval.engine import CachedModel, crop_to
 from infoeval.speculative.theory import log_softmax_t
 
 
@@ -54,55 +54,17 @@ def verify_drafts(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, genera
     return m, None
 
 
-# ------------------------------------------------------------------------------------------------ caches
-def new_cache(model):
-    """An empty DynamicCache for ``model`` (a truncated draft gets one with its own number of layers)."""
-    from transformers import DynamicCache
-
-    try:
-        return DynamicCache(config=model.config)
-    except TypeError:  # older transformers
-        return DynamicCache()
-
-
-def crop_to(cache, length: int) -> None:
-    """Keep the first ``length`` cached positions (a negative count removes from the end in every version)."""
-    extra = cache.get_seq_length() - length
-    if extra > 0:
-        cache.crop(-extra)
-
-
-def _cache_kw(model) -> str:
-    fwd = getattr(model, "forward", None) or model.model.forward
-    params = inspect.signature(fwd).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
-class Stepper:
-    """Feeds tokens to a model with its own KV cache and returns probabilities at temperature T; times its calls."""
+class Stepper(CachedModel):
+    """A cached model whose forward passes return probabilities at temperature T, on the CPU (sampling uses a CPU
+    generator on every device; the copy also waits for the device, so the timing is the forward pass's)."""
 
     def __init__(self, model, temperature: float):
-        self.model = model  # a module or a Draft (callable with a .config and a .model)
+        super().__init__(model)
         self.temperature = temperature
-        self.cache = new_cache(model)
-        self.kw = _cache_kw(model)
-        self.calls = 0
-        self.seconds = 0.0
-
-    @property
-    def length(self) -> int:
-        return self.cache.get_seq_length()
 
     def probs(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
-        """Feed ``ids`` (1-D) after the cached tokens; probabilities of the last ``keep`` positions, (keep, V), on
-        the CPU (sampling uses a CPU generator on every device; the copy also waits for the device, so the
-        timing is the forward pass's)."""
-        t0 = time.perf_counter()
-        out = self.model(input_ids=ids[None], use_cache=True, logits_to_keep=keep, **{self.kw: self.cache})
-        pr = log_softmax_t(out.logits[0, -keep:], self.temperature).exp().cpu()
-        self.seconds += time.perf_counter() - t0
-        self.calls += 1
-        return pr
+        """Feed ``ids`` (1-D) after the cached tokens; probabilities of the last ``keep`` positions, (keep, V)."""
+        return self.logits(ids, keep, lambda z: log_softmax_t(z, self.temperature).exp().cpu())
 
 
 @dataclass

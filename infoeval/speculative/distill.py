@@ -33,7 +33,7 @@ from infoeval.prepare import Reporter, prepare, progress, provenance
 from infoeval.speculative.drafts import DraftSettings, build_draft
 from infoeval.speculative.theory import LN2, log_softmax_t, mean_se
 from infoeval.speculative.metrics import DISTILL_METRICS, metric_meta
-from infoeval.speculative.pairs import base_columns, paired_logits
+from infoeval.speculative.pairs import base_of, run_paired
 
 TERMS = ("hard_ce", "kl", "t2_kl", "loss", "soft_ce", "teacher_entropy", "teacher_tail_mass", "grad_norm", "t2_grad_norm")
 GRAD_CHECK_POSITIONS = 16
@@ -87,25 +87,27 @@ class DistillColumns:
     terms: dict[float, dict[str, np.ndarray]]  # per T
 
 
-@torch.inference_mode()
-def _evaluate(p, student, temps, alpha, on_window=None) -> tuple[DistillColumns, dict]:
-    base = base_columns(p)
-    terms = {t: {k: np.zeros(len(base["window"]), np.float32) for k in TERMS} for t in temps}
+def _evaluate(p, student, temps, alpha, on_forward=None) -> tuple[DistillColumns, dict]:
     check = {"positions": 0, "max_abs_diff": 0.0, "max_abs_grad": 0.0}
-    for sl, zp, zq, targets in paired_logits(p, p.loaded.model, student, base):
+
+    def reduce_pair(rows, zp, zq, targets) -> dict:
+        out = {}
         for t in temps:
-            cols = distill_terms(zp, zq, targets, t, alpha)
-            for k in TERMS:
-                terms[t][k][sl] = cols[k].cpu().numpy()
-            if sl.start == 0:  # the closed-form gradient against autograd on the first positions
-                a, b = zp[:GRAD_CHECK_POSITIONS], zq[:GRAD_CHECK_POSITIONS]
-                auto, closed = kl_grad_autograd(a, b, t), kl_grad_closed_form(a.double(), b.double(), t)
-                check["max_abs_diff"] = max(check["max_abs_diff"], float((auto - closed).abs().max()))
-                check["max_abs_grad"] = max(check["max_abs_grad"], float(auto.abs().max()))
-                check["positions"] = int(a.shape[0])
-        if on_window:
-            on_window()
-    return DistillColumns(base, terms), check
+            out |= {f"{t!r}/{k}": v for k, v in distill_terms(zp, zq, targets, t, alpha).items()}
+            if rows.start == 0:  # the closed-form gradient against autograd on the first positions
+                _check_gradient(check, zp[:GRAD_CHECK_POSITIONS], zq[:GRAD_CHECK_POSITIONS], t)
+        return out
+
+    schema = {f"{t!r}/{k}": np.float32 for t in temps for k in TERMS}
+    cols = run_paired(p, p.loaded.model, student, reduce_pair, schema, on_forward)
+    return DistillColumns(base_of(cols), {t: {k: cols[f"{t!r}/{k}"] for k in TERMS} for t in temps}), check
+
+
+def _check_gradient(check: dict, a: torch.Tensor, b: torch.Tensor, t: float) -> None:
+    auto, closed = kl_grad_autograd(a, b, t), kl_grad_closed_form(a.double(), b.double(), t)
+    check["max_abs_diff"] = max(check["max_abs_diff"], float((auto - closed).abs().max()))
+    check["max_abs_grad"] = max(check["max_abs_grad"], float(auto.abs().max()))
+    check["positions"] = int(a.shape[0])
 
 
 def summarize(cols: DistillColumns, t: float, alpha: float) -> dict:
@@ -136,7 +138,7 @@ def distill(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, ds: DraftSe
     rep.stage("building the student")
     device = resolve_device(ms.device)
     student = build_draft(p.loaded, ds, device, resolve_dtype(ms.dtype, device), ms.device_map)
-    with progress(rep, p.timings, len(p.windows), f"{len(p.windows)} windows × (teacher + student)") as step:
+    with progress(rep, p.timings, 2 * len(p.windows), f"{len(p.windows)} windows × (teacher + student)") as step:
         cols, check = _evaluate(p, student, temps, alpha, step)
     pv = provenance(p, "distill")
     pv["student"] = student.info

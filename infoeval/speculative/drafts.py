@@ -18,7 +18,7 @@ import torch
 
 from infoeval.errors import ModelLoadError, UsageError
 from infoeval.models import LoadedModel, load_model
-from infoeval.quant.apply import QuantizedVariant, decoder_prefix, quantize_variant, swapped
+from infoeval.quant.apply import QuantizedVariant, WithVariant, decoder_prefix, quantize_variant
 from infoeval.quant.schemes import parse_scheme
 
 KINDS = ("model", "scheme", "layers")
@@ -50,23 +50,13 @@ class DraftSettings:
             raise UsageError(f"--{r}-layers {self.layers} is not allowed; give a number of decoder layers ≥ 1")
 
 
-@dataclass
-class Draft:
+class Draft(WithVariant):
     """A callable model q: ``draft(input_ids=..., ...)`` runs the draft's forward pass (with a scheme's quantized
-    weights swapped into the shared module for the duration of the call)."""
+    weights swapped into the shared module for the duration of the call), with its description and tokenizer."""
 
-    model: torch.nn.Module
-    variant: QuantizedVariant | None
-    info: dict
-    tokenizer: object = None
-
-    def __call__(self, **kwargs):
-        with swapped(self.model, self.variant):
-            return self.model(**kwargs)
-
-    @property
-    def config(self):
-        return self.model.config
+    def __init__(self, model: torch.nn.Module, variant: QuantizedVariant | None, info: dict, tokenizer=None):
+        super().__init__(model, variant)
+        self.info, self.tokenizer = info, tokenizer
 
 
 def n_layers(model: torch.nn.Module) -> int:

@@ -1,42 +1,34 @@
-"""Two models on the same windows: per window, the scored logits of the target (teacher) and of the draft
-(student), with the identity columns of every scored position filled in as the windows go by."""
+"""Two models on the same windows (target/teacher p and draft/student q): each window's scored logits of both,
+in float32, handed to a per-window reduction through the engine."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
 
-from infoeval.errors import RuntimeFailure
-from infoeval.engine import forward_scored
+from infoeval import engine
 from infoeval.prepare import Prepared
-from infoeval.windows import window_inputs, window_targets
 
-BASE_DTYPES = {"window": np.int32, "position": np.int64, "token_id": np.int64, "context": np.int32}
-
-
-def base_columns(p: Prepared) -> dict[str, np.ndarray]:
-    n = sum(w.n_scored for w in p.windows)
-    return {k: np.zeros(n, dtype) for k, dtype in BASE_DTYPES.items()}
+TARGET, OTHER = "the target", "the draft"
+PairReducer = Callable[[slice, torch.Tensor, torch.Tensor, torch.Tensor], Mapping[str, torch.Tensor]]
 
 
-def paired_logits(p: Prepared, target, other, base: dict[str, np.ndarray]) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """Yield (rows of the window in the columns, target logits, other logits, targets), float32, window by window;
-    ``base`` gets window, position, token_id and context of each scored position."""
-    device = next(target.parameters()).device
-    off = 0
-    for w in p.windows:
-        inputs = window_inputs(p.stream.ids, w, p.protocol["prefix_id"]).to(device)
-        targets = window_targets(p.stream.ids, w).to(device)
-        zp = forward_scored(target, inputs, w).float()
-        zq = forward_scored(other, inputs, w).float()
-        if not (torch.isfinite(zp).all() and torch.isfinite(zq).all()):
-            raise RuntimeFailure(f"non-finite logits in window {w.index}")
-        sl = slice(off, off + w.n_scored)
-        base["window"][sl] = w.index
-        base["position"][sl] = np.arange(w.first_target, w.first_target + w.n_scored)
-        base["token_id"][sl] = targets.cpu().numpy()
-        base["context"][sl] = np.arange(w.first_scored + 1, w.first_scored + 1 + w.n_scored)
-        yield sl, zp, zq, targets
-        off += w.n_scored
+def run_paired(p: Prepared, target, other, reduce_pair: PairReducer, schema: Mapping[str, type],
+               on_forward: Callable[[], None] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+    """``reduce_pair(rows, target logits, other logits, targets)`` on every window; returns the columns, with
+    window, position, token_id and context of every scored position."""
+
+    def reduce(step: engine.Step):
+        zp = step.logits[TARGET][0].float()
+        zq = step.logits[OTHER][0].float()
+        return reduce_pair(step.batch.rows, zp, zq, step.targets[0])
+
+    roles = {TARGET: target, OTHER: other}
+    return engine.run(roles, p.stream.ids, engine.plan(p.windows), p.protocol["prefix_id"], reduce, schema, None, on_forward)
+
+
+def base_of(cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The identity columns of a paired run."""
+    return {k: cols[k] for k in engine.IDENTITY}

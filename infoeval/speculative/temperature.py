@@ -15,6 +15,8 @@ import math
 
 import torch
 
+from infoeval.engine import last_logits
+
 from infoeval.errors import UsageError
 from infoeval.results import SCHEMA_VERSION, command_line, now_iso, versions
 from infoeval.speculative.theory import LN2
@@ -74,8 +76,7 @@ def model_logits(loaded, prompt: str) -> tuple[torch.Tensor, int]:
     if not ids:
         raise UsageError("--prompt is empty after tokenization; give some text")
     device = next(loaded.model.parameters()).device
-    out = loaded.model(input_ids=torch.tensor([ids], device=device), use_cache=False, logits_to_keep=1)
-    return out.logits[0, -1].float().cpu(), len(ids)
+    return last_logits(loaded.model, torch.tensor([ids], device=device))[0].float().cpu(), len(ids)
 
 
 def temperature_table(temps, logits: list[float] | None = None, labels: str | None = None, loaded=None,

@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from infoeval.engine import last_logits
+
 from infoeval.speculative.decode import verify_drafts
 from infoeval.speculative.theory import chi_square, log_softmax_t
 
@@ -40,7 +42,7 @@ class Oracle:
 
     @torch.inference_mode()
     def _last(self, model, ids: torch.Tensor) -> torch.Tensor:
-        logits = model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[:, -1]
+        logits = last_logits(model, ids)
         return log_softmax_t(logits, self.t).exp().double().cpu()
 
     def ensure(self, tokens) -> None:

@@ -1,0 +1,135 @@
+"""quantize-compare and compress-bits: the reference model, and each fake-quantized variant, on every window.
+
+Per window the reference's logits are reduced to its statistics (``infotheory.reference_stats``), then each
+variant's logits, one variant at a time, to its comparison with the reference (``infotheory.compare``); only
+per-position numbers are kept.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from infoeval import engine
+from infoeval.errors import RuntimeFailure
+from infoeval.infotheory import Workspace, compare, reference_stats
+from infoeval.metrics import METRICS, reference_metrics, variant_metrics
+from infoeval.prepare import Prepared, Reporter, prepare, progress, provenance
+from infoeval.quant.apply import QuantizedVariant, WithVariant, quantize_variant
+from infoeval.quant.schemes import parse_schemes
+from infoeval.results import SCHEMA_VERSION, metric_meta
+from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.tokens import TokenStream
+from infoeval.windows import Window
+
+REFERENCE = "reference"
+REF_COLUMNS = {**engine.IDENTITY, "bytes": np.int64, "nll": np.float32, "entropy": np.float32, "argmax": np.int64}
+VARIANT_COLUMNS = {"nll": np.float32, "kl": np.float32, "rkl": np.float32, "tv": np.float32, "entropy": np.float32, "top1": np.bool_}
+
+
+@dataclass
+class CompareColumns:
+    """Per-position columns (numpy), one dict for the reference and one per variant, in scored order."""
+
+    reference: dict[str, np.ndarray]
+    variants: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return int(self.reference["nll"].shape[0])
+
+
+def lockstep_reducer(variant_names: Sequence[str]) -> engine.Reducer:
+    """Reference statistics, then each variant against them, window by window (buffers reused across windows)."""
+    ws = Workspace()
+
+    def reduce(step: engine.Step) -> dict:
+        targets = step.targets[0]
+        ref = reference_stats(step.logits[REFERENCE][0], targets, ws)
+        out = {"nll": ref.nll, "entropy": ref.entropy, "argmax": ref.argmax}
+        for name in variant_names:
+            out |= {f"{name}/{k}": v for k, v in compare(ref, step.logits[name][0], targets, ws).items()}
+        return out
+
+    return reduce
+
+
+def run_lockstep(model, stream: TokenStream, windows: Sequence[Window], variants: Sequence[QuantizedVariant] = (),
+                 bos_id: int | None = None, on_forward=None) -> CompareColumns:  # fmt: skip
+    """Evaluate the reference and every variant on every window, window by window."""
+    roles = {REFERENCE: model, **{v.name: WithVariant(model, v) for v in variants}}
+    schema = {**REF_COLUMNS, **{f"{v.name}/{k}": t for v in variants for k, t in VARIANT_COLUMNS.items()}}
+    names = [v.name for v in variants]
+    cols = engine.run(roles, stream.ids, engine.plan(windows), bos_id, lockstep_reducer(names), schema, stream.nbytes, on_forward)
+    return CompareColumns({k: cols[k] for k in REF_COLUMNS},
+                          {n: {k: cols[f"{n}/{k}"] for k in VARIANT_COLUMNS} for n in names})  # fmt: skip
+
+
+def _evaluate(p: Prepared, variants, rep: Reporter) -> CompareColumns:
+    with progress(rep, p.timings, len(p.windows) * (1 + len(variants)), f"{len(p.windows)} windows × {1 + len(variants)} models") as step:
+        return run_lockstep(p.loaded.model, p.stream, p.windows, variants, p.protocol["prefix_id"], step)
+
+
+def quantize_compare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, vs: VariantSettings, rep: Reporter | None = None) -> tuple[dict, CompareColumns]:
+    rep = rep or Reporter()
+    schemes = parse_schemes(vs.schemes)  # fail on a bad scheme before loading anything
+    p = prepare(ms, ts, ws, rep)
+    rep.stage("quantizing")
+    t0 = time.perf_counter()
+    variants = [quantize_variant(p.loaded.model, s, vs.include, vs.exclude) for s in schemes]
+    p.timings["quantize_s"] = time.perf_counter() - t0
+    cols = _evaluate(p, variants, rep)
+    ref = reference_metrics(cols.reference)
+    result = {
+        "schema": f"infoeval/quantize-compare/{SCHEMA_VERSION}",
+        "provenance": provenance(p, "quantize-compare"),
+        "reference": ref,
+        "variants": [
+            {"name": v.name, "metrics": variant_metrics(cols.reference, cols.variants[v.name]), "quantization": v.summary()}
+            for v in variants
+        ],
+        "timings": p.timings,
+        "metrics": metric_meta(METRICS),
+    }
+    return result, cols
+
+
+def scored_bytes(p: Prepared) -> bytes:
+    """The UTF-8 bytes covered by the scored tokens, in order (the whole scored span for rolling windows)."""
+    raw = p.text.text.encode("utf-8")
+    starts = np.cumsum(p.stream.nbytes) - p.stream.nbytes
+    pieces = []
+    for w in p.windows:
+        a, b = w.first_target, w.first_target + w.n_scored
+        lo = int(starts[a])
+        hi = int(starts[b - 1] + p.stream.nbytes[b - 1])
+        pieces.append(raw[lo:hi])
+    return b"".join(pieces)
+
+
+def compress_bits(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Reporter | None = None) -> tuple[dict, CompareColumns]:
+    from infoeval.compare.compressors import compress_all
+
+    rep = rep or Reporter()
+    p = prepare(ms, ts, ws, rep)
+    cols = _evaluate(p, [], rep)
+    ref = reference_metrics(cols.reference)
+    data = scored_bytes(p)
+    if len(data) != ref["bytes"]:
+        raise RuntimeFailure(f"internal error: {len(data)} scored bytes gathered, {ref['bytes']} counted")
+    rep.stage("compressing")
+    rows = compress_all(data)
+    xz_bits = next(r["bits"] for r in rows if r["method"] == "xz -9")
+    result = {
+        "schema": f"infoeval/compress-bits/{SCHEMA_VERSION}",
+        "metrics": metric_meta(ref),
+        "provenance": provenance(p, "compress-bits"),
+        "reference": ref,
+        "compressors": rows,
+        "model_over_xz": ref["total_bits"] / xz_bits if xz_bits else None,
+        "timings": p.timings,
+    }
+    return result, cols
