@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-LN2 = math.log(2.0)
+from infoeval.stats import LN2, quantile, se
+
 
 
 @dataclass(frozen=True)
@@ -57,14 +58,6 @@ METRICS: dict[str, Metric] = {
 }
 
 
-def _se(x: np.ndarray) -> float:
-    return float(np.std(x, ddof=1) / math.sqrt(x.size)) if x.size > 1 else float("nan")
-
-
-def _q(x: np.ndarray, q: float) -> float:
-    return float(np.quantile(x, q))
-
-
 def reference_metrics(ref: dict[str, np.ndarray]) -> dict[str, float]:
     nll = ref["nll"].astype(np.float64)
     n_bytes = int(ref["bytes"].sum())
@@ -75,15 +68,15 @@ def reference_metrics(ref: dict[str, np.ndarray]) -> dict[str, float]:
         "tokens": int(nll.size),
         "bytes": n_bytes,
         "ppl": ppl,
-        "ppl_se": ppl * _se(nll),
+        "ppl_se": ppl * se(nll),
         "nll_mean": mean,
         "bits_per_token": mean / LN2,
         "bits_per_byte": float(nll.sum() / LN2 / n_bytes) if n_bytes else float("nan"),
         "total_bits": float(nll.sum() / LN2),
         "entropy_mean": float(ent_bits.mean()),
-        "entropy_p10": _q(ent_bits, 0.10),
-        "entropy_p50": _q(ent_bits, 0.50),
-        "entropy_p90": _q(ent_bits, 0.90),
+        "entropy_p10": quantile(ent_bits, 0.10),
+        "entropy_p50": quantile(ent_bits, 0.50),
+        "entropy_p90": quantile(ent_bits, 0.90),
     }
 
 
@@ -102,20 +95,20 @@ def variant_metrics(ref: dict[str, np.ndarray], var: dict[str, np.ndarray]) -> d
     return {
         "tokens": int(nll_v.size),
         "ppl": ppl,
-        "ppl_se": ppl * _se(nll_v),
+        "ppl_se": ppl * se(nll_v),
         "nll_mean": mean_v,
         "bits_per_token": mean_v / LN2,
         "bits_per_byte": bpb_v,
         "bits_per_byte_delta": bpb_v - bpb_r,
         "ln_ppl_ratio": float(diff.mean()),
-        "ln_ppl_ratio_se": _se(diff),
+        "ln_ppl_ratio_se": se(diff),
         "ppl_ratio": math.exp(float(diff.mean())),
         "kl_mean": float(kl.mean()),
-        "kl_se": _se(kl),
-        "kl_p50": _q(kl, 0.50),
-        "kl_p90": _q(kl, 0.90),
-        "kl_p99": _q(kl, 0.99),
-        "kl_p999": _q(kl, 0.999),
+        "kl_se": se(kl),
+        "kl_p50": quantile(kl, 0.50),
+        "kl_p90": quantile(kl, 0.90),
+        "kl_p99": quantile(kl, 0.99),
+        "kl_p999": quantile(kl, 0.999),
         "kl_max": float(kl.max()),
         "top1": a,
         "top1_se": math.sqrt(a * (1 - a) / top1.size) if top1.size else float("nan"),

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from infoeval import infotheory as it
+from infoeval import stats as st
 from infoeval.speculative import theory as sm
 
 
@@ -19,7 +21,7 @@ def _rand_lp(n: int, v: int, scale: float, seed: int) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------ per position
 def test_identical_distributions_accept_everything():
     lp = _rand_lp(5, 100, 3.0, 0)
-    s = sm.position_stats(lp, lp.clone())
+    s = it.position_stats(lp, lp.clone())
     assert torch.allclose(s["beta"], torch.ones(5), atol=1e-6)
     assert torch.equal(s["kl"], torch.zeros(5))
     assert torch.allclose(s["tv"], torch.zeros(5), atol=1e-7)
@@ -30,7 +32,7 @@ def test_disjoint_supports_accept_nothing():
     """p on tokens {0, 1}, q on {2, 3}: β = 0, TV = 1, KL = ∞ (q = 0 where p > 0), entropies 1 bit each."""
     p = torch.tensor([[0.5, 0.5, 0.0, 0.0]])
     q = torch.tensor([[0.0, 0.0, 0.25, 0.75]])
-    s = sm.position_stats(p.log(), q.log(), torch.tensor([1]))
+    s = it.position_stats(p.log(), q.log(), torch.tensor([1]))
     assert float(s["beta"]) == 0.0
     assert float(s["tv"]) == 1.0
     assert math.isinf(float(s["kl"]))
@@ -42,7 +44,7 @@ def test_disjoint_supports_accept_nothing():
 def test_position_stats_against_a_float64_loop():
     lp, lq = _rand_lp(4, 37, 2.0, 1), _rand_lp(4, 37, 2.0, 2)
     targets = torch.tensor([0, 5, 36, 17])
-    s = sm.position_stats(lp, lq, targets)
+    s = it.position_stats(lp, lq, targets)
     for i in range(4):
         p = [math.exp(x) for x in lp[i].double().tolist()]
         q = [math.exp(x) for x in lq[i].double().tolist()]
@@ -59,26 +61,26 @@ def test_temperature_softmax():
     for t in (0.5, 1.0, 3.0):
         e = [math.exp(x / t) for x in (2.0, 0.0, -1.0)]
         want = [x / sum(e) for x in e]
-        assert sm.log_softmax_t(z, t).exp()[0].tolist() == pytest.approx(want, rel=1e-6)
+        assert it.log_softmax_t(z, t).exp()[0].tolist() == pytest.approx(want, rel=1e-6)
 
 
 def test_top1_match_is_temperature_free_and_counts_ties():
     zp = torch.tensor([[3.0, 1.0, 0.0], [0.0, 2.0, 1.0], [1.0, 0.0, 0.0]])
     zq = torch.tensor([[2.0, 2.0, 0.0], [5.0, 1.0, 0.0], [1.0, 1.0, -1.0]])
-    assert sm.top1_match(zp, zq).tolist() == [True, False, True]  # rows 0 and 2: a tie at the top counts
+    assert it.top1_match(zp, zq).tolist() == [True, False, True]  # rows 0 and 2: a tie at the top counts
 
 
 # ------------------------------------------------------------------------------------------------ Pinsker
 def test_pinsker_holds_on_random_distributions_and_detects_violations():
     lp, lq = _rand_lp(400, 50, 4.0, 3), _rand_lp(400, 50, 4.0, 4)
-    s = sm.position_stats(lp, lq)
-    r = sm.pinsker(s["tv"].numpy(), s["kl"].numpy())
+    s = it.position_stats(lp, lq)
+    r = st.pinsker(s["tv"].numpy(), s["kl"].numpy())
     assert r["violations"] == 0 and r["checked"] == 400 and 0 < r["max_ratio"] <= 1.0
     # near-identical distributions (KL ~ 1e-8): within the float tolerance, still no violation
-    s2 = sm.position_stats(lp, torch.log_softmax(lp + 1e-4 * torch.randn(400, 50, generator=torch.Generator().manual_seed(5)), -1))
-    assert sm.pinsker(s2["tv"].numpy(), s2["kl"].numpy())["violations"] == 0
+    s2 = it.position_stats(lp, torch.log_softmax(lp + 1e-4 * torch.randn(400, 50, generator=torch.Generator().manual_seed(5)), -1))
+    assert st.pinsker(s2["tv"].numpy(), s2["kl"].numpy())["violations"] == 0
     # numbers that break the inequality are counted
-    assert sm.pinsker(np.array([0.5, 0.1]), np.array([0.1, 0.5]))["violations"] == 1
+    assert st.pinsker(np.array([0.5, 0.1]), np.array([0.1, 0.5]))["violations"] == 1
 
 
 # ------------------------------------------------------------------------------------------ expected tokens
@@ -123,9 +125,9 @@ def test_pearson_matches_numpy():
     rng = np.random.default_rng(1)
     x = rng.normal(size=300)
     y = 0.5 * x + rng.normal(size=300)
-    r, n = sm.pearson(x, y)
+    r, n = st.pearson(x, y)
     assert n == 300 and r == pytest.approx(np.corrcoef(x, y)[0, 1], rel=1e-12)
-    assert math.isnan(sm.pearson(np.ones(5), y[:5])[0])
+    assert math.isnan(st.pearson(np.ones(5), y[:5])[0])
 
 
 def test_entropy_quartiles_split_by_rank():
@@ -180,28 +182,28 @@ def test_run_length_table_geometric_reference():
 # -------------------------------------------------------------------------------------------- chi-square
 @pytest.mark.parametrize("x", [0.1, 1.0, 3.0, 10.0, 40.0])
 def test_chi2_sf_df2_is_exponential(x):
-    assert sm.chi2_sf(x, 2) == pytest.approx(math.exp(-x / 2), rel=1e-10)
+    assert st.chi2_sf(x, 2) == pytest.approx(math.exp(-x / 2), rel=1e-10)
 
 
 @pytest.mark.parametrize("x", [0.5, 2.0, 7.0])
 def test_chi2_sf_df1_is_erfc(x):
-    assert sm.chi2_sf(x, 1) == pytest.approx(math.erfc(math.sqrt(x / 2)), rel=1e-10)
+    assert st.chi2_sf(x, 1) == pytest.approx(math.erfc(math.sqrt(x / 2)), rel=1e-10)
 
 
 def test_chi_square_statistic_and_edge_cases():
-    r = sm.chi_square(np.array([10, 20, 70]), np.array([0.2, 0.2, 0.6]))
+    r = st.chi_square(np.array([10, 20, 70]), np.array([0.2, 0.2, 0.6]))
     want = (10 - 20) ** 2 / 20 + (20 - 20) ** 2 / 20 + (70 - 60) ** 2 / 60
     assert r["stat"] == pytest.approx(want) and r["df"] == 2
     assert r["p_value"] == pytest.approx(math.exp(-want / 2))
-    assert sm.chi_square(np.array([3, 1]), np.array([1.0, 0.0]))["p_value"] == 0.0  # an impossible cell was hit
-    assert math.isnan(sm.chi_square(np.array([5]), np.array([1.0]))["p_value"])  # one cell: nothing to test
+    assert st.chi_square(np.array([3, 1]), np.array([1.0, 0.0]))["p_value"] == 0.0  # an impossible cell was hit
+    assert math.isnan(st.chi_square(np.array([5]), np.array([1.0]))["p_value"])  # one cell: nothing to test
 
 
 def test_chi_square_is_calibrated_under_the_null():
     """Under the null, p-values are uniform: about 5 % fall below 0.05."""
     rng = np.random.default_rng(3)
     probs = np.array([0.1, 0.2, 0.3, 0.4])
-    pv = np.array([sm.chi_square(rng.multinomial(400, probs), probs)["p_value"] for _ in range(2000)])
+    pv = np.array([st.chi_square(rng.multinomial(400, probs), probs)["p_value"] for _ in range(2000)])
     assert 0.035 < (pv < 0.05).mean() < 0.065
 
 

@@ -17,11 +17,12 @@ from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import DataError, RuntimeFailure, UsageError
 from infoeval import engine
 from infoeval.gate.compact import CompactDist, compact
-from infoeval.gate.compact import divergences as compact_divergences
+from infoeval.infotheory import compact_divergences
 from infoeval.gate.limits import Limit, compare_baseline, judge
 from infoeval.gate.reference_file import Reference, read_reference, write_reference
 from infoeval.infotheory import entropy, log_softmax
-from infoeval.metrics import LN2, METRICS, _se, reference_metrics, variant_metrics
+from infoeval.metrics import METRICS, reference_metrics, variant_metrics
+from infoeval.stats import LN2, se
 from infoeval.models import BUILTIN, load_model, resolve_device, resolve_dtype
 from infoeval.quant.apply import fake_quantize_
 from infoeval.quant.schemes import parse_scheme
@@ -192,8 +193,8 @@ def _gate_metrics(ref_cols: dict, var: dict) -> dict:
     diff = var["nll"].astype(np.float64) - ref_cols["nll"].astype(np.float64)
     n_bytes = int(ref_cols["bytes"].sum())
     m["kl_lower_mean"] = float(lower.mean())
-    m["kl_lower_se"] = _se(lower)
-    m["tv_se"] = _se(var["tv"].astype(np.float64))
-    m["bits_per_byte_delta_se"] = _se(diff) * diff.size / LN2 / n_bytes if n_bytes else math.nan
+    m["kl_lower_se"] = se(lower)
+    m["tv_se"] = se(var["tv"].astype(np.float64))
+    m["bits_per_byte_delta_se"] = se(diff) * diff.size / LN2 / n_bytes if n_bytes else math.nan
     m["reference_ppl"] = reference_metrics(ref_cols)["ppl"]
     return m

@@ -31,10 +31,10 @@ import torch
 import torch.nn.functional as F
 
 from infoeval import engine
+from infoeval.stats import LN2, mean_se
 from infoeval.errors import DataError, UsageError
 from infoeval.windows import Window
 
-LN2 = math.log(2.0)
 MODEL = "the model"
 DEFAULT_LENGTHS = "16,32,64,128,256,512,1024,2048"
 DEFAULT_BLOCKS = 8
@@ -145,10 +145,6 @@ def score_blocks(
     return out[0], out[1]
 
 
-def _mean_se(x: np.ndarray) -> tuple[float, float]:
-    return float(x.mean()), float(x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else float("nan")
-
-
 @dataclass(frozen=True)
 class LengthSummary:
     length: int
@@ -165,9 +161,9 @@ class LengthSummary:
     def row(self) -> dict:
         """The length's JSON/CSV numbers: I mean ± SE and the per-token view of Y, in bits."""
         m = self.length // 2
-        mi, mi_se = _mean_se(self.mi_bits)
-        hy, hy_se = _mean_se(self.marginal_bits / m)
-        hyx, hyx_se = _mean_se(self.conditional_bits / m)
+        mi, mi_se = mean_se(self.mi_bits)
+        hy, hy_se = mean_se(self.marginal_bits / m)
+        hyx, hyx_se = mean_se(self.conditional_bits / m)
         return {
             "length": self.length, "blocks": self.blocks, "mi_bits": mi, "mi_bits_se": mi_se,
             "mi_bits_sd": float(self.mi_bits.std(ddof=1)), "mi_bits_per_token": mi / m,

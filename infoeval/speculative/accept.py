@@ -22,10 +22,9 @@ from infoeval.models import resolve_device, resolve_dtype
 from infoeval.results import SCHEMA_VERSION
 from infoeval.prepare import Prepared, Reporter, prepare, progress, provenance
 from infoeval.speculative.drafts import DraftSettings, build_draft
-from infoeval.speculative.theory import (
-    LN2, entropy_quartiles, expected_tokens_table, log_softmax_t, mean_se, pearson, pinsker, position_stats,
-    run_length_table, run_lengths, top1_match,
-)
+from infoeval.infotheory import log_softmax_t, position_stats, top1_match
+from infoeval.speculative.theory import entropy_quartiles, expected_tokens_table, run_length_table, run_lengths
+from infoeval.stats import LN2, mean_se, pearson, pinsker
 from infoeval.speculative.metrics import ACCEPT_METRICS, metric_meta
 from infoeval.speculative.pairs import base_of, run_paired
 

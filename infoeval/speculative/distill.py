@@ -31,7 +31,8 @@ from infoeval.models import resolve_device, resolve_dtype
 from infoeval.results import SCHEMA_VERSION
 from infoeval.prepare import Reporter, prepare, progress, provenance
 from infoeval.speculative.drafts import DraftSettings, build_draft
-from infoeval.speculative.theory import LN2, log_softmax_t, mean_se
+from infoeval.infotheory import log_softmax_t
+from infoeval.stats import LN2, mean_se
 from infoeval.speculative.metrics import DISTILL_METRICS, metric_meta
 from infoeval.speculative.pairs import base_of, run_paired
 

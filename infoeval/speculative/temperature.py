@@ -19,7 +19,7 @@ from infoeval.engine import last_logits
 
 from infoeval.errors import UsageError
 from infoeval.results import SCHEMA_VERSION, command_line, now_iso, versions
-from infoeval.speculative.theory import LN2
+from infoeval.stats import LN2
 from infoeval.speculative.metrics import TEMPERATURE_METRICS, metric_meta
 
 
