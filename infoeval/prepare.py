@@ -1,24 +1,26 @@
-"""The pipelines behind the commands: text → tokens → windows → lockstep evaluation → metrics → result dict.
+"""The stages before the engine: text → model → tokens → windows, as a frozen ``Prepared`` with its window protocol.
 
-The CLI builds the settings, calls one function here and renders what it returns.
+Every window-based command starts here (``prepare``), then hands ``Prepared`` to the engine through its own
+reducer. ``progress`` draws the bar around an evaluation and measures it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
-import torch
-
-from infoeval.settings import PREFIXES, PROTOCOLS, ModelSettings, TextSettings, WindowSettings
+from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
 from infoeval.models import LoadedModel, load_model, resolve_device, resolve_dtype
-from infoeval.results import command_line, now_iso, versions
+from infoeval.results import Provenance, provenance
 from infoeval.text import Text, load_text, strip_one_trailing_newline
 from infoeval.tokens import TokenStream, encode, truncate
-from infoeval.windows import Window, check_window_options, describe, llamacpp_windows, rolling_windows
+from infoeval.windows import Window, describe, llamacpp_windows, rolling_windows
 
 
 class Reporter:
@@ -33,26 +35,59 @@ class Reporter:
     def stop(self) -> None: ...
 
 
-@dataclass
+@dataclass(frozen=True)
+class WindowProtocol:
+    """How the text was cut and scored: protocol, ctx, stride, prefix token, the rule in words, and the counts of
+    scored and context-only tokens and of the context each scored token had."""
+
+    name: str
+    ctx: int
+    stride: int
+    prefix: str
+    prefix_token: str
+    prefix_id: int | None
+    rule: str
+    max_tokens: int | None
+    text_tokens: int | None  # None when only a prefix of the text was tokenized
+    tokenized: str
+    tokenizer: str
+    windows: int
+    stream_tokens: int
+    scored_tokens: int
+    context_only_tokens: int
+    min_context: int
+    mean_context: float
+    max_context: int
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
 class Prepared:
+    """Model, text, token stream, windows and protocol; ``timings`` holds load_s and tokenize_s."""
+
     loaded: LoadedModel
     text: Text
     stream: TokenStream
-    windows: list[Window]
-    protocol: dict
-    timings: dict
+    windows: tuple[Window, ...]
+    protocol: WindowProtocol
+    timings: Mapping[str, float]
+
+    def provenance(self, command: str, **extra) -> Provenance:
+        return provenance(command, model=self.loaded.info, text=self.text, protocol=self.protocol.to_json(), **extra)
 
 
 def _resolve_prefix(policy: str, protocol: str, loaded: LoadedModel) -> tuple[int | None, str]:
-    tok = loaded.info["tokenizer"]
-    bos, eos = tok["bos_id"], tok["eos_id"]
+    tok = loaded.info.tokenizer
+    bos, eos = tok.bos_id, tok.eos_id
     if protocol == "llama.cpp":
         if policy == "eos":
             raise UsageError("--prefix eos is not part of the llama.cpp protocol; use auto, bos or none")
         if policy == "auto":
-            add = loaded.info.get("gguf_add_bos")
-            add = tok["add_bos_token"] if add is None else add
-            rule = "GGUF tokenizer.ggml.add_bos_token" if loaded.info.get("gguf_add_bos") is not None else "tokenizer add_bos_token"
+            add = loaded.info.gguf_add_bos
+            add = tok.add_bos_token if add is None else add
+            rule = "GGUF tokenizer.ggml.add_bos_token" if loaded.info.gguf_add_bos is not None else "tokenizer add_bos_token"
         else:
             add, rule = policy == "bos", f"--prefix {policy}"
         if add and bos is None:
@@ -70,19 +105,6 @@ def _resolve_prefix(policy: str, protocol: str, loaded: LoadedModel) -> tuple[in
     if tid is None:
         raise UsageError(f"--prefix {policy}: the tokenizer has no {policy.upper()} token; use auto or none")
     return tid, f"{policy.upper()} (--prefix {policy})"
-
-
-def _validate(ts: TextSettings, ws: WindowSettings) -> None:
-    """Option checks that need no model, done before the slow load."""
-    if ws.protocol not in PROTOCOLS:
-        raise UsageError(f"unknown protocol '{ws.protocol}'; allowed: {', '.join(PROTOCOLS)}")
-    if ws.prefix not in PREFIXES:
-        raise UsageError(f"unknown prefix policy '{ws.prefix}'; allowed: {', '.join(PREFIXES)}")
-    check_window_options(ws.ctx, ws.stride)
-    if ws.protocol == "llama.cpp" and ws.stride not in (None, ws.ctx):
-        raise UsageError("--stride cannot be set with --protocol llama.cpp (its chunks never overlap)")
-    if ts.max_tokens is not None and ts.max_tokens < 1:
-        raise UsageError(f"--max-tokens {ts.max_tokens} is not allowed; it must be at least 1")
 
 
 def _windows(stream: TokenStream, ts: TextSettings, ws: WindowSettings) -> tuple[TokenStream, list[Window], str]:
@@ -124,7 +146,6 @@ def _tokens_needed(ts: TextSettings, ws: WindowSettings, has_prefix: bool) -> in
 
 def prepare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Reporter) -> Prepared:
     """Load text and model, tokenize, and cut the stream into windows."""
-    _validate(ts, ws)
     timings = {}
     text = load_text(ts.text, ts.dataset, ts.data_dir)
     if ws.protocol == "llama.cpp":
@@ -144,49 +165,34 @@ def prepare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Report
     n_text = len(stream) - (prefix_id is not None)
     whole = limit is None or n_text < limit  # otherwise only a prefix of the text was tokenized
     stream, windows, rule = _windows(stream, ts, ws)
-    protocol = {
-        "name": ws.protocol,
-        "ctx": ws.ctx,
-        "stride": ws.stride or ws.ctx,
-        "prefix": ws.prefix,
-        "prefix_token": prefix_desc,
-        "prefix_id": prefix_id,
-        "rule": rule,
-        "max_tokens": ts.max_tokens,
-        "text_tokens": n_text if whole else None,
-        "tokenized": "the whole text" if whole else f"a prefix of the text, enough for the first {limit:,} tokens",
-        "tokenizer": loaded.info["tokenizer"]["source"],
-        **describe(windows, len(stream)),
-    }
-    return Prepared(loaded, text, stream, windows, protocol, timings)
+    protocol = WindowProtocol(
+        name=ws.protocol, ctx=ws.ctx, stride=ws.stride or ws.ctx, prefix=ws.prefix, prefix_token=prefix_desc,
+        prefix_id=prefix_id, rule=rule, max_tokens=ts.max_tokens, text_tokens=n_text if whole else None,
+        tokenized="the whole text" if whole else f"a prefix of the text, enough for the first {limit:,} tokens",
+        tokenizer=loaded.info.tokenizer.source, **describe(windows, len(stream)),
+    )  # fmt: skip
+    return Prepared(loaded, text, stream, tuple(windows), protocol, MappingProxyType(timings))
 
 
-def provenance(p: Prepared, command: str) -> dict:
-    return {
-        "command": command,
-        "argv": command_line(),
-        "created": now_iso(),
-        "model": p.loaded.info,
-        "text": p.text.provenance(),
-        "protocol": p.protocol,
-        "dtype": p.loaded.info["dtype"],
-        "device": p.loaded.info["device"],
-        "versions": versions(),
-        "torch_threads": torch.get_num_threads(),
-    }
+class Bar:
+    """The step callback of a progress bar, and the wall time of the loop it was around (after the loop)."""
+
+    def __init__(self, step):
+        self.step, self.seconds = step, 0.0
 
 
 @contextlib.contextmanager
-def progress(rep: Reporter, timings: dict, total: int, text: str):
-    """A progress bar of ``total`` steps around an evaluation loop (yields the step callback); the loop's wall
-    time goes to ``timings["eval_s"]``."""
+def progress(rep: Reporter, total: int, text: str):
+    """A progress bar of ``total`` steps around an evaluation loop; yields a ``Bar`` whose ``seconds`` is the
+    loop's wall time once the block ends."""
+    bar = Bar(rep.advance)
     rep.start(total, text)
     t0 = time.perf_counter()
     try:
-        yield rep.advance
+        yield bar
     finally:
         rep.stop()
-    timings["eval_s"] = time.perf_counter() - t0
+        bar.seconds = time.perf_counter() - t0
 
 
 def default_run_name(command: str, ms: ModelSettings, p_text: str) -> str:

@@ -2,11 +2,35 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+
+
+class ReportTable(Table):
+    """A table with a short title and its long explanation in ``caption``, printed under the table at the
+    console's full width (rich would wrap a title or caption wider than the table into the table's width)."""
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        bare = copy.copy(self)
+        bare.caption = None
+        yield from Table.__rich_console__(bare, console, options)
+        if isinstance(self.caption, str):
+            yield console.render_str(self.caption, style=self.caption_style or "table.caption", highlight=False)
+        elif self.caption is not None:
+            yield self.caption
+
+
+def report_table(title: str, columns: list[str], caption: str | None = None, left: int = 1, no_wrap: bool = False) -> ReportTable:
+    """A left-justified table titled ``title`` (a few words) with ``caption`` under it; the first ``left`` columns
+    are left-aligned, the others right-aligned."""
+    t = ReportTable(title=title, caption=caption, title_justify="left", caption_justify="left")
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="left" if i < left else "right", no_wrap=no_wrap)
+    return t
 
 
 def fmt_num(x, digits: int = 4) -> str:
@@ -66,6 +90,14 @@ class RichReporter:
             self._progress = None
 
 
+def stdout_console() -> Console:
+    """The data console; when stdout is not a terminal (a pipe, a CI log) tables get 120 columns, not 80."""
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=120)
+    return console
+
+
 def _text_size(result: dict) -> str:
     pv = result["provenance"]
     if pv["protocol"]["text_tokens"] is not None:
@@ -86,69 +118,3 @@ def run_header(result: dict) -> str:
         f"{pr['context_only_tokens']:,} context-only in the stream "
         f"(context per scored token {pr['min_context']}–{pr['max_context']}, mean {pr['mean_context']:.0f})"
     )
-
-
-def reference_table(ref: dict, title: str = "Reference") -> Table:
-    t = Table(title=title, title_justify="left")
-    for c in ("PPL", "bits/token", "bits/byte", "tokens", "bytes", "entropy P10", "P50", "P90 (bits)"):
-        t.add_column(c, justify="right")
-    t.add_row(
-        fmt_pm(ref["ppl"], ref["ppl_se"], 3), fmt_num(ref["bits_per_token"]), fmt_num(ref["bits_per_byte"]), fmt_num(ref["tokens"]),
-        fmt_num(ref["bytes"]), fmt_num(ref["entropy_p10"], 3), fmt_num(ref["entropy_p50"], 3), fmt_num(ref["entropy_p90"], 3),
-    )  # fmt: skip
-    return t
-
-
-def variants_tables(result: dict) -> list[Table]:
-    """Two tables so each fits a 100-column terminal: likelihood and agreement, then the KL distribution."""
-    a = Table(title="Variants vs reference: likelihood and agreement (± one standard error)", title_justify="left")
-    for c in ("scheme", "layers q/skip", "PPL", "PPL ratio", "Δ ln PPL", "top-1 agree", "Δ bits/byte"):
-        a.add_column(c, justify="left" if c == "scheme" else "right", no_wrap=True)
-    k = Table(title="Per-position KL(reference ‖ variant) in nats; reverse KL and TV means", title_justify="left")
-    for c in ("scheme", "mean KL", "P50", "P90", "P99", "P99.9", "max", "rev KL", "TV"):
-        k.add_column(c, justify="left" if c == "scheme" else "right", no_wrap=True)
-    for v in result["variants"]:
-        m, q = v["metrics"], v["quantization"]
-        a.add_row(
-            v["name"], f"{q['layers_quantized']}/{q['layers_skipped']}", fmt_num(m["ppl"], 3), fmt_num(m["ppl_ratio"]),
-            fmt_pm(m["ln_ppl_ratio"], m["ln_ppl_ratio_se"]), fmt_pm(100 * m["top1"], 100 * m["top1_se"], 2) + " %",
-            fmt_num(m["bits_per_byte_delta"]),
-        )  # fmt: skip
-        k.add_row(
-            v["name"], fmt_pm(m["kl_mean"], m["kl_se"]), fmt_num(m["kl_p50"], 3), fmt_num(m["kl_p90"], 3), fmt_num(m["kl_p99"], 3),
-            fmt_num(m["kl_p999"], 3), fmt_num(m["kl_max"], 3), fmt_num(m["rkl_mean"], 3), fmt_num(m["tv_mean"], 3),
-        )  # fmt: skip
-    return [a, k]
-
-
-def stdout_console() -> Console:
-    """The data console; when stdout is not a terminal (a pipe, a CI log) tables get 120 columns, not 80."""
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=120)
-    return console
-
-
-def compress_table(result: dict) -> Table:
-    ref = result["reference"]
-    t = Table(title=f"Bits for the same {ref['bytes']:,} bytes", title_justify="left")
-    for c in ("method", "bits", "bits/byte", "vs model"):
-        t.add_column(c, justify="left" if c == "method" else "right")
-    t.add_row("model (Σ −log₂ q)", fmt_num(round(ref["total_bits"])), fmt_num(ref["bits_per_byte"]), "1.000")
-    for r in result["compressors"]:
-        t.add_row(r["method"], fmt_num(r["bits"]), fmt_num(r["bits_per_byte"]), fmt_num(r["bits"] / ref["total_bits"], 3))
-    return t
-
-
-def print_quantize_compare(console: Console, result: dict) -> None:
-    console.print(run_header(result))
-    console.print(reference_table(result["reference"]))
-    for table in variants_tables(result):
-        console.print(table)
-
-
-def print_compress_bits(console: Console, result: dict) -> None:
-    console.print(run_header(result))
-    console.print(reference_table(result["reference"], "Model"))
-    console.print(compress_table(result))
-    console.print(f"model bits / xz bits = {fmt_num(result['model_over_xz'], 3)} (the model's own size is not counted)")

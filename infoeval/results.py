@@ -1,7 +1,14 @@
-"""The result schema (JSON), provenance, and atomic CSV/JSON writing."""
+"""Typed results: the provenance every result carries (built by ``provenance`` only), the ``Result`` base of every
+command's result (``to_json()`` is its result file), and atomic CSV/JSON writing.
+
+Schema 2 (renames from 1): the metric definitions (unit, direction, description) of every result sit under
+``metric_definitions`` (they were ``metrics``, and ``metrics_meta`` in gate results); a key named ``metrics``
+always holds values.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import math
@@ -9,24 +16,20 @@ import os
 import platform
 import sys
 import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
+import torch
 
 from infoeval import __version__
-from infoeval.metrics import METRICS
+from infoeval.metrics import definitions
 
-SCHEMA_VERSION = 1
-CSV_COLUMNS = [
-    "variant", "bits", "group_size", "symmetric", "tokens", "bytes",
-    "ppl", "ppl_se", "ln_ppl_ratio", "ln_ppl_ratio_se", "ppl_ratio",
-    "kl_mean", "kl_se", "kl_p50", "kl_p90", "kl_p99", "kl_p999", "kl_max",
-    "top1", "top1_se", "rkl_mean", "tv_mean",
-    "bits_per_token", "bits_per_byte", "bits_per_byte_delta",
-    "layers_quantized", "layers_skipped", "sqnr_db_min", "sqnr_db_mean",
-]  # fmt: skip
+SCHEMA_VERSION = 2
 _PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "gguf", "accelerate", "typer", "rich")
 
 
@@ -44,12 +47,71 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def metric_meta(names) -> dict:
-    return {
-        n: {"unit": METRICS[n].unit, "higher_is_better": METRICS[n].higher_is_better, "description": METRICS[n].description}
-        for n in names
-        if n in METRICS
-    }
+@dataclass(frozen=True)
+class Provenance:
+    """Where a result comes from: the command line, when, which model (file hash or revision), which text (hash),
+    tokenizer and window protocol, dtype, device, thread count and package versions; ``extra`` holds what a
+    command adds (a draft, a reference file, a prompt, ...)."""
+
+    command: str
+    argv: tuple[str, ...]
+    created: str
+    versions: Mapping[str, str | None]
+    torch_threads: int
+    model: Mapping | None = None
+    text: Mapping | None = None
+    protocol: Mapping | None = None
+    dtype: str | None = None
+    device: str | None = None
+    extra: Mapping = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        return {k: v for k, v in own.items() if v is not None} | dict(self.extra)
+
+
+def provenance(command: str, *, model=None, text=None, protocol: Mapping | None = None, dtype: str | None = None,
+               device: str | None = None, **extra) -> Provenance:  # fmt: skip
+    """The one place provenance is assembled: ``model`` a ``models.ModelInfo`` (its dtype and device are taken
+    unless given), ``text`` a ``text.Text``; keyword extras go under their own names."""
+    model_json = model.to_json() if model is not None else None
+    return Provenance(
+        command=command, argv=tuple(command_line()), created=now_iso(), versions=versions(),
+        torch_threads=torch.get_num_threads(), model=model_json, text=text.provenance() if text is not None else None,
+        protocol=protocol, dtype=dtype or (model.dtype if model is not None else None),
+        device=device or (model.device if model is not None else None), extra=extra,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Result:
+    """Base of every command's result: provenance and timings (seconds per stage), plus the command's own fields
+    (declared by each subclass, in the order they appear in the JSON). ``FAMILY`` names the metric definitions."""
+
+    provenance: Provenance
+    timings: Mapping[str, float]
+    FAMILY: ClassVar[str] = ""
+
+    def to_json(self) -> dict:
+        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("provenance", "timings")}
+        return jsonable({
+            "schema": f"infoeval/{self.provenance.command}/{SCHEMA_VERSION}", **own,
+            "provenance": self.provenance.to_json(), "timings": dict(self.timings),
+            "metric_definitions": definitions(self.FAMILY),
+        })  # fmt: skip
+
+
+def jsonable(obj):
+    """Plain JSON types: typed records (``to_json()`` or dataclass fields) become dicts, tuples lists."""
+    if hasattr(obj, "to_json"):
+        return jsonable(obj.to_json())
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {k: jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    return obj
 
 
 def _clean(obj):
@@ -80,80 +142,13 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
-def write_json(path: Path, result: dict) -> None:
-    text = json.dumps(_clean(result), indent=2, ensure_ascii=False, allow_nan=False)
+def write_json(path: Path, result) -> None:
+    text = json.dumps(_clean(jsonable(result)), indent=2, ensure_ascii=False, allow_nan=False)
     atomic_write_bytes(path, (text + "\n").encode("utf-8"))
 
 
 def write_frame(path: Path, frame: pd.DataFrame) -> None:
     atomic_write_bytes(path, frame.to_csv(index=False).encode("utf-8"))
-
-
-def summary_frame(result: dict) -> pd.DataFrame:
-    """One row for the reference and one per variant, with the stable CSV_COLUMNS."""
-    rows = [{"variant": "reference", **result["reference"]}]
-    for v in result.get("variants", []):
-        q = v.get("quantization", {})
-        s = q.get("scheme", {})
-        rows.append(
-            {
-                "variant": v["name"],
-                "bits": s.get("bits"),
-                "group_size": s.get("group_size"),
-                "symmetric": s.get("symmetric"),
-                "bytes": result["reference"].get("bytes"),
-                "layers_quantized": q.get("layers_quantized"),
-                "layers_skipped": q.get("layers_skipped"),
-                "sqnr_db_min": q.get("sqnr_db_min"),
-                "sqnr_db_mean": q.get("sqnr_db_mean"),
-                **v["metrics"],
-            }
-        )
-    frame = pd.DataFrame(rows).reindex(columns=CSV_COLUMNS)
-    for col in ("bits", "group_size", "tokens", "bytes", "layers_quantized", "layers_skipped"):
-        frame[col] = frame[col].astype("Int64")  # integers stay integers beside the reference's empty cells
-    frame["symmetric"] = frame["symmetric"].astype("boolean")
-    return frame
-
-
-def positions_frame(reference: dict[str, np.ndarray], variants: dict[str, dict[str, np.ndarray]]) -> pd.DataFrame:
-    """Long format: one row per scored position and variant (only reference columns without variants)."""
-    base = pd.DataFrame(
-        {
-            "window": reference["window"],
-            "position": reference["position"],
-            "token_id": reference["token_id"],
-            "context": reference["context"],
-            "bytes": reference["bytes"],
-            "nll_ref": reference["nll"],
-            "entropy_ref": reference["entropy"],
-        }
-    )
-    if not variants:
-        return base
-    frames = []
-    for name, cols in variants.items():
-        f = base.copy()
-        f.insert(5, "variant", name)
-        f["nll"] = cols["nll"]
-        f["entropy"] = cols["entropy"]
-        f["kl"] = cols["kl"]
-        f["rkl"] = cols["rkl"]
-        f["tv"] = cols["tv"]
-        f["top1_match"] = cols["top1"].astype(np.int8)
-        frames.append(f)
-    return pd.concat(frames, ignore_index=True)
-
-
-def compress_frame(result: dict) -> pd.DataFrame:
-    """compress-bits summary: the model's ideal code length, then each compressor, on the same bytes."""
-    ref = result["reference"]
-    rows = [{"method": "model", "bytes": None, "bits": ref["total_bits"], "bits_per_byte": ref["bits_per_byte"]}]
-    rows += [{k: r[k] for k in ("method", "bytes", "bits", "bits_per_byte")} for r in result["compressors"]]
-    frame = pd.DataFrame(rows)
-    frame["bits_vs_model"] = frame["bits"] / ref["total_bits"]
-    frame["bytes"] = frame["bytes"].astype("Int64")
-    return frame
 
 
 def output_paths(csv: Path | None, json_: Path | None, positions: Path | None, out_dir: Path | None, default_dir: Path) -> dict[str, Path]:

@@ -1,12 +1,16 @@
-"""Frozen settings objects, one per stage, built by the CLI and passed to the library."""
+"""Frozen settings, one per stage, built by the CLI by keyword and validated on construction (``__post_init__``),
+so that a bad option fails with one line before anything slow happens. No torch import."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from infoeval.models import DEFAULT_MODEL
+from infoeval.errors import UsageError
 from infoeval.quant.schemes import DEFAULT_SCHEMES
+
+DEFAULT_MODEL = "smollm2-135m"
+DEFAULT_CTX = 512
 
 PROTOCOLS = ("rolling", "llama.cpp")
 PREFIXES = ("auto", "bos", "eos", "none")
@@ -25,15 +29,36 @@ class TextSettings:
     text: Path | None = None
     dataset: str | None = None
     data_dir: Path | None = None
-    max_tokens: int | None = None
+    max_tokens: int | None = None  # None: every token
+
+    def __post_init__(self) -> None:
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise UsageError(f"--max-tokens {self.max_tokens} is not allowed; it must be at least 1")
+
+
+def check_window_options(ctx: int, stride: int | None) -> None:
+    """ctx ≥ 2 and 1 ≤ stride ≤ ctx (stride None means ctx)."""
+    if ctx < 2:
+        raise UsageError(f"--ctx {ctx} is too small; it must be at least 2")
+    if stride is not None and not 1 <= stride <= ctx:
+        raise UsageError(f"--stride {stride} is not allowed; it must be between 1 and --ctx ({ctx})")
 
 
 @dataclass(frozen=True)
 class WindowSettings:
-    ctx: int = 512
+    ctx: int = DEFAULT_CTX
     stride: int | None = None  # None: = ctx
     protocol: str = "rolling"
     prefix: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise UsageError(f"unknown protocol '{self.protocol}'; allowed: {', '.join(PROTOCOLS)}")
+        if self.prefix not in PREFIXES:
+            raise UsageError(f"unknown prefix policy '{self.prefix}'; allowed: {', '.join(PREFIXES)}")
+        check_window_options(self.ctx, self.stride)
+        if self.protocol == "llama.cpp" and self.stride not in (None, self.ctx):
+            raise UsageError("--stride cannot be set with --protocol llama.cpp (its chunks never overlap)")
 
 
 @dataclass(frozen=True)

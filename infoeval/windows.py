@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from infoeval.errors import DataError, UsageError
+from infoeval.settings import check_window_options
 
 
 @dataclass(frozen=True)
@@ -52,14 +53,6 @@ class Window:
     @property
     def logit_index(self) -> torch.Tensor:
         return torch.arange(self.first_scored, self.first_scored + self.n_scored)
-
-
-def check_window_options(ctx: int, stride: int | None) -> None:
-    """ctx ≥ 2 and 1 ≤ stride ≤ ctx (stride None means ctx)."""
-    if ctx < 2:
-        raise UsageError(f"--ctx {ctx} is too small; it must be at least 2")
-    if stride is not None and not 1 <= stride <= ctx:
-        raise UsageError(f"--stride {stride} is not allowed; it must be between 1 and --ctx ({ctx})")
 
 
 def rolling_windows(n_tokens: int, ctx: int, stride: int | None = None) -> list[Window]:

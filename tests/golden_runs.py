@@ -38,7 +38,17 @@ VOLATILE = {
     "tokens_per_s", "speedup", "model_of_speedup", "torch_threads", "cache", "sha256_file", "load_s", "eval_s",
 }
 # Renames of the result schema (old key path → new key path), applied to a golden record before comparing.
-RENAMES: dict[str, list[tuple[str, str]]] = {}
+# Schema 2: metric definitions moved to `metric_definitions` (from `metrics`, and `metrics_meta` in gate results,
+# whose `metrics` held values and still do); a checkpoint's report names its source model inside `provenance`.
+_DEFINITIONS = [("metrics", "metric_definitions")]
+RENAMES: dict[str, list[tuple[str, str]]] = {
+    **{name: _DEFINITIONS for name in (
+        "quantize-compare-llama", "quantize-compare-qwen3-llamacpp", "compress-bits-qwen3", "spec-accept-llama",
+        "spec-accept-layers", "spec-decode-llama", "distill-llama", "temperature-logits", "temperature-model",
+        "mutual-info-llama", "kl-fit", "quantize-compare-smollm2", "compress-bits-smollm2")},
+    "gate-llama": [("metrics_meta", "metric_definitions")],
+    "quantize-llama": [("report/source_model", "report/provenance/model")],
+}
 
 
 def _sha(path: Path) -> str:
@@ -185,6 +195,8 @@ def leaves(obj, path: str = ""):
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
             yield from leaves(v, f"{path}/{i}")
+    elif path.rsplit("/", 1)[-1] == "schema" and isinstance(obj, str):
+        yield path, obj.rsplit("/", 1)[0]  # the schema's name; its version number changes with the renames
     else:
         yield path, obj
 

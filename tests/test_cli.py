@@ -15,7 +15,6 @@ import math
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -24,10 +23,11 @@ import torch
 import zstandard
 from safetensors.torch import load_file
 
+from cli_jobs import JobPool, declared_jobs
 from infoeval import __version__
 from infoeval.quant.primitives import fake_quantize
 from infoeval.quant.schemes import parse_scheme
-from infoeval.results import CSV_COLUMNS
+from infoeval.compare.report import CSV_COLUMNS
 
 SCHEMES = ["int8-channel", "int4-g32"]
 CTX = 64
@@ -80,8 +80,9 @@ LATE_CASES = ["include-nothing"]
 
 
 @pytest.fixture(scope="module")
-def cli_runs(tmp_path_factory, tiny_llama_dir, not_causal_dir, tiny_text):
-    """Start every subprocess of this module at once (3 at a time); returns name -> (future, cwd)."""
+def cli_runs(request, tmp_path_factory, tiny_llama_dir, not_causal_dir, tiny_text):
+    """The subprocess runs of this module, 3 at a time: those the selected tests mark with ``cli_jobs`` start at
+    once, any other when a test first waits for it (see cli_jobs.py)."""
     root = tmp_path_factory.mktemp("cli")
     text = root / "tiny.txt"
     text.write_bytes(tiny_text.encode("utf-8"))
@@ -114,15 +115,14 @@ def cli_runs(tmp_path_factory, tiny_llama_dir, not_causal_dir, tiny_text):
             (cwd / "latin1.txt").write_bytes("café au lait\n".encode("latin-1"))
             (cwd / "short.txt").write_text("Only a few words here.\n", encoding="utf-8")
     before = {name: _listing(cwd) for name, (_, cwd, _) in jobs.items()}
-    pool = ThreadPoolExecutor(max_workers=3)
-    futures = {name: (pool.submit(_infoeval, args, cwd, env), cwd, before[name]) for name, (args, cwd, env) in jobs.items()}
-    yield {"text": text, "runs": futures}
-    pool.shutdown(wait=True, cancel_futures=True)
+    declared = declared_jobs(request) & jobs.keys()  # error-cuda-absent has no job where CUDA is present (skipped)
+    pool = JobPool(lambda name: _infoeval(*jobs[name]), jobs, declared)
+    yield {"text": text, "jobs": jobs, "before": before, "pool": pool}
+    pool.shutdown()
 
 
 def _get(cli_runs, name):
-    future, cwd, before = cli_runs["runs"][name]
-    return future.result(), cwd, before
+    return cli_runs["pool"].result(name), cli_runs["jobs"][name][1], cli_runs["before"][name]
 
 
 # ------------------------------------------------------------------------------------- successful runs
@@ -141,6 +141,7 @@ def explicit(cli_runs):
     }
 
 
+@pytest.mark.cli_jobs("explicit")
 def test_explicit_outputs_written_and_nothing_else(explicit):
     cwd = explicit["cwd"]
     assert _listing(cwd) == {"out", "out/s.csv", "out/r.json", "out/p.csv"}  # no results/ folder, no temp files
@@ -149,6 +150,7 @@ def test_explicit_outputs_written_and_nothing_else(explicit):
     assert "Traceback" not in explicit["proc"].stderr
 
 
+@pytest.mark.cli_jobs("explicit")
 def test_summary_csv_columns_and_rows(explicit):
     csv, res = explicit["csv"], explicit["json"]
     assert list(csv.columns) == CSV_COLUMNS
@@ -179,6 +181,7 @@ def _weights_digest(folder: Path) -> str:
     return h.hexdigest()
 
 
+@pytest.mark.cli_jobs("explicit")
 def test_json_provenance(explicit, tiny_llama_dir):
     pv = explicit["json"]["provenance"]
     data = explicit["text"].read_bytes()
@@ -199,6 +202,7 @@ def test_json_provenance(explicit, tiny_llama_dir):
     assert all(pv["versions"][k] for k in ("transformers", "numpy", "pandas", "safetensors"))
 
 
+@pytest.mark.cli_jobs("explicit")
 def test_json_per_layer_report_with_sqnr(explicit, tiny_llama_dir):
     """Every Linear layer listed once; decoder layers quantized with SQNR = 10 log10(Σw²/Σ(w−ŵ)²); lm_head and
     anything else listed (the embeddings) skipped."""
@@ -226,6 +230,7 @@ def test_json_per_layer_report_with_sqnr(explicit, tiny_llama_dir):
         assert min(sq) > (40 if scheme.bits == 8 else 18)  # about 6 dB per bit
 
 
+@pytest.mark.cli_jobs("explicit")
 def test_positions_csv(explicit):
     pos, res = explicit["positions"], explicit["json"]
     n = res["reference"]["tokens"]
@@ -242,6 +247,8 @@ def test_positions_csv(explicit):
         assert int(f["bytes"].sum()) == res["reference"]["bytes"]
 
 
+@pytest.mark.slow
+@pytest.mark.cli_jobs("default-folder")
 def test_default_output_folder(cli_runs):
     proc, cwd, _ = _get(cli_runs, "default-folder")
     assert proc.returncode == 0, proc.stderr
@@ -254,6 +261,8 @@ def test_default_output_folder(cli_runs):
     assert len(pd.read_csv(folders[0] / "positions.csv")) == 100 * len(SCHEMES)
 
 
+@pytest.mark.slow
+@pytest.mark.cli_jobs("run-name")
 def test_run_name(cli_runs):
     proc, cwd, _ = _get(cli_runs, "run-name")
     assert proc.returncode == 0, proc.stderr
@@ -261,6 +270,8 @@ def test_run_name(cli_runs):
     assert _listing(cwd / "results" / "my-run") == {"result.json", "summary.csv", "positions.csv"}
 
 
+@pytest.mark.slow
+@pytest.mark.cli_jobs("compress-bits")
 def test_compress_bits_prints_compressor_table(cli_runs):
     proc, cwd, _ = _get(cli_runs, "compress-bits")
     assert proc.returncode == 0, proc.stderr
@@ -284,6 +295,7 @@ def test_compress_bits_prints_compressor_table(cli_runs):
     assert _listing(cwd) == {"cb.json"}  # no summary CSV, no results/ folder
 
 
+@pytest.mark.cli_jobs("help", "help-quantize-compare")
 def test_help(cli_runs):
     proc, _, _ = _get(cli_runs, "help")
     assert proc.returncode == 0, proc.stderr
@@ -295,9 +307,11 @@ def test_help(cli_runs):
 
 # ------------------------------------------------------------------------------------------- errors
 ERROR_IDS = [f"error-{n}" for n in ERROR_CASES] + [f"error-{n}-explicit" for n in LATE_CASES]
+FAST_ERROR_IDS = {"error-missing-text", "error-unknown-scheme"}  # refused before the model loads; the rest are slow
+ERROR_PARAMS = [pytest.param(c, marks=[pytest.mark.cli_jobs(c), *([] if c in FAST_ERROR_IDS else [pytest.mark.slow])]) for c in ERROR_IDS]
 
 
-@pytest.mark.parametrize("case", ERROR_IDS)
+@pytest.mark.parametrize("case", ERROR_PARAMS)
 def test_bad_input_exits_2_with_one_line(cli_runs, case):
     if "cuda-absent" in case and torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
@@ -313,6 +327,8 @@ def test_bad_input_exits_2_with_one_line(cli_runs, case):
     assert _listing(cwd) == before  # no output file, no results/ folder, no temporary file
 
 
+@pytest.mark.slow
+@pytest.mark.cli_jobs("debug")
 def test_debug_shows_traceback(cli_runs):
     proc, cwd, before = _get(cli_runs, "debug")
     assert proc.returncode != 0
@@ -321,6 +337,7 @@ def test_debug_shows_traceback(cli_runs):
     assert _listing(cwd) == before
 
 
+@pytest.mark.cli_jobs("explicit")
 def test_numbers_are_json_numbers(explicit):
     """The JSON parsed without NaN/Infinity (see _strict_json); standard errors are finite with n > 1."""
     res = explicit["json"]

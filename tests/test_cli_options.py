@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from infoeval.results import compress_frame, output_paths
+from infoeval.compare.report import compress_frame
+from infoeval.results import output_paths
 
 ENV = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"}
 
@@ -24,14 +25,15 @@ def _run(args, cwd: Path) -> subprocess.CompletedProcess:
     "args, message",
     [
         (["--max-tokens", "lots"], "--max-tokens 'lots'"),
-        (["--max-tokens", "0"], "--max-tokens 0"),
-        (["--prefix", "start"], "unknown prefix policy 'start'"),
-        (["--protocol", "llama"], "unknown protocol 'llama'"),
-        (["--protocol", "llama.cpp", "--ctx", "64", "--stride", "32"], "--stride cannot be set"),
-        (["--ctx", "8", "--stride", "0"], "--stride 0"),
+        # one subprocess each: the fast lane keeps the first and the last
+        pytest.param(["--max-tokens", "0"], "--max-tokens 0", marks=pytest.mark.slow),
+        pytest.param(["--prefix", "start"], "unknown prefix policy 'start'", marks=pytest.mark.slow),
+        pytest.param(["--protocol", "llama"], "unknown protocol 'llama'", marks=pytest.mark.slow),
+        pytest.param(["--protocol", "llama.cpp", "--ctx", "64", "--stride", "32"], "--stride cannot be set", marks=pytest.mark.slow),
+        pytest.param(["--ctx", "8", "--stride", "0"], "--stride 0", marks=pytest.mark.slow),
         (["--model", "no-such-model"], "neither an existing file or folder nor a hub id"),
     ],
-)
+)  # fmt: skip
 def test_bad_options_fail_fast_with_one_line(tmp_path, args, message):
     proc = _run(["quantize-compare", "--model", "/nonexistent-is-checked-later", *args] if "--model" not in args else ["quantize-compare", *args], tmp_path)
     assert proc.returncode == 2, proc.stderr
@@ -40,6 +42,7 @@ def test_bad_options_fail_fast_with_one_line(tmp_path, args, message):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # three subprocesses; test_configs.py checks the loader's refusals in-process
 def test_config_unknown_key_and_bad_toml(tmp_path):
     (tmp_path / "bad.toml").write_text("[quantize-compare]\nschemas = ['int8-channel']\n")
     proc = _run(["quantize-compare", "--config", tmp_path / "bad.toml"], tmp_path)
@@ -58,20 +61,6 @@ def test_config_values_are_used_and_command_line_wins(tmp_path):
     assert proc.returncode == 2 and "int4-chanel" in proc.stderr  # the config's schemes were parsed
     proc = _run(["quantize-compare", "--config", tmp_path / "c.toml", "--schemes", "int8-channel", "--stride", "17"], tmp_path)
     assert proc.returncode == 2 and "--stride 17" in proc.stderr and "(16)" in proc.stderr  # config ctx, CLI schemes
-
-
-def test_shipped_configs_parse():
-    import tomllib
-
-    from infoeval.quant.schemes import parse_schemes
-
-    root = Path(__file__).resolve().parents[1] / "configs"
-    files = sorted(root.glob("*.toml"))
-    assert files
-    for f in files:
-        section = tomllib.loads(f.read_text())["quantize-compare"]
-        if "schemes" in section:
-            parse_schemes(",".join(section["schemes"]))
 
 
 def test_output_paths():

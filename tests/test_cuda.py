@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from tiny_models import requires_cuda
+from tiny_models import as_json, requires_cuda
 
 from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.compare.pipeline import quantize_compare
@@ -17,8 +17,8 @@ def test_cuda_matches_cpu(tiny_llama_dir, tiny_text, tmp_path):
     path = tmp_path / "t.txt"
     path.write_text(tiny_text, encoding="utf-8")
     ts, ws, vs = TextSettings(text=path), WindowSettings(ctx=64), VariantSettings(schemes="int8-channel,int4-g32")
-    cpu, cpu_cols = quantize_compare(ModelSettings(str(tiny_llama_dir), "cpu", "float32"), ts, ws, vs)
-    gpu, gpu_cols = quantize_compare(ModelSettings(str(tiny_llama_dir), "cuda", "float32"), ts, ws, vs)
+    cpu, cpu_cols = as_json(quantize_compare(ModelSettings(str(tiny_llama_dir), "cpu", "float32"), ts, ws, vs))
+    gpu, gpu_cols = as_json(quantize_compare(ModelSettings(str(tiny_llama_dir), "cuda", "float32"), ts, ws, vs))
     assert gpu["provenance"]["device"].startswith("cuda")
     np.testing.assert_allclose(gpu_cols.reference["nll"], cpu_cols.reference["nll"], atol=1e-3)
     for name in cpu_cols.variants:
@@ -29,10 +29,10 @@ def test_cuda_matches_cpu(tiny_llama_dir, tiny_text, tmp_path):
 def test_cuda_default_dtype_is_bf16(tiny_llama_dir, tiny_text, tmp_path):
     path = tmp_path / "t.txt"
     path.write_text(tiny_text, encoding="utf-8")
-    res, _ = quantize_compare(
+    res, _ = as_json(quantize_compare(
         ModelSettings(str(tiny_llama_dir), "auto", "auto"), TextSettings(text=path), WindowSettings(ctx=64),
         VariantSettings(schemes="int8-channel"),
-    )  # fmt: skip
+    ))  # fmt: skip
     assert res["provenance"]["dtype"] == "bfloat16"
     assert np.isfinite(res["variants"][0]["metrics"]["kl_mean"])
 

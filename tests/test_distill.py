@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from tiny_models import as_json
 from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
 from infoeval.models import load_model
@@ -81,7 +82,7 @@ def run(tiny_llama_dir, tiny_text, tmp_path_factory):
     path.write_text(tiny_text, encoding="utf-8")
     ms = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
     ds = DraftSettings(layers=1, role="student")
-    return dmod.distill(ms, TextSettings(path, max_tokens=MAX_TOKENS), WindowSettings(CTX), ds, TEMPS, 0.1)
+    return as_json(dmod.distill(ms, TextSettings(path, max_tokens=MAX_TOKENS), WindowSettings(CTX), ds, TEMPS, 0.1))
 
 
 def test_pipeline_against_brute_force(run, tiny_llama_dir, tiny_text):

@@ -20,6 +20,7 @@ import pytest
 import torch
 import zstandard
 
+from tiny_models import as_json
 from infoeval.compare import pipeline as compare_pipeline
 from infoeval import prepare as runs
 from infoeval.compare.compressors import COMPRESSORS, compress_all
@@ -147,13 +148,13 @@ def test_reference_columns_equal_brute_force(tiny_llama_dir, text_file, ctx, str
         assert text.endswith("\n")
         text = text[:-1]  # llama.cpp strips one trailing newline
     bos = tok.bos_token_id
-    assert bos is not None and p.protocol["prefix_id"] == bos  # the tiny Llama adds BOS: auto → BOS, both protocols
+    assert bos is not None and p.protocol.prefix_id == bos  # the tiny Llama adds BOS: auto → BOS, both protocols
     ids = [bos, *_text_ids(tok, text)]
     if max_tokens is not None:
         ids = ids[: max_tokens + 1]  # the prefix and the first max_tokens text tokens
     assert p.stream.ids.tolist() == ids
 
-    cols = run_lockstep(model, p.stream, p.windows, (), p.protocol["prefix_id"])
+    cols = run_lockstep(model, p.stream, p.windows, (), p.protocol.prefix_id)
     ref = cols.reference
     assert set(ref) == set(REF_COLUMNS)
     scoring = _expected_scoring(len(ids), ctx, stride, protocol)
@@ -171,7 +172,7 @@ def test_reference_columns_equal_brute_force(tiny_llama_dir, text_file, ctx, str
     assert ref["context"].tolist() == [t - start for t, _, start in scoring]
     assert ref["token_id"].tolist() == [ids[t] for t in positions]
     assert ref["bytes"].tolist() == p.stream.nbytes[positions].tolist()
-    assert sum(w.n_scored for w in p.windows) == cols.n == p.protocol["scored_tokens"]
+    assert sum(w.n_scored for w in p.windows) == cols.n == p.protocol.scored_tokens
     for w in p.windows:  # the windows' own description agrees with the columns
         sel = ref["window"] == w.index
         assert ref["position"][sel].tolist() == list(range(w.first_target, w.first_target + w.n_scored))
@@ -191,7 +192,7 @@ def test_prefix_replaced_by_bos_in_every_llamacpp_chunk(tiny_llama_dir, text_fil
     p = _prepare(tiny_llama_dir, text_file, ctx=ctx, protocol="llama.cpp")
     assert [w.start for w in p.windows] == [k * ctx for k in range(len(p.stream) // ctx)]
     assert all(w.replace_first_with_bos and w.length == ctx for w in p.windows)
-    cols = run_lockstep(p.loaded.model, p.stream, p.windows, (), p.protocol["prefix_id"])
+    cols = run_lockstep(p.loaded.model, p.stream, p.windows, (), p.protocol.prefix_id)
     ids = p.stream.ids.tolist()
     scoring = _expected_scoring(len(ids), ctx, None, "llama.cpp")
     lp_no_bos = _brute_logprobs(p.loaded.model, ids, scoring, ctx, "llama.cpp", None)  # original first tokens
@@ -220,7 +221,7 @@ def compared(request, tiny_llama_dir, tiny_qwen3_dir, text_file):
         if key not in cache:
             model_dir = {"tiny_llama_dir": tiny_llama_dir, "tiny_qwen3_dir": tiny_qwen3_dir}[model_name]
             ms, ts, ws = _settings(model_dir, text_file, ctx=ctx, stride=stride)
-            result, cols = compare_pipeline.quantize_compare(ms, ts, ws, VariantSettings(schemes, include, ()))
+            result, cols = as_json(compare_pipeline.quantize_compare(ms, ts, ws, VariantSettings(schemes, include, ())))
             p = runs.prepare(ms, ts, ws, runs.Reporter())
             cache[key] = (result, cols, p)
         return cache[key]
@@ -277,11 +278,11 @@ def test_weights_unchanged_after_run_lockstep(tiny_llama_dir, text_file):
     snap = _snapshot(model)
     variants = [quantize_variant(model, parse_scheme(s), ("lm_head",)) for s in ("int2-channel", "int4-g16-asym")]
     _assert_unchanged(model, snap)  # quantizing does not touch the model either
-    cols = run_lockstep(model, p.stream, p.windows, variants, p.protocol["prefix_id"])
+    cols = run_lockstep(model, p.stream, p.windows, variants, p.protocol.prefix_id)
     _assert_unchanged(model, snap)
     assert all(cols.variants[v.name]["kl"].mean() > 1e-3 for v in variants)  # the swaps did take effect
     # a fresh reference pass after the variants gives the same numbers as before them
-    again = run_lockstep(model, p.stream, p.windows, (), p.protocol["prefix_id"])
+    again = run_lockstep(model, p.stream, p.windows, (), p.protocol.prefix_id)
     np.testing.assert_array_equal(again.reference["nll"], cols.reference["nll"])
 
 
@@ -296,7 +297,7 @@ def test_weights_restored_when_the_forward_pass_fails(tiny_llama_dir, text_file)
     bad[name] = torch.nn.Parameter(torch.zeros(3, 3), requires_grad=False)  # wrong shape: the forward fails
     broken = type(variant)(variant.scheme, bad, variant.layers)
     with pytest.raises(RuntimeError):
-        run_lockstep(model, p.stream, p.windows, [broken], p.protocol["prefix_id"])
+        run_lockstep(model, p.stream, p.windows, [broken], p.protocol.prefix_id)
     _assert_unchanged(model, snap)
 
 
@@ -312,7 +313,7 @@ def test_tied_lm_head_quantized_without_touching_embeddings(tiny_llama_dir, text
     variant = quantize_variant(model, scheme, ("lm_head",))
     head = next(r for r in variant.layers if r.name == "lm_head")
     assert head.quantized and head.tied_to == "model.embed_tokens.weight"
-    cols = run_lockstep(model, p.stream, p.windows, [variant], p.protocol["prefix_id"])
+    cols = run_lockstep(model, p.stream, p.windows, [variant], p.protocol.prefix_id)
     _assert_unchanged(model, snap)
     assert model.lm_head.weight is model.model.embed_tokens.weight is emb
 
@@ -390,7 +391,7 @@ def test_metrics_equal_their_definitions(compared, text_file, model_name, scheme
 def test_max_tokens_caps_scored_tokens_and_bytes(tiny_llama_dir, text_file):
     """--max-tokens N scores tokens 1 … N; the bytes are the UTF-8 bytes of the text those N tokens cover."""
     n = 100
-    result, cols = compare_pipeline.quantize_compare(*_settings(tiny_llama_dir, text_file, ctx=32, max_tokens=n), VariantSettings("int8-channel"))
+    result, cols = as_json(compare_pipeline.quantize_compare(*_settings(tiny_llama_dir, text_file, ctx=32, max_tokens=n), VariantSettings("int8-channel")))
     text = text_file.read_text(encoding="utf-8")
     tok = load_model(str(tiny_llama_dir), CPU, torch.float32).tokenizer
     starts = [s for s, _ in tok(text, add_special_tokens=False, return_offsets_mapping=True).offset_mapping]
@@ -406,7 +407,7 @@ def test_max_tokens_caps_scored_tokens_and_bytes(tiny_llama_dir, text_file):
 def test_fewer_bits_more_kl(request, text_file, model_name):
     """int8-channel < int4-channel < int2-channel in mean KL (and the reverse in top-1 agreement)."""
     ms, ts, ws = _settings(request.getfixturevalue(model_name), text_file, ctx=64, max_tokens=600)
-    result, _ = compare_pipeline.quantize_compare(ms, ts, ws, VariantSettings("int2-channel,int8-channel,int4-channel"))
+    result, _ = as_json(compare_pipeline.quantize_compare(ms, ts, ws, VariantSettings("int2-channel,int8-channel,int4-channel")))
     m = {v["name"]: v["metrics"] for v in result["variants"]}
     kl = [m[s]["kl_mean"] for s in ("int8-channel", "int4-channel", "int2-channel")]
     top1 = [m[s]["top1"] for s in ("int8-channel", "int4-channel", "int2-channel")]
@@ -421,11 +422,11 @@ def test_qwen3_auto_prefix_is_eos(tiny_qwen3_dir, text_file):
     p = _prepare(tiny_qwen3_dir, text_file, ctx=40)
     tok = p.loaded.tokenizer
     assert tok.bos_token_id is None and tok.eos_token_id is not None
-    assert p.protocol["prefix_id"] == tok.eos_token_id
-    assert "EOS" in p.protocol["prefix_token"]
+    assert p.protocol.prefix_id == tok.eos_token_id
+    assert "EOS" in p.protocol.prefix_token
     ids = [tok.eos_token_id, *_text_ids(tok, text_file.read_text(encoding="utf-8"))]
     assert p.stream.ids.tolist() == ids
-    cols = run_lockstep(p.loaded.model, p.stream, p.windows, (), p.protocol["prefix_id"])
+    cols = run_lockstep(p.loaded.model, p.stream, p.windows, (), p.protocol.prefix_id)
     scoring = _expected_scoring(len(ids), 40, None, "rolling")
     assert cols.reference["position"].tolist() == list(range(1, len(ids)))
     lp = _brute_logprobs(p.loaded.model, ids, scoring, 40, "rolling", None)
@@ -438,11 +439,11 @@ def test_prefix_none_leaves_first_token_unscored(request, text_file, model_name)
     p = _prepare(request.getfixturevalue(model_name), text_file, ctx=40, prefix="none")
     tok = p.loaded.tokenizer
     ids = _text_ids(tok, text_file.read_text(encoding="utf-8"))
-    assert p.protocol["prefix_id"] is None and p.stream.prefix_id is None
+    assert p.protocol.prefix_id is None and p.stream.prefix_id is None
     assert p.stream.ids.tolist() == ids  # no prefix at all
     cols = run_lockstep(p.loaded.model, p.stream, p.windows, (), None)
     assert cols.reference["position"].tolist() == list(range(1, len(ids)))  # text token 0 is context only
-    assert cols.n == len(ids) - 1 == p.protocol["scored_tokens"] and p.protocol["context_only_tokens"] == 1
+    assert cols.n == len(ids) - 1 == p.protocol.scored_tokens and p.protocol.context_only_tokens == 1
     assert cols.reference["context"][0] == 1  # the first scored token sees only the first text token
     first_bytes = len(tok.decode(ids[:1]).encode("utf-8"))
     assert int(cols.reference["bytes"].sum()) == len(text_file.read_bytes()) - first_bytes
@@ -482,7 +483,7 @@ def test_scored_bytes_llamacpp_is_concatenated_scored_spans(tiny_llama_dir, text
     got = compare_pipeline.scored_bytes(p)
     assert got == expected
     assert 0 < len(got) < len(raw)
-    cols = run_lockstep(p.loaded.model, p.stream, p.windows, (), p.protocol["prefix_id"])
+    cols = run_lockstep(p.loaded.model, p.stream, p.windows, (), p.protocol.prefix_id)
     assert int(cols.reference["bytes"].sum()) == len(got)
 
 
@@ -503,7 +504,7 @@ def test_compressor_sizes_equal_direct_calls(text_file):
 def test_compress_bits_pipeline(tiny_llama_dir, text_file, protocol, ctx):
     """compress_bits: the model's total bits are Σ NLL / ln 2 and the compressors ran on exactly the scored bytes."""
     ms, ts, ws = _settings(tiny_llama_dir, text_file, ctx=ctx, protocol=protocol)
-    result, cols = compare_pipeline.compress_bits(ms, ts, ws)
+    result, cols = as_json(compare_pipeline.compress_bits(ms, ts, ws))
     data = compare_pipeline.scored_bytes(runs.prepare(ms, ts, ws, runs.Reporter()))
     if protocol == "rolling":
         assert data == text_file.read_bytes()

@@ -8,11 +8,11 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 import torch
 
+from tiny_models import as_json
 from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import DataError, UsageError
 from infoeval.gate.limits import parse_limits
@@ -30,14 +30,14 @@ def ref_file(tmp_path_factory, tiny_llama_dir, tiny_text):
     d = tmp_path_factory.mktemp("gate")
     (d / "text.txt").write_text(tiny_text, encoding="utf-8")
     out = d / "ref.safetensors"
-    info = build_reference(ModelSettings(str(tiny_llama_dir), "cpu", "float32"), TextSettings(text=d / "text.txt", max_tokens=300),
-                           WindowSettings(ctx=64), out, top_k=16, tail_samples=32, seed=0)  # fmt: skip
+    info = as_json(build_reference(ModelSettings(str(tiny_llama_dir), "cpu", "float32"), TextSettings(text=d / "text.txt", max_tokens=300),
+                           WindowSettings(ctx=64), out, top_k=16, tail_samples=32, seed=0))  # fmt: skip
     return out, info
 
 
 def _gate(ref, candidate=None, scheme=None, limits=LAX, **kw):
     gs = GateSettings(ref, candidate, scheme, tuple(parse_limits(limits)), **kw)
-    return run_gate(gs, ModelSettings(candidate or "", "cpu", "float32"))
+    return as_json(run_gate(gs, ModelSettings(candidate or "", "cpu", "float32")))
 
 
 def test_reference_file_contents(ref_file):
@@ -124,6 +124,7 @@ def _cli(args, cwd):
     return subprocess.run([sys.executable, "-m", "infoeval", *map(str, args)], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # several command-line subprocesses
 def test_cli_exit_codes_junit_markdown_and_baseline(ref_file, tiny_llama_dir, tmp_path):
     ref = ref_file[0]
     ok = _cli(["gate", tiny_llama_dir, "-r", ref, "--scheme", "int8-channel", "--max-kl-mean", "1", "--min-top1", "0.5",

@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 
 from infoeval.compare import pipeline as compare_pipeline
-from infoeval import prepare as runs
 from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.gate.limits import parse_limits
 from infoeval.gate.pipeline import GateSettings, build_reference, run_gate
-from tiny_models import requires_smollm2
+from tiny_models import as_json, requires_smollm2
 
 pytestmark = [pytest.mark.slow, requires_smollm2]
 
@@ -31,19 +30,19 @@ DEFAULT = tuple(parse_limits(tomllib.loads((ROOT / "configs/gates/default.toml")
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     out = tmp_path_factory.mktemp("real-gate") / "ref.safetensors"
-    info = build_reference(MODEL, TEXT, WINDOWS, out, top_k=64, tail_samples=128, seed=0)
+    info = as_json(build_reference(MODEL, TEXT, WINDOWS, out, top_k=64, tail_samples=128, seed=0))
     return out, info
 
 
 @pytest.fixture(scope="module")
 def exact():
-    result, _ = compare_pipeline.quantize_compare(MODEL, TEXT, WINDOWS, VariantSettings("int8-channel,int4-g128,int4-channel"))
+    result, _ = as_json(compare_pipeline.quantize_compare(MODEL, TEXT, WINDOWS, VariantSettings("int8-channel,int4-g128,int4-channel")))
     return {v["name"]: v["metrics"] for v in result["variants"]}
 
 
 @pytest.fixture(scope="module")
 def gated(reference):
-    return {s: run_gate(GateSettings(reference[0], None, s, DEFAULT), MODEL)[0] for s in ("int8-channel", "int4-g128", "int4-channel")}
+    return {s: as_json(run_gate(GateSettings(reference[0], None, s, DEFAULT), MODEL))[0] for s in ("int8-channel", "int4-g128", "int4-channel")}
 
 
 def test_reference_size_under_one_percent_of_llama_cpp(reference):
@@ -73,9 +72,34 @@ def test_default_limits_pass_int8_and_fail_int4_channel(gated):
 
 def test_gguf_file_candidate_is_the_reference_itself(reference):
     """A .gguf candidate (here the very GGUF the reference was built from) gates to KL ≈ 0, top-1 = 1."""
-    from infoeval.models import builtin_gguf
+    from infoeval.model_files import builtin_gguf
 
-    result, _ = run_gate(GateSettings(reference[0], str(builtin_gguf("smollm2-135m")), None, DEFAULT), MODEL)
+    result, _ = as_json(run_gate(GateSettings(reference[0], str(builtin_gguf("smollm2-135m")), None, DEFAULT), MODEL))
     m = result["metrics"]
     assert result["passed"] and result["candidate"]["model"]["kind"] == "gguf"
     assert abs(m["kl_mean"]) < 1e-3 and m["top1"] == 1.0 and m["ppl_ratio"] == pytest.approx(1.0, abs=1e-5)
+
+
+# ------------------------------------------------------------------------------------------ pinned figures
+# Deterministic on the development machine (float32 CPU; one and two threads agree to 3e-6 relative): PIN_REL
+# catches any change of the reference file's contents, the tail sampling, the quantization or the metrics. Top-1
+# is a count of matching positions out of 512, compared exactly.
+PIN_REL = 1e-4
+PINNED = {
+    # scheme: (exact kl_mean, gated kl_mean (top-64 + tail samples), gated coarse lower bound, top-1 of 512,
+    #          the candidate's PPL, passes the default limits)
+    "int8-channel": (0.0030740431, 0.0030622025, 0.0024536390, 489, 20.624548, True),
+    "int4-g128": (0.72869922, 0.72852707, 0.63408190, 309, 38.255918, False),
+    "int4-channel": (0.81058957, 0.81075096, 0.70017587, 285, 44.194491, False),
+}
+
+
+def test_pinned_figures(reference, exact, gated):
+    for scheme, (kl_exact, kl_gated, kl_lower, top1, ppl, passed) in PINNED.items():
+        e, g = exact[scheme], gated[scheme]["metrics"]
+        assert e["kl_mean"] == pytest.approx(kl_exact, rel=PIN_REL), (scheme, e["kl_mean"])
+        assert g["kl_mean"] == pytest.approx(kl_gated, rel=PIN_REL), (scheme, g["kl_mean"])
+        assert g["kl_lower_mean"] == pytest.approx(kl_lower, rel=PIN_REL), (scheme, g["kl_lower_mean"])
+        assert e["top1"] == g["top1"] == pytest.approx(top1 / 512, rel=1e-12), (scheme, e["top1"], g["top1"])
+        assert e["ppl"] == pytest.approx(ppl, rel=PIN_REL) and g["ppl"] == pytest.approx(ppl, rel=PIN_REL), (scheme, e["ppl"], g["ppl"])
+        assert gated[scheme]["passed"] is passed

@@ -113,6 +113,7 @@ def test_bad_settings_are_usage_errors(changes):
         check_settings(KLFitSettings(**changes))
 
 
+@pytest.mark.slow  # a command-line subprocess
 def test_command_prints_and_writes_the_seed_figures(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"}
     proc = subprocess.run(
@@ -131,6 +132,7 @@ def test_command_prints_and_writes_the_seed_figures(tmp_path):
     assert got == SEED
 
 
+@pytest.mark.slow
 def test_command_rejects_a_bad_target_in_one_line():
     proc = subprocess.run([sys.executable, "-m", "infoeval", "kl-fit", "--target", "0.6:25"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2

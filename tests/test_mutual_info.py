@@ -19,10 +19,10 @@ from infoeval.settings import ModelSettings, TextSettings
 from infoeval.errors import DataError, UsageError
 from infoeval.models import load_model
 from infoeval.mutual_info.estimator import (
-    MISettings, blocks_per_length, check_blocks, check_max_positions, check_settings, cut_blocks, estimate,
-    parse_lengths, run_mutual_info, score_blocks, summarize,
+    blocks_per_length, check_blocks, check_max_positions, cut_blocks, estimate, parse_lengths, score_blocks, summarize,
 )  # fmt: skip
-from tiny_models import requires_smollm2
+from infoeval.mutual_info.pipeline import MISettings, check_settings, run_mutual_info
+from tiny_models import as_json, requires_smollm2
 
 NEG = -1e4  # a logit that makes a token's probability exp(−1e4) = 0 in float32
 
@@ -207,7 +207,7 @@ def tiny_run(tiny_llama_dir, tiny_text, tmp_path_factory):
     path.write_text(tiny_text, encoding="utf-8")
     ms = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
     s = MISettings(lengths=(8, 16, 32), blocks=6, bootstrap=200)
-    return path, run_mutual_info(ms, TextSettings(text=path), s), ms
+    return path, as_json(run_mutual_info(ms, TextSettings(text=path), s)), ms
 
 
 def test_pipeline_records_blocks_and_their_positions(tiny_run, tiny_llama):
@@ -229,22 +229,30 @@ def test_pipeline_records_blocks_and_their_positions(tiny_run, tiny_llama):
         assert row["mi_bits_se"] == pytest.approx(mine["mi_bits"].std(ddof=1) / math.sqrt(len(mine)))
         np.testing.assert_allclose(mine["mi_bits"], mine["marginal_bits"] - mine["conditional_bits"], atol=1e-9)
         assert len(row["marginal_profile_bits"]) == row["length"] // 2
+    # 6 blocks are few: on this text the mean MI is positive at lengths 8 and 16 and negative (noise) at 32, so the
+    # power law is fitted through exactly those two points, and 32 is reported as dropped
+    mi = {row["length"]: row["mi_bits"] for row in result["lengths"]}
+    assert mi[8] > 0 and mi[16] > 0 and mi[32] < 0, mi
+    assert result["fit"]["lengths_fitted"] == [8, 16] and result["fit"]["lengths_dropped"] == [32]
     fit = result["fit"]["fit"]
-    assert fit is None or fit["beta_low"] <= fit["beta"] <= fit["beta_high"]
+    assert fit["beta"] == pytest.approx(math.log(mi[16] / mi[8]) / math.log(2), rel=1e-9)  # the line through both
+    assert fit["a"] == pytest.approx(mi[8] / 8 ** fit["beta"], rel=1e-9) and fit["r2"] == pytest.approx(1.0)
+    assert fit["beta_low"] <= fit["beta"] <= fit["beta_high"]
 
 
 def test_pipeline_limits(tiny_run, tiny_qwen3_dir):
     path, _, ms = tiny_run
     with pytest.raises(DataError, match="--lengths 64: fewer than 2 blocks fit in the 100 text tokens"):
-        run_mutual_info(ms, TextSettings(text=path, max_tokens=100), MISettings(lengths=(8, 64), blocks=10))
+        as_json(run_mutual_info(ms, TextSettings(text=path, max_tokens=100), MISettings(lengths=(8, 64), blocks=10)))
     with pytest.raises(UsageError, match="exceeds the model's 512 positions"):
-        run_mutual_info(ms, TextSettings(text=path), MISettings(lengths=(8, 1024), blocks=2))
-    qwen = run_mutual_info(ModelSettings(str(tiny_qwen3_dir), "cpu", "float32"), TextSettings(text=path, max_tokens=40),
-                           MISettings(lengths=(4, 8), blocks=5, bootstrap=50))  # fmt: skip
+        as_json(run_mutual_info(ms, TextSettings(text=path), MISettings(lengths=(8, 1024), blocks=2)))
+    qwen = as_json(run_mutual_info(ModelSettings(str(tiny_qwen3_dir), "cpu", "float32"), TextSettings(text=path, max_tokens=40),
+                           MISettings(lengths=(4, 8), blocks=5, bootstrap=50)))  # fmt: skip
     pr = qwen["provenance"]["protocol"]
     assert pr["prefix_token"].startswith("EOS") and pr["prefix_id"] == 0 and pr["blocks"] == {"4": 5, "8": 5}
 
 
+@pytest.mark.slow  # two command-line subprocesses
 def test_command_writes_json_csv_and_blocks(tiny_llama_dir, tiny_run, tmp_path):
     path = tiny_run[0]
     env = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"}
@@ -261,7 +269,8 @@ def test_command_writes_json_csv_and_blocks(tiny_llama_dir, tiny_run, tmp_path):
     assert result["provenance"]["argv"][1] == "mutual-info" and result["provenance"]["model"]["architecture"] == "LlamaForCausalLM"
     summary, blocks = pd.read_csv(tmp_path / "s.csv"), pd.read_csv(tmp_path / "b.csv")
     assert summary["length"].tolist() == [8, 16, 32] and len(blocks) == 18
-    assert "β =" in out or "no power-law fit" in out
+    beta = result["fit"]["fit"]["beta"]  # fitted, as in tiny_run (same text and settings)
+    assert f"β = {beta:.3f}" in out and "no power-law fit" not in out, out
     assert procs[1].returncode == 2 and bad_err.strip().count("\n") == 0 and "4096" in bad_err, bad_err
 
 
@@ -269,8 +278,8 @@ def test_command_writes_json_csv_and_blocks(tiny_llama_dir, tiny_run, tmp_path):
 @pytest.mark.slow
 @requires_smollm2
 def test_smollm2_past_informs_the_future():
-    result = run_mutual_info(ModelSettings("smollm2-135m", "cpu", "float32"), TextSettings(),
-                             MISettings(lengths=(16, 64), blocks=4, bootstrap=200))  # fmt: skip
+    result = as_json(run_mutual_info(ModelSettings("smollm2-135m", "cpu", "float32"), TextSettings(),
+                             MISettings(lengths=(16, 64), blocks=4, bootstrap=200)))  # fmt: skip
     assert result["provenance"]["protocol"]["prefix_token"].startswith("BOS")
     for row in result["lengths"]:
         assert row["blocks"] == 4

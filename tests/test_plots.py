@@ -59,6 +59,7 @@ def plot_runs(tmp_path_factory, tiny_llama_dir, tiny_text):
         yield root, {name: f.result() for name, f in futures.items()}
 
 
+@pytest.mark.slow  # the plot_runs fixture: six command-line subprocesses
 @pytest.mark.parametrize("name, png", [("quantize-compare", "qc.png"), ("compress-bits", "cb.png"), ("mutual-info", "mi.png"), ("kl-fit", "kl.png")])
 def test_each_plot_command_writes_a_png(plot_runs, name, png):
     root, procs = plot_runs
@@ -67,6 +68,7 @@ def test_each_plot_command_writes_a_png(plot_runs, name, png):
     assert str(root / png) in procs[name].stderr  # listed with the files written
 
 
+@pytest.mark.slow
 def test_missing_matplotlib_fails_early_in_one_line(plot_runs):
     root, procs = plot_runs
     proc = procs["missing"]
@@ -75,6 +77,7 @@ def test_missing_matplotlib_fails_early_in_one_line(plot_runs):
     assert not (root / "never.json").exists() and not (root / "never.png").exists()  # checked before the run
 
 
+@pytest.mark.slow
 def test_unsupported_plot_type_is_a_usage_error(plot_runs):
     proc = plot_runs[1]["bad-suffix"]
     assert proc.returncode == 2 and ".png" in proc.stderr and proc.stderr.strip().count("\n") == 0

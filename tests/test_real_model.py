@@ -19,7 +19,7 @@ from infoeval.compare import pipeline as compare_pipeline
 from infoeval import prepare as runs
 from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.compare.pipeline import run_lockstep
-from tiny_models import requires_smollm2
+from tiny_models import as_json, requires_smollm2
 
 pytestmark = [pytest.mark.slow, requires_smollm2]
 
@@ -30,9 +30,9 @@ SCHEMES = ("int8-channel", "int4-g128", "int4-channel")
 
 @pytest.fixture(scope="module")
 def real_run():
-    result, cols = compare_pipeline.quantize_compare(
+    result, cols = as_json(compare_pipeline.quantize_compare(
         MODEL, TextSettings(max_tokens=MAX_TOKENS), WindowSettings(CTX), VariantSettings(",".join(SCHEMES))
-    )
+    ))
     return result, cols
 
 
@@ -86,7 +86,7 @@ def test_llamacpp_protocol_on_the_real_model():
     ctx, max_tokens = 128, 130  # → 2 chunks
     ws = WindowSettings(ctx, None, "llama.cpp")
     ts = TextSettings(max_tokens=max_tokens)
-    result, cols = compare_pipeline.compress_bits(MODEL, ts, ws)
+    result, cols = as_json(compare_pipeline.compress_bits(MODEL, ts, ws))
     pr = result["provenance"]["protocol"]
     chunks = max_tokens // (ctx - 1 - ctx // 2)
     assert pr["windows"] == chunks == 2
@@ -104,5 +104,39 @@ def test_llamacpp_protocol_on_the_real_model():
             nll += [-float(lp[j, ids[k * ctx + j + 1]]) for j in range(ctx // 2, ctx - 1)]
     np.testing.assert_allclose(cols.reference["nll"], nll, rtol=0, atol=1e-4)
     assert result["reference"]["total_bits"] == pytest.approx(sum(nll) / math.log(2), rel=1e-5)
-    again = run_lockstep(p.loaded.model, p.stream, p.windows, (), p.protocol["prefix_id"])
+    again = run_lockstep(p.loaded.model, p.stream, p.windows, (), p.protocol.prefix_id)
     np.testing.assert_array_equal(again.reference["nll"], cols.reference["nll"])  # deterministic
+    # pinned (see PIN_REL below): the figures of this run on the development machine
+    assert result["reference"]["ppl"] == pytest.approx(9.3179637, rel=PIN_REL)
+    assert result["reference"]["total_bits"] == pytest.approx(405.72185, rel=PIN_REL)
+
+
+# ------------------------------------------------------------------------------------------ pinned figures
+# The run is deterministic: these are its figures on the development machine (float32 on the CPU, the torch and
+# transformers of the project's virtualenv). One and two threads agree to 3e-6 (relative), so PIN_REL = 1e-4 holds
+# for any thread count while catching any change of protocol, windows, tokenizer, quantization or metric; top-1
+# is a count of matching positions out of 384, compared exactly. A deliberate change re-pins them (and tells why).
+PIN_REL = 1e-4
+PINNED_REFERENCE = {"ppl": 22.744834, "bits_per_byte": 1.0439489, "tokens": 384}
+PINNED_VARIANTS = {
+    # scheme: (kl_mean nats, top-1 matches of 384, PPL ratio)
+    "int8-channel": (0.0032587467, 364, 1.0028262),
+    "int4-g128": (0.73512144, 226, 1.7926809),
+    "int4-channel": (0.84680901, 206, 2.1317231),
+}
+
+
+def test_pinned_figures(real_run):
+    result = real_run[0]
+    ref = result["reference"]
+    assert ref["tokens"] == PINNED_REFERENCE["tokens"]
+    assert ref["ppl"] == pytest.approx(PINNED_REFERENCE["ppl"], rel=PIN_REL)
+    assert ref["bits_per_byte"] == pytest.approx(PINNED_REFERENCE["bits_per_byte"], rel=PIN_REL)
+    got = {v["name"]: v["metrics"] for v in result["variants"]}
+    assert list(got) == list(PINNED_VARIANTS)
+    for scheme, (kl, top1, ppl_ratio) in PINNED_VARIANTS.items():
+        m = got[scheme]
+        assert m["kl_mean"] == pytest.approx(kl, rel=PIN_REL), (scheme, m["kl_mean"])
+        assert round(m["top1"] * MAX_TOKENS) == top1 and m["top1"] == pytest.approx(top1 / MAX_TOKENS, rel=1e-12), (scheme, m["top1"])
+        assert m["ppl_ratio"] == pytest.approx(ppl_ratio, rel=PIN_REL), (scheme, m["ppl_ratio"])
+        assert m["ppl"] == pytest.approx(PINNED_REFERENCE["ppl"] * ppl_ratio, rel=2 * PIN_REL)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from tiny_models import as_json
 from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
 from infoeval.models import load_model
@@ -29,7 +30,7 @@ def text_file(tmp_path_factory, tiny_text):
 
 def _run(model_dir, text_file, ds, temps=TEMPS):
     ms = ModelSettings(str(model_dir), "cpu", "float32")
-    return accept.spec_accept(ms, TextSettings(text_file, max_tokens=MAX_TOKENS), WindowSettings(CTX), ds, temps)
+    return as_json(accept.spec_accept(ms, TextSettings(text_file, max_tokens=MAX_TOKENS), WindowSettings(CTX), ds, temps))
 
 
 @pytest.fixture(scope="module")

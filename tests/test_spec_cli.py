@@ -8,12 +8,12 @@ import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from cli_jobs import JobPool, declared_jobs
 from infoeval.speculative.accept import POSITION_COLUMNS, SUMMARY_COLUMNS
 from infoeval.speculative.generate import SUMMARY_COLUMNS as DECODE_COLUMNS
 
@@ -67,7 +67,9 @@ if not PLOT_AVAILABLE:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tiny_llama_dir, tiny_qwen3_dir, tiny_text):
+def runs(request, tmp_path_factory, tiny_llama_dir, tiny_qwen3_dir, tiny_text):
+    """name → (job, cwd); the jobs of the selected tests (``cli_jobs`` marks) start at once, 3 at a time, any other
+    when a test first waits for it (see cli_jobs.py)."""
     root = tmp_path_factory.mktemp("spec-cli")
     text = root / "tiny.txt"
     text.write_text(tiny_text, encoding="utf-8")
@@ -90,10 +92,9 @@ def runs(tmp_path_factory, tiny_llama_dir, tiny_qwen3_dir, tiny_text):
     (root / "accept-config" / "cfg.toml").write_text(
         f'[spec-accept]\nmodel = "{m}"\ndraft-scheme = "int8-channel"\ntemperature = "0.5,1"\n', encoding="utf-8"
     )
-    pool = ThreadPoolExecutor(max_workers=3)
-    futures = {name: pool.submit(_infoeval, args, root / name) for name, args in jobs.items()}
-    yield {name: (f, root / name) for name, f in futures.items()}
-    pool.shutdown(wait=True, cancel_futures=True)
+    pool = JobPool(lambda name: _infoeval(jobs[name], root / name), jobs, declared_jobs(request))
+    yield {name: (pool.lazy(name), root / name) for name in jobs}
+    pool.shutdown()
 
 
 def _ok(runs, name):
@@ -103,10 +104,12 @@ def _ok(runs, name):
     return proc, cwd
 
 
+@pytest.mark.slow
+@pytest.mark.cli_jobs("accept")
 def test_spec_accept_outputs(runs):
     proc, cwd = _ok(runs, "accept")
     result = _strict_json(cwd / "o" / "r.json")
-    assert result["schema"] == "infoeval/spec-accept/1" and result["provenance"]["draft"]["layers"] == 1
+    assert result["schema"] == "infoeval/spec-accept/2" and result["provenance"]["draft"]["layers"] == 1
     assert {"model", "text", "protocol", "dtype", "device", "versions", "argv"} <= set(result["provenance"])
     summary = pd.read_csv(cwd / "o" / "s.csv")
     assert list(summary.columns) == SUMMARY_COLUMNS and summary["mode"].tolist() == ["both", "both", "target"]
@@ -119,6 +122,8 @@ def test_spec_accept_outputs(runs):
         assert (cwd / "o" / "a.png").stat().st_size > 0
 
 
+@pytest.mark.slow
+@pytest.mark.cli_jobs("accept-config")
 def test_spec_accept_config_and_default_folder(runs):
     _, cwd = _ok(runs, "accept-config")
     folder = cwd / "results" / "mine"
@@ -127,18 +132,26 @@ def test_spec_accept_config_and_default_folder(runs):
     assert result["provenance"]["draft"]["scheme"] == "int8-channel" and result["temperatures"] == [0.5, 1.0]
 
 
+@pytest.mark.slow
+@pytest.mark.cli_jobs("decode")
 def test_spec_decode_outputs(runs):
     proc, cwd = _ok(runs, "decode")
     result = _strict_json(cwd / "o" / "result.json")
     assert result["speculative"]["new_tokens"] == result["plain"]["new_tokens"] == 12
     assert [r["sampler"] for r in result["verify"]["rows"]] == ["target", "speculative γ=1", "speculative γ=3", "draft"]
-    assert all(r["vs_target"]["p_value"] is None or 0 <= r["vs_target"]["p_value"] <= 1 for r in result["verify"]["rows"])
+    for row in result["verify"]["rows"]:  # 300 samples fill several cells: every test has a p-value
+        for vs in ("vs_target", "vs_draft"):
+            t = row[vs]
+            assert isinstance(t["p_value"], float) and 0 < t["p_value"] <= 1, (row["sampler"], vs, t)
+            assert t["df"] == t["cells"] - 1 >= 1 and t["stat"] >= 0, (row["sampler"], vs, t)
     assert list(pd.read_csv(cwd / "o" / "summary.csv").columns) == DECODE_COLUMNS
     rounds = pd.read_csv(cwd / "o" / "positions.csv")
     assert list(rounds.columns) == ["round", "proposed", "accepted", "emitted"] and rounds["emitted"].sum() >= 12
     assert "speed-up" in proc.stdout and "Theorem 1" in proc.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.cli_jobs("distill")
 def test_distill_outputs(runs):
     proc, cwd = _ok(runs, "distill")
     result = _strict_json(cwd / "o" / "r.json")
@@ -148,6 +161,7 @@ def test_distill_outputs(runs):
     assert "T²" in proc.stdout
 
 
+@pytest.mark.cli_jobs("temperature", "temperature-model")
 def test_temperature_outputs(runs):
     proc, cwd = _ok(runs, "temperature")
     result = _strict_json(cwd / "o" / "r.json")
@@ -158,13 +172,15 @@ def test_temperature_outputs(runs):
     assert len(_strict_json(cwd / "o" / "r.json")["labels"]) == 3
 
 
+@pytest.mark.cli_jobs("help")
 def test_help_lists_the_commands(runs):
     proc, _ = _ok(runs, "help")
     for cmd in ("spec-accept", "spec-decode", "distill", "temperature"):
         assert cmd in proc.stdout
 
 
-@pytest.mark.parametrize("name", list(ERRORS))
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.cli_jobs(f"error-{n}")) for n in ERRORS])
 def test_errors_exit_2_with_one_line(runs, name):
     future, cwd = runs[f"error-{name}"]
     proc = future.result()

@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 import torch
 
+from tiny_models import as_json
 from infoeval.settings import ModelSettings
 from infoeval.errors import UsageError
 from infoeval.models import load_model
 from infoeval.speculative.decode import plain_sample, speculative_sample, verify_drafts
 from infoeval.speculative.drafts import DraftSettings, build_draft, truncated
 from infoeval.speculative.generate import spec_decode
-from infoeval.speculative.theory import chi_square
+from infoeval.stats import chi_square
 from infoeval.speculative.verify import theorem1_check
 
 CPU = torch.device("cpu")
@@ -154,7 +155,7 @@ def test_theorem1_monte_carlo(llama):
 # ------------------------------------------------------------------------------------------ the pipeline
 def test_spec_decode_pipeline(tiny_llama_dir):
     ms = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
-    result, spec = spec_decode(ms, DraftSettings(layers=1), "The dictionary", 3, 24, 1.0, 5, repeats=2)
+    result, spec = as_json(spec_decode(ms, DraftSettings(layers=1), "The dictionary", 3, 24, 1.0, 5, repeats=2))
     s, p = result["speculative"], result["plain"]
     assert s["new_tokens"] == p["new_tokens"] == 24 and p["target_calls"] == 24
     assert s["tokens_per_target_call"] == pytest.approx(24 / s["target_calls"])
@@ -177,5 +178,5 @@ def test_spec_decode_pipeline(tiny_llama_dir):
 def test_spec_decode_bad_options(kw, match):
     args = {"gamma": 4, "max_new": 8, "temperature": 1.0, "verify": 0} | kw
     with pytest.raises(UsageError, match=match):
-        spec_decode(ModelSettings("no-such-model"), DraftSettings(layers=1), "x", args["gamma"], args["max_new"],
-                    args["temperature"], 0, 1, args["verify"])  # fmt: skip
+        as_json(spec_decode(ModelSettings("no-such-model"), DraftSettings(layers=1), "x", args["gamma"], args["max_new"],
+                    args["temperature"], 0, 1, args["verify"]))  # fmt: skip

@@ -71,10 +71,16 @@ def test_truncated_equals_running_the_first_layers_by_hand(llama, ids):
     assert torch.allclose(_logits(truncated(m, 1), ids), want, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("n", [0, 3, -1])
-def test_layers_out_of_range(llama, n):
-    with pytest.raises(UsageError, match="--draft-layers|decoder layers"):
+@pytest.mark.parametrize(
+    "n,message",
+    [(0, "--draft-layers 0 is not allowed; give a number of decoder layers ≥ 1"),
+     (-1, "--draft-layers -1 is not allowed; give a number of decoder layers ≥ 1"),
+     (3, "--draft-layers 3 is out of range; the model has 2 decoder layers, allow 1 … 2")],
+)  # fmt: skip
+def test_layers_out_of_range(llama, n, message):
+    with pytest.raises(UsageError) as e:
         build_draft(llama, DraftSettings(layers=n), CPU, torch.float32)
+    assert str(e.value) == message
 
 
 def test_student_layers_message(llama):
@@ -83,13 +89,19 @@ def test_student_layers_message(llama):
 
 
 def test_scheme_draft_equals_a_quantized_deep_copy(llama, ids):
+    before = _logits(llama.model, ids)
+    weights = {k: v.clone() for k, v in llama.model.state_dict().items()}
     draft = build_draft(llama, DraftSettings(scheme="int4-g32"), CPU, torch.float32)
     ref = copy.deepcopy(llama.model)
     fake_quantize_(ref, parse_scheme("int4-g32"))
     assert torch.equal(_logits(draft, ids), _logits(ref, ids))
+    assert not torch.equal(_logits(draft, ids), before)  # the draft really runs quantized weights …
     assert draft.model is llama.model  # no copy: the quantized weights are swapped in per call
     assert draft.info["quantization"]["layers_quantized"] == 14
-    assert torch.equal(_logits(llama.model, ids), _logits(llama.model, ids))
+    # … and swaps them out again: after building and calling the draft, the target is what it was before
+    assert torch.equal(_logits(llama.model, ids), before)
+    after = llama.model.state_dict()
+    assert after.keys() == weights.keys() and all(torch.equal(after[k], w) for k, w in weights.items())
 
 
 def test_other_model_with_the_same_tokenizer(llama, ids, tmp_path):

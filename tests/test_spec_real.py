@@ -64,3 +64,39 @@ def test_speculative_sampling_runs_on_the_real_model(prepared):
     assert len(gen.tokens) == len(prompt) + 12 and gen.target_calls == len(gen.rounds)
     assert gen.proposed == sum(r["proposed"] for r in gen.rounds) and all(1 <= r["proposed"] <= 4 for r in gen.rounds)
     assert sum(r["emitted"] for r in gen.rounds) >= 12 and 0 <= gen.accepted <= gen.proposed
+
+
+# ------------------------------------------------------------------------------------------ pinned figures
+# Deterministic on the development machine (float32 CPU; one and two threads agree to 2e-5 relative, the
+# standard errors included): PIN_REL catches any change of the acceptance or KL computation, the drafts or the
+# windows. Sampling with seed 0 is pinned token for token.
+PIN_REL = 1e-4
+PINNED_ALPHA = {
+    # draft: (α, its standard error, mean KL(p‖q) nats), 128 tokens, T = 1
+    "int8-channel": (DraftSettings(scheme="int8-channel"), 0.97242917, 0.0017046091, 0.0036971860),
+    "int4-channel": (DraftSettings(scheme="int4-channel"), 0.52264248, 0.018149004, 0.96869289),
+    "8 layers": (DraftSettings(layers=8), 0.060110398, 0.012335070, 17.800072),
+}
+PINNED_SAMPLE = [1604, 3987, 46477, 24, 94, 727, 472, 2822, 79, 4917, 446, 216, 32, 43, 472, 327, 2056, 281]
+
+
+@pytest.mark.parametrize("name", list(PINNED_ALPHA))
+def test_pinned_acceptance(prepared, name):
+    ds, alpha, alpha_se, kl = PINNED_ALPHA[name]
+    s, _ = _alpha(prepared, ds)
+    assert s["tokens"] == 128
+    assert s["alpha"] == pytest.approx(alpha, rel=PIN_REL), s["alpha"]
+    assert s["alpha_se"] == pytest.approx(alpha_se, rel=PIN_REL), s["alpha_se"]
+    assert s["kl_mean"] == pytest.approx(kl, rel=PIN_REL), s["kl_mean"]
+
+
+def test_pinned_speculative_sample(prepared):
+    """The 8-layer draft is a poor one: with seed 0 none of its 42 drafts is accepted, and every round emits one
+    token drawn from the residual norm(max(0, p − q))."""
+    loaded = prepared.loaded
+    draft = build_draft(loaded, DraftSettings(layers=8), CPU, torch.float32)
+    prompt = torch.tensor(loaded.tokenizer("def fibonacci(n):").input_ids)
+    gen = speculative_sample(loaded.model, draft, prompt, 4, 12, 1.0, torch.Generator().manual_seed(0))
+    assert gen.tokens == PINNED_SAMPLE
+    assert (gen.accepted, gen.proposed, gen.target_calls) == (0, 42, 12)
+    assert [r["proposed"] for r in gen.rounds] == [4] * 9 + [3, 2, 1]

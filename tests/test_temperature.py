@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from tiny_models import as_json
 from infoeval.errors import UsageError
 from infoeval.models import load_model
 from infoeval.speculative import temperature as tm
@@ -51,7 +52,7 @@ def test_shown_subset_and_other():
 
 
 def test_table_from_logits():
-    r = tm.temperature_table([1.0, 2.0], logits=Z, labels="cat,lion,lynx,dog")
+    r = as_json(tm.temperature_table([1.0, 2.0], logits=Z, labels="cat,lion,lynx,dog"))
     assert r["labels"] == ["cat", "lion", "lynx", "dog"] and r["logits"] == pytest.approx(Z)
     frame = tm.summary_frame(r)
     assert list(frame.columns) == ["temperature", "p(cat)", "p(lion)", "p(lynx)", "p(dog)", "other", "top_prob", "tail_mass", "entropy_bits"]
@@ -60,7 +61,7 @@ def test_table_from_logits():
 
 def test_table_from_a_model(tiny_llama_dir):
     lm = load_model(str(tiny_llama_dir), torch.device("cpu"), torch.float32)
-    r = tm.temperature_table([0.5, 1.0], loaded=lm, prompt="The dictionary", top=5)
+    r = as_json(tm.temperature_table([0.5, 1.0], loaded=lm, prompt="The dictionary", top=5))
     ids = lm.tokenizer("The dictionary").input_ids
     with torch.inference_mode():
         z = lm.model(input_ids=torch.tensor([ids])).logits[0, -1].double()

@@ -419,21 +419,29 @@ def test_dataset_found_next_to_checkout(isolated):
     assert load_text(dataset="wikitext-2").text == "sibling\n"
 
 
-REAL_WIKI = "/work/shared/data/wikitext-2-raw/wiki.test.raw"
+# the shared corpora (see shared/data/README.md): bytes and sha256 of the files as published
+REAL_DATASETS = {
+    "wikitext-2": (1_290_590, "173c87a53759e0201f33e0ccf978e510c2042d7f2cb78229d9a50d79b9e7dd08"),
+    "wikitext-2-valid": (1_146_846, "4cd0f6876d07a413aa911261ff6d363c72d757d47f0fdd6015702014c89cb9c7"),
+    "tinyshakespeare": (1_115_394, "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
+}
 
 
-def test_real_wikitext_read_only(isolated):
-    """The shared WikiText-2 test file loads byte for byte (skipped where it is absent)."""
+@pytest.mark.parametrize("dataset", list(REAL_DATASETS))
+def test_real_dataset_read_byte_for_byte(dataset, monkeypatch):
+    """The shared corpus, found the way a user running infoeval from the checkout finds it ($INFOEVAL_DATA_DIR,
+    else ../shared/data beside the checkout), loads byte for byte; skipped where it is not present."""
     from pathlib import Path
 
-    real = Path(REAL_WIKI)
-    if not real.is_file():
-        pytest.skip("shared WikiText-2 not present")
-    t = load_text(dataset="wikitext-2", data_dir=real.parent.parent)
-    raw = real.read_bytes()
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # the repository root, where users run infoeval
+    try:
+        t = load_text(dataset=dataset)
+    except DataError:
+        pytest.skip(f"{dataset} is not present (set {DATA_DIR_ENV} or put shared/data beside the checkout)")
+    raw = Path(t.path).read_bytes()
+    assert t.source == dataset and Path(t.path).is_absolute()
     assert t.text.encode("utf-8") == raw
-    assert t.sha256 == hashlib.sha256(raw).hexdigest()
-    assert t.n_bytes == len(raw)
+    assert (t.n_bytes, t.sha256) == REAL_DATASETS[dataset] == (len(raw), hashlib.sha256(raw).hexdigest())
 
 
 @pytest.mark.parametrize(

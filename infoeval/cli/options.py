@@ -1,4 +1,5 @@
-"""What every command shares: option types, --config TOML defaults, settings and output paths."""
+"""What every command shares: option types and their defaults, --config TOML defaults, the model given as an
+argument or as --model, settings builders and output paths."""
 
 from __future__ import annotations
 
@@ -7,10 +8,25 @@ from typing import Annotated, Optional
 
 import typer
 
-from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
 from infoeval.models import DEFAULT_MODEL
+from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.text import DATASETS
+
+# ---- defaults of the shared options (each command's signature uses these) ---------------------------------
+MODEL_DEFAULT = DEFAULT_MODEL
+MAX_TOKENS_DEFAULT = "8192"
+CTX_DEFAULT = 512
+PROTOCOL_DEFAULT = "rolling"
+PREFIX_DEFAULT = "auto"
+DEVICE_DEFAULT = "auto"
+DTYPE_DEFAULT = "auto"
+# every spelling of the temperature option, on every command that takes temperatures
+TEMPERATURE_FLAGS = ("--temperature", "--T", "--temperatures")
+# name of the positional MODEL parameter of commands whose --model is also `model`
+MODEL_ARG = "model_arg"
+# config keys that name the same option as another key
+CONFIG_ALIASES = {"temperatures": "temperature", "T": "temperature"}
 
 
 def read_toml(path: Path, what: str) -> dict:
@@ -32,10 +48,11 @@ def _load_config(ctx: typer.Context, param, value: Optional[Path]) -> Optional[P
         return value
     data = read_toml(Path(value), "config file")
     section = data.get(ctx.info_name, {k: v for k, v in data.items() if not isinstance(v, dict)})
-    allowed = {p.name for p in ctx.command.params if p.name != "config"}
+    allowed = {p.name for p in ctx.command.params if p.name not in ("config", MODEL_ARG)}
     defaults = {}
     for key, val in section.items():
         name = key.replace("-", "_")
+        name = CONFIG_ALIASES.get(name, name) if name not in allowed else name
         if name not in allowed:
             raise UsageError(f"config file '{value}': unknown key '{key}' for {ctx.info_name}; allowed: {', '.join(sorted(allowed))}")
         if name == "schemes" and isinstance(val, list):
@@ -47,28 +64,16 @@ def _load_config(ctx: typer.Context, param, value: Optional[Path]) -> Optional[P
 
 # ---- reusable option types -------------------------------------------------------------------------------
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help=f"HF folder, hub id (org/name), .gguf file, or '{DEFAULT_MODEL}'.")]
+ModelArg = Annotated[Optional[str], typer.Argument(metavar="MODEL", help="The model; same as --model.", show_default=False)]
 DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA when present), cpu, cuda or cuda:N.")]
 DtypeOpt = Annotated[str, typer.Option(help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16, float16.")]
 DeviceMapOpt = Annotated[Optional[str], typer.Option(help="accelerate device_map for models larger than one device, e.g. auto.")]
 TextOpt = Annotated[Optional[Path], typer.Option("--text", "-t", help="A UTF-8 text file to score.")]
 DatasetOpt = Annotated[Optional[str], typer.Option(help=f"Built-in text: {', '.join(DATASETS)} (default python-docs).")]
 DataDirOpt = Annotated[Optional[Path], typer.Option(help="Folder holding wikitext-2-raw/ or tinyshakespeare/ (or set INFOEVAL_DATA_DIR).")]
-DEFAULT_MAX_TOKENS = "8192"
 MaxTokensOpt = Annotated[
     str, typer.Option(help="Score at most this many tokens, or 'all' for the whole text (the default keeps a first run to minutes).")
 ]
-
-
-def _max_tokens(value: str | int) -> int | None:
-    if str(value).strip().lower() == "all":
-        return None
-    try:
-        n = int(value)
-    except ValueError:
-        raise UsageError(f"--max-tokens '{value}' is not allowed; give a positive integer or 'all'") from None
-    if n < 1:
-        raise UsageError(f"--max-tokens {n} is not allowed; give a positive integer or 'all'")
-    return n
 CtxOpt = Annotated[int, typer.Option(help="Window length in tokens (n_ctx).")]
 StrideOpt = Annotated[Optional[int], typer.Option(help="Tokens between window starts (default = ctx); ≤ ctx.")]
 ProtocolOpt = Annotated[str, typer.Option(help="rolling (every token scored once) or llama.cpp (llama-perplexity's chunks).")]
@@ -79,6 +84,7 @@ ExcludeOpt = Annotated[Optional[list[str]], typer.Option(help="Do not quantize m
 CsvOpt = Annotated[Optional[Path], typer.Option(help="Write the summary CSV here (a row per variant, or per compressor).")]
 JsonOpt = Annotated[Optional[Path], typer.Option(help="Write metrics and provenance as JSON here.")]
 PositionsOpt = Annotated[Optional[Path], typer.Option(help="Write per-position columns as CSV here.")]
+PlotOpt = Annotated[Optional[Path], typer.Option(help="Also draw the results into this .png (or .svg, .pdf); needs matplotlib, the 'plot' extra.")]
 OutDirOpt = Annotated[Optional[Path], typer.Option(help="Folder for summary.csv, result.json, positions.csv (default results/<run-name>/).")]
 RunNameOpt = Annotated[Optional[str], typer.Option(help="Name of the run folder under results/.")]
 ConfigOpt = Annotated[
@@ -88,17 +94,71 @@ ConfigOpt = Annotated[
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 
 
-def settings(model, device, dtype, device_map, text, dataset, data_dir, max_tokens, ctx, stride, protocol, prefix):
+# ---- the model: a positional argument or --model ---------------------------------------------------------
+def _typed(context: typer.Context | None, name: str, value) -> bool:
+    """Whether option ``name`` was typed on the command line (or set in the environment), not a default or a
+    --config value; without a context (a call from Python) a value other than the default counts as typed."""
+    if context is None:
+        return value != MODEL_DEFAULT
+    source = context.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def pick_model(context: typer.Context | None, positional: str | None, option: str | None, what: str = "the model") -> str | None:
+    """The model given as the positional argument or as --model (or its default); both typed with different
+    values is a usage error. A --config value for --model gives way to the positional argument."""
+    if positional is None:
+        return option
+    if option is not None and option != positional and _typed(context, "model", option):
+        raise UsageError(f"{what} is given twice ('{positional}' and --model '{option}'); give one")
+    return positional
+
+
+# ---- settings --------------------------------------------------------------------------------------------
+def _max_tokens(value: str | int) -> int | None:
+    if str(value).strip().lower() == "all":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise UsageError(f"--max-tokens '{value}' is not allowed; give a positive integer or 'all'") from None
+    if n < 1:
+        raise UsageError(f"--max-tokens {n} is not allowed; give a positive integer or 'all'")
+    return n
+
+
+def model_text_settings(*, model, device, dtype, device_map, text, dataset, data_dir, max_tokens) -> tuple[ModelSettings, TextSettings]:
+    """The model and the text of a run (for commands without scoring windows, e.g. mutual-info)."""
     return (
-        ModelSettings(model, device, dtype, device_map),
-        TextSettings(text, dataset, data_dir, _max_tokens(max_tokens)),
-        WindowSettings(ctx, stride, protocol, prefix),
+        ModelSettings(model=model, device=device, dtype=dtype, device_map=device_map),
+        TextSettings(text=text, dataset=dataset, data_dir=data_dir, max_tokens=_max_tokens(max_tokens)),
     )
 
 
-def output_paths_for(command: str, ms: ModelSettings, result: dict, csv, json_, positions, out_dir, run_name) -> dict[str, Path]:
-    from infoeval.results import output_paths
+def run_settings(
+    *, model, device, dtype, device_map, text, dataset, data_dir, max_tokens, ctx, stride, protocol, prefix
+) -> tuple[ModelSettings, TextSettings, WindowSettings]:
+    """The model, the text and the scoring windows of a run."""
+    ms, ts = model_text_settings(model=model, device=device, dtype=dtype, device_map=device_map, text=text, dataset=dataset,
+                                 data_dir=data_dir, max_tokens=max_tokens)  # fmt: skip
+    return ms, ts, WindowSettings(ctx=ctx, stride=stride, protocol=protocol, prefix=prefix)
+
+
+# ---- where outputs go ------------------------------------------------------------------------------------
+def run_folder(command: str, model: str, source: str, run_name: str | None) -> Path:
+    """results/<run-name>, the name given or made of the command, the model's name, the text's source and a stamp."""
     from infoeval.prepare import default_run_name
 
-    name = run_name or default_run_name(command, ms, result["provenance"]["text"]["source"])
-    return output_paths(csv, json_, positions, out_dir, Path("results") / name)
+    return Path("results") / (run_name or default_run_name(command, ModelSettings(model=model), source))
+
+
+def output_paths_for(command: str, *, model: str, source: str, csv, json, positions, out_dir, run_name) -> dict[str, Path]:
+    """Paths of the JSON, summary CSV and positions CSV: those named, or all three in --out-dir or the run folder."""
+    from infoeval.results import output_paths
+
+    return output_paths(csv, json, positions, out_dir, run_folder(command, model, source, run_name))
+
+
+def text_source(data: dict) -> str:
+    """The text's source name in a result's provenance (a file's stem, a dataset, 'prompt', ...)."""
+    return data["provenance"]["text"]["source"]

@@ -16,11 +16,11 @@ import numpy as np
 from infoeval import engine
 from infoeval.errors import RuntimeFailure
 from infoeval.infotheory import Workspace, compare, reference_stats
-from infoeval.metrics import METRICS, reference_metrics, variant_metrics
-from infoeval.prepare import Prepared, Reporter, prepare, progress, provenance
+from infoeval.metrics import reference_metrics, variant_metrics
+from infoeval.prepare import Prepared, Reporter, prepare, progress
 from infoeval.quant.apply import QuantizedVariant, WithVariant, quantize_variant
 from infoeval.quant.schemes import parse_schemes
-from infoeval.results import SCHEMA_VERSION, metric_meta
+from infoeval.results import Result
 from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.tokens import TokenStream
 from infoeval.windows import Window
@@ -68,32 +68,54 @@ def run_lockstep(model, stream: TokenStream, windows: Sequence[Window], variants
                           {n: {k: cols[f"{n}/{k}"] for k in VARIANT_COLUMNS} for n in names})  # fmt: skip
 
 
-def _evaluate(p: Prepared, variants, rep: Reporter) -> CompareColumns:
-    with progress(rep, p.timings, len(p.windows) * (1 + len(variants)), f"{len(p.windows)} windows × {1 + len(variants)} models") as step:
-        return run_lockstep(p.loaded.model, p.stream, p.windows, variants, p.protocol["prefix_id"], step)
+@dataclass(frozen=True)
+class VariantResult:
+    name: str
+    metrics: dict[str, float]
+    quantization: dict  # the scheme and the per-layer report
 
 
-def quantize_compare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, vs: VariantSettings, rep: Reporter | None = None) -> tuple[dict, CompareColumns]:
+@dataclass(frozen=True)
+class CompareResult(Result):
+    """quantize-compare: the reference's metrics and each variant's."""
+
+    reference: dict[str, float]
+    variants: tuple[VariantResult, ...]
+    FAMILY = "quantize-compare"
+
+
+@dataclass(frozen=True)
+class CompressResult(Result):
+    """compress-bits: the model's code length and each compressor's, on the same bytes."""
+
+    reference: dict[str, float]
+    compressors: tuple[dict, ...]
+    model_over_xz: float | None
+    FAMILY = "compress-bits"
+
+
+def _evaluate(p: Prepared, variants, rep: Reporter) -> tuple[CompareColumns, float]:
+    """The lockstep run under a progress bar; returns the columns and the seconds it took."""
+    with progress(rep, len(p.windows) * (1 + len(variants)), f"{len(p.windows)} windows × {1 + len(variants)} models") as bar:
+        cols = run_lockstep(p.loaded.model, p.stream, p.windows, variants, p.protocol.prefix_id, bar.step)
+    return cols, bar.seconds
+
+
+def quantize_compare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, vs: VariantSettings,
+                     rep: Reporter | None = None) -> tuple[CompareResult, CompareColumns]:  # fmt: skip
     rep = rep or Reporter()
     schemes = parse_schemes(vs.schemes)  # fail on a bad scheme before loading anything
     p = prepare(ms, ts, ws, rep)
     rep.stage("quantizing")
     t0 = time.perf_counter()
     variants = [quantize_variant(p.loaded.model, s, vs.include, vs.exclude) for s in schemes]
-    p.timings["quantize_s"] = time.perf_counter() - t0
-    cols = _evaluate(p, variants, rep)
-    ref = reference_metrics(cols.reference)
-    result = {
-        "schema": f"infoeval/quantize-compare/{SCHEMA_VERSION}",
-        "provenance": provenance(p, "quantize-compare"),
-        "reference": ref,
-        "variants": [
-            {"name": v.name, "metrics": variant_metrics(cols.reference, cols.variants[v.name]), "quantization": v.summary()}
-            for v in variants
-        ],
-        "timings": p.timings,
-        "metrics": metric_meta(METRICS),
-    }
+    quantize_s = time.perf_counter() - t0
+    cols, eval_s = _evaluate(p, variants, rep)
+    result = CompareResult(
+        p.provenance("quantize-compare"), {**p.timings, "quantize_s": quantize_s, "eval_s": eval_s},
+        reference=reference_metrics(cols.reference),
+        variants=tuple(VariantResult(v.name, variant_metrics(cols.reference, cols.variants[v.name]), v.summary()) for v in variants),
+    )  # fmt: skip
     return result, cols
 
 
@@ -110,12 +132,12 @@ def scored_bytes(p: Prepared) -> bytes:
     return b"".join(pieces)
 
 
-def compress_bits(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Reporter | None = None) -> tuple[dict, CompareColumns]:
+def compress_bits(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Reporter | None = None) -> tuple[CompressResult, CompareColumns]:
     from infoeval.compare.compressors import compress_all
 
     rep = rep or Reporter()
     p = prepare(ms, ts, ws, rep)
-    cols = _evaluate(p, [], rep)
+    cols, eval_s = _evaluate(p, [], rep)
     ref = reference_metrics(cols.reference)
     data = scored_bytes(p)
     if len(data) != ref["bytes"]:
@@ -123,13 +145,6 @@ def compress_bits(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: 
     rep.stage("compressing")
     rows = compress_all(data)
     xz_bits = next(r["bits"] for r in rows if r["method"] == "xz -9")
-    result = {
-        "schema": f"infoeval/compress-bits/{SCHEMA_VERSION}",
-        "metrics": metric_meta(ref),
-        "provenance": provenance(p, "compress-bits"),
-        "reference": ref,
-        "compressors": rows,
-        "model_over_xz": ref["total_bits"] / xz_bits if xz_bits else None,
-        "timings": p.timings,
-    }
+    result = CompressResult(p.provenance("compress-bits"), {**p.timings, "eval_s": eval_s}, reference=ref,
+                            compressors=tuple(rows), model_over_xz=ref["total_bits"] / xz_bits if xz_bits else None)  # fmt: skip
     return result, cols

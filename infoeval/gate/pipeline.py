@@ -14,20 +14,21 @@ import numpy as np
 import torch
 
 from infoeval.settings import ModelSettings, TextSettings, WindowSettings
-from infoeval.errors import DataError, RuntimeFailure, UsageError
+from infoeval.errors import DataError, UsageError
 from infoeval import engine
 from infoeval.gate.compact import CompactDist, compact
 from infoeval.infotheory import compact_divergences
 from infoeval.gate.limits import Limit, compare_baseline, judge
 from infoeval.gate.reference_file import Reference, read_reference, write_reference
 from infoeval.infotheory import entropy, log_softmax
-from infoeval.metrics import METRICS, reference_metrics, variant_metrics
+from infoeval.metrics import reference_metrics, variant_metrics
 from infoeval.stats import LN2, se
-from infoeval.models import BUILTIN, load_model, resolve_device, resolve_dtype
+from infoeval.model_files import BUILTIN
+from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.quant.apply import fake_quantize_
 from infoeval.quant.schemes import parse_scheme
-from infoeval.results import SCHEMA_VERSION, command_line, metric_meta, now_iso, versions
-from infoeval.prepare import Reporter, prepare, progress, provenance
+from infoeval.results import SCHEMA_VERSION, Result, provenance
+from infoeval.prepare import Reporter, prepare, progress
 
 
 def vocab_fingerprint(tokenizer) -> str:
@@ -48,9 +49,39 @@ def _slice(d: CompactDist, a: int, b: int) -> CompactDist:
     return CompactDist(*(getattr(d, f)[a:b] for f in CompactDist.__dataclass_fields__))
 
 
+@dataclass(frozen=True)
+class ReferenceResult(Result):
+    """reference: the file written, its size against llama.cpp's, and the reference's own metrics."""
+
+    file: str
+    file_bytes: int
+    bytes_per_position: float
+    llama_cpp_bytes_per_position: int
+    vocab_size: int
+    tokenizer_fingerprint: str
+    top_k: int
+    tail_samples: int
+    seed: int
+    reference: dict[str, float]
+    FAMILY = "reference"
+
+
+@dataclass(frozen=True)
+class GateResult(Result):
+    """gate: the verdict of every limit (and of the baseline), the candidate's metrics, the reference's."""
+
+    passed: bool
+    verdicts: tuple[dict, ...]
+    baseline: dict | None
+    metrics: dict[str, float]
+    reference: dict[str, float]
+    candidate: dict
+    FAMILY = "gate"
+
+
 @torch.inference_mode()
 def build_reference(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, out: Path, top_k: int, tail_samples: int,
-                    seed: int = 0, rep: Reporter | None = None) -> dict:
+                    seed: int = 0, rep: Reporter | None = None) -> ReferenceResult:
     """One pass of the reference model over the windows → the compact reference file at ``out``."""
     if top_k < 1 or tail_samples < 0:
         raise UsageError(f"--top-k {top_k} / --tail-samples {tail_samples} not allowed; top-k ≥ 1 and tail-samples ≥ 0")
@@ -69,14 +100,14 @@ def build_reference(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, out
         return {**{f: getattr(d, f) for f in COMPACT_FIELDS}, "target_logp": lp.gather(-1, targets[:, None])[:, 0],
                 "entropy": entropy(lp)}  # fmt: skip
 
-    with progress(rep, p.timings, len(p.windows), f"reference: {len(p.windows)} windows") as step:
-        cols = engine.run({REFERENCE: model}, p.stream.ids, engine.plan(p.windows), p.protocol["prefix_id"], reduce,
-                          REFERENCE_SCHEMA, p.stream.nbytes, step)  # fmt: skip
+    with progress(rep, len(p.windows), f"reference: {len(p.windows)} windows") as bar:
+        cols = engine.run({REFERENCE: model}, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id, reduce,
+                          REFERENCE_SCHEMA, p.stream.nbytes, bar.step)  # fmt: skip
     vocab = seen["vocab"]
-    prov = provenance(p, "reference")
+    prov = p.provenance("reference")
     meta = {
         "schema": f"infoeval/reference/{SCHEMA_VERSION}",
-        "provenance": prov,
+        "provenance": prov.to_json(),
         "tokenizer_fingerprint": vocab_fingerprint(p.loaded.tokenizer),
         "top_k": min(top_k, vocab),
         "tail_samples": tail_samples,
@@ -87,8 +118,11 @@ def build_reference(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, out
     dist = CompactDist(*(t[f] for f in COMPACT_FIELDS))
     ref = Reference(dist, t["token_id"], t["target_logp"], t["entropy"], t["bytes"], p.stream.ids, p.windows, meta)
     size = write_reference(out, ref, vocab)
-    return {**meta, "file": str(out), "file_bytes": size, "bytes_per_position": size / ref.n,
-            "llama_cpp_bytes_per_position": 2 * vocab, "vocab_size": vocab, "timings": p.timings}
+    return ReferenceResult(
+        prov, {**p.timings, "eval_s": bar.seconds}, file=str(out), file_bytes=size, bytes_per_position=size / ref.n,
+        llama_cpp_bytes_per_position=2 * vocab, vocab_size=vocab, tokenizer_fingerprint=meta["tokenizer_fingerprint"],
+        top_k=meta["top_k"], tail_samples=tail_samples, seed=seed, reference=meta["reference"],
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -139,7 +173,7 @@ def _baseline_metrics(path: Path) -> dict:
 
 
 @torch.inference_mode()
-def run_gate(gs: GateSettings, ms: ModelSettings, rep: Reporter | None = None) -> tuple[dict, dict]:
+def run_gate(gs: GateSettings, ms: ModelSettings, rep: Reporter | None = None) -> tuple[GateResult, dict]:
     """Run the candidate on the reference's windows; returns (result dict, per-position columns)."""
     rep = rep or Reporter()
     ref = read_reference(gs.reference)
@@ -147,7 +181,7 @@ def run_gate(gs: GateSettings, ms: ModelSettings, rep: Reporter | None = None) -
     rep.stage("loading candidate")
     t0 = time.perf_counter()
     spec, loaded, qreport = _load_candidate(gs, ms, ref)
-    timings = {"load_s": time.perf_counter() - t0}
+    load_s = time.perf_counter() - t0
     prefix_id = ref.meta["provenance"]["protocol"]["prefix_id"]
 
     def reduce(step: engine.Step) -> dict:
@@ -158,32 +192,25 @@ def run_gate(gs: GateSettings, ms: ModelSettings, rep: Reporter | None = None) -
         d = compact_divergences(_slice(ref.dist, rows.start, rows.stop), lq)
         return {"nll": -lq.gather(-1, ref.target_ids[rows, None])[:, 0], **{k: getattr(d, k) for k in GATE_COLUMNS}}
 
-    with progress(rep, timings, len(ref.windows), f"candidate: {len(ref.windows)} windows") as step:
+    with progress(rep, len(ref.windows), f"candidate: {len(ref.windows)} windows") as bar:
         cols = engine.run({CANDIDATE: loaded.model}, ref.stream_ids, engine.plan(ref.windows), prefix_id, reduce,
-                          {"top1": np.bool_}, on_forward=step)  # fmt: skip
+                          {"top1": np.bool_}, on_forward=bar.step)  # fmt: skip
     var = {k: cols[k] for k in ("nll", *GATE_COLUMNS)}
     ref_cols = {"nll": (-ref.target_logp).numpy(), "bytes": ref.nbytes.numpy(), "entropy": ref.entropy.numpy()}
     metrics = _gate_metrics(ref_cols, var)
     verdicts = judge(list(gs.limits), metrics, gs.confidence, gs.point)
     base_rows = compare_baseline(metrics, baseline, [v.limit.metric for v in verdicts], gs.baseline_tolerance) if baseline else []
     passed = all(v.passed for v in verdicts) and all(r["passed"] for r in base_rows)
-    result = {
-        "schema": f"infoeval/gate/{SCHEMA_VERSION}",
-        "passed": passed,
-        "verdicts": [v.as_dict() for v in verdicts],
-        "baseline": {"file": str(gs.baseline), "rows": base_rows} if baseline else None,
-        "metrics": metrics,
-        "reference": ref.meta["reference"],
-        "candidate": {"spec": spec, "model": loaded.info, "scheme": gs.scheme, "quantization": qreport},
-        "provenance": {
-            "command": "gate", "argv": command_line(), "created": now_iso(), "versions": versions(),
-            "reference_file": str(gs.reference), "reference_provenance": ref.meta["provenance"],
-            "top_k": ref.meta["top_k"], "tail_samples": ref.meta["tail_samples"],
-            "confidence": gs.confidence, "point": gs.point, "torch_threads": torch.get_num_threads(),
-        },  # fmt: skip
-        "timings": timings,
-        "metrics_meta": metric_meta(METRICS),
-    }
+    result = GateResult(
+        provenance(
+            "gate", model=loaded.info, reference_file=str(gs.reference), reference_provenance=ref.meta["provenance"],
+            top_k=ref.meta["top_k"], tail_samples=ref.meta["tail_samples"], confidence=gs.confidence, point=gs.point,
+        ),
+        {"load_s": load_s, "eval_s": bar.seconds}, passed=passed, verdicts=tuple(v.as_dict() for v in verdicts),
+        baseline={"file": str(gs.baseline), "rows": base_rows} if baseline else None, metrics=metrics,
+        reference=ref.meta["reference"],
+        candidate={"spec": spec, "model": loaded.info.to_json(), "scheme": gs.scheme, "quantization": qreport},
+    )  # fmt: skip
     return result, {"reference": ref_cols, "variant": var}
 
 

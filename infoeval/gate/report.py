@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from infoeval.report import report_table
 from infoeval.results import atomic_write_bytes
 
 
@@ -43,9 +44,8 @@ def verdict_rows(result: dict) -> list[tuple[str, str, str, str, str]]:
 
 def gate_table(result: dict) -> Table:
     verdict = "[bold green]PASS[/]" if result["passed"] else "[bold red]FAIL[/]"
-    t = Table(title=f"Gate: {result['candidate']['spec']}{' + ' + result['candidate']['scheme'] if result['candidate']['scheme'] else ''} — {verdict}", title_justify="left")
-    for c in ("check", "value ± SE", "judged", "limit", "verdict"):
-        t.add_column(c, justify="left" if c == "check" else "right")
+    cand = result["candidate"]["spec"] + (f" + {result['candidate']['scheme']}" if result["candidate"]["scheme"] else "")
+    t = report_table(f"Gate: {verdict}", ["check", "value ± SE", "judged", "limit", "verdict"], f"candidate {cand}")
     for row in verdict_rows(result):
         style = None if row[-1] == "PASS" else "red"
         t.add_row(*row, style=style)
@@ -54,9 +54,8 @@ def gate_table(result: dict) -> Table:
 
 def summary_table(result: dict) -> Table:
     m, r = result["metrics"], result["reference"]
-    t = Table(title="Candidate vs compact reference", title_justify="left")
-    for c in ("PPL ref", "PPL cand", "KL mean (nats)", "KL lower bound", "KL P99", "top-1 agree", "TV mean", "Δ bits/byte"):
-        t.add_column(c, justify="right")
+    t = report_table("Candidate vs reference", ["PPL ref", "PPL cand", "KL mean (nats)", "KL lower bound", "KL P99", "top-1 agree",
+                     "TV mean", "Δ bits/byte"], "the candidate against the compact reference", left=0)  # fmt: skip
     t.add_row(
         _num(r["ppl"], 3), _num(m["ppl"], 3), f"{_num(m['kl_mean'])} ± {_num(m['kl_se'])}", _num(m["kl_lower_mean"]),
         _num(m["kl_p99"]), f"{100 * m['top1']:.2f} ± {100 * m['top1_se']:.2f} %", _num(m["tv_mean"]), _num(m["bits_per_byte_delta"]),
@@ -66,9 +65,8 @@ def summary_table(result: dict) -> Table:
 
 def reference_summary_table(info: dict) -> Table:
     r = info["reference"]
-    t = Table(title=f"Compact reference {info['file']}", title_justify="left")
-    for c in ("positions", "top-K", "tail samples", "bytes/position", "vs llama.cpp", "PPL", "bits/byte"):
-        t.add_column(c, justify="right")
+    t = report_table("Compact reference", ["positions", "top-K", "tail samples", "bytes/position", "vs llama.cpp", "PPL", "bits/byte"],
+                     f"written to {info['file']}", left=0)  # fmt: skip
     t.add_row(
         f"{r['tokens']:,}", str(info["top_k"]), str(info["tail_samples"]), f"{info['bytes_per_position']:.0f}",
         f"{100 * info['bytes_per_position'] / info['llama_cpp_bytes_per_position']:.2f} % of {info['llama_cpp_bytes_per_position']:,} B",

@@ -20,12 +20,15 @@ float64 and in log space (ln p by logsumexp), so a narrow bump never makes ln p 
 
 from __future__ import annotations
 
+import time
+
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from infoeval.results import Result, provenance
 from infoeval.errors import UsageError
 
 DIRECTIONS = ("forward", "reverse")
@@ -50,16 +53,10 @@ class KLFitSettings:
     lr: float = 0.5
     sigma0: float = 10.0
 
+    def __post_init__(self) -> None:
+        check_settings(self)
 
-KLFIT_METRICS = {
-    "centre": ("x units", None, "fitted μ of q"),
-    "width": ("x units", None, "fitted σ of q (before discretization and truncation to the grid)"),
-    "kl": ("nats", False, "the minimized divergence: KL(p‖q) for forward, KL(q‖p) for reverse"),
-    "kl_forward": ("nats", False, "KL(p‖q) of the fitted q"),
-    "kl_reverse": ("nats", False, "KL(q‖p) of the fitted q"),
-    "q_mean": ("x units", None, "mean of the fitted q on the grid"),
-    "q_sd": ("x units", None, "standard deviation of the fitted q on the grid"),
-}
+
 
 
 def parse_target(text: str) -> tuple[Bump, ...]:
@@ -181,31 +178,30 @@ def run_kl_fit(s: KLFitSettings) -> tuple[torch.Tensor, torch.Tensor, list[Fit]]
     return x, lp, fit_gaussians(lp, x, [(d, m0) for d in s.directions for m0 in s.starts], s)
 
 
-def kl_fit_result(s: KLFitSettings) -> dict:
-    """Run the experiment and return the JSON-ready result (target, fits with their q, settings, provenance)."""
-    import time
+@dataclass(frozen=True)
+class KLFitResult(Result):
+    """kl-fit: the target p on its grid, and every fitted q with its centre, width and divergences."""
 
-    from infoeval.results import SCHEMA_VERSION, command_line, now_iso, versions
+    settings: dict
+    x: tuple[float, ...]
+    p: tuple[float, ...]
+    fits: tuple[dict, ...]
+    FAMILY = "kl-fit"
 
+
+def kl_fit_result(s: KLFitSettings) -> KLFitResult:
+    """Run the experiment: the target, the fits with their q, the settings and provenance."""
     t0 = time.perf_counter()
     x, lp, fits = run_kl_fit(s)
     seconds = time.perf_counter() - t0
-    return {
-        "schema": f"infoeval/kl-fit/{SCHEMA_VERSION}",
-        "provenance": {"command": "kl-fit", "argv": command_line(), "created": now_iso(), "versions": versions(),
-                       "torch_threads": 1, "dtype": "float64", "device": "cpu"},  # fmt: skip
-        "settings": {
+    fit_keys = ("direction", "start", "centre", "width", "kl", "kl_forward", "kl_reverse", "q_mean", "q_sd")
+    return KLFitResult(
+        provenance("kl-fit", dtype="float64", device="cpu"), {"fit_s": seconds},
+        settings={
             "target": [vars(b) for b in s.target], "support": s.support, "starts": list(s.starts),
             "directions": list(s.directions), "steps": s.steps, "lr": s.lr, "sigma0": s.sigma0, "optimizer": "Adam",
             "q": "softmax over x = 0…support−1 of −½((x − μ)/σ)², μ and ln σ learned",
-        },  # fmt: skip
-        "x": x.tolist(),
-        "p": lp.exp().tolist(),
-        "fits": [
-            {k: getattr(f, k) for k in ("direction", "start", "centre", "width", "kl", "kl_forward", "kl_reverse", "q_mean", "q_sd")}
-            | {"q": f.log_q.exp().tolist()}
-            for f in fits
-        ],
-        "timings": {"fit_s": seconds},
-        "metrics": {k: {"unit": u, "higher_is_better": h, "description": d} for k, (u, h, d) in KLFIT_METRICS.items()},
-    }
+        },
+        x=tuple(x.tolist()), p=tuple(lp.exp().tolist()),
+        fits=tuple({k: getattr(f, k) for k in fit_keys} | {"q": f.log_q.exp().tolist()} for f in fits),
+    )  # fmt: skip

@@ -1,10 +1,12 @@
-"""Rich tables and CSV frames for mutual-info and kl-fit; no torch import."""
+"""Rich tables and CSV frames for mutual-info; no torch import."""
 
 from __future__ import annotations
 
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
+
+from infoeval.report import report_table
 
 
 MI_CSV_COLUMNS = [
@@ -13,7 +15,6 @@ MI_CSV_COLUMNS = [
     "conditional_bits_per_token_se", "seconds",
 ]  # fmt: skip
 BLOCK_COLUMNS = ["length", "block", "x_start", "y_start", "end", "byte_start", "byte_end", "marginal_bits", "conditional_bits", "mi_bits"]
-KLFIT_CSV_COLUMNS = ["direction", "start", "centre", "width", "kl", "kl_forward", "kl_reverse", "q_mean", "q_sd"]
 
 
 def mi_summary_frame(result: dict) -> pd.DataFrame:
@@ -24,10 +25,6 @@ def mi_summary_frame(result: dict) -> pd.DataFrame:
 def mi_blocks_frame(result: dict) -> pd.DataFrame:
     """One row per block: where it lies (stream positions, byte offsets) and its bits."""
     return pd.DataFrame(result["blocks"]).reindex(columns=BLOCK_COLUMNS)
-
-
-def klfit_frame(result: dict) -> pd.DataFrame:
-    return pd.DataFrame(result["fits"]).reindex(columns=KLFIT_CSV_COLUMNS)
 
 
 def fit_line(result: dict) -> str:
@@ -46,10 +43,10 @@ def fit_line(result: dict) -> str:
 
 
 def mi_table(result: dict) -> Table:
-    t = Table(title="Bipartite mutual information I(X;Y) ≈ H(Y) − H(Y|X), X = first L/2 tokens, Y = last L/2 (bits)",
-              title_justify="left")  # fmt: skip
-    for c in ("L", "blocks", "I ± SE (bits)", "I/token", "H(Y)/token", "H(Y|X)/token", "fit A·L^β", "seconds"):
-        t.add_column(c, justify="right", no_wrap=True)
+    t = report_table("Mutual information",
+                     ["L", "blocks", "I ± SE (bits)", "I/token", "H(Y)/token", "H(Y|X)/token", "fit A·L^β", "seconds"],
+                     "bipartite mutual information I(X;Y) ≈ H(Y) − H(Y|X), X = first L/2 tokens, Y = last L/2 (bits)",
+                     left=0, no_wrap=True)  # fmt: skip
     for r in result["lengths"]:
         t.add_row(
             str(r["length"]), str(r["blocks"]), f"{r['mi_bits']:.2f} ± {r['mi_bits_se']:.2f}", f"{r['mi_bits_per_token']:.3f}",
@@ -77,30 +74,3 @@ def print_mutual_info(console: Console, result: dict) -> None:
         )
     console.print(mi_table(result))
     console.print(fit_line(result))
-
-
-def klfit_table(result: dict) -> Table:
-    s = result["settings"]
-    target = " + ".join(f"{b['weight']:g}·bump({b['centre']:g}, {b['width']:g})" for b in s["target"])
-    t = Table(
-        title=f"Forward vs reverse KL: q = softmax(−½((x − μ)/σ)²) fitted to p ∝ {target} on x = 0…{s['support'] - 1} "
-        f"(Adam, lr {s['lr']:g}, {s['steps']} steps, σ₀ = {s['sigma0']:g}); KL in nats",
-        title_justify="left",
-    )
-    for c in ("minimizes", "from μ₀", "centre μ", "width σ", "KL", "KL(p‖q)", "KL(q‖p)", "q mean", "q sd"):
-        t.add_column(c, justify="left" if c == "minimizes" else "right", no_wrap=True)
-    for f in result["fits"]:
-        t.add_row(
-            f"{f['direction']} {'KL(p‖q)' if f['direction'] == 'forward' else 'KL(q‖p)'}", f"{f['start']:g}",
-            f"{f['centre']:.1f}", f"{f['width']:.1f}", f"{f['kl']:.3f}", f"{f['kl_forward']:.3f}",
-            f"{f['kl_reverse']:.3f}", f"{f['q_mean']:.1f}", f"{f['q_sd']:.1f}",
-        )  # fmt: skip
-    return t
-
-
-def print_kl_fit(console: Console, result: dict) -> None:
-    console.print(klfit_table(result))
-    console.print(
-        "forward KL(p‖q) is mode covering (q spreads to cover all of p and, in the Gaussian family, matches p's "
-        "mean and sd on the grid); reverse KL(q‖p) is mode seeking (q settles on one mode, which depends on the start)"
-    )

@@ -22,7 +22,7 @@ from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.quant.packed import check_packable, save_pack_quantized
 from infoeval.quant.apply import quantize_variant, swap_in
 from infoeval.quant.schemes import parse_scheme
-from infoeval.results import now_iso, versions
+from infoeval.results import provenance
 
 REPORT_FILE = "infoeval-quantization.json"
 
@@ -47,12 +47,10 @@ def quantize_checkpoint(ms: ModelSettings, scheme_name: str, out: Path, include=
     summary = variant.summary()
     report = {
         "format": "infoeval fake-quantized checkpoint (dequantized weights)",
-        "created": now_iso(),
-        "source_model": loaded.info,
+        "provenance": provenance("quantize", model=loaded.info, scheme=scheme.name, format=fmt).to_json(),
         "scheme": scheme.as_dict(),
         "storage": "dequantized float weights" if fmt == "fake" else "compressed-tensors pack-quantized int4 codes",
         "quantization": summary,
-        "versions": versions(),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))

@@ -1,6 +1,7 @@
-"""Speculative decoding and distillation, measured from logits (issue 4).
+"""Speculative decoding and distillation, measured from logits.
 
-p is the target (teacher), q the draft (student). Modules: math (pure maths), drafts (building q), accept
-(spec-accept over windows), decode (the speculative sampling loop), verify (Theorem 1 by Monte Carlo),
-distill (distillation terms), temperature (the temperature table), report (rich tables, no torch).
+p is the target (teacher), q the draft (student). Modules: theory (acceptance maths), drafts (building q),
+pairs (both models on the engine's windows), accept (spec-accept), decode (the speculative sampling loop),
+generate (spec-decode), verify (Theorem 1 by Monte Carlo), distill (distillation terms), temperature (the
+temperature table), report (rich tables).
 """

@@ -14,18 +14,16 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
 from infoeval.models import resolve_device, resolve_dtype
-from infoeval.results import SCHEMA_VERSION
-from infoeval.prepare import Prepared, Reporter, prepare, progress, provenance
+from infoeval.results import Result
+from infoeval.prepare import Prepared, Reporter, prepare, progress
 from infoeval.speculative.drafts import DraftSettings, build_draft
 from infoeval.infotheory import log_softmax_t, position_stats, top1_match
 from infoeval.speculative.theory import entropy_quartiles, expected_tokens_table, run_length_table, run_lengths
 from infoeval.stats import LN2, mean_se, pearson, pinsker
-from infoeval.speculative.metrics import ACCEPT_METRICS, metric_meta
 from infoeval.speculative.pairs import base_of, run_paired
 
 GAMMAS = tuple(range(1, 9))
@@ -60,6 +58,17 @@ def conditions(temps: tuple[float, ...]) -> list[tuple[float, str]]:
 
 def key(t: float, mode: str) -> str:
     return f"T={t:g}/{mode}"
+
+
+@dataclass(frozen=True)
+class AcceptResult(Result):
+    """spec-accept: per condition (T, mode) the acceptance summary; greedy agreement and its runs."""
+
+    notation: str
+    temperatures: tuple[float, ...]
+    conditions: tuple[dict, ...]
+    top1: dict
+    FAMILY = "spec-accept"
 
 
 @dataclass
@@ -138,7 +147,7 @@ def top1_summary(cols: AcceptColumns) -> dict:
 
 
 def spec_accept(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, ds: DraftSettings, temps: tuple[float, ...],
-                rep: Reporter | None = None) -> tuple[dict, AcceptColumns]:  # fmt: skip
+                rep: Reporter | None = None) -> tuple[AcceptResult, AcceptColumns]:  # fmt: skip
     rep = rep or Reporter()
     ds.check()  # before the slow load
     p = prepare(ms, ts, ws, rep)
@@ -146,22 +155,14 @@ def spec_accept(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, ds: Dra
     t0 = time.perf_counter()
     device = resolve_device(ms.device)
     draft = build_draft(p.loaded, ds, device, resolve_dtype(ms.dtype, device), ms.device_map)
-    p.timings["draft_s"] = time.perf_counter() - t0
-    with progress(rep, p.timings, 2 * len(p.windows), f"{len(p.windows)} windows × (target + draft)") as step:
-        cols = evaluate_windows(p, draft, temps, step)
-    summaries = [summarize(cols, t, m) for t, m in cols.conditions]
-    pv = provenance(p, "spec-accept")
-    pv["draft"] = draft.info
-    result = {
-        "schema": f"infoeval/spec-accept/{SCHEMA_VERSION}",
-        "provenance": pv,
-        "notation": "p = target, q = draft; β = Σ min(p, q) per position; α = mean β",
-        "temperatures": list(temps),
-        "conditions": summaries,
-        "top1": top1_summary(cols),
-        "timings": p.timings,
-        "metrics": metric_meta(ACCEPT_METRICS),
-    }
+    draft_s = time.perf_counter() - t0
+    with progress(rep, 2 * len(p.windows), f"{len(p.windows)} windows × (target + draft)") as bar:
+        cols = evaluate_windows(p, draft, temps, bar.step)
+    result = AcceptResult(
+        p.provenance("spec-accept", draft=draft.info), {**p.timings, "draft_s": draft_s, "eval_s": bar.seconds},
+        notation="p = target, q = draft; β = Σ min(p, q) per position; α = mean β", temperatures=temps,
+        conditions=tuple(summarize(cols, t, m) for t, m in cols.conditions), top1=top1_summary(cols),
+    )  # fmt: skip
     return result, cols
 
 

@@ -28,12 +28,11 @@ from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
 from infoeval.infotheory import nll
 from infoeval.models import resolve_device, resolve_dtype
-from infoeval.results import SCHEMA_VERSION
-from infoeval.prepare import Reporter, prepare, progress, provenance
+from infoeval.results import Result
+from infoeval.prepare import Reporter, prepare, progress
 from infoeval.speculative.drafts import DraftSettings, build_draft
 from infoeval.infotheory import log_softmax_t
 from infoeval.stats import LN2, mean_se
-from infoeval.speculative.metrics import DISTILL_METRICS, metric_meta
 from infoeval.speculative.pairs import base_of, run_paired
 
 TERMS = ("hard_ce", "kl", "t2_kl", "loss", "soft_ce", "teacher_entropy", "teacher_tail_mass", "grad_norm", "t2_grad_norm")
@@ -80,6 +79,18 @@ def distill_terms(zp: torch.Tensor, zq: torch.Tensor, targets: torch.Tensor, t: 
         "grad_norm": grad_norm,
         "t2_grad_norm": t2 * grad_norm,
     }
+
+
+@dataclass(frozen=True)
+class DistillResult(Result):
+    """distill: the loss terms at each temperature, and the check of the closed-form gradient."""
+
+    notation: str
+    alpha: float
+    temperatures: tuple[float, ...]
+    rows: tuple[dict, ...]
+    grad_check: dict
+    FAMILY = "distill"
 
 
 @dataclass
@@ -131,7 +142,7 @@ def parse_alpha(alpha: float) -> float:
 
 
 def distill(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, ds: DraftSettings, temps: tuple[float, ...], alpha: float,
-            rep: Reporter | None = None) -> tuple[dict, DistillColumns]:  # fmt: skip
+            rep: Reporter | None = None) -> tuple[DistillResult, DistillColumns]:  # fmt: skip
     rep = rep or Reporter()
     alpha = parse_alpha(alpha)
     ds.check()
@@ -139,21 +150,13 @@ def distill(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, ds: DraftSe
     rep.stage("building the student")
     device = resolve_device(ms.device)
     student = build_draft(p.loaded, ds, device, resolve_dtype(ms.dtype, device), ms.device_map)
-    with progress(rep, p.timings, 2 * len(p.windows), f"{len(p.windows)} windows × (teacher + student)") as step:
-        cols, check = _evaluate(p, student, temps, alpha, step)
-    pv = provenance(p, "distill")
-    pv["student"] = student.info
-    result = {
-        "schema": f"infoeval/distill/{SCHEMA_VERSION}",
-        "provenance": pv,
-        "notation": "p = teacher, q = student; L = α·H(y, q) + (1 − α)·T²·KL(p_T‖q_T); nats unless _bits",
-        "alpha": alpha,
-        "temperatures": list(temps),
-        "rows": [summarize(cols, t, alpha) for t in temps],
-        "grad_check": check,
-        "timings": p.timings,
-        "metrics": metric_meta(DISTILL_METRICS),
-    }
+    with progress(rep, 2 * len(p.windows), f"{len(p.windows)} windows × (teacher + student)") as bar:
+        cols, check = _evaluate(p, student, temps, alpha, bar.step)
+    result = DistillResult(
+        p.provenance("distill", student=student.info), {**p.timings, "eval_s": bar.seconds},
+        notation="p = teacher, q = student; L = α·H(y, q) + (1 − α)·T²·KL(p_T‖q_T); nats unless _bits", alpha=alpha,
+        temperatures=temps, rows=tuple(summarize(cols, t, alpha) for t in temps), grad_check=check,
+    )  # fmt: skip
     return result, cols
 
 

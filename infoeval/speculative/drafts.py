@@ -148,13 +148,13 @@ def build_draft(target: LoadedModel, ds: DraftSettings, device: torch.device, dt
         except ModelLoadError as e:
             raise ModelLoadError(f"--{ds.role}: {e}") from None
         _check_same_tokenizer(target, other, ds.role)
-        info = {"kind": "model", "spec": ds.model, "model": other.info, "n_parameters": other.info["n_parameters"]}
+        info = {"kind": "model", "spec": ds.model, "model": other.info.to_json(), "n_parameters": other.info.n_parameters}
         return Draft(other.model, None, info, other.tokenizer)
     if ds.kind == "scheme":
         variant = quantize_variant(target.model, parse_scheme(ds.scheme))
         summary = variant.summary()
         info = {"kind": "scheme", "scheme": variant.name, "quantization": summary,
-                "n_parameters": target.info["n_parameters"], "description": f"the target fake-quantized with {variant.name}"}  # fmt: skip
+                "n_parameters": target.info.n_parameters, "description": f"the target fake-quantized with {variant.name}"}  # fmt: skip
         return Draft(target.model, variant, info, target.tokenizer)
     depth = n_layers(target.model)
     try:

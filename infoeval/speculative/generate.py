@@ -5,6 +5,7 @@ optionally Theorem 1 checked by Monte Carlo on the prompt (``verify.py``)."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 import time
 
 import torch
@@ -12,13 +13,25 @@ import torch
 from infoeval.settings import ModelSettings
 from infoeval.errors import UsageError
 from infoeval.models import load_model, resolve_device, resolve_dtype
-from infoeval.results import SCHEMA_VERSION, command_line, now_iso, versions
-from infoeval.prepare import Reporter
+from infoeval.results import Result, provenance
+from infoeval.prepare import Reporter, progress
 from infoeval.speculative.decode import Generation, plain_sample, speculative_sample
 from infoeval.speculative.drafts import DraftSettings, build_draft
 from infoeval.speculative.theory import break_even_alpha, expected_tokens
-from infoeval.speculative.metrics import DECODE_METRICS, metric_meta
 from infoeval.speculative.verify import theorem1_check
+
+
+@dataclass(frozen=True)
+class DecodeResult(Result):
+    """spec-decode: plain and speculative sampling measured, and the model of the speed-up."""
+
+    settings: dict
+    plain: dict
+    speculative: dict
+    speedup: float
+    model_of_speedup: dict
+    verify: dict | None
+    FAMILY = "spec-decode"
 
 
 def check_options(gamma: int, max_new: int, temperature: float, repeats: int, verify: int) -> None:
@@ -55,8 +68,26 @@ def _gen_dict(g: Generation, walls: list[float], tokenizer, n_prompt: int) -> di
     }
 
 
+def _timed_runs(target, draft, prompt_ids, gamma, max_new, temperature, seed, repeats, rep: Reporter):
+    """A warm-up of both loops, then ``repeats`` alternating timed runs of each; returns the last generations and
+    every run's wall time."""
+    rep.stage("warming up")
+    plain_sample(target, prompt_ids, min(4, max_new), temperature, torch.Generator().manual_seed(seed + 1))
+    speculative_sample(target, draft, prompt_ids, gamma, min(4, max_new), temperature, torch.Generator().manual_seed(seed + 1))
+    walls = {"plain": [], "speculative": []}
+    with progress(rep, 2 * repeats, f"plain and speculative sampling, {max_new} tokens × {repeats}") as bar:
+        for _ in range(repeats):  # alternate, so that a slower or busier moment hits both alike
+            plain = plain_sample(target, prompt_ids, max_new, temperature, torch.Generator().manual_seed(seed))
+            walls["plain"].append(plain.wall_s)
+            bar.step()
+            spec = speculative_sample(target, draft, prompt_ids, gamma, max_new, temperature, torch.Generator().manual_seed(seed))
+            walls["speculative"].append(spec.wall_s)
+            bar.step()
+    return plain, spec, walls
+
+
 def spec_decode(ms: ModelSettings, ds: DraftSettings, prompt: str, gamma: int, max_new: int, temperature: float,
-                seed: int, repeats: int = 1, verify: int = 0, rep: Reporter | None = None) -> tuple[dict, Generation]:  # fmt: skip
+                seed: int, repeats: int = 1, verify: int = 0, rep: Reporter | None = None) -> tuple[DecodeResult, Generation]:  # fmt: skip
     rep = rep or Reporter()
     check_options(gamma, max_new, temperature, repeats, verify)
     ds.check()
@@ -73,21 +104,7 @@ def spec_decode(ms: ModelSettings, ds: DraftSettings, prompt: str, gamma: int, m
     prompt_ids = torch.tensor(ids, device=device)
     target = loaded.model
 
-    rep.stage("warming up")
-    plain_sample(target, prompt_ids, min(4, max_new), temperature, torch.Generator().manual_seed(seed + 1))
-    speculative_sample(target, draft, prompt_ids, gamma, min(4, max_new), temperature, torch.Generator().manual_seed(seed + 1))
-    walls = {"plain": [], "speculative": []}
-    rep.start(2 * repeats, f"plain and speculative sampling, {max_new} tokens × {repeats}")
-    try:
-        for _ in range(repeats):  # alternate, so that a slower or busier moment hits both alike
-            plain = plain_sample(target, prompt_ids, max_new, temperature, torch.Generator().manual_seed(seed))
-            walls["plain"].append(plain.wall_s)
-            rep.advance()
-            spec = speculative_sample(target, draft, prompt_ids, gamma, max_new, temperature, torch.Generator().manual_seed(seed))
-            walls["speculative"].append(spec.wall_s)
-            rep.advance()
-    finally:
-        rep.stop()
+    plain, spec, walls = _timed_runs(target, draft, prompt_ids, gamma, max_new, temperature, seed, repeats, rep)
     n_prompt = len(ids)
     res_plain = _gen_dict(plain, walls["plain"], loaded.tokenizer, n_prompt)
     res_spec = _gen_dict(spec, walls["speculative"], loaded.tokenizer, n_prompt)
@@ -97,42 +114,27 @@ def spec_decode(ms: ModelSettings, ds: DraftSettings, prompt: str, gamma: int, m
     t_verify = spec.target_s / spec.target_calls  # one target call over γ + 1 tokens
     cost, verify_cost = t_draft / t_target, t_verify / t_target
     e = expected_tokens(alpha, gamma)
-    result = {
-        "schema": f"infoeval/spec-decode/{SCHEMA_VERSION}",
-        "provenance": {
-            "command": "spec-decode", "argv": command_line(), "created": now_iso(), "model": loaded.info, "draft": draft.info,
-            "prompt": {"text": prompt, "tokens": n_prompt, "sha256": hashlib.sha256(prompt.encode("utf-8")).hexdigest()},
-            "dtype": loaded.info["dtype"], "device": loaded.info["device"], "versions": versions(),
-            "torch_threads": torch.get_num_threads(),
-        },  # fmt: skip
-        "settings": {"gamma": gamma, "max_new_tokens": max_new, "temperature": temperature, "seed": seed, "repeats": repeats,
-                     "eos": "ignored: both loops generate exactly max_new_tokens"},  # fmt: skip
-        "plain": res_plain,
-        "speculative": res_spec,
-        "speedup": res_plain["wall_s"] / res_spec["wall_s"],
-        "model_of_speedup": {
-            "alpha": alpha,
-            "predicted_tokens_per_call": e,
-            "target_step_s": t_target,
-            "draft_step_s": t_draft,
-            "cost_ratio": cost,
-            "verify_call_s": t_verify,
-            "verify_cost": verify_cost,
-            "predicted_speedup_papers": e / (gamma * cost + 1.0),
-            "predicted_speedup": e / (gamma * cost + verify_cost),
-            "break_even_alpha": break_even_alpha(gamma, cost, verify_cost),
-        },
-        "timings": timings,
-        "verify": None,
-        "metrics": metric_meta(DECODE_METRICS),
-    }
+    verified = None
     if verify:
         rep.stage(f"Theorem 1: {verify} samples per sampler")
         t0 = time.perf_counter()
-        gammas = (1, gamma) if gamma > 1 else (1,)
-        result["verify"] = theorem1_check(target, draft, prompt_ids, temperature, verify, gammas, seed)
+        verified = theorem1_check(target, draft, prompt_ids, temperature, verify, (1, gamma) if gamma > 1 else (1,), seed)
         timings["verify_s"] = time.perf_counter() - t0
         rep.stop()
+    prompt_info = {"text": prompt, "tokens": n_prompt, "sha256": hashlib.sha256(prompt.encode("utf-8")).hexdigest()}
+    result = DecodeResult(
+        provenance("spec-decode", model=loaded.info, draft=draft.info, prompt=prompt_info), timings,
+        settings={"gamma": gamma, "max_new_tokens": max_new, "temperature": temperature, "seed": seed, "repeats": repeats,
+                  "eos": "ignored: both loops generate exactly max_new_tokens"},
+        plain=res_plain, speculative=res_spec, speedup=res_plain["wall_s"] / res_spec["wall_s"],
+        model_of_speedup={
+            "alpha": alpha, "predicted_tokens_per_call": e, "target_step_s": t_target, "draft_step_s": t_draft,
+            "cost_ratio": cost, "verify_call_s": t_verify, "verify_cost": verify_cost,
+            "predicted_speedup_papers": e / (gamma * cost + 1.0), "predicted_speedup": e / (gamma * cost + verify_cost),
+            "break_even_alpha": break_even_alpha(gamma, cost, verify_cost),
+        },
+        verify=verified,
+    )  # fmt: skip
     return result, spec
 
 

@@ -26,7 +26,7 @@ def run_paired(p: Prepared, target, other, reduce_pair: PairReducer, schema: Map
         return reduce_pair(step.batch.rows, zp, zq, step.targets[0])
 
     roles = {TARGET: target, OTHER: other}
-    return engine.run(roles, p.stream.ids, engine.plan(p.windows), p.protocol["prefix_id"], reduce, schema, None, on_forward)
+    return engine.run(roles, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id, reduce, schema, None, on_forward)
 
 
 def base_of(cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -5,14 +5,11 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from infoeval.report import fmt_num, fmt_pm, run_header
+from infoeval.report import fmt_num, fmt_pm, report_table, run_header
 
 
-def _table(title: str, columns: list[str], left: int = 1) -> Table:
-    t = Table(title=title, title_justify="left")
-    for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i < left else "right", no_wrap=True)
-    return t
+def _table(title: str, columns: list[str], caption: str | None = None, left: int = 1) -> Table:
+    return report_table(title, columns, caption, left=left, no_wrap=True)
 
 
 def _cond(c: dict) -> str:
@@ -36,30 +33,30 @@ def _draft_line(info: dict, role: str = "draft") -> str:
 # ------------------------------------------------------------------------------------------------ spec-accept
 def accept_tables(result: dict) -> list[Table]:
     conds = result["conditions"]
-    a = _table("Acceptance of draft tokens: β = Σ min(p, q) per position, α = mean β (± one standard error)",
-               ["condition", "α", "KL(p‖q) nats", "TV", "H(p) bits", "H(q) bits", "NLL p", "NLL q"])  # fmt: skip
-    b = _table("Pinsker TV ≤ √(KL/2) at every position; correlation of the target's entropy with β",
-               ["condition", "violations", "max TV/√(KL/2)", "Pearson r(H(p), β)", "n"])  # fmt: skip
+    a = _table("Acceptance of draft tokens", ["condition", "α", "KL(p‖q) nats", "TV", "H(p) bits", "H(q) bits", "NLL p", "NLL q"],
+               "β = Σ min(p, q) per position, α = mean β (± one standard error)")  # fmt: skip
+    b = _table("Pinsker check", ["condition", "violations", "max TV/√(KL/2)", "Pearson r(H(p), β)", "n"],
+               "Pinsker TV ≤ √(KL/2) at every position; correlation of the target's entropy with β")  # fmt: skip
     for c in conds:
         a.add_row(_cond(c), fmt_pm(c["alpha"], c["alpha_se"]), fmt_pm(c["kl_mean"], c["kl_se"]), fmt_num(c["tv_mean"]),
                   fmt_num(c["entropy_p_bits"], 3), fmt_num(c["entropy_q_bits"], 3), fmt_num(c["nll_p"], 3), fmt_num(c["nll_q"], 3))  # fmt: skip
         pk = c["pinsker"]
         b.add_row(_cond(c), f"{pk['violations']} of {pk['checked']:,}", fmt_num(pk["max_ratio"]), fmt_num(c["pearson_r"]), fmt_num(c["pearson_n"]))
-    q = _table("Acceptance by target-entropy quartile (Q1 = most confident quarter of positions)",
-               ["condition", "quartile", "H(p) range bits", "mean H(p)", "α", "KL nats", "top-1", "n"], left=2)  # fmt: skip
+    q = _table("Acceptance by entropy quartile", ["condition", "quartile", "H(p) range bits", "mean H(p)", "α", "KL nats", "top-1", "n"],
+               "acceptance by target-entropy quartile (Q1 = most confident quarter of positions)", left=2)  # fmt: skip
     for c in conds:
         for i, r in enumerate(c["quartiles"]):
             q.add_row(_cond(c) if i == 0 else "", r["quartile"], f"{fmt_num(r['entropy_min_bits'], 3)}–{fmt_num(r['entropy_max_bits'], 3)}",
                       fmt_num(r["entropy_mean_bits"], 3), fmt_pm(r["alpha"], r["alpha_se"], 3), fmt_num(r["kl_mean"], 3),
                       fmt_num(r["top1"], 3), fmt_num(r["n"]), end_section=i == 3)  # fmt: skip
-    e = _table("Expected tokens per target call E(γ) = (1 − α^(γ+1))/(1 − α): at α = mean β / mean over positions of E(β)",
-               ["γ", *[_cond(c) for c in conds]])  # fmt: skip
+    e = _table("Tokens per call", ["γ", *[_cond(c) for c in conds]],
+               "expected tokens per target call E(γ) = (1 − α^(γ+1))/(1 − α): at α = mean β / mean over positions of E(β)")  # fmt: skip
     for i, g in enumerate(r["gamma"] for r in conds[0]["expected_tokens"]):
         e.add_row(str(g), *[f"{fmt_num(c['expected_tokens'][i]['e_mean_alpha'], 3)} / {fmt_num(c['expected_tokens'][i]['e_per_position'], 3)}" for c in conds])
     t1 = result["top1"]
-    r = _table(f"Greedy top-1 agreement {fmt_pm(100 * t1['top1'], 100 * t1['top1_se'], 2)} %: runs of consecutive matches "
-               f"({t1['runs']:,} runs, mean {fmt_num(t1['run_mean'], 3)}, longest {t1['run_max']})",
-               ["run length", "runs", "share", "share if independent"])  # fmt: skip
+    r = _table("Top-1 runs", ["run length", "runs", "share", "share if independent"],
+               f"greedy top-1 agreement {fmt_pm(100 * t1['top1'], 100 * t1['top1_se'], 2)} %: runs of consecutive matches "
+               f"({t1['runs']:,} runs, mean {fmt_num(t1['run_mean'], 3)}, longest {t1['run_max']})")  # fmt: skip
     for row in t1["run_lengths"]:
         r.add_row(row["length"], fmt_num(row["runs"]), fmt_num(row["share"], 3), fmt_num(row["share_if_independent"], 3))
     return [a, b, q, e, r]
@@ -74,10 +71,10 @@ def print_spec_accept(console: Console, result: dict) -> None:
 
 # ------------------------------------------------------------------------------------------------ distill
 def distill_tables(result: dict) -> list[Table]:
-    a = _table(f"Distillation loss L = α·H(y, q) + (1 − α)·T²·KL(p_T‖q_T), α = {result['alpha']:g}; nats (L in bits)",
-               ["T", "H(y, q) at T=1", "KL(p_T‖q_T)", "T²·KL", "L", "L bits", "H(p_T, q_T)"])  # fmt: skip
-    b = _table("The teacher at T ('dark knowledge') and what T² does to the soft gradient ‖∂KL(p_T‖q_T)/∂z_q‖₂",
-               ["T", "H(p_T) bits", "tail mass 1 − max p_T", "‖∂KL/∂z_q‖", "T²·‖∂KL/∂z_q‖"])  # fmt: skip
+    a = _table("Distillation loss", ["T", "H(y, q) at T=1", "KL(p_T‖q_T)", "T²·KL", "L", "L bits", "H(p_T, q_T)"],
+               f"L = α·H(y, q) + (1 − α)·T²·KL(p_T‖q_T), α = {result['alpha']:g}; nats (L in bits)")  # fmt: skip
+    b = _table("The teacher at T", ["T", "H(p_T) bits", "tail mass 1 − max p_T", "‖∂KL/∂z_q‖", "T²·‖∂KL/∂z_q‖"],
+               "the teacher at T ('dark knowledge') and what T² does to the soft gradient ‖∂KL(p_T‖q_T)/∂z_q‖₂")  # fmt: skip
     for r in result["rows"]:
         a.add_row(f"{r['temperature']:g}", fmt_pm(r["hard_ce"], r["hard_ce_se"], 3), fmt_pm(r["kl"], r["kl_se"]),
                   fmt_num(r["t2_kl"]), fmt_pm(r["loss"], r["loss_se"]), fmt_num(r["loss_bits"]), fmt_num(r["soft_ce"], 3))  # fmt: skip
@@ -106,8 +103,9 @@ def print_spec_decode(console: Console, result: dict) -> None:
         f"prompt {pv['prompt']['tokens']} tokens; γ = {s['gamma']}, {s['max_new_tokens']} new tokens, T = {s['temperature']:g}, "
         f"seed {s['seed']}, best of {s['repeats']}; EOS does not stop either loop"
     )
-    t = _table("Speculative sampling against plain sampling from the target",
-               ["method", "wall s", "tokens/s", "target calls", "tokens/call", "draft calls", "accepted/proposed", "α̂", "speed-up"])  # fmt: skip
+    t = _table("Speculative vs plain sampling",
+               ["method", "wall s", "tokens/s", "target calls", "tokens/call", "draft calls", "accepted/proposed", "α̂", "speed-up"],
+               "speculative sampling against plain sampling from the target")  # fmt: skip
     for name in ("plain", "speculative"):
         r = result[name]
         spec = name == "speculative"
@@ -133,9 +131,9 @@ def _pval(p) -> str:
 
 
 def verify_table(v: dict) -> Table:
-    t = _table(f"Theorem 1 by Monte Carlo: first two emitted tokens, {v['samples']:,} samples per sampler, χ² against each "
-               f"model's exact law ({len(v['cells'])} cells + other; seed {v['seed']})",
-               ["sampler", "χ² vs target (df)", "p-value", "χ² vs draft (df)", "p-value"])  # fmt: skip
+    t = _table("Theorem 1 by Monte Carlo", ["sampler", "χ² vs target (df)", "p-value", "χ² vs draft (df)", "p-value"],
+               f"first two emitted tokens, {v['samples']:,} samples per sampler, χ² against each model's exact law "
+               f"({len(v['cells'])} cells + other; seed {v['seed']})")  # fmt: skip
     for r in v["rows"]:
         vt, vd = r["vs_target"], r["vs_draft"]
         t.add_row(r["sampler"], f"{fmt_num(vt['stat'], 3)} ({vt['df']})", _pval(vt["p_value"]), f"{fmt_num(vd['stat'], 3)} ({vd['df']})",
@@ -150,7 +148,7 @@ def print_temperature(console: Console, result: dict) -> None:
         console.print(f"model [bold]{src['model']['spec']}[/], next token after a {src['prompt_tokens']}-token prompt; "
                       f"the {len(result['labels'])} likeliest of {src['vocab']:,} tokens shown, the rest summed in 'other'")  # fmt: skip
     cols = ["T", *result["labels"]] + (["other"] if src["kind"] == "model" else []) + ["top prob", "tail mass", "entropy bits"]
-    t = _table("softmax(z / T): probability of each class, top probability, tail mass 1 − top, entropy", cols)
+    t = _table("softmax(z / T)", cols, "probability of each class, top probability, tail mass 1 − top, entropy")
     t.add_row("z", *[fmt_num(z, 3) for z in result["logits"]], *([""] if src["kind"] == "model" else []), "", "", "", end_section=True)
     for r in result["rows"]:
         t.add_row(f"{r['temperature']:g}", *[fmt_num(p, 3) for p in r["probs"]], *([fmt_num(r["other"], 3)] if src["kind"] == "model" else []),

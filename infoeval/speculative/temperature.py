@@ -12,15 +12,25 @@ entropy 1.7769 bits. T → ∞ tends to uniform (2 bits), T → 0 to one-hot (0 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from infoeval.engine import last_logits
 
 from infoeval.errors import UsageError
-from infoeval.results import SCHEMA_VERSION, command_line, now_iso, versions
+from infoeval.results import Result, provenance
 from infoeval.stats import LN2
-from infoeval.speculative.metrics import TEMPERATURE_METRICS, metric_meta
+
+
+@dataclass(frozen=True)
+class TemperatureResult(Result):
+    """temperature: softmax(z/T) of the shown classes at each T."""
+
+    labels: tuple[str, ...]
+    logits: tuple[float, ...]
+    rows: tuple[dict, ...]
+    FAMILY = "temperature"
 
 
 def parse_logits(spec: str) -> list[float]:
@@ -80,28 +90,21 @@ def model_logits(loaded, prompt: str) -> tuple[torch.Tensor, int]:
 
 
 def temperature_table(temps, logits: list[float] | None = None, labels: str | None = None, loaded=None,
-                      prompt: str | None = None, top: int = 8) -> dict:  # fmt: skip
-    """The result dict for either hand-given ``logits`` or a model's next-token logits after ``prompt``."""
+                      prompt: str | None = None, top: int = 8) -> TemperatureResult:  # fmt: skip
+    """The result for either hand-given ``logits`` or a model's next-token logits after ``prompt``."""
     if loaded is not None:
         z, n_prompt = model_logits(loaded, prompt)
         shown = torch.argsort(z, descending=True)[: min(top, z.numel())].tolist()
         names = [_label(loaded.tokenizer, i) for i in shown]
-        source = {"kind": "model", "model": loaded.info, "prompt": prompt, "prompt_tokens": n_prompt, "vocab": int(z.numel()),
+        source = {"kind": "model", "model": loaded.info.to_json(), "prompt": prompt, "prompt_tokens": n_prompt, "vocab": int(z.numel()),
                   "token_ids": shown}  # fmt: skip
     else:
         z = torch.tensor(logits, dtype=torch.float64)
         shown = list(range(len(logits)))
         names = parse_labels(labels, len(logits))
         source = {"kind": "logits", "logits": logits}
-    return {
-        "schema": f"infoeval/temperature/{SCHEMA_VERSION}",
-        "provenance": {"command": "temperature", "argv": command_line(), "created": now_iso(), "source": source,
-                       "versions": versions()},  # fmt: skip
-        "labels": names,
-        "logits": [float(z[i]) for i in shown],
-        "rows": temperature_rows(z, temps, shown),
-        "metrics": metric_meta(TEMPERATURE_METRICS),
-    }
+    return TemperatureResult(provenance("temperature", source=source), {}, labels=tuple(names),
+                             logits=tuple(float(z[i]) for i in shown), rows=tuple(temperature_rows(z, temps, shown)))  # fmt: skip
 
 
 def summary_frame(result: dict):

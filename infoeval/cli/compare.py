@@ -1,0 +1,123 @@
+"""Commands comparing a model with its quantized variants and with compressors: quantize-compare, compress-bits."""
+
+from __future__ import annotations
+
+import typer
+
+from infoeval.cli.options import (
+    CTX_DEFAULT, DEVICE_DEFAULT, DTYPE_DEFAULT, MAX_TOKENS_DEFAULT, MODEL_DEFAULT, PREFIX_DEFAULT, PROTOCOL_DEFAULT,
+    ConfigOpt, CsvOpt, CtxOpt, DataDirOpt, DatasetOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, ExcludeOpt, IncludeOpt, JsonOpt,
+    MaxTokensOpt, ModelArg, ModelOpt, OutDirOpt, PlotOpt, PositionsOpt, PrefixOpt, ProtocolOpt, QuietOpt, RunNameOpt,
+    SchemesOpt, StrideOpt, TextOpt, output_paths_for, pick_model, run_settings, text_source,
+)  # fmt: skip
+from infoeval.cli.output import as_json, check_plot, emit
+from infoeval.quant.schemes import DEFAULT_SCHEMES
+
+
+def quantize_compare(
+    context: typer.Context,
+    model_arg: ModelArg = None,
+    model: ModelOpt = MODEL_DEFAULT,
+    schemes: SchemesOpt = DEFAULT_SCHEMES,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
+    text: TextOpt = None,
+    dataset: DatasetOpt = None,
+    data_dir: DataDirOpt = None,
+    max_tokens: MaxTokensOpt = MAX_TOKENS_DEFAULT,
+    ctx: CtxOpt = CTX_DEFAULT,
+    stride: StrideOpt = None,
+    protocol: ProtocolOpt = PROTOCOL_DEFAULT,
+    prefix: PrefixOpt = PREFIX_DEFAULT,
+    device: DeviceOpt = DEVICE_DEFAULT,
+    dtype: DtypeOpt = DTYPE_DEFAULT,
+    device_map: DeviceMapOpt = None,
+    csv: CsvOpt = None,
+    json: JsonOpt = None,
+    positions: PositionsOpt = None,
+    plot: PlotOpt = None,
+    out_dir: OutDirOpt = None,
+    run_name: RunNameOpt = None,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Fake-quantize a model's weights with each scheme and compare every variant with the original: PPL,
+    KL(reference‖variant) mean and tails, top-1 agreement, reverse KL and TV on the same windows."""
+    from infoeval.compare import pipeline
+    from infoeval.compare.report import positions_frame, print_quantize_compare, summary_frame
+    from infoeval.report import RichReporter
+    from infoeval.settings import VariantSettings
+
+    model = pick_model(context, model_arg, model)
+    ms, ts, ws = run_settings(model=model, device=device, dtype=dtype, device_map=device_map, text=text,
+                              dataset=dataset, data_dir=data_dir, max_tokens=max_tokens, ctx=ctx, stride=stride,
+                              protocol=protocol, prefix=prefix)  # fmt: skip
+    vs = VariantSettings(schemes=schemes, include=tuple(include or ()), exclude=tuple(exclude or ()))
+    check_plot(plot)  # before the long run
+    result, cols = pipeline.quantize_compare(ms, ts, ws, vs, RichReporter(enabled=not quiet))
+    data = as_json(result)
+    paths = output_paths_for("quantize-compare", model=ms.model, source=text_source(data), csv=csv, json=json,
+                             positions=positions, out_dir=out_dir, run_name=run_name)  # fmt: skip
+
+    def draw(path):
+        from infoeval.plots import plot_quantize_compare
+
+        plot_quantize_compare(data, cols, path)
+
+    emit(data, paths=paths, summary=lambda: summary_frame(data), positions=lambda: positions_frame(cols.reference, cols.variants),
+         plot=plot, draw=draw, tables=print_quantize_compare)  # fmt: skip
+
+
+def compress_bits(
+    context: typer.Context,
+    model_arg: ModelArg = None,
+    model: ModelOpt = MODEL_DEFAULT,
+    text: TextOpt = None,
+    dataset: DatasetOpt = None,
+    data_dir: DataDirOpt = None,
+    max_tokens: MaxTokensOpt = MAX_TOKENS_DEFAULT,
+    ctx: CtxOpt = CTX_DEFAULT,
+    stride: StrideOpt = None,
+    protocol: ProtocolOpt = PROTOCOL_DEFAULT,
+    prefix: PrefixOpt = PREFIX_DEFAULT,
+    device: DeviceOpt = DEVICE_DEFAULT,
+    dtype: DtypeOpt = DTYPE_DEFAULT,
+    device_map: DeviceMapOpt = None,
+    csv: CsvOpt = None,
+    json: JsonOpt = None,
+    positions: PositionsOpt = None,
+    plot: PlotOpt = None,
+    out_dir: OutDirOpt = None,
+    run_name: RunNameOpt = None,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Total bits, bits/token and bits/byte of a model on a text, beside gzip, bz2, xz and zstd on the very
+    same bytes."""
+    from infoeval.compare import pipeline
+    from infoeval.compare.report import compress_frame, positions_frame, print_compress_bits
+    from infoeval.report import RichReporter
+
+    model = pick_model(context, model_arg, model)
+    ms, ts, ws = run_settings(model=model, device=device, dtype=dtype, device_map=device_map, text=text,
+                              dataset=dataset, data_dir=data_dir, max_tokens=max_tokens, ctx=ctx, stride=stride,
+                              protocol=protocol, prefix=prefix)  # fmt: skip
+    check_plot(plot)  # before the long run
+    result, cols = pipeline.compress_bits(ms, ts, ws, RichReporter(enabled=not quiet))
+    data = as_json(result)
+    paths = output_paths_for("compress-bits", model=ms.model, source=text_source(data), csv=csv, json=json,
+                             positions=positions, out_dir=out_dir, run_name=run_name)  # fmt: skip
+
+    def draw(path):
+        from infoeval.plots import plot_compress_bits
+
+        plot_compress_bits(data, cols, path)
+
+    emit(data, paths=paths, summary=lambda: compress_frame(data), positions=lambda: positions_frame(cols.reference, {}),
+         plot=plot, draw=draw, tables=print_compress_bits)  # fmt: skip
+
+
+def register(app) -> None:
+    """Add quantize-compare and compress-bits to the infoeval app."""
+    app.command("quantize-compare")(quantize_compare)
+    app.command("compress-bits")(compress_bits)

