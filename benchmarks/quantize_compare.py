@@ -37,7 +37,7 @@ def child(mode: str, tokens: int, model: str, data_dir: str) -> dict:
     ws = WindowSettings(ctx=512)
     t0 = time.perf_counter()
     if mode == "compare":
-        result, _ = quantize_compare(ms, ts, ws, VariantSettings(), Reporter())
+        result = quantize_compare(ms, ts, ws, VariantSettings(), Reporter())[0].to_json()
         wall = time.perf_counter() - t0
         out = {"wall_s": wall, "timings": result["timings"], "scored_tokens": result["reference"]["tokens"],
                "kl_mean": {v["name"]: v["metrics"]["kl_mean"] for v in result["variants"]}}
