@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from golden_runs import compare, run_all
+from golden_runs import ENV, compare, run_all
 from tiny_models import requires_smollm2
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -35,6 +35,8 @@ def test_every_command_keeps_its_numbers(tmp_path):
 @pytest.mark.slow
 @requires_smollm2
 def test_real_model_keeps_its_numbers(tmp_path):
+    if not (Path(ENV["INFOEVAL_DATA_DIR"]) / "tinyshakespeare" / "input.txt").is_file():
+        pytest.skip("Tiny Shakespeare is not in $INFOEVAL_DATA_DIR or ../shared/data")
     records = run_all(tmp_path, real=True, only={"quantize-compare-smollm2", "compress-bits-smollm2"})
     assert set(records) == {"quantize-compare-smollm2", "compress-bits-smollm2"}
     _check(records)
