@@ -5,15 +5,15 @@ from __future__ import annotations
 import typer
 
 from infoeval.cli.options import (
-    CTX_DEFAULT, DEVICE_DEFAULT, DTYPE_DEFAULT, MAX_TOKENS_DEFAULT, MODEL_DEFAULT, PREFIX_DEFAULT, PROTOCOL_DEFAULT,
-    ConfigOpt, CsvOpt, CtxOpt, DataDirOpt, DatasetOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, ExcludeOpt, IncludeOpt, JsonOpt,
-    MaxTokensOpt, ModelArg, ModelOpt, OutDirOpt, PlotOpt, PositionsOpt, PrefixOpt, ProtocolOpt, QuietOpt, RunNameOpt,
-    SchemesOpt, StrideOpt, TextOpt, output_paths_for, pick_model, run_settings, text_source,
+    MODEL_DEFAULT, ConfigOpt, CsvOpt, ExcludeOpt, IncludeOpt, JsonOpt,
+    ModelArg, ModelOpt, OutDirOpt, PlotOpt, PositionsOpt, QuietOpt, RunNameOpt,
+    SchemesOpt, output_paths_for, pick_model, RunOptions, run_options, text_source,
 )  # fmt: skip
 from infoeval.cli.output import as_json, check_plot, emit
 from infoeval.quant.schemes import DEFAULT_SCHEMES
 
 
+@run_options(windows=True)
 def quantize_compare(
     context: typer.Context,
     model_arg: ModelArg = None,
@@ -21,17 +21,6 @@ def quantize_compare(
     schemes: SchemesOpt = DEFAULT_SCHEMES,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
-    text: TextOpt = None,
-    dataset: DatasetOpt = None,
-    data_dir: DataDirOpt = None,
-    max_tokens: MaxTokensOpt = MAX_TOKENS_DEFAULT,
-    ctx: CtxOpt = CTX_DEFAULT,
-    stride: StrideOpt = None,
-    protocol: ProtocolOpt = PROTOCOL_DEFAULT,
-    prefix: PrefixOpt = PREFIX_DEFAULT,
-    device: DeviceOpt = DEVICE_DEFAULT,
-    dtype: DtypeOpt = DTYPE_DEFAULT,
-    device_map: DeviceMapOpt = None,
     csv: CsvOpt = None,
     json: JsonOpt = None,
     positions: PositionsOpt = None,
@@ -40,6 +29,7 @@ def quantize_compare(
     run_name: RunNameOpt = None,
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
+    run: RunOptions = None,  # the shared text, window and device options (see run_options)
 ) -> None:
     """Fake-quantize a model's weights with each scheme and compare every variant with the original: PPL,
     KL(reference‖variant) mean and tails, top-1 agreement, reverse KL and TV on the same windows."""
@@ -49,9 +39,7 @@ def quantize_compare(
     from infoeval.settings import VariantSettings
 
     model = pick_model(context, model_arg, model)
-    ms, ts, ws = run_settings(model=model, device=device, dtype=dtype, device_map=device_map, text=text,
-                              dataset=dataset, data_dir=data_dir, max_tokens=max_tokens, ctx=ctx, stride=stride,
-                              protocol=protocol, prefix=prefix)  # fmt: skip
+    ms, ts, ws = run.settings(model)
     vs = VariantSettings(schemes=schemes, include=tuple(include or ()), exclude=tuple(exclude or ()))
     check_plot(plot)  # before the long run
     result, cols = pipeline.quantize_compare(ms, ts, ws, vs, RichReporter(enabled=not quiet))
@@ -68,21 +56,11 @@ def quantize_compare(
          plot=plot, draw=draw, tables=print_quantize_compare)  # fmt: skip
 
 
+@run_options(windows=True)
 def compress_bits(
     context: typer.Context,
     model_arg: ModelArg = None,
     model: ModelOpt = MODEL_DEFAULT,
-    text: TextOpt = None,
-    dataset: DatasetOpt = None,
-    data_dir: DataDirOpt = None,
-    max_tokens: MaxTokensOpt = MAX_TOKENS_DEFAULT,
-    ctx: CtxOpt = CTX_DEFAULT,
-    stride: StrideOpt = None,
-    protocol: ProtocolOpt = PROTOCOL_DEFAULT,
-    prefix: PrefixOpt = PREFIX_DEFAULT,
-    device: DeviceOpt = DEVICE_DEFAULT,
-    dtype: DtypeOpt = DTYPE_DEFAULT,
-    device_map: DeviceMapOpt = None,
     csv: CsvOpt = None,
     json: JsonOpt = None,
     positions: PositionsOpt = None,
@@ -91,6 +69,7 @@ def compress_bits(
     run_name: RunNameOpt = None,
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
+    run: RunOptions = None,  # the shared text, window and device options (see run_options)
 ) -> None:
     """Total bits, bits/token and bits/byte of a model on a text, beside gzip, bz2, xz and zstd on the very
     same bytes."""
@@ -99,9 +78,7 @@ def compress_bits(
     from infoeval.report import RichReporter
 
     model = pick_model(context, model_arg, model)
-    ms, ts, ws = run_settings(model=model, device=device, dtype=dtype, device_map=device_map, text=text,
-                              dataset=dataset, data_dir=data_dir, max_tokens=max_tokens, ctx=ctx, stride=stride,
-                              protocol=protocol, prefix=prefix)  # fmt: skip
+    ms, ts, ws = run.settings(model)
     check_plot(plot)  # before the long run
     result, cols = pipeline.compress_bits(ms, ts, ws, RichReporter(enabled=not quiet))
     data = as_json(result)

@@ -8,10 +8,9 @@ from typing import Annotated, Optional
 import typer
 
 from infoeval.cli.options import (
-    CTX_DEFAULT, DEVICE_DEFAULT, DTYPE_DEFAULT, MAX_TOKENS_DEFAULT, MODEL_DEFAULT, PREFIX_DEFAULT, PROTOCOL_DEFAULT,
-    ConfigOpt, CsvOpt, CtxOpt, DataDirOpt, DatasetOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, ExcludeOpt, IncludeOpt, JsonOpt,
-    MaxTokensOpt, ModelArg, ModelOpt, OutDirOpt, PositionsOpt, PrefixOpt, ProtocolOpt, QuietOpt, RunNameOpt, StrideOpt,
-    TextOpt, output_paths_for, pick_model, read_toml, run_settings,
+    DEVICE_DEFAULT, DTYPE_DEFAULT, MODEL_DEFAULT, ConfigOpt, CsvOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, ExcludeOpt, IncludeOpt, JsonOpt,
+    ModelArg, ModelOpt, OutDirOpt, PositionsOpt, QuietOpt, RunNameOpt, output_paths_for, pick_model, read_toml, run_options,
+    RunOptions,
 )  # fmt: skip
 from infoeval.cli.output import as_json, emit
 from infoeval.errors import UsageError
@@ -61,6 +60,7 @@ def _limits_from(limits_file: Optional[Path], overrides: dict) -> tuple:
     return tuple(parse_limits(raw))
 
 
+@run_options(windows=True)
 def reference(
     context: typer.Context,
     model_arg: ModelArg = None,
@@ -69,19 +69,9 @@ def reference(
     top_k: TopKOpt = 64,
     tail_samples: TailSamplesOpt = 128,
     seed: SeedOpt = 0,
-    text: TextOpt = None,
-    dataset: DatasetOpt = None,
-    data_dir: DataDirOpt = None,
-    max_tokens: MaxTokensOpt = MAX_TOKENS_DEFAULT,
-    ctx: CtxOpt = CTX_DEFAULT,
-    stride: StrideOpt = None,
-    protocol: ProtocolOpt = PROTOCOL_DEFAULT,
-    prefix: PrefixOpt = PREFIX_DEFAULT,
-    device: DeviceOpt = DEVICE_DEFAULT,
-    dtype: DtypeOpt = DTYPE_DEFAULT,
-    device_map: DeviceMapOpt = None,
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
+    run: RunOptions = None,  # the shared text, window and device options (see run_options)
 ) -> None:
     """One pass of the reference model writes a compact, self-validating reference file for `gate`: top-K
     log-probs, tail mass and tail samples per scored position, the token ids of every window, provenance."""
@@ -90,9 +80,7 @@ def reference(
     from infoeval.report import RichReporter
 
     model = pick_model(context, model_arg, model)
-    ms, ts, ws = run_settings(model=model, device=device, dtype=dtype, device_map=device_map, text=text,
-                              dataset=dataset, data_dir=data_dir, max_tokens=max_tokens, ctx=ctx, stride=stride,
-                              protocol=protocol, prefix=prefix)  # fmt: skip
+    ms, ts, ws = run.settings(model)
     info = as_json(build_reference(ms, ts, ws, out, top_k, tail_samples, seed, RichReporter(enabled=not quiet)))
     emit(info, paths={}, tables=lambda console, data: console.print(reference_summary_table(data)),
          also_written=(f"{out} ({info['file_bytes']:,} bytes)",))  # fmt: skip

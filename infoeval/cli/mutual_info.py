@@ -8,8 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from infoeval.cli.options import (
-    DEVICE_DEFAULT, DTYPE_DEFAULT, MODEL_DEFAULT, ConfigOpt, DataDirOpt, DatasetOpt, DeviceMapOpt, DeviceOpt, DtypeOpt,
-    JsonOpt, ModelArg, ModelOpt, OutDirOpt, PlotOpt, QuietOpt, RunNameOpt, TextOpt, model_text_settings, output_paths_for,
+    MODEL_DEFAULT, ConfigOpt, JsonOpt, ModelArg, ModelOpt, OutDirOpt, PlotOpt, QuietOpt, RunNameOpt, RunOptions, run_options, output_paths_for,
     pick_model, text_source,
 )  # fmt: skip
 from infoeval.cli.output import as_json, check_plot, emit
@@ -26,23 +25,18 @@ MIMaxTokensOpt = Annotated[str, typer.Option(help="Use at most this many text to
 MIBlocksCsvOpt = Annotated[Optional[Path], typer.Option("--positions", help="Write every block (positions, byte offsets, bits) as CSV here.")]
 
 
+@run_options(windows=False)
 def mutual_info(
     context: typer.Context,
     model_arg: ModelArg = None,
     model: ModelOpt = MODEL_DEFAULT,
     lengths: LengthsOpt = DEFAULT_LENGTHS,
     blocks: BlocksOpt = DEFAULT_BLOCKS,
-    text: TextOpt = None,
-    dataset: DatasetOpt = None,
-    data_dir: DataDirOpt = None,
     max_tokens: MIMaxTokensOpt = "all",
     prefix: MIPrefixOpt = "auto",
     batch_tokens: BatchTokensOpt = DEFAULT_BATCH_TOKENS,
     bootstrap: BootstrapOpt = 1000,
     seed: SeedOpt = 0,
-    device: DeviceOpt = DEVICE_DEFAULT,
-    dtype: DtypeOpt = DTYPE_DEFAULT,
-    device_map: DeviceMapOpt = None,
     csv: MICsvOpt = None,
     json: JsonOpt = None,
     positions: MIBlocksCsvOpt = None,
@@ -51,6 +45,7 @@ def mutual_info(
     run_name: RunNameOpt = None,
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
+    run: RunOptions = None,  # the shared text, window and device options (see run_options)
 ) -> None:
     """How much the first half of a block of L tokens tells the model about the second half, I(L) ≈ H(Y) −
     H(Y|X) in bits, for each length; and the power law I(L) ≈ A·L^β with a bootstrap CI for β (L²M)."""
@@ -60,8 +55,7 @@ def mutual_info(
     from infoeval.report import RichReporter
 
     model = pick_model(context, model_arg, model)
-    ms, ts = model_text_settings(model=model, device=device, dtype=dtype, device_map=device_map, text=text,
-                                 dataset=dataset, data_dir=data_dir, max_tokens=max_tokens)  # fmt: skip
+    ms, ts = run.model_text(model)
     s = MISettings(parse_lengths(lengths), blocks, batch_tokens, bootstrap, seed, prefix)
     check_settings(s)
     check_plot(plot)  # before the long run

@@ -3,6 +3,10 @@ argument or as --model, settings builders and output paths."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -127,21 +131,74 @@ def _max_tokens(value: str | int) -> int | None:
     return n
 
 
-def model_text_settings(*, model, device, dtype, device_map, text, dataset, data_dir, max_tokens) -> tuple[ModelSettings, TextSettings]:
-    """The model and the text of a run (for commands without scoring windows, e.g. mutual-info)."""
-    return (
-        ModelSettings(model=model, device=device, dtype=dtype, device_map=device_map),
-        TextSettings(text=text, dataset=dataset, data_dir=data_dir, max_tokens=_max_tokens(max_tokens)),
-    )
+@dataclass(frozen=True)
+class RunOptions:
+    """The text, window and device options shared by the commands that score a text (``@run_options``)."""
+
+    text: Path | None
+    dataset: str | None
+    data_dir: Path | None
+    max_tokens: str
+    device: str
+    dtype: str
+    device_map: str | None
+    ctx: int = CTX_DEFAULT
+    stride: int | None = None
+    protocol: str = PROTOCOL_DEFAULT
+    prefix: str = PREFIX_DEFAULT
+
+    def model_text(self, model: str) -> tuple[ModelSettings, TextSettings]:
+        """The model and the text of a run (for commands without scoring windows, e.g. mutual-info)."""
+        return (
+            ModelSettings(model=model, device=self.device, dtype=self.dtype, device_map=self.device_map),
+            TextSettings(text=self.text, dataset=self.dataset, data_dir=self.data_dir, max_tokens=_max_tokens(self.max_tokens)),
+        )
+
+    def settings(self, model: str) -> tuple[ModelSettings, TextSettings, WindowSettings]:
+        """The model, the text and the scoring windows of a run."""
+        return (*self.model_text(model), WindowSettings(ctx=self.ctx, stride=self.stride, protocol=self.protocol, prefix=self.prefix))
 
 
-def run_settings(
-    *, model, device, dtype, device_map, text, dataset, data_dir, max_tokens, ctx, stride, protocol, prefix
-) -> tuple[ModelSettings, TextSettings, WindowSettings]:
-    """The model, the text and the scoring windows of a run."""
-    ms, ts = model_text_settings(model=model, device=device, dtype=dtype, device_map=device_map, text=text, dataset=dataset,
-                                 data_dir=data_dir, max_tokens=max_tokens)  # fmt: skip
-    return ms, ts, WindowSettings(ctx=ctx, stride=stride, protocol=protocol, prefix=prefix)
+def _param(name: str, annotation, default) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+
+
+_TEXT = [_param("text", TextOpt, None), _param("dataset", DatasetOpt, None), _param("data_dir", DataDirOpt, None),
+         _param("max_tokens", MaxTokensOpt, MAX_TOKENS_DEFAULT)]  # fmt: skip
+_WINDOW = [_param("ctx", CtxOpt, CTX_DEFAULT), _param("stride", StrideOpt, None), _param("protocol", ProtocolOpt, PROTOCOL_DEFAULT),
+           _param("prefix", PrefixOpt, PREFIX_DEFAULT)]  # fmt: skip
+_DEVICE = [_param("device", DeviceOpt, DEVICE_DEFAULT), _param("dtype", DtypeOpt, DTYPE_DEFAULT), _param("device_map", DeviceMapOpt, None)]
+_OUTPUTS = ("csv", "json", "positions", "plot", "out_dir", "run_name", "quiet", "config")
+
+
+def run_options(windows: bool = True):
+    """Give a command the shared text (and, with ``windows``, window) and device options, defined once here: they
+    appear in its --help and --config like its own options, before its output options, and reach it as one
+    ``run: RunOptions`` argument. An option the command declares itself (its own default or help) stays its own
+    and is passed on in ``run`` as well."""
+
+    def decorate(command):
+        hints = typing.get_type_hints(command, include_extras=True)
+        own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in inspect.signature(command).parameters.values()
+               if p.name != "run"]  # fmt: skip
+        declared = {p.name for p in own}
+        shared = [p for p in _TEXT + (_WINDOW if windows else []) + _DEVICE if p.name not in declared]
+        fields = [f for f in RunOptions.__dataclass_fields__ if f in declared | {p.name for p in shared}]
+        cut = next((i for i, p in enumerate(own) if p.name in _OUTPUTS), len(own))
+
+        @functools.wraps(command)
+        def wrapper(*args, **kwargs):
+            run = RunOptions(**{n: kwargs[n] for n in fields})
+            return command(*args, run=run, **{k: v for k, v in kwargs.items() if k in declared})
+
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and i >= cut
+                  else p for i, p in enumerate(own[:cut] + shared + own[cut:])]  # fmt: skip
+        wrapper.__signature__ = inspect.Signature(params)
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        del wrapper.__wrapped__
+        return wrapper
+
+    return decorate
 
 
 # ---- where outputs go ------------------------------------------------------------------------------------

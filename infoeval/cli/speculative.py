@@ -11,10 +11,8 @@ from typing import Annotated, Optional
 import typer
 
 from infoeval.cli.options import (
-    CTX_DEFAULT, DEVICE_DEFAULT, DTYPE_DEFAULT, MAX_TOKENS_DEFAULT, MODEL_DEFAULT, PREFIX_DEFAULT, PROTOCOL_DEFAULT,
-    TEMPERATURE_FLAGS, ConfigOpt, CsvOpt, CtxOpt, DataDirOpt, DatasetOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, JsonOpt,
-    MaxTokensOpt, ModelOpt, OutDirOpt, PositionsOpt, PrefixOpt, ProtocolOpt, QuietOpt, RunNameOpt, StrideOpt, TextOpt,
-    output_paths_for, pick_model, run_settings, text_source,
+    DEVICE_DEFAULT, DTYPE_DEFAULT, MODEL_DEFAULT, TEMPERATURE_FLAGS, ConfigOpt, CsvOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, JsonOpt,
+    ModelOpt, OutDirOpt, PositionsOpt, QuietOpt, RunNameOpt, output_paths_for, pick_model, RunOptions, run_options, text_source,
 )  # fmt: skip
 from infoeval.cli.output import as_json, check_plot, emit
 from infoeval.errors import UsageError
@@ -50,6 +48,7 @@ TopOpt = Annotated[int, typer.Option(help="With --model: show the N likeliest to
 TableCsvOpt = Annotated[Optional[Path], typer.Option(help="Write the table (a row per T) as CSV here.")]
 
 
+@run_options(windows=True)
 def spec_accept(
     context: typer.Context,
     target: TargetArg = None,
@@ -58,17 +57,6 @@ def spec_accept(
     draft_scheme: DraftSchemeOpt = None,
     draft_layers: DraftLayersOpt = None,
     temperature: TempsOpt = "1",
-    text: TextOpt = None,
-    dataset: DatasetOpt = None,
-    data_dir: DataDirOpt = None,
-    max_tokens: MaxTokensOpt = MAX_TOKENS_DEFAULT,
-    ctx: CtxOpt = CTX_DEFAULT,
-    stride: StrideOpt = None,
-    protocol: ProtocolOpt = PROTOCOL_DEFAULT,
-    prefix: PrefixOpt = PREFIX_DEFAULT,
-    device: DeviceOpt = DEVICE_DEFAULT,
-    dtype: DtypeOpt = DTYPE_DEFAULT,
-    device_map: DeviceMapOpt = None,
     csv: CsvOpt = None,
     json: JsonOpt = None,
     positions: PositionsOpt = None,
@@ -77,6 +65,7 @@ def spec_accept(
     run_name: RunNameOpt = None,
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
+    run: RunOptions = None,  # the shared text, window and device options (see run_options)
 ) -> None:
     """How well a draft q would draft for the target p: per-position acceptance β = Σ min(p, q), KL(p‖q), Pinsker,
     acceptance by target-entropy quartile, top-1 runs and expected tokens per target call, at each temperature."""
@@ -90,9 +79,7 @@ def spec_accept(
     temps = parse_temperatures(temperature)
     check_plot(plot)
     model = pick_model(context, target, model, "the target")
-    ms, ts, ws = run_settings(model=model, device=device, dtype=dtype, device_map=device_map,
-                              text=text, dataset=dataset, data_dir=data_dir, max_tokens=max_tokens, ctx=ctx, stride=stride,
-                              protocol=protocol, prefix=prefix)  # fmt: skip
+    ms, ts, ws = run.settings(model)
     result, cols = spec_accept(ms, ts, ws, DraftSettings(draft, draft_scheme, draft_layers), temps, RichReporter(enabled=not quiet))
     data = as_json(result)
     paths = output_paths_for("spec-accept", model=ms.model, source=text_source(data), csv=csv, json=json, positions=positions,
@@ -144,6 +131,7 @@ def spec_decode(
     emit(data, paths=paths, summary=lambda: summary_frame(data), positions=lambda: rounds_frame(spec), tables=print_spec_decode)
 
 
+@run_options(windows=True)
 def distill(
     context: typer.Context,
     teacher: TeacherArg = None,
@@ -153,17 +141,6 @@ def distill(
     student_layers: StudentLayersOpt = None,
     temperature: DistillTempsOpt = "1,2,4,8",
     alpha: AlphaOpt = 0.1,
-    text: TextOpt = None,
-    dataset: DatasetOpt = None,
-    data_dir: DataDirOpt = None,
-    max_tokens: MaxTokensOpt = MAX_TOKENS_DEFAULT,
-    ctx: CtxOpt = CTX_DEFAULT,
-    stride: StrideOpt = None,
-    protocol: ProtocolOpt = PROTOCOL_DEFAULT,
-    prefix: PrefixOpt = PREFIX_DEFAULT,
-    device: DeviceOpt = DEVICE_DEFAULT,
-    dtype: DtypeOpt = DTYPE_DEFAULT,
-    device_map: DeviceMapOpt = None,
     csv: CsvOpt = None,
     json: JsonOpt = None,
     positions: PositionsOpt = None,
@@ -171,6 +148,7 @@ def distill(
     run_name: RunNameOpt = None,
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
+    run: RunOptions = None,  # the shared text, window and device options (see run_options)
 ) -> None:
     """Distillation terms per temperature: hard CE, KL(p_T‖q_T), T²·KL and the total loss, the teacher's entropy and
     tail mass, and the norm of the soft gradient with and without the T² factor."""
@@ -184,9 +162,7 @@ def distill(
 
     temps = parse_temperatures(temperature, "--T")
     model = pick_model(context, teacher, model, "the teacher")
-    ms, ts, ws = run_settings(model=model, device=device, dtype=dtype, device_map=device_map,
-                              text=text, dataset=dataset, data_dir=data_dir, max_tokens=max_tokens, ctx=ctx, stride=stride,
-                              protocol=protocol, prefix=prefix)  # fmt: skip
+    ms, ts, ws = run.settings(model)
     ds = DraftSettings(student, student_scheme, student_layers, role="student")
     result, cols = distill(ms, ts, ws, ds, temps, alpha, RichReporter(enabled=not quiet))
     data = as_json(result)
