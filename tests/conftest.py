@@ -49,6 +49,18 @@ def not_causal_dir(tmp_path_factory) -> Path:
     return build_not_causal(tmp_path_factory.mktemp("not-causal"))
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models are all per-call overhead: a second OpenMP thread only waits (30× slower on a busy machine).
+    Use with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="session")
 def tiny_text() -> str:
     """About 4 000 characters of Python-docs prose, disjoint from the tokenizer/LM-head training slice."""

@@ -20,15 +20,9 @@ from infoeval.stats import chi_square
 from infoeval.speculative.verify import theorem1_check
 
 CPU = torch.device("cpu")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models are all per-call overhead: a second OpenMP thread only waits (30× slower on a busy machine)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

@@ -31,16 +31,9 @@ GAMMA, NEW = 2, 3
 N = 3000
 MIN_EXPECTED = 5.0
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models are all per-call overhead: a second OpenMP thread only waits."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

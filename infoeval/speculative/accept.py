@@ -103,7 +103,7 @@ def evaluate_windows(p: Prepared, draft, temps: tuple[float, ...], on_forward=No
 
 
 def summarize(cols: AcceptColumns, t: float, mode: str) -> dict:
-    """Aggregates of one condition (see SPEC_METRICS for each metric's definition)."""
+    """Aggregates of one condition (see ``metrics.ACCEPT_METRICS`` for each metric's definition)."""
     s = cols.stats[key(t, mode)]
     top1 = cols.base["top1"]
     beta, kl, tv = (s[k].astype(np.float64) for k in ("beta", "kl", "tv"))
