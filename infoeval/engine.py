@@ -12,9 +12,9 @@ The reducer is a command's own per-window reduction (``(step) → {column: (B·n
 role's logits in turn through ``step.logits[role]``, so only the logits it holds at once are alive, and no
 (tokens × vocabulary) tensor outlives its batch. Columns are allocated once for every scored position.
 
-Sharding seam: ``plan`` numbers the batches and fixes the rows every batch fills; ``run`` takes any subset of
-them (e.g. ``batches[rank::world]``) and fills only their rows, so a process can evaluate a shard and the
-columns be gathered afterwards. The other entry points, for sampling and single predictions, are
+Sharding: ``plan`` numbers the batches and fixes the rows every batch fills; ``run`` takes any subset of them
+and fills only their rows. Under a launcher (torchrun, accelerate launch) each rank evaluates batches
+``rank::world`` and ``run`` gathers every rank's rows (``distributed``), so all ranks return the full columns. The other entry points, for sampling and single predictions, are
 ``last_logits`` and ``CachedModel``.
 """
 
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from infoeval import distributed
 from infoeval.errors import RuntimeFailure
 from infoeval.windows import Window, window_inputs, window_targets
 
@@ -158,6 +159,10 @@ def identity_columns(batch: Batch, stream_ids: torch.Tensor) -> dict[str, np.nda
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
+def _numpy(cols: Mapping[str, torch.Tensor | np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v) for k, v in cols.items()}
+
+
 @torch.inference_mode()
 def run(
     roles: Mapping[str, object], stream_ids: torch.Tensor, batches: Sequence[Batch], prefix_id: int | None,
@@ -165,17 +170,35 @@ def run(
     on_forward: Callable[[], None] | None = None, n_rows: int | None = None,
 ) -> dict[str, np.ndarray]:  # fmt: skip
     """Evaluate every batch with the roles the reducer asks for; returns the columns (identity columns, ``bytes``
-    when ``nbytes`` is given, and the reducer's). ``n_rows`` defaults to the rows of ``batches``."""
+    when ``nbytes`` is given, and the reducer's). ``n_rows`` defaults to the rows of ``batches``.
+
+    Under a launcher (``distributed.launched()``) this rank evaluates its share of the batches and the rows of
+    all ranks are gathered, so every rank returns the same columns as one process would."""
     device = model_device(next(iter(roles.values())))
     n = n_rows if n_rows is not None else max((b.rows.stop for b in batches), default=0)
     cols = Columns(n, {**IDENTITY, "bytes": np.int64, **(schema or {})})
-    for b in batches:
-        inputs = torch.cat([window_inputs(stream_ids, w, prefix_id) for w in b.windows]).to(device)
-        targets = torch.stack([window_targets(stream_ids, w) for w in b.windows]).to(device)
-        cols.put(b.rows, identity_columns(b, stream_ids))
-        if nbytes is not None:
-            cols.put(b.rows, {"bytes": np.concatenate([nbytes[w.target_slice] for w in b.windows])})
-        cols.put(b.rows, reducer(Step(b, targets, RoleLogits(roles, {device: inputs}, b, on_forward))))
+    parallel = distributed.launched()
+    done, error = [], None
+    try:
+        for b in distributed.shard(batches) if parallel else batches:
+            inputs = torch.cat([window_inputs(stream_ids, w, prefix_id) for w in b.windows]).to(device)
+            targets = torch.stack([window_targets(stream_ids, w) for w in b.windows]).to(device)
+            part = identity_columns(b, stream_ids)
+            if nbytes is not None:
+                part["bytes"] = np.concatenate([nbytes[w.target_slice] for w in b.windows])
+            part |= _numpy(reducer(Step(b, targets, RoleLogits(roles, {device: inputs}, b, on_forward))))
+            if parallel:
+                done.append((b.rows, part))
+            else:
+                cols.put(b.rows, part)
+    except Exception as e:
+        if not parallel:
+            raise
+        error = e
+    if parallel:
+        for rank_rows in distributed.gather(done, error, n):
+            for rows, part in rank_rows:
+                cols.put(rows, part)
     return cols.data
 
 

@@ -50,3 +50,7 @@ class RuntimeFailure(InfoevalError):
     """Something failed while running (out of memory, a model that produced NaN, ...)."""
 
     exit_code = EXIT_RUNTIME
+
+
+class RankFailure(RuntimeFailure):
+    """Under a launcher, a rank failed while evaluating; every rank raises this with the failing rank's reason."""

@@ -17,9 +17,16 @@ from pathlib import Path
 
 import torch
 
+from infoeval import distributed
 from infoeval.errors import DeviceError, ModelLoadError, UsageError
+from infoeval.model_files import (
+    BUILTIN,
+    builtin_gguf,
+    gguf_cache_dir,
+    sha256_file,
+    weights_digest,
+)
 from infoeval.settings import DEFAULT_MODEL
-from infoeval.model_files import BUILTIN, builtin_gguf, gguf_cache_dir, sha256_file, weights_digest
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -72,14 +79,15 @@ class LoadedModel:
 
 
 def resolve_device(device: str) -> torch.device:
-    """auto → cuda when available else cpu; cuda without a GPU is a usage error."""
+    """auto → cuda when available else cpu; cuda without a GPU is a usage error; under a launcher a plain cuda is
+    this rank's ``cuda:LOCAL_RANK``."""
     d = device.lower()
     if d == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return distributed.local_device(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     if d.startswith("cuda"):
         if not torch.cuda.is_available():
             raise DeviceError(f"--device {device} was asked for but no CUDA device is available; use --device cpu or auto")
-        return torch.device(d)
+        return distributed.local_device(torch.device(d))
     if d == "cpu":
         return torch.device("cpu")
     raise UsageError(f"unknown device '{device}'; allowed: auto, cpu, cuda, cuda:N")
@@ -134,8 +142,12 @@ def _from_folder(folder: Path | str, dtype: torch.dtype, device_map, local_files
 
     kw = {"local_files_only": local_files_only}
     config = AutoConfig.from_pretrained(folder, **kw)
+    # under a launcher with --device-map, each rank's replica spreads over its own group of GPUs
+    placement = {"device_map": device_map}
+    if device_map and distributed.launched() and distributed.replica_max_memory():
+        placement["max_memory"] = distributed.replica_max_memory()
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, device_map=device_map, **kw)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **placement, **kw)
     except ValueError as e:
         if "Unrecognized configuration class" in str(e):
             raise ModelLoadError(

@@ -14,10 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval import distributed
 from infoeval.errors import UsageError
 from infoeval.models import LoadedModel, load_model, resolve_device, resolve_dtype
 from infoeval.results import Provenance, provenance
+from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.text import Text, load_text, strip_one_trailing_newline
 from infoeval.tokens import TokenStream, encode, truncate
 from infoeval.windows import Window, describe, llamacpp_windows, rolling_windows
@@ -186,7 +187,7 @@ def progress(rep: Reporter, total: int, text: str):
     """A progress bar of ``total`` steps around an evaluation loop; yields a ``Bar`` whose ``seconds`` is the
     loop's wall time once the block ends."""
     bar = Bar(rep.advance)
-    rep.start(total, text)
+    rep.start(distributed.share(total), text)  # under a launcher rank 0's bar counts its own share
     t0 = time.perf_counter()
     try:
         yield bar

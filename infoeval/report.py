@@ -9,6 +9,8 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from infoeval import distributed
+
 
 class ReportTable(Table):
     """A table with a short title and its long explanation in ``caption``, printed under the table at the
@@ -52,7 +54,7 @@ class RichReporter:
 
     def __init__(self, console: Console | None = None, enabled: bool = True):
         self.console = console or Console(stderr=True)
-        self.enabled = enabled
+        self.enabled = enabled and distributed.is_main()  # under a launcher only rank 0 draws
         self._progress: Progress | None = None
         self._task = None
         self._status = None

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from infoeval import __version__
+from infoeval import __version__, distributed
 from infoeval.metrics import definitions
 
 SCHEMA_VERSION = 2
@@ -50,8 +50,8 @@ def now_iso() -> str:
 @dataclass(frozen=True)
 class Provenance:
     """Where a result comes from: the command line, when, which model (file hash or revision), which text (hash),
-    tokenizer and window protocol, dtype, device, thread count and package versions; ``extra`` holds what a
-    command adds (a draft, a reference file, a prompt, ...)."""
+    tokenizer and window protocol, dtype, device, thread count (per rank), number of ranks and package
+    versions; ``extra`` holds what a command adds (a draft, a reference file, a prompt, ...)."""
 
     command: str
     argv: tuple[str, ...]
@@ -63,6 +63,8 @@ class Provenance:
     protocol: Mapping | None = None
     dtype: str | None = None
     device: str | None = None
+    world_size: int = 1
+    parallel: Mapping | None = None  # under a launcher: backend, bytes and rows gathered on rank 0
     extra: Mapping = field(default_factory=dict)
 
     def to_json(self) -> dict:
@@ -75,11 +77,13 @@ def provenance(command: str, *, model=None, text=None, protocol: Mapping | None 
     """The one place provenance is assembled: ``model`` a ``models.ModelInfo`` (its dtype and device are taken
     unless given), ``text`` a ``text.Text``; keyword extras go under their own names."""
     model_json = model.to_json() if model is not None else None
+    group = distributed.group() if distributed.launched() else distributed.Group()
     return Provenance(
         command=command, argv=tuple(command_line()), created=now_iso(), versions=versions(),
         torch_threads=torch.get_num_threads(), model=model_json, text=text.provenance() if text is not None else None,
         protocol=protocol, dtype=dtype or (model.dtype if model is not None else None),
-        device=device or (model.device if model is not None else None), extra=extra,
+        device=device or (model.device if model is not None else None), world_size=group.world_size,
+        parallel=group.to_json() if group.world_size > 1 else None, extra=extra,
     )  # fmt: skip
 
 

@@ -8,8 +8,15 @@ import sys
 
 import typer
 
+from infoeval import distributed
 from infoeval.cli import compare, gate, klfit, mutual_info, speculative
-from infoeval.errors import EXIT_RUNTIME, InfoevalError
+from infoeval.errors import (
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    InfoevalError,
+    RankFailure,
+    UsageError,
+)
 
 app = typer.Typer(
     name="infoeval",
@@ -23,28 +30,49 @@ for _family in (compare, gate, speculative, mutual_info, klfit):
     _family.register(app)
 
 
+PARALLEL_COMMANDS = ("quantize-compare", "compress-bits", "reference", "gate", "spec-accept", "distill", "mutual-info")
+
+
+def _check_launch(argv: list[str]) -> None:
+    """Under a launcher (WORLD_SIZE > 1) only the window-based commands run, one shard per rank."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if distributed.launched() and command is not None and command not in PARALLEL_COMMANDS:
+        raise UsageError(f"'{command}' runs as one process; launch it without torchrun/accelerate (WORLD_SIZE="
+                         f"{os.environ['WORLD_SIZE']}); data-parallel commands: {', '.join(PARALLEL_COMMANDS)}")  # fmt: skip
+
+
+def _say(e: BaseException, line: str) -> None:
+    """Print the one error line; under a launcher rank 0 speaks for everyone, the other ranks only of their own
+    failures (a usage error or a failed rank is the same on every rank)."""
+    if distributed.is_main() or not (isinstance(e, RankFailure) or getattr(e, "exit_code", None) == EXIT_USAGE):
+        prefix = "" if distributed.is_main() else f"[rank {os.environ.get('RANK', '?')}] "
+        print(prefix + line, file=sys.stderr)
+
+
 def main() -> None:
     """Entry point: known errors become one line on stderr and an exit code; tracebacks only with INFOEVAL_DEBUG=1."""
     debug = bool(os.environ.get("INFOEVAL_DEBUG"))
     try:
+        _check_launch(sys.argv[1:])
         app()
     except InfoevalError as e:
         if debug:
             raise
-        print(f"infoeval: error: {e}", file=sys.stderr)
+        _say(e, f"infoeval: error: {e}")
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         print("infoeval: interrupted", file=sys.stderr)
         sys.exit(130)
-    except MemoryError:
+    except MemoryError as e:
         if debug:
             raise
-        print("infoeval: error: out of memory; use a smaller --ctx or model, or --device cuda", file=sys.stderr)
+        _say(e, "infoeval: error: out of memory; use a smaller --ctx or model, or --device cuda")
         sys.exit(EXIT_RUNTIME)
-    except Exception as e:  # noqa: BLE001 - the single error boundary
+    except Exception as e:
         if debug:
             raise
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        print(f"infoeval: error: {type(e).__name__}: {msg} (set INFOEVAL_DEBUG=1 for the traceback)", file=sys.stderr)
+        _say(e, f"infoeval: error: {type(e).__name__}: {msg} (set INFOEVAL_DEBUG=1 for the traceback)")
         sys.exit(EXIT_RUNTIME)
-
+    finally:
+        distributed.close()

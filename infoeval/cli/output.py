@@ -7,6 +7,7 @@ from typing import Callable, Optional
 
 from rich.console import Console
 
+from infoeval import distributed
 from infoeval.errors import UsageError
 
 
@@ -47,6 +48,8 @@ def emit(
     from infoeval.results import atomic_write_bytes, write_outputs
 
     data = as_json(result)
+    if not distributed.is_main():  # under a launcher rank 0 writes and prints; the others stay silent
+        return data
     written = write_outputs(paths, data, summary, positions) if paths else []
     for path, make in (extras or {}).items():
         text = make()

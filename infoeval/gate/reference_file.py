@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from infoeval import distributed
 from infoeval.errors import DataError
 from infoeval.gate.compact import CompactDist
 from infoeval.windows import Window
@@ -92,9 +93,12 @@ def to_tensors(ref: Reference, vocab_size: int) -> dict[str, torch.Tensor]:
 
 
 def write_reference(path: Path, ref: Reference, vocab_size: int) -> int:
-    """Write atomically (temp file + rename); returns the file size in bytes."""
+    """Write atomically (temp file + rename); returns the file size in bytes. Under a launcher only rank 0
+    writes (the others return 0)."""
     from safetensors.torch import save_file
 
+    if not distributed.is_main():
+        return 0
     tensors = to_tensors(ref, vocab_size)
     meta = {**ref.meta, "format": FORMAT, "format_version": FORMAT_VERSION, "vocab_size": vocab_size}
     meta["tensor_sha256"] = {k: _digest(v) for k, v in sorted(tensors.items())}

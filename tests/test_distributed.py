@@ -1,0 +1,138 @@
+"""Data parallelism: 2 ranks under torchrun (gloo, CPU) give exactly the single process's columns and metrics when
+both use one thread per process; a failing rank stops every rank with one line and no output file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from golden_runs import _reference_record, compare
+from tiny_models import tiny_text
+
+from infoeval import distributed
+
+HERE = Path(__file__).resolve().parent
+ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+for _k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "INFOEVAL_TEST_FAULT_RANK"):
+    ONE_THREAD.pop(_k, None)
+
+
+def _single(args: list, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "infoeval", *map(str, args)], cwd=cwd, env=ONE_THREAD,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+def _ranks(args: list, cwd: Path, n: int = 2, script: list | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}"]
+    target = script or ["-m", "infoeval"]
+    return subprocess.run([*launch, *target, *map(str, args)], cwd=cwd, env={**ONE_THREAD, **(env or {})},
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+def _ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+
+
+def _without_ranks(record: dict) -> dict:
+    record = json.loads(json.dumps(record))
+    prov = record.get("provenance", {})
+    assert prov.pop("world_size", None) in (1, 2)
+    prov.pop("parallel", None)
+    return record
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory, tiny_llama_dir) -> Path:
+    d = tmp_path_factory.mktemp("dp")
+    (d / "text.txt").write_text(tiny_text(), encoding="utf-8")
+    return d
+
+
+def _both(work: Path, name: str, args: list) -> tuple[dict, dict]:
+    """The command once as one process and once as two ranks; returns both JSON results."""
+    one, two = work / f"{name}-1.json", work / f"{name}-2.json"
+    _ok(_single([*args, "--json", one, "-q"], work))
+    proc = _ranks([*args, "--json", two, "-q"], work)
+    _ok(proc)
+    solo = _single([*args, "-q", "--json", work / f"{name}-again.json"], work).stdout
+    assert len(proc.stdout.splitlines()) == len(solo.splitlines()), "only rank 0 prints the tables"
+    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    assert b["provenance"]["world_size"] == 2 and b["provenance"]["parallel"]["backend"] == "gloo"
+    assert b["provenance"]["parallel"]["gathered_bytes"] > 0
+    assert a["provenance"]["world_size"] == 1
+    return _without_ranks(a), _without_ranks(b)
+
+
+COMMON = ["--text", "text.txt", "--device", "cpu", "--ctx", 64, "--max-tokens", 400]
+
+
+def test_quantize_compare_two_ranks_equal_one_process(work, tiny_llama_dir):
+    args = ["quantize-compare", tiny_llama_dir, "--schemes", "int8-channel,int4-g32,int3-g64-asym", "--stride", 48, *COMMON]
+    a, b = _both(work, "qc", [*args, "--positions", work / "pos.csv"])
+    assert compare(a, b, "quantize-compare") == []
+    _ok(_ranks([*args, "--positions", work / "pos2.csv", "-q"], work))
+    assert (work / "pos.csv").read_bytes() == (work / "pos2.csv").read_bytes()
+
+
+@pytest.mark.slow
+def test_compress_bits_and_mutual_info_two_ranks(work, tiny_llama_dir):
+    a, b = _both(work, "cb", ["compress-bits", tiny_llama_dir, *COMMON])
+    assert compare(a, b, "compress-bits") == []
+    mi = ["mutual-info", "--model", tiny_llama_dir, "--lengths", "8,16,32", "--blocks", 5, "--batch-tokens", 64,
+          "--bootstrap", 50, "--text", "text.txt", "--device", "cpu"]  # fmt: skip
+    a, b = _both(work, "mi", mi)
+    assert compare(a, b, "mutual-info") == []
+
+
+@pytest.mark.slow
+def test_reference_and_gate_two_ranks(work, tiny_llama_dir):
+    ref = ["reference", tiny_llama_dir, "--top-k", 16, "--tail-samples", 8, *COMMON, "-q"]
+    _ok(_single([*ref, "--out", work / "ref1.safetensors"], work))
+    _ok(_ranks([*ref, "--out", work / "ref2.safetensors"], work))
+    r1, r2 = _reference_record(work / "ref1.safetensors"), _reference_record(work / "ref2.safetensors")
+    assert r1["tensors"] == r2["tensors"]
+    gate = ["gate", "--reference", work / "ref1.safetensors", "--scheme", "int4-g32", "--max-kl-mean", 0.5, "--device", "cpu"]
+    a, b = _both(work, "gate", gate)
+    assert compare(a, b, "gate") == []
+
+
+@pytest.mark.slow
+def test_spec_accept_and_distill_two_ranks(work, tiny_llama_dir):
+    a, b = _both(work, "sa", ["spec-accept", tiny_llama_dir, "--draft-scheme", "int4-g32", "--temperature", "0.5,1", *COMMON])
+    assert compare(a, b, "spec-accept") == []
+    a, b = _both(work, "di", ["distill", tiny_llama_dir, "--student-layers", 1, "--T", "1,2", *COMMON])
+    assert compare(a, b, "distill") == []
+
+
+def test_a_failing_rank_stops_every_rank(work, tiny_llama_dir):
+    out = work / "fault.json"
+    proc = _ranks(["quantize-compare", tiny_llama_dir, *COMMON, "--json", out, "-q"], work,
+                  script=[str(HERE / "fault_rank.py")], env={"INFOEVAL_TEST_FAULT_RANK": "1"})  # fmt: skip
+    assert proc.returncode != 0
+    ours = [ln for ln in proc.stderr.splitlines() if ln.startswith(("infoeval:", "[rank"))]
+    assert ours == ["infoeval: error: rank 1 of 2 failed: RuntimeError: injected fault"], proc.stderr[-3000:]
+    assert not out.exists()
+    assert not list(work.glob(".fault*"))
+
+
+def test_commands_that_do_not_shard_refuse_a_launcher(work):
+    proc = _ranks(["kl-fit", "--steps", 5], work)
+    assert proc.returncode != 0
+    assert "'kl-fit' runs as one process" in proc.stderr
+
+
+def test_one_replica_per_group_of_gpus():
+    assert distributed.replica_gpus(8, 1, 4) == [2, 3]
+    assert distributed.replica_gpus(3, 0, 1) == [0, 1, 2]
+    with pytest.raises(Exception, match="only 2 GPUs"):
+        distributed.replica_gpus(2, 0, 4)
+
+
+def test_without_a_launcher_nothing_is_sharded(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert not distributed.launched() and distributed.is_main()
+    assert distributed.share(7) == 7
