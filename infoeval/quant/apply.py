@@ -5,21 +5,33 @@ By default every ``nn.Linear`` inside the decoder blocks (the model's largest ``
 ``lm_head``), ``exclude`` globs remove them (``fnmatch`` on the qualified module name). Every Linear layer of
 the model appears in the report, quantized or skipped with the reason, and so do the embeddings (skipped).
 
-The original weights are never copied: a variant holds only its quantized weights, and ``swapped`` puts them
-in place of the originals for the duration of a forward pass (replacing the Parameter objects, so a head tied
-to the embeddings is quantized without touching the embeddings).
+The original weights are never copied, and a variant holds no float copy either: per quantized layer only its
+integer codes, scales and zero points (``codes.PackedWeight``, about bits/32 of the float32 weight). ``swapped``
+hooks the quantized modules: just before a module's forward pass its codes are dequantized into a flat buffer
+shared by every layer (``DequantBuffers``: one per model, device and dtype, sized for the largest layer) and a
+view of it replaces the module's weight Parameter for that forward pass only; the original Parameter comes back
+right after. Replacing the Parameter object (never writing into it) quantizes a head tied to the embeddings
+without touching the embeddings. The dequantized weight equals ``fake_quantize(w, scheme)`` bit for bit.
+
+When autograd records the forward pass (grad enabled and an input requires grad) the weight would be kept for
+the backward pass while the shared buffer is overwritten by the next layer, so the weight is then dequantized
+into a fresh tensor instead.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
+import weakref
 from dataclasses import dataclass
 
 import torch
 
 from infoeval.errors import UsageError
-from infoeval.quant.primitives import fake_quantize, sqnr_db
+from infoeval.quant import codes
+from infoeval.quant.codes import PackedWeight
+from infoeval.quant.primitives import sqnr_db
 from infoeval.quant.schemes import Scheme
 
 
@@ -45,11 +57,28 @@ class LayerReport:
 
 @dataclass(frozen=True)
 class QuantizedVariant:
-    """A scheme's quantized weights, keyed by module name, and the report of every Linear layer."""
+    """A scheme's quantized weights (codes and scales), keyed by module name, and the report of every Linear
+    layer. A weight given as a full tensor instead of a PackedWeight is used as it is."""
 
     scheme: Scheme
-    weights: dict[str, torch.nn.Parameter]
+    weights: dict[str, PackedWeight | torch.Tensor]
     layers: tuple[LayerReport, ...]
+
+    @functools.cached_property
+    def scratch(self) -> dict[tuple[str, torch.device, torch.dtype], int]:
+        """Elements of each shared buffer (kind, device, dtype) that dequantizing any of its layers needs."""
+        need: dict[tuple[str, torch.device, torch.dtype], int] = {}
+        for w in self.weights.values():
+            if isinstance(w, PackedWeight):
+                sizes = codes.scratch_sizes(w) | ({("out", w.dtype): w.numel} if w.dtype != torch.float32 else {})
+                for (kind, dtype), n in sizes.items():
+                    need[kind, w.device, dtype] = max(n, need.get((kind, w.device, dtype), 0))
+        return need
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the variant stores: codes + scales + zero points of every quantized layer."""
+        return sum(w.nbytes if isinstance(w, PackedWeight) else w.numel() * w.element_size() for w in self.weights.values())
 
     @property
     def name(self) -> str:
@@ -72,6 +101,7 @@ class QuantizedVariant:
             "layers_quantized": len(q),
             "layers_skipped": self.n_skipped,
             "params_quantized": params,
+            "stored_bytes": self.nbytes,
             "sqnr_db_min": min(sq) if sq else None,
             "sqnr_db_mean": sum(sq) / len(sq) if sq else None,
             "layers": [r.as_dict() for r in self.layers],
@@ -135,7 +165,7 @@ def quantize_variant(model: torch.nn.Module, scheme: Scheme, include=(), exclude
     """Quantize the selected layers' weights (on their own device and dtype) and report every Linear layer."""
     modules = dict(model.named_modules())
     owners = _tied_names(model)
-    weights: dict[str, torch.nn.Parameter] = {}
+    weights: dict[str, PackedWeight] = {}
     reports = []
     for name, selected, reason in plan_layers(model, list(include), list(exclude)):
         w = modules[name].weight
@@ -144,40 +174,101 @@ def quantize_variant(model: torch.nn.Module, scheme: Scheme, include=(), exclude
         if not selected:
             reports.append(LayerReport(name, tuple(w.shape), False, reason, tied_to=tied))
             continue
-        w_hat = fake_quantize(w.data, scheme)
+        packed = codes.encode(w.data, scheme)
         if scheme.group_size is not None and scheme.group_size >= w.shape[1]:
             reason += f"; group {scheme.group_size} ≥ {w.shape[1]} inputs, so one group per row"
         elif scheme.group_size is not None and w.shape[1] % scheme.group_size:
             reason += f"; last group of each row has {w.shape[1] % scheme.group_size} columns"
         if tied:
             reason += f"; tied to {tied}, which keeps its original weights"
-        weights[name] = torch.nn.Parameter(w_hat, requires_grad=False)
-        reports.append(LayerReport(name, tuple(w.shape), True, reason, sqnr_db(w.data, w_hat), tied))
+        weights[name] = packed
+        reports.append(LayerReport(name, tuple(w.shape), True, reason, sqnr_db(w.data, codes.dequantize(packed)), tied))
     return QuantizedVariant(scheme, weights, tuple(reports))
+
+
+class DequantBuffers:
+    """Flat scratch buffers of one model, per (kind, device, dtype), grown to the largest layer and reused by
+    every layer of every variant in turn: "f32" holds the float32 weight, "i16"/"u8" the unpacked codes, "out"
+    the weight cast to a bfloat16/float16 model's dtype."""
+
+    def __init__(self):
+        self.buffers: dict[tuple[str, torch.device, torch.dtype], torch.Tensor] = {}
+
+    def reserve(self, variant: QuantizedVariant) -> None:
+        """Grow the buffers to what dequantizing any layer of ``variant`` needs."""
+        for key, n in variant.scratch.items():
+            if key not in self.buffers or self.buffers[key].numel() < n:
+                with torch.inference_mode(False):  # a normal tensor: writable in and out of inference mode
+                    self.buffers[key] = torch.empty(n, dtype=key[2], device=key[1])
+
+    def dequantize(self, pw: PackedWeight) -> torch.Tensor:
+        """ŵ as a view of the shared buffers (valid until the next call); ``reserve`` its variant first."""
+        dev, bufs = pw.device, self.buffers
+        w = codes.dequantize_into(pw, bufs["f32", dev, torch.float32], bufs.get(("i16", dev, torch.int16)),
+                                  bufs.get(("u8", dev, torch.uint8)))  # fmt: skip
+        if pw.dtype == torch.float32:
+            return w
+        return bufs["out", dev, pw.dtype][: pw.numel].view(pw.shape).copy_(w)
+
+
+_BUFFERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def dequant_buffers(model: torch.nn.Module) -> DequantBuffers:
+    """The model's shared dequantization buffers (made on first use, freed with the model)."""
+    return _BUFFERS.setdefault(model, DequantBuffers())
+
+
+def _records_grad(args, kwargs) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values()))
+
+
+def _hook(module: torch.nn.Module, weight: PackedWeight | torch.Tensor, bufs: DequantBuffers, original) -> list:
+    """Hooks that put the dequantized weight in place of ``original`` for each forward pass of ``module``."""
+
+    def before(mod, args, kwargs):
+        if not isinstance(weight, PackedWeight):
+            mod._parameters["weight"] = weight
+        elif _records_grad(args, kwargs):  # autograd keeps the weight for backward: no shared buffer
+            mod._parameters["weight"] = codes.dequantize(weight)
+        else:
+            mod._parameters["weight"] = bufs.dequantize(weight)
+
+    def after(mod, args, kwargs, output):
+        mod._parameters["weight"] = original
+
+    return [module.register_forward_pre_hook(before, with_kwargs=True), module.register_forward_hook(after, with_kwargs=True)]
 
 
 @contextlib.contextmanager
 def swapped(model: torch.nn.Module, variant: QuantizedVariant | None):
-    """Within the block the model computes with the variant's weights; the originals come back after."""
+    """Within the block every forward pass of a quantized module computes with the variant's (dequantized)
+    weight; outside its forward passes, and after the block, a module has its original Parameter."""
     if variant is None:
         yield model
         return
     modules = dict(model.named_modules())
-    originals = {name: modules[name].weight for name in variant.weights}
+    bufs = dequant_buffers(model)
+    originals = {name: modules[name]._parameters["weight"] for name in variant.weights}
+    handles = []
     try:
-        for name, param in variant.weights.items():
-            modules[name].weight = param
+        bufs.reserve(variant)
+        for name, weight in variant.weights.items():
+            handles += _hook(modules[name], weight, bufs, originals[name])
         yield model
     finally:
+        for handle in handles:
+            handle.remove()
         for name, param in originals.items():
-            modules[name].weight = param
+            modules[name]._parameters["weight"] = param
 
 
 def swap_in(model: torch.nn.Module, variant: QuantizedVariant) -> None:
-    """Put the variant's weights in the model for good."""
+    """Put the variant's weights, dequantized, in the model for good (new Parameters)."""
     modules = dict(model.named_modules())
-    for name, param in variant.weights.items():
-        modules[name].weight = param
+    for name, weight in variant.weights.items():
+        full = codes.dequantize(weight) if isinstance(weight, PackedWeight) else weight
+        modules[name].weight = full if isinstance(full, torch.nn.Parameter) else torch.nn.Parameter(full, requires_grad=False)
 
 
 @torch.no_grad()

@@ -1,0 +1,217 @@
+"""Integer storage of a quantized weight, and its exact dequantization: pure tensor maths.
+
+A quantized (out, in) weight is kept as its integer codes q, float32 scales s (out, G) and, for asymmetric
+schemes, uint8 zero points z (out, G) (see primitives.py for q, s, z). Dequantizing gives back
+``fake_quantize(w, scheme)`` bit for bit: ŵ = s·q (symmetric) or s·(q − z) (asymmetric), one float32
+multiplication, then a cast to the weight's dtype.
+
+Storage of the codes, flattened in row-major order (n = out·in):
+
+| bits | symmetric                                                   | asymmetric          |
+|------|-------------------------------------------------------------|---------------------|
+| 5–8  | int8 q, plus the int32 positions of the codes that are −0   | uint8 q             |
+|      | (when at most n/64 are); else sign-magnitude like below     |                     |
+| 2–4  | one nibble: sign·2^3 + |q|, two per byte (sign-magnitude)   | one nibble: q       |
+
+Two per byte: byte j holds code j in its low nibble and code j + h in its high nibble, h = ceil(n/2), so
+each nibble position unpacks into one contiguous half of the weight. The sign of a zero code matters because
+fake_quantize makes −0.0 (round(w/s) of a small negative w, times s): at 8 bits about 0.6% of a real model's
+codes, at 4 bits about 9%. Few: the int8 codes go through one cast and one multiplication, then −0.0 is
+written at the listed positions. Many: sign-magnitude codes keep the sign bit.
+
+Dequantizing a sign-magnitude code goes through float16: the int16 with the sign in bit 15 and |q| in the low
+bits (bits 4–6 for nibbles) is the float16 subnormal ±|q|·2^−24 (±|q|·2^−20), exact, −0.0 included; in
+float32 it is multiplied by s·2^24 (s·2^20), an exact power-of-two scaling of s, so each product is the
+correctly rounded s·q, bit for bit. Worked example (int4, one row, s = 0.1): w = (−0.3, −0.01, 0, 0.7)
+has q = (−3, −0, 0, 7), nibbles (0b1011, 0b1000, 0, 7), bytes (0b1011, 0b0111_1000); unpacked to int16
+(0x8030, 0x8000) and (0, 0x0070), i.e. 2^−20·(−3, −0, 0, 7); times s·2^20 gives (−0.3, −0.0, 0.0, 0.7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from infoeval.quant.primitives import quantize_codes
+from infoeval.quant.schemes import Scheme
+
+_SIGN_MAG_8 = 0x807F - 0x10000  # int16 mask: bit 15 (sign) and bits 0–6 (|q|)
+_SIGN_MAG_4 = 0x8070 - 0x10000  # int16 mask: bit 15 (sign) and bits 4–6 (|q| of a nibble)
+MAX_NEGATIVE_ZEROS = 1 / 64  # listed −0 positions (4 bytes each) cost at most 1/16 of the int8 codes
+
+
+@dataclass(frozen=True)
+class PackedWeight:
+    """One quantized (out, in) weight: flat ``codes`` (int8 two's complement, or uint8 sign-magnitude or
+    unsigned; see the module docstring), ``scale`` float32 (out, G), ``zero`` uint8 (out, G) or None
+    (symmetric), ``negative_zeros`` int32 flat positions of −0 codes (int8 codes only); ``dtype`` is the
+    dequantized weight's."""
+
+    codes: torch.Tensor
+    scale: torch.Tensor
+    zero: torch.Tensor | None
+    negative_zeros: torch.Tensor | None
+    shape: tuple[int, int]
+    dtype: torch.dtype
+    bits: int
+    group_size: int | None
+    symmetric: bool
+
+    @property
+    def device(self) -> torch.device:
+        return self.codes.device
+
+    @property
+    def numel(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+    @property
+    def group(self) -> int:
+        """Columns per block: the row (per channel, or a group ≥ in) or the group size."""
+        return self.shape[1] if self.group_size is None else min(self.group_size, self.shape[1])
+
+    @property
+    def nibbles(self) -> bool:
+        return self.bits <= 4
+
+    @property
+    def sign_magnitude(self) -> bool:
+        return self.symmetric and self.codes.dtype == torch.uint8
+
+    @property
+    def nbytes(self) -> int:
+        """Stored bytes: codes (with the −0 positions) + scales + zero points."""
+        parts = (self.codes, self.negative_zeros, self.scale, self.zero)
+        return sum(t.numel() * t.element_size() for t in parts if t is not None)
+
+
+def pack_nibbles(c: torch.Tensor) -> torch.Tensor:
+    """Flat uint8 codes < 16 → ceil(n/2) bytes, byte j = c[j] + 16·c[j + h] (h = ceil(n/2); odd n: pad 0).
+
+    Example: (1, 2, 3, 4, 5) → h = 3, bytes (1 + 16·4, 2 + 16·5, 3 + 16·0) = (65, 82, 3).
+    """
+    h = (c.numel() + 1) // 2
+    hi = torch.zeros(h, dtype=torch.uint8, device=c.device)
+    hi[: c.numel() - h] = c[h:]
+    return c[:h] | (hi << 4)
+
+
+def unpack_nibbles(packed: torch.Tensor, n: int) -> torch.Tensor:
+    """Inverse of pack_nibbles: the n flat uint8 codes."""
+    return torch.cat([packed & 15, packed >> 4])[:n]
+
+
+def _symmetric_codes(q: torch.Tensor, sign: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(flat codes, −0 positions or None) of symmetric int32 codes q (overwritten) with sign bits ``sign``;
+    see the table in the module docstring."""
+    if bits > 4:
+        negative_zero = (q == 0) & sign
+        if int(negative_zero.sum()) <= MAX_NEGATIVE_ZEROS * q.numel():
+            positions = negative_zero.reshape(-1).nonzero().squeeze(1).to(torch.int32)
+            return q.to(torch.int8).reshape(-1), positions
+    flat = q.abs_().to(torch.uint8).bitwise_or_(sign.to(torch.uint8) << (3 if bits <= 4 else 7)).reshape(-1)
+    return (pack_nibbles(flat) if bits <= 4 else flat), None
+
+
+def encode(w: torch.Tensor, scheme: Scheme) -> PackedWeight:
+    """Quantize a 2-D weight (``quantize_codes``) and store its codes. The sign bit of a symmetric code is
+    that of w: q = round(w/s) has the sign of w, and is −0 where w is negative (or −0.0) and rounds to zero,
+    which is where fake_quantize gives ŵ = −0.0."""
+    q, scale, zero = quantize_codes(w, scheme)
+    negative_zeros = None
+    if scheme.symmetric:
+        codes, negative_zeros = _symmetric_codes(q, torch.signbit(w.detach()), scheme.bits)
+        if not torch.isfinite(scale * 2.0**24).all():
+            raise ValueError("weights too large to store: a scale times 2^24 overflows float32")
+    else:
+        flat = q.to(torch.uint8).reshape(-1)
+        codes = pack_nibbles(flat) if scheme.bits <= 4 else flat
+    return PackedWeight(
+        codes=codes,
+        scale=scale.contiguous(),
+        zero=None if scheme.symmetric else zero.to(torch.uint8).contiguous(),
+        negative_zeros=negative_zeros,
+        shape=(int(w.shape[0]), int(w.shape[1])),
+        dtype=w.dtype,
+        bits=scheme.bits,
+        group_size=scheme.group_size,
+        symmetric=scheme.symmetric,
+    )  # fmt: skip
+
+
+def scratch_sizes(pw: PackedWeight) -> dict[tuple[str, torch.dtype], int]:
+    """Elements of each flat scratch buffer (kind, dtype) ``dequantize_into`` needs: float32 always (the
+    result), int16 for sign-magnitude codes, uint8 for nibbles."""
+    n = pw.numel
+    sizes = {("f32", torch.float32): n}
+    if pw.sign_magnitude:
+        sizes["i16", torch.int16] = n
+    if pw.nibbles:
+        sizes["u8", torch.uint8] = n
+    return sizes
+
+
+def _per_block_(op, w: torch.Tensor, t: torch.Tensor, g: int) -> None:
+    """In place ``op(block, its value)`` for every block of g columns of w (out, in) and t (out, G); a shorter
+    last group is one more strided call, not an extra pass over the weight."""
+    out_f, in_f = w.shape
+    full = in_f // g
+    if full == t.shape[1]:  # g divides in (one block per row included)
+        op(w.view(out_f, full, g), t.unsqueeze(-1))
+        return
+    op(w[:, : full * g].unflatten(1, (full, g)), t[:, :full].unsqueeze(-1))  # full ≥ 1: g ≤ in
+    op(w[:, full * g :], t[:, full:])
+
+
+def _signed_to_f32(pw: PackedWeight, f32: torch.Tensor, i16: torch.Tensor, u8: torch.Tensor | None) -> float:
+    """Sign-magnitude codes → f32 as float16 subnormals ±|q|·2^−k; returns 2^k."""
+    n = pw.numel
+    if pw.nibbles:
+        h = pw.codes.numel()
+        torch.bitwise_left_shift(pw.codes, 4, out=u8[:h])  # low nibble → bits 4–7
+        i16[:h].copy_(u8[:h].view(torch.int8))  # sign-extends bit 7 into bit 15
+        i16[h:n].copy_(pw.codes[: n - h].view(torch.int8))
+        i16[:n].bitwise_and_(_SIGN_MAG_4)
+        f32.copy_(i16[:n].view(torch.float16))
+        return 2.0**20
+    i16[:n].copy_(pw.codes.view(torch.int8))
+    i16[:n].bitwise_and_(_SIGN_MAG_8)
+    f32.copy_(i16[:n].view(torch.float16))
+    return 2.0**24
+
+
+def dequantize_into(pw: PackedWeight, f32: torch.Tensor, i16: torch.Tensor | None = None,
+                    u8: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """ŵ in float32, written into the flat buffer ``f32`` (≥ n elements; i16 and u8 as ``scratch_sizes``);
+    returns the contiguous (out, in) view of its first n elements."""
+    n = pw.numel
+    flat = f32[:n]
+    w = flat.view(pw.shape)
+    if pw.sign_magnitude:
+        k = _signed_to_f32(pw, flat, i16, u8)
+        _per_block_(torch.Tensor.mul_, w, pw.scale * k, pw.group)
+        return w
+    if pw.symmetric:  # int8 codes
+        flat.copy_(pw.codes)
+        _per_block_(torch.Tensor.mul_, w, pw.scale, pw.group)
+        if pw.negative_zeros.numel():
+            flat[pw.negative_zeros] = -0.0
+        return w
+    if pw.nibbles:
+        h = pw.codes.numel()
+        torch.bitwise_and(pw.codes, 15, out=u8[:h])
+        torch.bitwise_right_shift(pw.codes[: n - h], 4, out=u8[h:n])
+        flat.copy_(u8[:n])
+    else:
+        flat.copy_(pw.codes)
+    _per_block_(torch.Tensor.sub_, w, pw.zero.to(torch.float32), pw.group)  # q − z: exact small integers
+    _per_block_(torch.Tensor.mul_, w, pw.scale, pw.group)
+    return w
+
+
+def dequantize(pw: PackedWeight) -> torch.Tensor:
+    """ŵ as a new contiguous (out, in) tensor of the weight's dtype, equal to ``fake_quantize(w, scheme)``."""
+    bufs = {kind: torch.empty(n, dtype=dtype, device=pw.device) for (kind, dtype), n in scratch_sizes(pw).items()}
+    w = dequantize_into(pw, bufs["f32"], bufs.get("i16"), bufs.get("u8"))
+    return w if pw.dtype == torch.float32 else w.to(pw.dtype)
