@@ -249,3 +249,17 @@ class CachedModel:
         self.seconds += time.perf_counter() - t0
         self.calls += 1
         return result
+
+
+# ---- batched cached stepping (exact entropy coding) ---------------------------------------------------------
+@torch.inference_mode()
+def step_logits(model, cache, ids: torch.Tensor) -> torch.Tensor:
+    """Feed one token per row, ``ids`` (B,), after the rows' cached tokens (every row as long as the others) and
+    return the next-token logits (B, V), checked finite. A row's numbers depend on the shape of its batch, so a
+    caller that needs the very same numbers twice (an entropy coder's encoder and decoder) steps the same rows
+    together both times."""
+    out = model(input_ids=ids[:, None], use_cache=True, logits_to_keep=1, **{_cache_kw(model): cache})
+    logits = out.logits[:, -1]
+    if not torch.isfinite(logits.sum()):
+        raise RuntimeFailure(f"the model produced non-finite logits at cached position {cache.get_seq_length() - 1}")
+    return logits

@@ -9,7 +9,7 @@ import sys
 import typer
 
 from infoeval import distributed
-from infoeval.cli import compare, gate, klfit, mutual_info, speculative
+from infoeval.cli import codec, compare, gate, klfit, mutual_info, speculative
 from infoeval.errors import (
     EXIT_RUNTIME,
     EXIT_USAGE,
@@ -26,7 +26,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for _family in (compare, gate, speculative, mutual_info, klfit):
+for _family in (compare, gate, speculative, mutual_info, klfit, codec):
     _family.register(app)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from infoeval.cli.options import (
@@ -11,6 +13,8 @@ from infoeval.cli.options import (
 )  # fmt: skip
 from infoeval.cli.output import as_json, check_plot, emit
 from infoeval.quant.schemes import DEFAULT_SCHEMES
+
+VerifyCodingOpt = Annotated[bool, typer.Option("--verify-coding", help="Also compress the scored bytes with the model and a range coder, decompress them, and report the real file's size (an 'arithmetic-coded' row).")]
 
 
 @run_options(windows=True)
@@ -61,6 +65,7 @@ def compress_bits(
     context: typer.Context,
     model_arg: ModelArg = None,
     model: ModelOpt = MODEL_DEFAULT,
+    verify_coding: VerifyCodingOpt = False,
     csv: CsvOpt = None,
     json: JsonOpt = None,
     positions: PositionsOpt = None,
@@ -72,7 +77,7 @@ def compress_bits(
     run: RunOptions = None,  # the shared text, window and device options (see run_options)
 ) -> None:
     """Total bits, bits/token and bits/byte of a model on a text, beside gzip, bz2, xz and zstd on the very
-    same bytes."""
+    same bytes (and, with --verify-coding, a real arithmetic-coded file of them)."""
     from infoeval.compare import pipeline
     from infoeval.compare.report import compress_frame, positions_frame, print_compress_bits
     from infoeval.report import RichReporter
@@ -80,7 +85,7 @@ def compress_bits(
     model = pick_model(context, model_arg, model)
     ms, ts, ws = run.settings(model)
     check_plot(plot)  # before the long run
-    result, cols = pipeline.compress_bits(ms, ts, ws, RichReporter(enabled=not quiet))
+    result, cols = pipeline.compress_bits(ms, ts, ws, RichReporter(enabled=not quiet), verify_coding=verify_coding)
     data = as_json(result)
     paths = output_paths_for("compress-bits", model=ms.model, source=text_source(data), csv=csv, json=json,
                              positions=positions, out_dir=out_dir, run_name=run_name)  # fmt: skip

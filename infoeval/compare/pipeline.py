@@ -132,7 +132,10 @@ def scored_bytes(p: Prepared) -> bytes:
     return b"".join(pieces)
 
 
-def compress_bits(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Reporter | None = None) -> tuple[CompressResult, CompareColumns]:
+def compress_bits(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Reporter | None = None,
+                  verify_coding: bool = False) -> tuple[CompressResult, CompareColumns]:  # fmt: skip
+    """The model's code length and each compressor's on the scored bytes; with ``verify_coding`` also the size of
+    a real arithmetic-coded file of those bytes, measured by a round trip (``codec.verify``)."""
     from infoeval.compare.compressors import compress_all
 
     rep = rep or Reporter()
@@ -144,6 +147,11 @@ def compress_bits(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: 
         raise RuntimeFailure(f"internal error: {len(data)} scored bytes gathered, {ref['bytes']} counted")
     rep.stage("compressing")
     rows = compress_all(data)
+    if verify_coding:
+        from infoeval.codec.verify import arithmetic_coded_row
+
+        rep.stage("arithmetic coding (round trip)")
+        rows.append(arithmetic_coded_row(p.loaded, data, ws.ctx, rep))
     xz_bits = next(r["bits"] for r in rows if r["method"] == "xz -9")
     result = CompressResult(p.provenance("compress-bits"), {**p.timings, "eval_s": eval_s}, reference=ref,
                             compressors=tuple(rows), model_over_xz=ref["total_bits"] / xz_bits if xz_bits else None)  # fmt: skip

@@ -1,0 +1,163 @@
+"""compress and decompress: a file ⇄ a .iez file, with the model as the probability model of a range coder.
+
+``compress`` loads the model, codes the file (``core.encode_bytes``), decodes the result once in memory to prove
+that it decodes here (``verify``, on by default; it also measures decompression), and only then writes the file,
+atomically. ``decompress`` reads and checks the file, refuses an environment that differs from the recorded one
+(``environment.check``) unless forced, decodes, checks the sha256 and writes atomically. Nothing is ever written
+when something fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from infoeval.codec import core, environment
+from infoeval.codec.container import DamagedPayload, pack, unpack
+from infoeval.codec.summary import rate, summarize
+from infoeval.errors import DataError, RuntimeFailure, UsageError
+from infoeval.model_files import BUILTIN
+from infoeval.models import load_model, resolve_device, resolve_dtype
+from infoeval.prepare import Reporter
+from infoeval.results import Result, atomic_write_bytes, provenance
+from infoeval.settings import DEFAULT_MODEL
+
+
+@dataclass(frozen=True)
+class CodecSettings:
+    """compress's options: the model, segment length, segments per group, device, dtype, fallback, verify."""
+
+    model: str = DEFAULT_MODEL
+    ctx: int = 512
+    group: int = 32
+    device: str = "cpu"
+    dtype: str = "float32"
+    fallback: str = "xz"
+    verify: bool = True
+
+    def __post_init__(self):
+        if self.ctx < 1 or self.group < 1:
+            raise UsageError(f"--ctx {self.ctx} and --group {self.group} must both be at least 1")
+        if self.fallback not in core.FALLBACKS:
+            raise UsageError(f"--fallback {self.fallback} is not allowed; allowed: {', '.join(core.FALLBACKS)}")
+
+
+@dataclass(frozen=True)
+class CompressResult(Result):
+    """compress: sizes, the ideal and the achieved bits, the overhead by cause, xz/zstd, throughput."""
+
+    input: dict
+    output: dict
+    mode: str
+    reason: str | None
+    layout: dict
+    bits: dict
+    bits_per_byte: dict
+    overhead: dict
+    compressors: tuple[dict, ...]
+    throughput: dict
+    exactness: dict | None
+    FAMILY = "compress"
+
+
+@dataclass(frozen=True)
+class DecompressResult(Result):
+    """decompress: sizes, tokens, throughput and the environment differences that --force let through."""
+
+    input: dict
+    output: dict
+    mode: str
+    tokens: int
+    throughput: dict
+    forced: tuple[str, ...]
+    FAMILY = "decompress"
+
+
+def read_input(path: Path) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"input file '{path}' does not exist") from None
+    except IsADirectoryError:
+        raise DataError(f"'{path}' is a folder; give a file") from None
+
+
+def refuse_overwrite(src: Path, dst: Path, force: bool) -> None:
+    if Path(dst).resolve() == Path(src).resolve():
+        raise UsageError(f"the output '{dst}' is the input file; give another -o")
+    if Path(dst).exists() and not force:
+        raise UsageError(f"'{dst}' exists; --force overwrites it")
+
+
+def load(spec: str, device: str, dtype: str, rep: Reporter):
+    """The model on its device, and the seconds loading took."""
+    dev = resolve_device(device)
+    rep.stage(f"loading {spec}")
+    t0 = time.perf_counter()
+    loaded = load_model(spec, dev, resolve_dtype(dtype, dev))
+    return loaded, dev, time.perf_counter() - t0
+
+
+def load_as(info) -> str:
+    """How a decoder finds the model again: a built-in name or hub id as given, else the absolute path."""
+    return info.spec if info.kind == "hub" or info.spec.lower() in BUILTIN else info.path
+
+
+def verify(blob: bytes, raw: bytes, loaded, rep: Reporter) -> float:
+    """Decode ``blob`` in memory and compare it with ``raw``; the seconds decoding took."""
+    t0 = time.perf_counter()
+    try:
+        back = core.decode_archive(*unpack(blob), loaded, rep)
+    except DamagedPayload as e:
+        raise RuntimeFailure(f"verification failed, nothing written: {e}") from None
+    if back != raw:
+        raise RuntimeFailure("verification failed, nothing written: the decoded bytes differ from the input")
+    return time.perf_counter() - t0
+
+
+def compress(src: Path, dst: Path, cs: CodecSettings, force: bool = False, rep: Reporter | None = None) -> CompressResult:
+    """Compress ``src`` into ``dst`` (see the module's docstring)."""
+    rep = rep or Reporter()
+    raw = read_input(src)
+    refuse_overwrite(src, dst, force)
+    loaded, device, load_s = load(cs.model, cs.device, cs.dtype, rep)
+    archive, coding = core.encode_bytes(raw, loaded, device, cs.ctx, cs.group, load_as(loaded.info), cs.fallback, rep)
+    blob = pack(archive)
+    verify_s = verify(blob, raw, loaded, rep) if cs.verify else None
+    atomic_write_bytes(Path(dst), blob)
+    fields = summarize(raw, blob, archive, coding, verify_s)
+    fields["input"] |= {"path": str(src)}
+    fields["output"] |= {"path": str(dst)}
+    prov = provenance("compress", model=loaded.info, device=str(device))
+    return CompressResult(prov, {"load_s": load_s, "compress_s": coding.seconds, "verify_s": verify_s}, **fields)
+
+
+def _device_of(exactness: dict) -> str:
+    return "cpu" if exactness["device"] == "cpu" else exactness["device"].split(":")[0]
+
+
+def decompress(src: Path, dst: Path, model: str | None = None, force: bool = False, rep: Reporter | None = None) -> DecompressResult:
+    """Decompress ``src`` into ``dst`` (see the module's docstring)."""
+    rep = rep or Reporter()
+    data = read_input(src)
+    archive, crcs = unpack(data)
+    refuse_overwrite(src, dst, force)
+    loaded, load_s, forced = None, 0.0, []
+    if archive.header["mode"] == "model" and archive.streams:
+        env = archive.header["exactness"]
+        loaded, device, load_s = load(model or archive.header["model"]["load"], _device_of(env), env["dtype"], rep)
+        forced = environment.check(env, environment.environment(loaded, device, int(env["threads"])), force)
+    t0 = time.perf_counter()
+    raw = core.decode_archive(archive, crcs, loaded, rep)
+    seconds = time.perf_counter() - t0
+    atomic_write_bytes(Path(dst), raw)
+    tokens = int(archive.header.get("tokens", 0))
+    prov = provenance("decompress", model=loaded.info if loaded else None)
+    return DecompressResult(
+        prov, {"load_s": load_s, "decompress_s": seconds}, input={"path": str(src), "bytes": len(data)},
+        output={"path": str(dst), "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()},
+        mode=archive.header["mode"], tokens=tokens, throughput=rate(len(raw), tokens, seconds), forced=tuple(forced),
+    )  # fmt: skip
+
