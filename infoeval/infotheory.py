@@ -56,19 +56,49 @@ def acceptance(lp: torch.Tensor, lq: torch.Tensor) -> torch.Tensor:
     return torch.minimum(lp.exp(), lq.exp()).sum(-1)
 
 
-class Workspace:
-    """Reusable float32 (rows, V) buffers for the per-window statistics.
+CHUNK_BYTES = 2 << 20  # per thread: its rows of the four float32 chunk buffers fit a core's L2 (benchmarks/stats.py)
+ACCELERATOR_CHUNK_ROWS = 256  # on a GPU a chunk only bounds memory; bigger chunks launch fewer kernels
+BLOCK = 256  # tokens per block when looking for the first index of a row's max
+CHUNK_ROWS: int | None = None  # a fixed number of rows per chunk instead (tests, benchmarks)
 
-    A fresh 100 MB tensor per window (512 × 49,152 floats) costs more in page faults than the arithmetic done
-    on it, so the lockstep loop keeps one buffer per role and hands out views of its first n rows. A
-    RefStats made with a workspace is valid until the next ``reference_stats`` call on the same workspace.
+
+def chunk_rows(like: torch.Tensor) -> int:
+    """Rows per chunk over ``like``'s V: CHUNK_ROWS when set; on a CPU, per thread as many as keep four float32
+    (rows, V) buffers within CHUNK_BYTES (2 at V = 49,152; a tiny model's whole window); on a GPU 256."""
+    if CHUNK_ROWS or like.device.type != "cpu":
+        return CHUNK_ROWS or ACCELERATOR_CHUNK_ROWS
+    return max(1, CHUNK_BYTES // (16 * like.shape[-1])) * torch.get_num_threads()
+
+
+def row_chunks(n: int, size: int) -> list[slice]:
+    """Slices of ``size`` (at least 2) consecutive rows covering range(n); a lone last row joins the chunk before
+    it. Row-wise reductions give the same bits whatever the chunks, except a sum over a single row, which torch
+    splits between threads (rounded differently): a one-row chunk only when n = 1.
+
+    >>> row_chunks(5, 2), row_chunks(0, 2)
+    ([slice(0, 2, None), slice(2, 5, None)], [slice(0, 0, None)])
     """
+    starts = list(range(0, n, max(2, size))) or [0]
+    starts = starts[:-1] if len(starts) > 1 and n - starts[-1] == 1 else starts
+    return [slice(a, b) for a, b in zip(starts, [*starts[1:], n])]
+
+
+def by_rows(n: int, fn, size: int) -> dict[str, torch.Tensor]:
+    """``fn(rows)`` → {name: per-row tensor} on each chunk of ``row_chunks(n, size)``, concatenated."""
+    parts = [fn(rows) for rows in row_chunks(n, size)]
+    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+
+class Workspace:
+    """Reusable float32 (rows, V) buffers, one per role, sized for a chunk of rows (O(chunk × V) whatever the
+    context): the lockstep loop keeps one across windows (fresh tensors cost more in page faults than the maths)."""
 
     def __init__(self) -> None:
         self._buffers: dict[str, torch.Tensor] = {}
 
-    def get(self, role: str, like: torch.Tensor) -> torch.Tensor:
-        n, v = like.shape
+    def get(self, role: str, n: int, like: torch.Tensor) -> torch.Tensor:
+        """A float32 (n, V) view, V and device those of ``like``."""
+        v = like.shape[-1]
         buf = self._buffers.get(role)
         if buf is None or buf.shape[0] < n or buf.shape[1] != v or buf.device != like.device:
             buf = torch.empty(n, v, dtype=torch.float32, device=like.device)
@@ -76,73 +106,93 @@ class Workspace:
         return buf[:n]
 
 
-def _log_softmax_into(logits: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-    if out is None:
-        return log_softmax(logits)
-    return torch.ops.aten._log_softmax.out(logits.float(), -1, False, out=out)
-
-
-def _exp_into(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-    return x.exp() if out is None else torch.exp(x, out=out)
-
-
-def _entropy_of(p: torch.Tensor, lp: torch.Tensor, ws: Workspace | None) -> torch.Tensor:
-    """−Σ p log p with torch.sum's cascade summation: a bmm dot accumulates ~V·ε rounding (≈1e-3 nats at
-    V = 49k), the cascade ~log V·ε. Logits are finite, so lp is finite (the hot path skips nan_to_num)."""
-    plp = torch.mul(p, lp, out=ws.get("tmp", p)) if ws else p * lp
-    return -plp.sum(-1)
-
-
-def _dot(a: torch.Tensor, b: torch.Tensor, ws: Workspace | None) -> torch.Tensor:
-    """Σ_v a·b per row: the product into a reusable buffer, then torch.sum's cascade summation (faster than a
-    bmm dot at V = 49k on CPU, and its rounding grows with log V rather than V)."""
-    return torch.mul(a, b, out=ws.get("tmp", a)).sum(-1) if ws else (a * b).sum(-1)
+def _rebuild(z: torch.Tensor, z_max: torch.Tensor, log_sum: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """log p = (z − max) − log_sum into ``out``: log_softmax's own two subtractions, hence its very bits."""
+    return torch.sub(z.float(), z_max, out=out).sub_(log_sum)
 
 
 @dataclass(frozen=True)
 class RefStats:
-    """What the reference contributes to every comparison, computed once per window."""
+    """What the reference contributes to every comparison, computed once per window: its logits (kept, not
+    copied: they must not change while the RefStats is used) and per-row numbers, no (n, V) buffer."""
 
-    lp: torch.Tensor  # (n, V) log p, float32
-    p: torch.Tensor  # (n, V)
+    logits: torch.Tensor  # (n, V), as the model gave them
+    max: torch.Tensor  # (n,) max logit, float32
+    log_sum: torch.Tensor  # (n,) ln Σ exp(z − max): log p = (z − max) − log_sum
     entropy: torch.Tensor  # (n,) nats
     argmax: torch.Tensor  # (n,)
     nll: torch.Tensor  # (n,)
 
+    def log_probs(self, rows: slice, out: torch.Tensor) -> torch.Tensor:
+        """log p of ``rows`` into ``out``: the same bits as log_softmax."""
+        return _rebuild(self.logits[rows], self.max[rows, None], self.log_sum[rows, None], out)
+
+
+def _chunks(ws: Workspace, like: torch.Tensor, roles: tuple[str, ...], *columns: torch.Tensor):
+    """Per chunk of rows (``chunk_rows``): the chunk buffers of ``roles`` and the chunk of every column (views,
+    split once per window: a torch call per chunk and column would cost more than the arithmetic)."""
+    sizes = [r.stop - r.start for r in row_chunks(like.shape[0], chunk_rows(like))]
+    full = [ws.get(role, max(sizes), like) for role in roles]
+    for size, *parts in zip(sizes, *(c.split(sizes) for c in columns)):
+        yield (full if size == len(full[0]) else [b[:size] for b in full]), *parts
+
 
 def reference_stats(logits: torch.Tensor, targets: torch.Tensor, ws: Workspace | None = None) -> RefStats:
-    lp = _log_softmax_into(logits, ws.get("ref_lp", logits) if ws else None)
-    p = _exp_into(lp, ws.get("ref_p", logits) if ws else None)
-    return RefStats(lp=lp, p=p, entropy=_entropy_of(p, lp, ws), argmax=lp.argmax(-1), nll=nll(lp, targets))
+    """The reference's per-row numbers, a chunk of rows at a time (log p in a chunk buffer): Σ p log p, log p(y),
+    the max logit, and the max of log p in each block of BLOCK tokens. The max of log p is (max − max) − log_sum
+    = −log_sum exactly; its first index (argmax) lies in the first block holding it, whose log p are rebuilt (an
+    index-tracking reduction over V costs ~10× an amax). Sums are torch.sum's cascade (rounding ~log V·ε, where a
+    bmm dot's ~V·ε is ≈1e-3 nats at V = 49k); finite logits give finite log p (no nan_to_num)."""
+    ws = ws if ws is not None else Workspace()
+    (n, v), dev = logits.shape, logits.device
+    plogp, logp_y, z_max = torch.empty(3, n, device=dev)
+    blocks = torch.empty(n, -(-v // BLOCK), device=dev)  # max log p per block; the last one may be shorter
+    full = v // BLOCK * BLOCK
+    for (lp, p), z, y, *out in _chunks(ws, logits, ("ref_lp", "ref_p"), logits, targets[:, None], plogp,
+                                       logp_y[:, None], z_max, blocks[:, : v // BLOCK, None], blocks[:, -1]):  # fmt: skip
+        z = z.float()
+        torch.ops.aten._log_softmax.out(z, -1, False, out=lp)
+        torch.amax(lp[:, :full].unflatten(1, (-1, BLOCK)), -1, keepdim=True, out=out[3])
+        if full < v:
+            torch.amax(lp[:, full:], -1, out=out[4])
+        torch.amax(z, -1, out=out[2])
+        torch.gather(lp, -1, y, out=out[1])
+        torch.sum(torch.exp(lp, out=p).mul_(lp), -1, out=out[0])
+    top = blocks.amax(-1)
+    first = (blocks == top[:, None]).byte().argmax(-1)  # the first block holding the max
+    ids = (first[:, None] * BLOCK + torch.arange(BLOCK, device=dev)).clamp_(max=v - 1)
+    lp_block = _rebuild(logits.gather(-1, ids), z_max[:, None], -top[:, None], torch.empty(ids.shape, device=dev))
+    argmax = ids.gather(-1, lp_block.argmax(-1, keepdim=True))[:, 0]
+    return RefStats(logits=logits, max=z_max, log_sum=-top, entropy=-plogp, argmax=argmax, nll=-logp_y)
 
 
 def compare(ref: RefStats, logits: torch.Tensor, targets: torch.Tensor, ws: Workspace | None = None) -> dict[str, torch.Tensor]:
     """Per-position columns of a variant against the reference, in nats.
 
-    Returns nll, kl (KL(p‖q)), rkl (KL(q‖p)), tv, entropy (of q) and top1 (argmax p is a top token of q; ties count as agreement). Neither
-    ``ref`` nor ``logits`` is modified.
-    """
-    lq = _log_softmax_into(logits, ws.get("var_lq", logits) if ws else None)
-    q = _exp_into(lq, ws.get("var_q", logits) if ws else None)
-    entropy_q = _entropy_of(q, lq, ws)
-    out_nll = nll(lq, targets)
+    Returns nll, kl (KL(p‖q)), rkl (KL(q‖p)), tv, entropy (of q) and top1 (argmax p is a top token of q; ties count
+    as agreement). Neither ``ref`` nor ``logits`` is modified. Computed a chunk of rows at a time in four chunk
+    buffers, each reused once spent; the reference's log p rebuilt per chunk."""
+    ws = ws if ws is not None else Workspace()
+    n, dev = logits.shape[0], logits.device
+    qlogq, pd, qd, tv, top = torch.empty(5, n, device=dev)  # Σ q log q, Σ p·d, Σ q·d (d = log q − log p), Σ |q − p|, max log q
+    picked = torch.empty(n, 2, device=dev)  # log q of the observed token and of the reference's top token
+    columns = (logits, ref.logits, ref.max[:, None], ref.log_sum[:, None], torch.stack([targets, ref.argmax], 1), picked)
+    for (lq, q, lp, p), zq, zp, z_max, log_sum, ids, g, *sums in _chunks(ws, logits, ("var_lq", "var_q", "ref_lp", "ref_p"),
+                                                                         *columns, qlogq, pd, qd, tv, top):  # fmt: skip
+        torch.ops.aten._log_softmax.out(zq.float(), -1, False, out=lq)
+        torch.exp(lq, out=q)
+        torch.sum(torch.mul(q, lq, out=lp), -1, out=sums[0])
+        torch.gather(lq, -1, ids, out=g)
+        torch.amax(lq, -1, out=sums[4])
+        torch.exp(_rebuild(zp, z_max, log_sum, lp), out=p)
+        # KL as Σ p (log p − log q) term by term, not Σ p log p − Σ p log q: the two sums are ≈ H each and
+        # cancel, leaving float32 rounding comparable to the KL itself at large vocabularies.
+        lq.sub_(lp)  # reuse lq's buffer for log q − log p
+        torch.sum(torch.mul(p, lq, out=lp), -1, out=sums[1])
+        torch.sum(lq.mul_(q), -1, out=sums[2])
+        torch.sum(q.sub_(p).abs_(), -1, out=sums[3])  # reuse q's buffer for |p − q|
     # the variant agrees when the reference's top token is (one of) its top tokens: one max instead of an argmax
-    top1 = lq.gather(-1, ref.argmax.reshape(-1, 1)).reshape(-1) >= lq.amax(-1)
-    # KL as Σ p (log p − log q) term by term, not Σ p log p − Σ p log q: the two sums are ≈ H each and
-    # cancel, leaving float32 rounding comparable to the KL itself at large vocabularies.
-    lq.sub_(ref.lp)  # reuse lq's buffer for log q − log p
-    kl = -_dot(ref.p, lq, ws)
-    rkl = _dot(q, lq, ws)
-    q.sub_(ref.p).abs_()  # reuse q's buffer for |p − q|
-    tv = 0.5 * q.sum(-1)
-    return {
-        "nll": out_nll,
-        "kl": kl,
-        "rkl": rkl,
-        "tv": tv,
-        "entropy": entropy_q,
-        "top1": top1,
-    }
+    return {"nll": -picked[:, 0], "kl": -pd, "rkl": qd, "tv": 0.5 * tv, "entropy": -qlogq, "top1": picked[:, 1] >= top}
 
 
 def log_softmax_t(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

@@ -276,7 +276,7 @@ def test_compare_is_side_effect_free_and_repeatable():
     lgq = _logits(5, 300, 2.0, seed=15)
     t = torch.arange(5)
     ref = it.reference_stats(lg, t)
-    snapshot = {k: getattr(ref, k).clone() for k in ("lp", "p", "entropy", "argmax", "nll")}
+    snapshot = {k: getattr(ref, k).clone() for k in ("logits", "max", "log_sum", "entropy", "argmax", "nll")}
     lgq_copy = lgq.clone()
     first = it.compare(ref, lgq, t)
     second = it.compare(ref, lgq, t)
@@ -329,7 +329,7 @@ def test_bf16_logits():
     t = torch.arange(6)
     ref16 = it.reference_stats(lg, t)
     ref32 = it.reference_stats(lg.float(), t)
-    assert ref16.lp.dtype == torch.float32
+    assert ref16.max.dtype == torch.float32 and ref16.log_probs(slice(0, 6), torch.empty(6, 1024)).dtype == torch.float32
     torch.testing.assert_close(ref16.entropy, ref32.entropy, rtol=0, atol=0)
     got16 = it.compare(ref16, lgq, t)
     got32 = it.compare(ref32, lgq.float(), t)
@@ -365,3 +365,172 @@ def test_top1_ties_in_the_variant_count_as_agreement():
     targets = torch.tensor([1, 1, 1])
     got = it.compare(it.reference_stats(ref_logits, targets), var_logits, targets)
     assert got["top1"].tolist() == [True, True, False]
+
+
+# ------------------------------------------------------------------------------- chunks of rows
+
+
+def _full_buffer(lg: torch.Tensor, lgq: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The statistics on whole (n, V) buffers, with compare's own float32 arithmetic (no chunks)."""
+    lp, lq = torch.log_softmax(lg.float(), -1), torch.log_softmax(lgq.float(), -1)
+    p, q = lp.exp(), lq.exp()
+    d = lq - lp
+    return {
+        "ref_entropy": -(p * lp).sum(-1),
+        "ref_nll": -lp.gather(-1, targets[:, None])[:, 0],
+        "ref_argmax": lp.argmax(-1),
+        "nll": -lq.gather(-1, targets[:, None])[:, 0],
+        "kl": -(p * d).sum(-1),
+        "rkl": (q * d).sum(-1),
+        "tv": 0.5 * (q - p).abs().sum(-1),
+        "entropy": -(q * lq).sum(-1),
+        "top1": lq.gather(-1, lp.argmax(-1)[:, None])[:, 0] >= lq.amax(-1),
+    }
+
+
+@pytest.mark.parametrize(
+    "n,size,want",
+    [(0, 4, [(0, 0)]), (1, 4, [(0, 1)]), (3, 4, [(0, 3)]), (8, 4, [(0, 4), (4, 8)]), (9, 4, [(0, 4), (4, 9)]),
+     (10, 4, [(0, 4), (4, 8), (8, 10)]), (5, 1, [(0, 2), (2, 5)])],
+)  # fmt: skip
+def test_row_chunks_cover_every_row_once_and_leave_no_lone_last_row(n, size, want):
+    """Consecutive slices of ``size`` (at least 2) rows; a lone last row joins the chunk before it (a one-row sum
+    is rounded differently); n < size is one chunk; n = 0 one empty chunk."""
+    assert [(s.start, s.stop) for s in it.row_chunks(n, size)] == want
+
+
+def test_chunk_rows_keep_a_threads_buffers_in_cache(monkeypatch):
+    """On a CPU: as many rows a thread as keep four float32 (rows, V) buffers within CHUNK_BYTES (2 rows a thread
+    at V = 49,152; a tiny model's whole window); CHUNK_ROWS overrides; other devices get ACCELERATOR_CHUNK_ROWS."""
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(it, "CHUNK_BYTES", 2 << 20)
+    assert it.chunk_rows(torch.empty(0, 49152)) == 2 * threads
+    assert it.chunk_rows(torch.empty(0, 151936)) == threads
+    assert it.chunk_rows(torch.empty(0, 512)) == 256 * threads
+    assert it.chunk_rows(torch.empty(0, 49152, device="meta")) == it.ACCELERATOR_CHUNK_ROWS
+    monkeypatch.setattr(it, "CHUNK_ROWS", 3)
+    assert it.chunk_rows(torch.empty(0, 49152)) == 3
+    assert [(s.start, s.stop) for s in it.row_chunks(7, it.chunk_rows(torch.empty(0, 5)))] == [(0, 3), (3, 7)]
+
+
+@pytest.mark.parametrize("V", [50, 4099, 49152])
+@pytest.mark.parametrize("n", [1, 3, 8, 9, 13])
+def test_chunked_statistics_equal_the_full_buffer_ones_bit_for_bit(monkeypatch, n, V):
+    """reference_stats + compare in chunks of 4 rows give the very bits of the whole-window float32 arithmetic,
+    for n a multiple of the chunk, not one, smaller than it, and n = 1 (V = 49,152: a one-row sum is split between
+    threads, hence no lone last row)."""
+    monkeypatch.setattr(it, "CHUNK_ROWS", 4)
+    lg = _logits(n, V, 3.0, seed=n + V)
+    lgq = lg + 0.1 * _logits(n, V, 1.0, seed=n + V + 1)
+    targets = torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(n))
+    ref = it.reference_stats(lg, targets)
+    got = {"ref_entropy": ref.entropy, "ref_nll": ref.nll, "ref_argmax": ref.argmax, **it.compare(ref, lgq, targets)}
+    want = _full_buffer(lg, lgq, targets)
+    for k, v in want.items():
+        assert torch.equal(got[k], v), k
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("scale", [0.01, 3.0, 300.0])
+def test_reference_log_probs_are_log_softmax_bit_for_bit(dtype, scale):
+    """RefStats keeps two numbers per row (max logit, ln Σ exp(z − max)) and rebuilds log p of any rows from the
+    logits: the same bits as log_softmax of the float32 logits."""
+    lg = _logits(11, 1001, scale, seed=22).to(dtype)
+    ref = it.reference_stats(lg, torch.zeros(11, dtype=torch.long))
+    want = torch.log_softmax(lg.float(), -1)
+    for rows in (slice(0, 11), slice(3, 7), slice(10, 11)):
+        got = ref.log_probs(rows, torch.empty(rows.stop - rows.start, 1001))
+        assert torch.equal(got, want[rows])
+    assert torch.equal(ref.log_sum, -want.amax(-1)) and torch.equal(ref.argmax, want.argmax(-1))
+
+
+@pytest.mark.parametrize("size", [1, 2, 4, 64])
+def test_closed_forms_hold_in_chunks(monkeypatch, size):
+    """Whatever the chunk: KL(p‖p) = KL(q‖q) reversed = TV(p, p) = 0 exactly, H(q) = H(p), top1 true; and the
+    worked example KL((.5, .5)‖(.9, .1)) = 0.5108, TV = 0.4 on every row."""
+    monkeypatch.setattr(it, "CHUNK_ROWS", size)
+    lg = _logits(9, 700, 4.0, seed=23)
+    t = torch.arange(9)
+    ref = it.reference_stats(lg, t)
+    got = it.compare(ref, lg.clone(), t)
+    assert (got["kl"] == 0).all() and (got["rkl"] == 0).all() and (got["tv"] == 0).all() and got["top1"].all()
+    assert torch.equal(got["entropy"], ref.entropy) and torch.equal(got["nll"], ref.nll)
+    p, q = torch.tensor([[0.5, 0.5]]).log().repeat(5, 1), torch.tensor([[0.9, 0.1]]).log().repeat(5, 1)
+    t5 = torch.zeros(5, dtype=torch.long)
+    ex = it.compare(it.reference_stats(p, t5), q, t5)
+    torch.testing.assert_close(ex["kl"], torch.full((5,), 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)))
+    torch.testing.assert_close(ex["tv"], torch.full((5,), 0.4))
+
+
+def test_workspace_buffers_are_chunk_sized(monkeypatch):
+    """The statistics of 100 rows hold buffers of one chunk (at most CHUNK_ROWS + 1 rows), not of the window."""
+    monkeypatch.setattr(it, "CHUNK_ROWS", 8)
+    ws = it.Workspace()
+    lg = _logits(100, 300, 2.0, seed=24)
+    t = torch.zeros(100, dtype=torch.long)
+    it.compare(it.reference_stats(lg, t, ws), lg + 1.0, t, ws)
+    assert ws._buffers and all(b.shape[0] <= 9 for b in ws._buffers.values())
+
+
+def test_position_stats_by_rows_equal_the_whole_window():
+    """The speculative reducers' per-row statistics in chunks (by_rows) are the whole window's, bit for bit."""
+    lp = it.log_softmax_t(_logits(13, 4099, 3.0, seed=25), 0.7)
+    lq = it.log_softmax_t(_logits(13, 4099, 3.0, seed=26))
+    t = torch.arange(13)
+    whole = it.position_stats(lp, lq, t)
+    chunked = it.by_rows(13, lambda r: it.position_stats(lp[r], lq[r], t[r]), 4)
+    assert all(torch.equal(whole[k], chunked[k]) for k in whole)
+
+
+@pytest.mark.parametrize("s", [0, 1, 2, 16])
+def test_compact_reference_in_chunks_draws_the_same_tail_samples_on_a_cpu_generator(s):
+    """``gate.pipeline`` builds the compact reference a chunk at a time only on a CPU generator, whose tail
+    samples come row after row: the same ids and log-probs as one call over the window, for the same seed."""
+    from infoeval.gate.compact import compact
+
+    lp = it.log_softmax(_logits(21, 4099, 3.0, seed=27))
+    whole = compact(lp, 8, s, torch.Generator().manual_seed(3))
+    g = torch.Generator().manual_seed(3)
+    chunks = [compact(lp[r], 8, s, g) for r in it.row_chunks(21, 4)]
+    for f in whole.__dataclass_fields__:
+        assert torch.equal(getattr(whole, f), torch.cat([getattr(c, f) for c in chunks])), f
+
+
+def _arrays(obj, prefix: str = "") -> dict:
+    """Every array in nested dicts / dataclasses, by path."""
+    if hasattr(obj, "__dataclass_fields__"):
+        obj = {f: getattr(obj, f) for f in obj.__dataclass_fields__}
+    if isinstance(obj, dict):
+        return {k: v for key, val in obj.items() for k, v in _arrays(val, f"{prefix}/{key}").items()}
+    return {prefix: obj} if hasattr(obj, "shape") else {}
+
+
+def test_every_reducer_gives_the_whole_windows_columns_in_3_row_chunks(monkeypatch, tiny_llama_dir, tiny_text, tmp_path):
+    """quantize-compare, reference, gate, spec-accept and distill on the tiny Llama (its windows fit one chunk):
+    chunks of 3 rows give the very columns of one chunk per window."""
+    from infoeval import settings as st
+    from infoeval.compare.pipeline import quantize_compare
+    from infoeval.gate.limits import parse_limits
+    from infoeval.gate.pipeline import GateSettings, build_reference, run_gate
+    from infoeval.gate.reference_file import read_reference
+    from infoeval.speculative import accept, distill
+    from infoeval.speculative.drafts import DraftSettings
+
+    (tmp_path / "t.txt").write_text(tiny_text, encoding="utf-8")
+    ms, ts = st.ModelSettings(str(tiny_llama_dir), "cpu", "float32"), st.TextSettings(tmp_path / "t.txt", max_tokens=100)
+    ws = st.WindowSettings(40)
+
+    def run(rows: int) -> dict:
+        monkeypatch.setattr(it, "CHUNK_ROWS", rows)
+        ref = tmp_path / f"ref{rows}.safetensors"
+        build_reference(ms, ts, ws, ref, top_k=8, tail_samples=5, seed=1)
+        gate = run_gate(GateSettings(ref, None, "int4-g32", tuple(parse_limits({"min_top1": 0.0}))), ms)[1]
+        return _arrays({"compare": quantize_compare(ms, ts, ws, st.VariantSettings("int4-g32,int8-channel"))[1],
+                        "reference": read_reference(ref).dist, "gate": gate,
+                        "accept": accept.spec_accept(ms, ts, ws, DraftSettings(layers=1), (0.5, 1.0))[1],
+                        "distill": distill.distill(ms, ts, ws, DraftSettings(layers=1, role="student"), (2.0,), 0.1)[1]})  # fmt: skip
+
+    chunked, whole = run(3), run(10**6)
+    assert len(whole) > 40 and chunked.keys() == whole.keys()
+    for k, v in whole.items():
+        assert (chunked[k] == v).all(), k

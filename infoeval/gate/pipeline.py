@@ -17,10 +17,9 @@ from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import DataError, UsageError
 from infoeval import engine
 from infoeval.gate.compact import CompactDist, compact
-from infoeval.infotheory import compact_divergences
+from infoeval.infotheory import by_rows, chunk_rows, compact_divergences, entropy, log_softmax
 from infoeval.gate.limits import Limit, compare_baseline, judge
 from infoeval.gate.reference_file import Reference, read_reference, write_reference
-from infoeval.infotheory import entropy, log_softmax
 from infoeval.metrics import reference_metrics, variant_metrics
 from infoeval.stats import LN2, se
 from infoeval.model_files import BUILTIN
@@ -47,6 +46,21 @@ GATE_COLUMNS = ("kl", "kl_lower", "tv", "rkl", "top1")
 
 def _slice(d: CompactDist, a: int, b: int) -> CompactDist:
     return CompactDist(*(getattr(d, f)[a:b] for f in CompactDist.__dataclass_fields__))
+
+
+def _compact_rows(z: torch.Tensor, targets: torch.Tensor, top_k: int, tail_samples: int, gen) -> dict:
+    """The reference file's columns for some rows of the reference's logits ``z``."""
+    lp = log_softmax(z)
+    d = compact(lp, top_k, tail_samples, gen)
+    return {**{f: getattr(d, f) for f in COMPACT_FIELDS}, "target_logp": lp.gather(-1, targets[:, None])[:, 0],
+            "entropy": entropy(lp)}  # fmt: skip
+
+
+def _gate_rows(ref: Reference, z: torch.Tensor, rows: slice) -> dict:
+    """The gate's columns for the column rows ``rows`` from the candidate's logits ``z`` of those rows."""
+    lq = log_softmax(z).cpu()
+    d = compact_divergences(_slice(ref.dist, rows.start, rows.stop), lq)
+    return {"nll": -lq.gather(-1, ref.target_ids[rows, None])[:, 0], **{k: getattr(d, k) for k in GATE_COLUMNS}}
 
 
 @dataclass(frozen=True)
@@ -93,12 +107,12 @@ def build_reference(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, out
     seen = {}
 
     def reduce(step: engine.Step) -> dict:
-        lp = log_softmax(step.logits[REFERENCE][0])
-        seen["vocab"] = lp.shape[1]
-        targets = step.targets[0]
-        d = compact(lp, top_k, tail_samples, gen)
-        return {**{f: getattr(d, f) for f in COMPACT_FIELDS}, "target_logp": lp.gather(-1, targets[:, None])[:, 0],
-                "entropy": entropy(lp)}  # fmt: skip
+        z, targets = step.logits[REFERENCE][0], step.targets[0]
+        seen["vocab"] = z.shape[1]
+        # a CPU generator's tail samples are drawn row after row, the same whatever the chunks; on a device they
+        # depend on each call's shape, so there the window is one chunk (the draws of a seed stay the same)
+        size = chunk_rows(z) if gen.device.type == "cpu" else z.shape[0]
+        return by_rows(z.shape[0], lambda r: _compact_rows(z[r], targets[r], top_k, tail_samples, gen), size)
 
     with progress(rep, len(p.windows), f"reference: {len(p.windows)} windows") as bar:
         cols = engine.run({REFERENCE: model}, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id, reduce,
@@ -185,12 +199,10 @@ def run_gate(gs: GateSettings, ms: ModelSettings, rep: Reporter | None = None) -
     prefix_id = ref.meta["provenance"]["protocol"]["prefix_id"]
 
     def reduce(step: engine.Step) -> dict:
-        lq = log_softmax(step.logits[CANDIDATE][0]).cpu()
-        if lq.shape[1] != ref.meta["vocab_size"]:
-            raise DataError(f"the candidate has {lq.shape[1]} output logits, the reference {ref.meta['vocab_size']}: different vocabularies")
-        rows = step.batch.rows
-        d = compact_divergences(_slice(ref.dist, rows.start, rows.stop), lq)
-        return {"nll": -lq.gather(-1, ref.target_ids[rows, None])[:, 0], **{k: getattr(d, k) for k in GATE_COLUMNS}}
+        z, a = step.logits[CANDIDATE][0], step.batch.rows.start
+        if z.shape[1] != ref.meta["vocab_size"]:
+            raise DataError(f"the candidate has {z.shape[1]} output logits, the reference {ref.meta['vocab_size']}: different vocabularies")
+        return by_rows(z.shape[0], lambda r: _gate_rows(ref, z[r], slice(a + r.start, a + r.stop)), chunk_rows(z))
 
     with progress(rep, len(ref.windows), f"candidate: {len(ref.windows)} windows") as bar:
         cols = engine.run({CANDIDATE: loaded.model}, ref.stream_ids, engine.plan(ref.windows), prefix_id, reduce,

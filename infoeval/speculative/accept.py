@@ -5,7 +5,8 @@ Per position and temperature: β = Σ min(p_T, q) (the probability that the draf
 TV, the entropies of p_T and q and the observed token's NLL under each, and whether the two top tokens agree.
 Each temperature T is measured twice (once only at T = 1, where both coincide): with both models at T
 (``both``: q = q_T, what speculative sampling at temperature T accepts) and with only the target at T
-(``target``: q = q_1 unchanged). Each window is reduced at once; no (tokens × vocab) tensor outlives it.
+(``target``: q = q_1 unchanged). Each window is reduced a chunk of rows at a time; no (tokens × vocab)
+tensor is made but the logits.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from infoeval.models import resolve_device, resolve_dtype
 from infoeval.results import Result
 from infoeval.prepare import Prepared, Reporter, prepare, progress
 from infoeval.speculative.drafts import DraftSettings, build_draft
-from infoeval.infotheory import log_softmax_t, position_stats, top1_match
+from infoeval.infotheory import by_rows, chunk_rows, log_softmax_t, position_stats, top1_match
 from infoeval.speculative.theory import entropy_quartiles, expected_tokens_table, run_length_table, run_lengths
 from infoeval.stats import LN2, mean_se, pearson, pinsker
 from infoeval.speculative.pairs import base_of, run_paired
@@ -81,19 +82,24 @@ class AcceptColumns:
     conditions: list[tuple[float, str]]
 
 
+def chunk_stats(zp, zq, targets, temps: tuple[float, ...]) -> dict:
+    """top1 and every condition's STAT_COLUMNS for some rows of the target's and the draft's float32 logits."""
+    out = {"top1": top1_match(zp, zq)}
+    lq1 = log_softmax_t(zq, 1.0)
+    for t in temps:
+        lp = log_softmax_t(zp, t)
+        modes = [("both", lq1 if t == 1.0 else log_softmax_t(zq, t))] + ([("target", lq1)] if t != 1.0 else [])
+        for mode, lq in modes:
+            cols = position_stats(lp, lq, targets)
+            out |= {f"{key(t, mode)}/{k}": cols[k] for k in STAT_COLUMNS}
+    return out
+
+
 def evaluate_windows(p: Prepared, draft, temps: tuple[float, ...], on_forward=None) -> AcceptColumns:
     conds = conditions(temps)
 
     def reduce_pair(rows, zp, zq, targets) -> dict:
-        out = {"top1": top1_match(zp, zq)}
-        lq1 = log_softmax_t(zq, 1.0)
-        for t in temps:
-            lp = log_softmax_t(zp, t)
-            modes = [("both", lq1 if t == 1.0 else log_softmax_t(zq, t))] + ([("target", lq1)] if t != 1.0 else [])
-            for mode, lq in modes:
-                cols = position_stats(lp, lq, targets)
-                out |= {f"{key(t, mode)}/{k}": cols[k] for k in STAT_COLUMNS}
-        return out
+        return by_rows(zp.shape[0], lambda r: chunk_stats(zp[r].float(), zq[r].float(), targets[r], temps), chunk_rows(zp))
 
     schema = {"top1": np.bool_, **{f"{key(*c)}/{k}": np.float32 for c in conds for k in STAT_COLUMNS}}
     cols = run_paired(p, p.loaded.model, draft, reduce_pair, schema, on_forward)

@@ -31,7 +31,7 @@ from infoeval.models import resolve_device, resolve_dtype
 from infoeval.results import Result
 from infoeval.prepare import Reporter, prepare, progress
 from infoeval.speculative.drafts import DraftSettings, build_draft
-from infoeval.infotheory import log_softmax_t
+from infoeval.infotheory import by_rows, chunk_rows, log_softmax_t
 from infoeval.stats import LN2, mean_se
 from infoeval.speculative.pairs import base_of, run_paired
 
@@ -102,12 +102,14 @@ class DistillColumns:
 def _evaluate(p, student, temps, alpha, on_forward=None) -> tuple[DistillColumns, dict]:
     check = {"positions": 0, "max_abs_diff": 0.0, "max_abs_grad": 0.0}
 
+    def terms(zp, zq, targets) -> dict:  # one chunk of rows, float32
+        return {f"{t!r}/{k}": v for t in temps for k, v in distill_terms(zp, zq, targets, t, alpha).items()}
+
     def reduce_pair(rows, zp, zq, targets) -> dict:
-        out = {}
-        for t in temps:
-            out |= {f"{t!r}/{k}": v for k, v in distill_terms(zp, zq, targets, t, alpha).items()}
-            if rows.start == 0:  # the closed-form gradient against autograd on the first positions
-                _check_gradient(check, zp[:GRAD_CHECK_POSITIONS], zq[:GRAD_CHECK_POSITIONS], t)
+        out = by_rows(zp.shape[0], lambda r: terms(zp[r].float(), zq[r].float(), targets[r]), chunk_rows(zp))
+        if rows.start == 0:  # the closed-form gradient against autograd on the first positions
+            for t in temps:
+                _check_gradient(check, zp[:GRAD_CHECK_POSITIONS].float(), zq[:GRAD_CHECK_POSITIONS].float(), t)
         return out
 
     schema = {f"{t!r}/{k}": np.float32 for t in temps for k in TERMS}

@@ -1,5 +1,6 @@
 """Two models on the same windows (target/teacher p and draft/student q): each window's scored logits of both,
-in float32, handed to a per-window reduction through the engine."""
+as the models give them, handed to a per-window reduction through the engine; the reductions convert them to
+float32 and reduce them a chunk of rows at a time (``infotheory.by_rows``)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ def run_paired(p: Prepared, target, other, reduce_pair: PairReducer, schema: Map
     window, position, token_id and context of every scored position."""
 
     def reduce(step: engine.Step):
-        zp = step.logits[TARGET][0].float()
-        zq = step.logits[OTHER][0].float()
+        zp = step.logits[TARGET][0]
+        zq = step.logits[OTHER][0]
         return reduce_pair(step.batch.rows, zp, zq, step.targets[0])
 
     roles = {TARGET: target, OTHER: other}
