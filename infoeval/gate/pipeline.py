@@ -93,6 +93,15 @@ class GateResult(Result):
     FAMILY = "gate"
 
 
+def window_seed(seed: int, window: int) -> int:
+    """The tail-sampling seed of one window: ``seed`` · 2³² + window index.
+
+    >>> window_seed(0, 3), window_seed(1, 0)
+    (3, 4294967296)
+    """
+    return (seed << 32) + window
+
+
 @torch.inference_mode()
 def build_reference(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, out: Path, top_k: int, tail_samples: int,
                     seed: int = 0, rep: Reporter | None = None) -> ReferenceResult:
@@ -109,6 +118,8 @@ def build_reference(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, out
     def reduce(step: engine.Step) -> dict:
         z, targets = step.logits[REFERENCE][0], step.targets[0]
         seen["vocab"] = z.shape[1]
+        # each window's tail samples come from (seed, window index): the same however the windows are split
+        gen.manual_seed(window_seed(seed, step.batch.windows[0].index))
         # a CPU generator's tail samples are drawn row after row, the same whatever the chunks; on a device they
         # depend on each call's shape, so there the window is one chunk (the draws of a seed stay the same)
         size = chunk_rows(z) if gen.device.type == "cpu" else z.shape[0]
@@ -117,7 +128,7 @@ def build_reference(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, out
     with progress(rep, len(p.windows), f"reference: {len(p.windows)} windows") as bar:
         cols = engine.run({REFERENCE: model}, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id, reduce,
                           REFERENCE_SCHEMA, p.stream.nbytes, bar.step)  # fmt: skip
-    vocab = seen["vocab"]
+    vocab = seen.get("vocab") or model.get_output_embeddings().weight.shape[0]  # a rank may have had no window
     prov = p.provenance("reference")
     meta = {
         "schema": f"infoeval/reference/{SCHEMA_VERSION}",
@@ -126,6 +137,7 @@ def build_reference(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, out
         "top_k": min(top_k, vocab),
         "tail_samples": tail_samples,
         "seed": seed,
+        "tail_seeding": "per window: seed · 2^32 + window index",
         "reference": reference_metrics({"nll": -cols["target_logp"], "bytes": cols["bytes"], "entropy": cols["entropy"]}),
     }
     t = {k: torch.from_numpy(v) for k, v in cols.items()}
