@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import pickle
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -41,7 +41,6 @@ class Group:
     backend: str | None = None
     gathered_bytes: int = 0
     gathered_rows: int = 0
-    extra: dict = field(default_factory=dict)
 
     @property
     def main(self) -> bool:

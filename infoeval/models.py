@@ -144,8 +144,9 @@ def _from_folder(folder: Path | str, dtype: torch.dtype, device_map, local_files
     config = AutoConfig.from_pretrained(folder, **kw)
     # under a launcher with --device-map, each rank's replica spreads over its own group of GPUs
     placement = {"device_map": device_map}
-    if device_map and distributed.launched() and distributed.replica_max_memory():
-        placement["max_memory"] = distributed.replica_max_memory()
+    max_memory = distributed.replica_max_memory() if device_map else None
+    if max_memory:
+        placement["max_memory"] = max_memory
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **placement, **kw)
     except ValueError as e:
