@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from infoeval.llamacpp_stats import DP_PERCENTILES, KLD_PERCENTILES, kld_statistics
 from infoeval.stats import LN2, quantile, se
 
 
@@ -58,6 +59,32 @@ METRICS: dict[str, Metric] = {
     "kl_lower_se": Metric("nats", None, "standard error of the mean coarse KL"),
     "tv_se": Metric("", None, "standard error of mean TV"),
 }
+
+
+# llama-perplexity --kl-divergence's final block (definitions: infoeval/llamacpp_stats.py)
+_LLAMA = " (llama.cpp's definition; see llamacpp_stats)"
+_RANK = {"max": "largest", "median": "median", "min": "smallest"}  # the others: percentiles
+
+
+def _rank(key: str, fraction: float) -> str:
+    return _RANK.get(key, f"percentile P{100 * fraction:g}")
+
+
+METRICS |= {
+    "ln_ppl_cor": Metric("", None, "Cor(ln(PPL(Q)), ln(PPL(base))): Pearson's r of per-token NLL variant vs reference" + _LLAMA),
+    "ppl_ratio_se": Metric("", None, "standard error of PPL_variant / PPL_reference, ratio · SE(Δ ln PPL)" + _LLAMA),
+    "ppl_diff": Metric("", False, "PPL_variant − PPL_reference"),
+    "ppl_diff_se": Metric("", None, "standard error of PPL_variant − PPL_reference, with their covariance" + _LLAMA),
+    **{f"kld_{k}": Metric("nats", False, f"{_rank(k, f)} of per-position KL(reference ‖ variant)" + _LLAMA)
+       for k, _, f in KLD_PERCENTILES},
+    "dp_mean": Metric("", None, "mean Δp = q(y) − p(y), the observed token's probability under the variant minus the reference's"),
+    "dp_se": Metric("", None, "standard error of mean Δp"),
+    "dp_rms": Metric("", False, "RMS Δp = √(mean Δp²)"),
+    "dp_rms_se": Metric("", None, "standard error of RMS Δp, ½/RMS · SE(Δp²)" + _LLAMA),
+    "dp_positive": Metric("fraction", None, "share of positions with Δp > 0 (the variant gives the observed token more probability)"),
+    **{f"dp_{k}": Metric("", None, f"{_rank(k, f)} of per-position Δp" + _LLAMA) for k, _, f in DP_PERCENTILES},
+    "same_top_se": Metric("fraction", None, "standard error of top-1 agreement as llama.cpp's 'Same top p', √(a(1−a)/(n−1))"),
+}  # fmt: skip
 
 
 ACCEPT_METRICS: dict[str, Metric] = {
@@ -202,4 +229,5 @@ def variant_metrics(ref: dict[str, np.ndarray], var: dict[str, np.ndarray]) -> d
         "top1_se": math.sqrt(a * (1 - a) / top1.size) if top1.size else float("nan"),
         "rkl_mean": float(var["rkl"].astype(np.float64).mean()),
         "tv_mean": float(var["tv"].astype(np.float64).mean()),
+        **kld_statistics(nll_r, nll_v, var["kl"], var["top1"]),
     }

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 
 LN2 = math.log(2.0)
 PINSKER_TOL = 1e-6  # nats: float32 rounding of KL summed over a 49k vocabulary is ~1e-7
@@ -82,6 +81,8 @@ def chi2_sf(stat: float, df: int) -> float:
         return float("nan")  # a single cell: nothing to test
     if not math.isfinite(stat):
         return 0.0
+    import torch  # here, so that the aggregates (and the no-torch reports that read them) load without torch
+
     q = torch.special.gammaincc(torch.tensor(df / 2.0, dtype=torch.float64), torch.tensor(stat / 2.0, dtype=torch.float64))
     return float(q)
 

@@ -236,7 +236,7 @@ def test_positions_csv(explicit):
     n = res["reference"]["tokens"]
     assert len(pos) == n * len(SCHEMES)
     expected_cols = {"window", "position", "token_id", "context", "bytes", "variant", "nll_ref", "entropy_ref",
-                     "nll", "entropy", "kl", "rkl", "tv", "top1_match"}  # fmt: skip
+                     "nll", "entropy", "kl", "rkl", "tv", "top1_match", "dp"}  # fmt: skip
     assert set(pos.columns) == expected_cols
     for v in res["variants"]:
         f = pos[pos["variant"] == v["name"]]

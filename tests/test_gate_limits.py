@@ -36,6 +36,15 @@ def test_min_limits_subtract_and_ppl_ratio_is_judged_in_logs():
     assert ppl.bound == pytest.approx(math.exp(math.log(1.02) + 1.6448536 * 0.01), rel=1e-9) and ppl.passed
 
 
+def test_llama_cpp_rms_dp_is_judged_with_its_se_and_kld_p95_as_a_point():
+    m = {"dp_rms": 0.010, "dp_rms_se": 0.001, "kld_p95": 0.2}
+    rms, p95 = judge(parse_limits({"max_dp_rms": 0.0105, "max_kld_p95": 0.25}), m)
+    assert rms.bound == pytest.approx(0.010 + 1.6448536 * 0.001, rel=1e-6) and not rms.passed
+    assert p95.judged == "point estimate" and p95.passed
+    with pytest.raises(UsageError, match="wrong side"):
+        parse_limits({"min_dp_rms": 0.01})
+
+
 def test_quantiles_are_point_estimates_and_confidence_changes_z():
     (v,) = judge(parse_limits({"max_kl_p99": 0.29}), METRICS)
     assert v.judged == "point estimate" and not v.passed

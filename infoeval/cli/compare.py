@@ -14,6 +14,19 @@ from infoeval.cli.options import (
 from infoeval.cli.output import as_json, check_plot, emit
 from infoeval.quant.schemes import DEFAULT_SCHEMES
 
+TABLES = ("default", "llama.cpp")
+TableOpt = Annotated[str, typer.Option("--table", help="Table layout: default, or llama.cpp (llama-perplexity --kl-divergence's statistics block, per variant).")]
+
+
+def check_table(table: str) -> str:
+    """--table's value, or a usage error naming the allowed ones (before the long run)."""
+    from infoeval.errors import UsageError
+
+    if table not in TABLES:
+        raise UsageError(f"--table '{table}' is not allowed; give one of {', '.join(TABLES)}")
+    return table
+
+
 VerifyCodingOpt = Annotated[bool, typer.Option("--verify-coding", help="Also compress the scored bytes with the model and a range coder, decompress them, and report the real file's size (an 'arithmetic-coded' row).")]
 
 
@@ -29,6 +42,7 @@ def quantize_compare(
     json: JsonOpt = None,
     positions: PositionsOpt = None,
     plot: PlotOpt = None,
+    table: TableOpt = "default",
     out_dir: OutDirOpt = None,
     run_name: RunNameOpt = None,
     quiet: QuietOpt = False,
@@ -38,7 +52,7 @@ def quantize_compare(
     """Fake-quantize a model's weights with each scheme and compare every variant with the original: PPL,
     KL(reference‖variant) mean and tails, top-1 agreement, reverse KL and TV on the same windows."""
     from infoeval.compare import pipeline
-    from infoeval.compare.report import positions_frame, print_quantize_compare, summary_frame
+    from infoeval.compare.report import positions_frame, print_quantize_compare, print_quantize_compare_llamacpp, summary_frame
     from infoeval.report import RichReporter
     from infoeval.settings import VariantSettings
 
@@ -46,6 +60,7 @@ def quantize_compare(
     ms, ts, ws = run.settings(model)
     vs = VariantSettings(schemes=schemes, include=tuple(include or ()), exclude=tuple(exclude or ()))
     check_plot(plot)  # before the long run
+    tables = print_quantize_compare_llamacpp if check_table(table) == "llama.cpp" else print_quantize_compare
     result, cols = pipeline.quantize_compare(ms, ts, ws, vs, RichReporter(enabled=not quiet))
     data = as_json(result)
     paths = output_paths_for("quantize-compare", model=ms.model, source=text_source(data), csv=csv, json=json,
@@ -57,7 +72,7 @@ def quantize_compare(
         plot_quantize_compare(data, cols, path)
 
     emit(data, paths=paths, summary=lambda: summary_frame(data), positions=lambda: positions_frame(cols.reference, cols.variants),
-         plot=plot, draw=draw, tables=print_quantize_compare)  # fmt: skip
+         plot=plot, draw=draw, tables=tables)  # fmt: skip
 
 
 @run_options(windows=True)

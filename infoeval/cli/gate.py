@@ -12,6 +12,7 @@ from infoeval.cli.options import (
     ModelArg, ModelOpt, OutDirOpt, PositionsOpt, QuietOpt, RunNameOpt, output_paths_for, pick_model, read_toml, run_options,
     RunOptions,
 )  # fmt: skip
+from infoeval.cli.compare import TableOpt, check_table
 from infoeval.cli.output import as_json, emit
 from infoeval.errors import UsageError
 
@@ -90,11 +91,13 @@ def _gate_positions(cols):
     """One row per scored position: both NLLs, the reference's entropy, KL (and its lower bound), TV, reverse KL, top-1."""
     import pandas as pd
 
+    from infoeval.llamacpp_stats import delta_p
+
     ref, cand = cols["reference"], cols["variant"]
     return pd.DataFrame({
         "position": range(len(cand["nll"])), "nll_reference": ref["nll"], "nll_candidate": cand["nll"],
         "entropy_reference": ref["entropy"], **{k: cand[k] for k in ("kl", "kl_lower", "tv", "rkl")},
-        "top1_match": cand["top1"].astype("int8")})  # fmt: skip
+        "top1_match": cand["top1"].astype("int8"), "dp": delta_p(ref["nll"], cand["nll"])})  # fmt: skip
 
 
 def gate(
@@ -121,6 +124,7 @@ def gate(
     csv: CsvOpt = None,
     json: JsonOpt = None,
     positions: PositionsOpt = None,
+    table: TableOpt = "default",
     out_dir: OutDirOpt = None,
     run_name: RunNameOpt = None,
     quiet: QuietOpt = False,
@@ -131,7 +135,7 @@ def gate(
 
     from infoeval.errors import EXIT_GATE_FAILED
     from infoeval.gate.pipeline import GateSettings, run_gate
-    from infoeval.gate.report import gate_table, junit_xml, markdown as to_markdown, summary_table
+    from infoeval.gate.report import gate_table, junit_xml, markdown as to_markdown, print_gate_llamacpp, summary_table
     from infoeval.report import RichReporter
     from infoeval.settings import ModelSettings
 
@@ -140,6 +144,7 @@ def gate(
                  "max_ppl_ratio": max_ppl_ratio, "max_bpb_increase": max_bpb_increase}  # fmt: skip
     gs = GateSettings(reference, candidate, scheme, _limits_from(limits, overrides), confidence, point, baseline, baseline_tolerance)
     ms = ModelSettings(model=candidate or "", device=device, dtype=dtype, device_map=device_map)
+    llama = check_table(table) == "llama.cpp"
     result, cols = run_gate(gs, ms, RichReporter(enabled=not quiet))
     data = as_json(result)
     name = data["candidate"]["spec"] + (f"-{scheme}" if scheme else "")
@@ -147,7 +152,7 @@ def gate(
                              run_name=run_name)  # fmt: skip
     extras = {path: make for path, make in ((junit, lambda: junit_xml(data)), (markdown, lambda: to_markdown(data))) if path}
     emit(data, paths=paths, summary=lambda: pd.DataFrame(data["verdicts"]), positions=lambda: _gate_positions(cols), extras=extras,
-         tables=lambda console, d: (console.print(summary_table(d)), console.print(gate_table(d))))  # fmt: skip
+         tables=print_gate_llamacpp if llama else lambda console, d: (console.print(summary_table(d)), console.print(gate_table(d))))  # fmt: skip
     if not data["passed"]:
         raise typer.Exit(EXIT_GATE_FAILED)
 

@@ -7,6 +7,8 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from infoeval.llamacpp_report import print_block, scope_note
+from infoeval.llamacpp_stats import DP_PERCENTILES, KLD_PERCENTILES, delta_p
 from infoeval.report import fmt_num, fmt_pm, report_table, run_header
 
 CSV_COLUMNS = [
@@ -16,6 +18,9 @@ CSV_COLUMNS = [
     "top1", "top1_se", "rkl_mean", "tv_mean",
     "bits_per_token", "bits_per_byte", "bits_per_byte_delta",
     "layers_quantized", "layers_skipped", "sqnr_db_min", "sqnr_db_mean",
+    # llama-perplexity --kl-divergence's statistics (llamacpp_stats)
+    "ppl_ratio_se", "ppl_diff", "ppl_diff_se", "ln_ppl_cor", *(f"kld_{k}" for k, _, _ in KLD_PERCENTILES),
+    "dp_mean", "dp_se", "dp_rms", "dp_rms_se", "dp_positive", *(f"dp_{k}" for k, _, _ in DP_PERCENTILES), "same_top_se",
 ]  # fmt: skip
 
 
@@ -71,6 +76,7 @@ def positions_frame(reference: dict[str, np.ndarray], variants: dict[str, dict[s
         f["rkl"] = cols["rkl"]
         f["tv"] = cols["tv"]
         f["top1_match"] = cols["top1"].astype(np.int8)
+        f["dp"] = delta_p(reference["nll"], cols["nll"])  # q(y) − p(y), float64
         frames.append(f)
     return pd.concat(frames, ignore_index=True)
 
@@ -130,6 +136,13 @@ def print_quantize_compare(console: Console, result: dict) -> None:
     console.print(reference_table(result["reference"]))
     for table in variants_tables(result):
         console.print(table)
+
+
+def print_quantize_compare_llamacpp(console: Console, result: dict) -> None:
+    """--table llama.cpp: the run header, then llama-perplexity --kl-divergence's block for each variant."""
+    console.print(run_header(result))
+    for v in result["variants"]:
+        print_block(console, f"\n### {v['name']} (Q) vs the reference (base)", v["metrics"], result["reference"], (scope_note(result),))
 
 
 def print_compress_bits(console: Console, result: dict) -> None:

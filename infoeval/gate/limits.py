@@ -36,6 +36,8 @@ GATE_METRICS: dict[str, tuple[str | None, str]] = {
     "bits_per_byte_delta": ("bits_per_byte_delta_se", "mean"),
     "tv_mean": ("tv_se", "mean"),
     "rkl_mean": (None, "point"),
+    "kld_p95": (None, "point"),  # llama.cpp's percentile rule
+    "dp_rms": ("dp_rms_se", "mean"),  # llama.cpp's RMS Δp
 }
 ALIASES = {"max_bpb_increase": "max_bits_per_byte_delta"}
 DEFAULT_LIMITS = {"max_kl_mean": 0.05, "max_kl_p99": 0.5, "min_top1": 0.90, "max_ppl_ratio": 1.05, "max_bpb_increase": 0.05}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from infoeval.llamacpp_report import print_block, scope_note
 from infoeval.report import report_table
 from infoeval.results import atomic_write_bytes
 
@@ -61,6 +62,16 @@ def summary_table(result: dict) -> Table:
         _num(m["kl_p99"]), f"{100 * m['top1']:.2f} ± {100 * m['top1_se']:.2f} %", _num(m["tv_mean"]), _num(m["bits_per_byte_delta"]),
     )  # fmt: skip
     return t
+
+
+def print_gate_llamacpp(console, result: dict) -> None:
+    """--table llama.cpp: llama-perplexity --kl-divergence's block for the candidate, then the verdicts."""
+    pv = result["provenance"]
+    note = (f"KLD per position is the tail-corrected estimate from the top-{pv['top_k']} + {pv['tail_samples']} tail samples "
+            "(its mean is unbiased; its percentiles spread wider than the exact ones); PPL, Δp and same top p are exact.")  # fmt: skip
+    print_block(console, "### the candidate (Q) vs the compact reference (base)", result["metrics"], result["reference"],
+                (scope_note(result), note))  # fmt: skip
+    console.print(gate_table(result))
 
 
 def reference_summary_table(info: dict) -> Table:
