@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import functools
 import weakref
-from dataclasses import dataclass
 
 import torch
 
@@ -32,80 +30,9 @@ from infoeval.errors import UsageError
 from infoeval.quant import codes
 from infoeval.quant.codes import PackedWeight
 from infoeval.quant.primitives import sqnr_db
+from infoeval.quant.recipe import Recipe, assign
 from infoeval.quant.schemes import Scheme
-
-
-@dataclass(frozen=True)
-class LayerReport:
-    name: str
-    shape: tuple[int, ...]
-    quantized: bool
-    reason: str
-    sqnr_db: float | None = None
-    tied_to: str | None = None
-
-    def as_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "shape": list(self.shape),
-            "action": "quantized" if self.quantized else "skipped",
-            "reason": self.reason,
-            "sqnr_db": self.sqnr_db,
-            "tied_to": self.tied_to,
-        }
-
-
-@dataclass(frozen=True)
-class QuantizedVariant:
-    """A scheme's quantized weights (codes and scales), keyed by module name, and the report of every Linear
-    layer. A weight given as a full tensor instead of a PackedWeight is used as it is."""
-
-    scheme: Scheme
-    weights: dict[str, PackedWeight | torch.Tensor]
-    layers: tuple[LayerReport, ...]
-
-    @functools.cached_property
-    def scratch(self) -> dict[tuple[str, torch.device, torch.dtype], int]:
-        """Elements of each shared buffer (kind, device, dtype) that dequantizing any of its layers needs."""
-        need: dict[tuple[str, torch.device, torch.dtype], int] = {}
-        for w in self.weights.values():
-            if isinstance(w, PackedWeight):
-                sizes = codes.scratch_sizes(w) | ({("out", w.dtype): w.numel} if w.dtype != torch.float32 else {})
-                for (kind, dtype), n in sizes.items():
-                    need[kind, w.device, dtype] = max(n, need.get((kind, w.device, dtype), 0))
-        return need
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes the variant stores: codes + scales + zero points of every quantized layer."""
-        return sum(w.nbytes if isinstance(w, PackedWeight) else w.numel() * w.element_size() for w in self.weights.values())
-
-    @property
-    def name(self) -> str:
-        return self.scheme.name
-
-    @property
-    def n_quantized(self) -> int:
-        return sum(1 for r in self.layers if r.quantized)
-
-    @property
-    def n_skipped(self) -> int:
-        return sum(1 for r in self.layers if not r.quantized)
-
-    def summary(self) -> dict:
-        q = [r for r in self.layers if r.quantized]
-        params = sum(int(torch.Size(r.shape).numel()) for r in q)
-        sq = [r.sqnr_db for r in q if r.sqnr_db is not None]
-        return {
-            "scheme": self.scheme.as_dict(),
-            "layers_quantized": len(q),
-            "layers_skipped": self.n_skipped,
-            "params_quantized": params,
-            "stored_bytes": self.nbytes,
-            "sqnr_db_min": min(sq) if sq else None,
-            "sqnr_db_mean": sum(sq) / len(sq) if sq else None,
-            "layers": [r.as_dict() for r in self.layers],
-        }
+from infoeval.quant.variant import LayerReport, QuantizedVariant
 
 
 def decoder_prefix(model: torch.nn.Module) -> str | None:
@@ -163,27 +90,60 @@ def plan_layers(model: torch.nn.Module, include: list[str] = (), exclude: list[s
 @torch.no_grad()
 def quantize_variant(model: torch.nn.Module, scheme: Scheme, include=(), exclude=()) -> QuantizedVariant:
     """Quantize the selected layers' weights (on their own device and dtype) and report every Linear layer."""
+    plan = [(name, scheme if selected else None, reason) for name, selected, reason in plan_layers(model, list(include), list(exclude))]
+    return quantize_plan(model, plan, scheme)
+
+
+@torch.no_grad()
+def quantize_plan(model: torch.nn.Module, plan, scheme: Scheme, label: str | None = None) -> QuantizedVariant:
+    """Quantize each layer of ``plan`` ((name, its scheme or None to skip, reason) per Linear layer and embedding)
+    with its own scheme. With ``label`` the variant is a mix named ``label`` (``scheme``: its most common scheme);
+    a layer is encoded the same way whatever else the plan holds, so a one-scheme plan gives ``quantize_variant``'s
+    codes bit for bit."""
     modules = dict(model.named_modules())
     owners = _tied_names(model)
     weights: dict[str, PackedWeight] = {}
-    reports = []
-    for name, selected, reason in plan_layers(model, list(include), list(exclude)):
+    reports, chosen = [], {}
+    for name, layer_scheme, reason in plan:
         w = modules[name].weight
         others = [o for o in owners.get(id(w), []) if o != f"{name}.weight"]
         tied = others[0] if others else None
-        if not selected:
+        if layer_scheme is None:
             reports.append(LayerReport(name, tuple(w.shape), False, reason, tied_to=tied))
             continue
-        packed = codes.encode(w.data, scheme)
-        if scheme.group_size is not None and scheme.group_size >= w.shape[1]:
-            reason += f"; group {scheme.group_size} ≥ {w.shape[1]} inputs, so one group per row"
-        elif scheme.group_size is not None and w.shape[1] % scheme.group_size:
-            reason += f"; last group of each row has {w.shape[1] % scheme.group_size} columns"
+        packed = codes.encode(w.data, layer_scheme)
+        if layer_scheme.group_size is not None and layer_scheme.group_size >= w.shape[1]:
+            reason += f"; group {layer_scheme.group_size} ≥ {w.shape[1]} inputs, so one group per row"
+        elif layer_scheme.group_size is not None and w.shape[1] % layer_scheme.group_size:
+            reason += f"; last group of each row has {w.shape[1] % layer_scheme.group_size} columns"
         if tied:
             reason += f"; tied to {tied}, which keeps its original weights"
-        weights[name] = packed
-        reports.append(LayerReport(name, tuple(w.shape), True, reason, sqnr_db(w.data, codes.dequantize(packed)), tied))
-    return QuantizedVariant(scheme, weights, tuple(reports))
+        weights[name], chosen[name] = packed, layer_scheme
+        reports.append(LayerReport(name, tuple(w.shape), True, reason, sqnr_db(w.data, codes.dequantize(packed)), tied,
+                                   layer_scheme.name if label else None))  # fmt: skip
+    return QuantizedVariant(scheme, weights, tuple(reports), label, chosen if label else None)
+
+
+def recipe_variant(model: torch.nn.Module, recipe: Recipe, include=(), exclude=()) -> QuantizedVariant:
+    """The mix a recipe describes (each Linear layer with its own scheme), named after the recipe; a unit that
+    matches no Linear layer, or units that overlap with different schemes, are usage errors."""
+    linears = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    plan = assign(recipe, linears, plan_layers(model, list(include), list(exclude)))
+    counts: dict[str, int] = {}
+    for _, s, _ in plan:
+        if s is not None:
+            counts[s.name] = counts.get(s.name, 0) + 1
+    main = next((s for _, s, _ in plan if s is not None and counts[s.name] == max(counts.values())), recipe.schemes()[0])
+    return quantize_plan(model, plan, main, label=recipe.name)
+
+
+def build_variants(model: torch.nn.Module, schemes, recipes=(), include=(), exclude=()) -> list[QuantizedVariant]:
+    """One variant per scheme, then one per recipe; two variants of one name are a usage error."""
+    names = [s.name for s in schemes] + [r.name for r in recipes]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UsageError(f"two variants are named '{dupes[0]}' (a recipe is named after its file); rename the recipe file")
+    return [quantize_variant(model, s, include, exclude) for s in schemes] + [recipe_variant(model, r, include, exclude) for r in recipes]
 
 
 class DequantBuffers:

@@ -20,7 +20,8 @@ from infoeval.settings import ModelSettings
 from infoeval.errors import UsageError
 from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.quant.packed import check_packable, save_pack_quantized
-from infoeval.quant.apply import quantize_variant, swap_in
+from infoeval.quant.apply import quantize_variant, recipe_variant, swap_in
+from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_scheme
 from infoeval.results import provenance
 
@@ -31,24 +32,32 @@ FORMATS = ("fake", "pack-quantized")
 
 
 def quantize_checkpoint(ms: ModelSettings, scheme_name: str, out: Path, include=(), exclude=(), force: bool = False,
-                        fmt: str = "fake") -> dict:
+                        fmt: str = "fake", recipe: Path | None = None) -> dict:
     """Load, quantize, save to ``out`` atomically (a temp folder renamed at the end). ``fmt`` "fake" stores the
-    dequantized weights; "pack-quantized" real int4 codes (compressed-tensors)."""
+    dequantized weights; "pack-quantized" real int4 codes (compressed-tensors). ``recipe``: a recipe file (a scheme
+    per layer) instead of ``scheme_name``; stored fake-quantized."""
     scheme = parse_scheme(scheme_name)
+    mix = read_recipe(recipe) if recipe is not None else None
     if fmt not in FORMATS:
         raise UsageError(f"unknown --format '{fmt}'; allowed: {', '.join(FORMATS)}")
+    if mix is not None and fmt != "fake":
+        raise UsageError("--recipe checkpoints are written with --format fake (pack-quantized holds one int4 scheme)")
     out = Path(out)
     if out.exists() and not force:
         raise UsageError(f"output folder '{out}' already exists; choose another --out or pass --force")
     device = resolve_device(ms.device)
     loaded = load_model(ms.model, device, resolve_dtype(ms.dtype, device), ms.device_map)
     packed = check_packable(loaded.model, scheme, include, exclude) if fmt == "pack-quantized" else None
-    variant = quantize_variant(loaded.model, scheme, include, exclude)  # the report (SQNR); weights not swapped yet
+    if mix is None:
+        variant = quantize_variant(loaded.model, scheme, include, exclude)  # the report (SQNR); weights not swapped yet
+    else:
+        variant = recipe_variant(loaded.model, mix, include, exclude)
     summary = variant.summary()
     report = {
         "format": "infoeval fake-quantized checkpoint (dequantized weights)",
-        "provenance": provenance("quantize", model=loaded.info, scheme=scheme.name, format=fmt).to_json(),
-        "scheme": scheme.as_dict(),
+        "provenance": provenance("quantize", model=loaded.info, scheme=variant.name, format=fmt,
+                                 recipe=str(recipe) if recipe else None).to_json(),  # fmt: skip
+        "scheme": summary["scheme"],
         "storage": "dequantized float weights" if fmt == "fake" else "compressed-tensors pack-quantized int4 codes",
         "quantization": summary,
     }
@@ -56,7 +65,7 @@ def quantize_checkpoint(ms: ModelSettings, scheme_name: str, out: Path, include=
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         model = loaded.model
-        model.config.infoeval_quantization = {"scheme": scheme.name, "format": fmt, "report": REPORT_FILE}
+        model.config.infoeval_quantization = {"scheme": variant.name, "format": fmt, "report": REPORT_FILE}
         if any(r.quantized and r.tied_to for r in variant.layers):
             model.config.tie_word_embeddings = False  # the quantized head no longer equals the embeddings
         if packed is None:
@@ -72,7 +81,7 @@ def quantize_checkpoint(ms: ModelSettings, scheme_name: str, out: Path, include=
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return {"out": str(out), "scheme": scheme.name, "format": fmt, "layers_quantized": summary["layers_quantized"],
+    return {"out": str(out), "scheme": variant.name, "format": fmt, "layers_quantized": summary["layers_quantized"],
             "layers_skipped": summary["layers_skipped"], "sqnr_db_min": summary["sqnr_db_min"],
             "sqnr_db_mean": summary["sqnr_db_mean"], "params_quantized": summary["params_quantized"],
             "files": sorted(p.name for p in out.iterdir())}

@@ -1,0 +1,92 @@
+"""`infoeval mix`: the best scheme per unit for a bits budget, measured on held-out text. Options only; the work
+is in infoeval.mix."""
+
+from __future__ import annotations
+
+import json as jsonlib
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from infoeval.cli.options import (
+    MODEL_DEFAULT, ConfigOpt, CsvOpt, JsonOpt, ModelArg, ModelOpt, OutDirOpt, PlotOpt, PositionsOpt, QuietOpt, RunNameOpt,
+    RunOptions, output_paths_for, pick_model, run_options, text_source,
+)  # fmt: skip
+from infoeval.cli.output import as_json, check_plot, emit
+
+MixSchemesOpt = Annotated[str, typer.Option("--schemes", help="Schemes each unit may take, comma-separated.")]
+BudgetOpt = Annotated[str, typer.Option("--budget-bits", help="Most stored bits per quantized weight (codes + fp16 scales), or a scheme of --schemes: its exact bits on this model.")]
+ByOpt = Annotated[str, typer.Option("--by", help="Units: linear (each Linear), block (each decoder block) or type (each layer type).")]
+SensitivityOpt = Annotated[Optional[list[Path]], typer.Option("--sensitivity", help="Per-unit KLs from `infoeval sensitivity` JSON (repeatable) instead of sweeping.")]
+SweepOpt = Annotated[Optional[str], typer.Option("--sweep", help="Also solve and measure budgets START:STOP:STEP (bits per weight) for the KL-vs-bits curve.")]
+SweepTokensOpt = Annotated[int, typer.Option("--sweep-tokens", help="Tokens the sensitivity sweep reads, right after the measured ones.")]
+NoBlockCacheOpt = Annotated[bool, typer.Option("--no-block-cache", help="Sweep every unit from the embeddings (no cached block inputs).")]
+RecipeOutOpt = Annotated[Optional[Path], typer.Option("--recipe-out", help="Write the recipe TOML here (default: recipe.toml beside the result JSON).")]
+
+
+@run_options(windows=True)
+def mix(
+    context: typer.Context,
+    model_arg: ModelArg = None,
+    model: ModelOpt = MODEL_DEFAULT,
+    schemes: MixSchemesOpt = "int3-g128,int4-g128,int5-g128,int8-channel",
+    budget_bits: BudgetOpt = "int4-g128",
+    by: ByOpt = "type",
+    sensitivity: SensitivityOpt = None,
+    sweep: SweepOpt = None,
+    sweep_tokens: SweepTokensOpt = 2048,
+    no_block_cache: NoBlockCacheOpt = False,
+    recipe_out: RecipeOutOpt = None,
+    csv: CsvOpt = None,
+    json: JsonOpt = None,
+    positions: PositionsOpt = None,
+    plot: PlotOpt = None,
+    out_dir: OutDirOpt = None,
+    run_name: RunNameOpt = None,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+    run: RunOptions = None,  # the shared text, window and device options (see run_options)
+) -> None:
+    """Choose one scheme per unit (linear, block or layer type) minimising the predicted KL (the sum of the units'
+    own KLs from a sensitivity sweep) within a budget of stored bits per weight, solved exactly; then measure the
+    mix and every uniform scheme on held-out text, and write the recipe, a llama.cpp --tensor-type file and a
+    compressed-tensors config."""
+    from infoeval.compare.report import positions_frame
+    from infoeval.mix.pipeline import MixSettings, mix as run_mix
+    from infoeval.mix.report import plot_mix, print_mix, summary_frame
+    from infoeval.report import RichReporter
+
+    model = pick_model(context, model_arg, model)
+    ms, ts, ws = run.settings(model)
+    mx = MixSettings(schemes=schemes, budget=budget_bits, by=by, sensitivity=tuple(sensitivity or ()), sweep=sweep,
+                     sweep_tokens=sweep_tokens, block_cache=not no_block_cache)  # fmt: skip
+    check_plot(plot)  # before the long run
+    result, cols, sweep_json = run_mix(ms, ts, ws, mx, RichReporter(enabled=not quiet))
+    data = as_json(result)
+    paths = output_paths_for("mix", model=ms.model, source=text_source(data), csv=csv, json=json, positions=positions,
+                             out_dir=out_dir, run_name=run_name)  # fmt: skip
+    emit(data, paths=paths, summary=lambda: summary_frame(data), positions=lambda: positions_frame(cols.reference, cols.variants),
+         plot=plot, draw=lambda path: plot_mix(data, path), tables=print_mix,
+         extras=export_files(data, sweep_json, Path(next(iter(paths.values()))).parent, recipe_out))  # fmt: skip
+
+
+def export_files(data: dict, sweep_json: dict | None, folder: Path, recipe_out: Path | None) -> dict:
+    """Files beside the result: the recipe, the llama.cpp tensor types and the compressed-tensors config (each
+    when expressible), and the sweep's own result (reusable with --sensitivity)."""
+    ex = data["exports"]
+    files = {recipe_out or folder / "recipe.toml": lambda: ex["recipe"]}
+    if ex["llama_cpp"]["text"] is not None:
+        files[folder / "tensor-types.txt"] = lambda: ex["llama_cpp"]["text"]
+    if ex["compressed_tensors"]["config"] is not None:
+        files[folder / "quantization_config.json"] = lambda: jsonlib.dumps(ex["compressed_tensors"]["config"], indent=2) + "\n"
+    if sweep_json is not None:
+        from infoeval.results import _clean
+
+        files[folder / "sensitivity.json"] = lambda: jsonlib.dumps(_clean(sweep_json), indent=2, ensure_ascii=False) + "\n"
+    return files
+
+
+def register(app) -> None:
+    """Add mix to the infoeval app."""
+    app.command("mix")(mix)

@@ -1,0 +1,191 @@
+"""`infoeval mix`: per-unit KLs (a sensitivity sweep, or its JSON), the exact solver for each budget, then every
+chosen mix and every uniform scheme measured on held-out windows through quantize-compare's lockstep reducer.
+
+Held-out split (default): the run's text options fix the measured windows (the first ``--max-tokens`` tokens,
+8,192 by default: exactly quantize-compare's windows, so its numbers are comparable), and the sweep runs on the
+next ``--sweep-tokens`` tokens of the same text. With ``--sensitivity FILE`` nothing is swept; the result says
+whether the file's text could overlap the measured tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from infoeval.compare.pipeline import CompareColumns, run_lockstep
+from infoeval.errors import DataError, UsageError
+from infoeval.metrics import reference_metrics, variant_metrics
+from infoeval.mix import export
+from infoeval.mix.problem import build_problem, load_sensitivity, parse_budget, parse_sweep, split_windows
+from infoeval.mix.result import MixResult, measured_row, solution_row, target_row, unit_rows
+from infoeval.mix.solve import solve
+from infoeval.prepare import Prepared, Reporter, prepare, progress
+from infoeval.quant.apply import decoder_prefix, plan_layers, quantize_plan, quantize_variant
+from infoeval.quant.recipe import Recipe, recipe_toml
+from infoeval.quant.schemes import parse_schemes
+from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.windows import describe
+
+DEFAULT_MIX_SCHEMES = "int3-g128,int4-g128,int5-g128,int8-channel"
+KINDS = ("linear", "block", "type")
+VARIANTS_PER_PASS = 6  # variants measured per pass over the windows (bounds the quantized weights held at once)
+
+
+@dataclass(frozen=True)
+class MixSettings:
+    schemes: str = DEFAULT_MIX_SCHEMES
+    budget: str = "int4-g128"  # bits per weight, or a scheme of --schemes: its exact bits on this model
+    by: str = "type"
+    sensitivity: tuple[Path, ...] = ()
+    sweep: str | None = None  # "START:STOP:STEP" budgets for the KL-vs-bits curve
+    sweep_tokens: int = 2048
+    block_cache: bool = True
+
+    def __post_init__(self) -> None:
+        if self.by not in KINDS:
+            raise UsageError(f"--by '{self.by}' is not allowed; use one of {', '.join(KINDS)}")
+        if self.sweep_tokens < 1:
+            raise UsageError(f"--sweep-tokens {self.sweep_tokens} is not allowed; it must be at least 1")
+        parse_schemes(self.schemes)
+        if self.sweep:
+            parse_sweep(self.sweep)
+
+
+def _subset(p: Prepared, windows, note: str, max_tokens: int) -> Prepared:
+    """``p`` restricted to some windows, its protocol recounted and the split noted in its rule."""
+    proto = dataclasses.replace(p.protocol, rule=f"{p.protocol.rule}; {note}", max_tokens=max_tokens,
+                                **describe(list(windows), len(p.stream)))  # fmt: skip
+    return dataclasses.replace(p, windows=tuple(windows), protocol=proto)
+
+
+def _span(windows) -> dict:
+    return {"windows": len(windows), "first_target": windows[0].first_target,
+            "last_target": windows[-1].first_target + windows[-1].n_scored - 1,
+            "tokens": sum(w.n_scored for w in windows)}  # fmt: skip
+
+
+def _sensitivity(p: Prepared, ts: TextSettings, mx: MixSettings, schemes, rep: Reporter) -> tuple[Prepared, list, dict, dict]:
+    """(the measured part of ``p``, unit rows, the sweep's JSON or None, the held-out record)."""
+    from infoeval.sensitivity import sweep_prepared
+
+    if mx.sensitivity:
+        rows, meta = load_sensitivity(mx.sensitivity)
+        sha = p.text.sha256
+        overlap = any(m["provenance"].get("text", {}).get("sha256") == sha and not m.get("split") for m in meta)
+        held = {"measured": _span(p.windows), "sweep": [{"file": m["file"], "split": m["split"]} for m in meta],
+                "overlap_possible": overlap,
+                "note": "the sensitivity file was measured on this same text; its tokens may overlap the measured ones"
+                if overlap else "the sensitivity file comes from another text or a held-out split"}  # fmt: skip
+        return p, rows, None, held
+    measured, swept = split_windows(p.windows, ts.max_tokens)
+    if not swept or not measured:
+        raise DataError(f"the text has no tokens after the {ts.max_tokens:,} measured ones for the sweep; use a longer text or a smaller --max-tokens")
+    span = {"measured": _span(measured), "sweep": _span(swept)}
+    note = f"sweep on stream tokens {span['sweep']['first_target']}…{span['sweep']['last_target']}, after the measured ones"
+    sens = sweep_prepared(_subset(p, swept, note, mx.sweep_tokens), schemes, mx.by, block_cache=mx.block_cache, proxy=False, rep=rep)
+    data = sens.to_json() | {"held_out_split": span}
+    held = span | {"overlap_possible": False, "note": "the sweep read the tokens right after the measured ones"}
+    return _subset(p, measured, "measured windows: the first --max-tokens tokens", ts.max_tokens), data["units"], data, held
+
+
+def _check_coverage(problem, model) -> None:
+    default = {n for n, selected, _ in plan_layers(model) if selected}
+    covered = {n for u in problem.units for n in u.layers}
+    if default - covered:
+        missing = sorted(default - covered)
+        raise UsageError(f"the sensitivity units cover {len(covered & default)} of {len(default)} quantized layers (not {missing[0]}); "
+                         f"sweep every unit (no --units) so the mix and the uniform schemes quantize the same layers")  # fmt: skip
+
+
+def _variant(model, problem, picks, name: str):
+    assignment = problem.assignment(picks)
+    plan = [(n, assignment.get(n), f"mix: {assignment[n].name}" if n in assignment else reason)
+            for n, _, reason in plan_layers(model)]  # fmt: skip
+    counts = [sum(1 for s in assignment.values() if s == sch) for sch in problem.schemes]
+    return quantize_plan(model, plan, problem.schemes[counts.index(max(counts))], label=name)
+
+
+def _measure(p: Prepared, specs: list, rep: Reporter) -> tuple[CompareColumns, float]:
+    """Every variant of ``specs`` ((name, build)) on p's windows, ``VARIANTS_PER_PASS`` at a time."""
+    cols, seconds = None, 0.0
+    for i in range(0, len(specs), VARIANTS_PER_PASS):
+        chunk = [build() for _, build in specs[i : i + VARIANTS_PER_PASS]]
+        n = len(p.windows) * (1 + len(chunk))
+        with progress(rep, n, f"{len(p.windows)} held-out windows × {1 + len(chunk)} models") as bar:
+            got = run_lockstep(p.loaded.model, p.stream, p.windows, chunk, p.protocol.prefix_id, bar.step)
+        seconds += bar.seconds
+        cols = got if cols is None else CompareColumns(cols.reference, {**cols.variants, **got.variants})
+        del chunk
+    return cols, seconds
+
+
+def _exports(p: Prepared, problem, picks, name: str, budget) -> dict:
+    model = p.loaded.model
+    linears = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    widths = {n: int(m.weight.shape[1]) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    prefix = decoder_prefix(model)
+    units = tuple((pat, problem.schemes[k]) for u, k in zip(problem.units, picks)
+                  for pat in export.unit_patterns(u.kind, u.name, u.layers, linears, prefix))  # fmt: skip
+    meta = {"written_by": "infoeval mix", "model": p.loaded.info.spec, "budget_bits": float(budget), "variant": name}
+    recipe = Recipe(units, None, meta, name)
+    assignment = problem.assignment(picks)
+    return {"recipe": recipe_toml(recipe, f"infoeval mix: {name}, {len(problem.units)} units"),
+            "llama_cpp": export.tensor_types(assignment, widths), "compressed_tensors": export.config_groups(assignment, widths, linears)}  # fmt: skip
+
+
+def mix(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, mx: MixSettings,
+        rep: Reporter | None = None) -> tuple[MixResult, CompareColumns, dict | None]:  # fmt: skip
+    """Solve and measure; returns the result, the held-out columns and the sweep's JSON (None with --sensitivity)."""
+    rep = rep or Reporter()
+    schemes = parse_schemes(mx.schemes)
+    extra = parse_sweep(mx.sweep) if mx.sweep else []
+    if not mx.sensitivity and ts.max_tokens is None:
+        raise UsageError("mix sweeps the tokens after the measured ones: give --max-tokens N (not 'all'), or --sensitivity FILE")
+    run_ts = ts if mx.sensitivity else dataclasses.replace(ts, max_tokens=ts.max_tokens + mx.sweep_tokens)
+    p_all = prepare(ms, run_ts, ws, rep)
+    p, rows, sweep_json, held = _sensitivity(p_all, ts, mx, schemes, rep)
+    model = p.loaded.model
+    shapes = {n: tuple(m.weight.shape) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    problem = build_problem(rows, schemes, shapes)
+    _check_coverage(problem, model)
+    budget, budget_scheme = parse_budget(mx.budget, problem)
+    t0 = time.perf_counter()
+    choices = solve(problem.kl, problem.cost, problem.weights, [budget, *extra])
+    solve_s = time.perf_counter() - t0
+    return _finish(p, problem, choices, budget_scheme, mx, sweep_json, held, rep, solve_s)
+
+
+def _finish(p, problem, choices, budget_scheme, mx, sweep_json, held, rep, solve_s):
+    model = p.loaded.model
+    U = len(problem.units)
+    entries = {}  # picks → (name, kind, bits, budgets)
+    for k, s in enumerate(problem.schemes):
+        entries[(k,) * U] = [s.name, "uniform", float(problem.uniform_bits(k)), []]
+    names = []
+    for c in choices:
+        e = entries.setdefault(c.picks, [f"mix-{c.bits_per_weight:.4f}", "mix", c.bits_per_weight, []])
+        e[3].append(float(c.budget_bits))
+        names.append(e[0])
+    specs = [(e[0], (lambda k=k, e=e: quantize_variant(model, problem.schemes[k[0]]) if e[1] == "uniform"
+                     else _variant(model, problem, k, e[0]))) for k, e in entries.items()]  # fmt: skip
+    cols, eval_s = _measure(p, specs, rep)
+    measured = [measured_row(e[0], e[1], e[2], problem.predicted(k), variant_metrics(cols.reference, cols.variants[e[0]]), e[3])
+                for k, e in entries.items()]  # fmt: skip
+    main = choices[0]
+    result = MixResult(
+        p.provenance("mix", schemes=[s.name for s in problem.schemes], by=mx.by), {**p.timings, "solve_s": solve_s, "eval_s": eval_s,
+        **({f"sweep_{k}": v for k, v in sweep_json["timings"].items() if k not in p.timings} if sweep_json else {})},
+        settings={"schemes": [s.name for s in problem.schemes], "by": mx.by, "budget": mx.budget, "budget_bits": float(main.budget_bits),
+                  "budget_fraction": str(main.budget_bits), "sweep": mx.sweep, "sweep_tokens": mx.sweep_tokens,
+                  "bits_accounting": "stored bits per quantized weight: codes + fp16 scales (+ b-bit zero points); quant/bits.py"},
+        held_out=held, reference=reference_metrics(cols.reference), units=tuple(unit_rows(problem)),
+        solutions=tuple(solution_row(problem, c, n) for c, n in zip(choices, names)), measured=tuple(measured),
+        target=target_row(measured, names[0], budget_scheme), exports=_exports(p, problem, main.picks, names[0], main.budget_bits),
+        sensitivity={"source": "sweep" if sweep_json else [str(f) for f in mx.sensitivity], "by": mx.by,
+                     "reference": sweep_json["reference"] if sweep_json else None},
+    )  # fmt: skip
+    return result, cols, sweep_json
