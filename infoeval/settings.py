@@ -63,6 +63,7 @@ class WindowSettings:
 
 @dataclass(frozen=True)
 class VariantSettings:
-    schemes: str = DEFAULT_SCHEMES
+    schemes: str = DEFAULT_SCHEMES  # "" with recipes: only the recipes' variants
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    recipes: tuple[Path, ...] = ()  # recipe files (quant/recipe.py): one mixed variant each, named after the file

@@ -10,6 +10,7 @@ import typer
 
 from infoeval import distributed
 from infoeval.cli import codec, compare, gate, klfit, mutual_info, speculative
+from infoeval.cli import mix as mix_cli
 from infoeval.errors import (
     EXIT_RUNTIME,
     EXIT_USAGE,
@@ -28,6 +29,7 @@ app = typer.Typer(
 
 for _family in (compare, gate, speculative, mutual_info, klfit, codec):
     _family.register(app)
+mix_cli.register(app)
 
 
 PARALLEL_COMMANDS = ("quantize-compare", "compress-bits", "reference", "gate", "spec-accept", "distill", "mutual-info")

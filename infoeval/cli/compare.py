@@ -8,7 +8,7 @@ import typer
 
 from infoeval.cli.options import (
     MODEL_DEFAULT, ConfigOpt, CsvOpt, ExcludeOpt, IncludeOpt, JsonOpt,
-    ModelArg, ModelOpt, OutDirOpt, PlotOpt, PositionsOpt, QuietOpt, RunNameOpt,
+    ModelArg, ModelOpt, OutDirOpt, PlotOpt, PositionsOpt, QuietOpt, RecipeOpt, RunNameOpt,
     SchemesOpt, output_paths_for, pick_model, RunOptions, run_options, text_source,
 )  # fmt: skip
 from infoeval.cli.output import as_json, check_plot, emit
@@ -38,6 +38,7 @@ def quantize_compare(
     schemes: SchemesOpt = DEFAULT_SCHEMES,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
+    recipe: RecipeOpt = None,
     csv: CsvOpt = None,
     json: JsonOpt = None,
     positions: PositionsOpt = None,
@@ -58,7 +59,9 @@ def quantize_compare(
 
     model = pick_model(context, model_arg, model)
     ms, ts, ws = run.settings(model)
-    vs = VariantSettings(schemes=schemes, include=tuple(include or ()), exclude=tuple(exclude or ()))
+    if recipe and getattr(context.get_parameter_source("schemes"), "name", "") == "DEFAULT":
+        schemes = ""  # --recipe alone: only the recipes' variants
+    vs = VariantSettings(schemes=schemes, include=tuple(include or ()), exclude=tuple(exclude or ()), recipes=tuple(recipe or ()))
     check_plot(plot)  # before the long run
     tables = print_quantize_compare_llamacpp if check_table(table) == "llama.cpp" else print_quantize_compare
     result, cols = pipeline.quantize_compare(ms, ts, ws, vs, RichReporter(enabled=not quiet))

@@ -43,6 +43,7 @@ MarkdownOpt = Annotated[Optional[Path], typer.Option(help="Write a markdown summ
 QuantSchemeOpt = Annotated[str, typer.Option(help="Scheme: int<bits>-channel | int<bits>-g<N> [-asym].")]
 OutCheckpointOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder to write the checkpoint to.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Replace --out if it exists.")]
+OneRecipeOpt = Annotated[Optional[Path], typer.Option("--recipe", help="Recipe TOML (unit → scheme, as `infoeval mix` writes) applied instead of one --scheme.")]
 FormatOpt = Annotated[
     str, typer.Option("--format", help="fake (dequantized float weights) or pack-quantized (real int4 codes, compressed-tensors).")
 ]
@@ -106,6 +107,7 @@ def gate(
     model: CandidateOpt = None,
     reference: ReferenceOpt = Path("reference.safetensors"),
     scheme: GateSchemeOpt = None,
+    recipe: OneRecipeOpt = None,
     limits: LimitsOpt = None,
     max_kl_mean: MaxKlMeanOpt = None,
     max_kl_p99: MaxKlP99Opt = None,
@@ -142,12 +144,13 @@ def gate(
     candidate = pick_model(context, candidate, model, "the candidate")
     overrides = {"max_kl_mean": max_kl_mean, "max_kl_p99": max_kl_p99, "min_top1": min_top1,
                  "max_ppl_ratio": max_ppl_ratio, "max_bpb_increase": max_bpb_increase}  # fmt: skip
-    gs = GateSettings(reference, candidate, scheme, _limits_from(limits, overrides), confidence, point, baseline, baseline_tolerance)
+    gs = GateSettings(reference, candidate, scheme, _limits_from(limits, overrides), confidence, point, baseline, baseline_tolerance,
+                      recipe)  # fmt: skip
     ms = ModelSettings(model=candidate or "", device=device, dtype=dtype, device_map=device_map)
     llama = check_table(table) == "llama.cpp"
     result, cols = run_gate(gs, ms, RichReporter(enabled=not quiet))
     data = as_json(result)
-    name = data["candidate"]["spec"] + (f"-{scheme}" if scheme else "")
+    name = data["candidate"]["spec"] + (f"-{scheme}" if scheme else f"-{recipe.stem}" if recipe else "")
     paths = output_paths_for("gate", model=name, source="reference", csv=csv, json=json, positions=positions, out_dir=out_dir,
                              run_name=run_name)  # fmt: skip
     extras = {path: make for path, make in ((junit, lambda: junit_xml(data)), (markdown, lambda: to_markdown(data))) if path}
@@ -162,6 +165,7 @@ def quantize(
     model_arg: ModelArg = None,
     model: ModelOpt = MODEL_DEFAULT,
     scheme: QuantSchemeOpt = "int8-channel",
+    recipe: OneRecipeOpt = None,
     out: OutCheckpointOpt = Path("quantized"),
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
@@ -177,7 +181,9 @@ def quantize(
     from infoeval.settings import ModelSettings
 
     ms = ModelSettings(model=pick_model(context, model_arg, model), device=device, dtype=dtype)
-    info = as_json(quantize_checkpoint(ms, scheme, out, tuple(include or ()), tuple(exclude or ()), force, format))
+    if recipe is not None and getattr(context.get_parameter_source("scheme"), "name", "") != "DEFAULT":
+        raise UsageError("--scheme and --recipe both say how to quantize; give one")
+    info = as_json(quantize_checkpoint(ms, scheme, out, tuple(include or ()), tuple(exclude or ()), force, format, recipe))
     stdout_console().print(
         f"wrote {info['out']} ({info['format']}): {info['scheme']}, {info['layers_quantized']} layers quantized, {info['layers_skipped']} "
         f"skipped, SQNR min {info['sqnr_db_min']:.2f} dB / mean {info['sqnr_db_mean']:.2f} dB"

@@ -85,6 +85,7 @@ PrefixOpt = Annotated[str, typer.Option(help="Token put before the text: auto (B
 SchemesOpt = Annotated[str, typer.Option(help="Comma-separated schemes: int<bits>-channel | int<bits>-g<N> [-asym].")]
 IncludeOpt = Annotated[Optional[list[str]], typer.Option(help="Also quantize modules matching this glob (repeatable), e.g. lm_head.")]
 ExcludeOpt = Annotated[Optional[list[str]], typer.Option(help="Do not quantize modules matching this glob (repeatable).")]
+RecipeOpt = Annotated[Optional[list[Path]], typer.Option(help="Recipe TOML (unit → scheme, as `infoeval mix` writes): one more variant, named after the file (repeatable).")]
 CsvOpt = Annotated[Optional[Path], typer.Option(help="Write the summary CSV here (a row per variant, or per compressor).")]
 JsonOpt = Annotated[Optional[Path], typer.Option(help="Write metrics and provenance as JSON here.")]
 PositionsOpt = Annotated[Optional[Path], typer.Option(help="Write per-position columns as CSV here.")]

@@ -18,7 +18,8 @@ from infoeval.errors import RuntimeFailure
 from infoeval.infotheory import Workspace, compare, reference_stats
 from infoeval.metrics import reference_metrics, variant_metrics
 from infoeval.prepare import Prepared, Reporter, prepare, progress
-from infoeval.quant.apply import QuantizedVariant, WithVariant, quantize_variant
+from infoeval.quant.apply import QuantizedVariant, WithVariant, build_variants
+from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_schemes
 from infoeval.results import Result
 from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
@@ -104,11 +105,12 @@ def _evaluate(p: Prepared, variants, rep: Reporter) -> tuple[CompareColumns, flo
 def quantize_compare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, vs: VariantSettings,
                      rep: Reporter | None = None) -> tuple[CompareResult, CompareColumns]:  # fmt: skip
     rep = rep or Reporter()
-    schemes = parse_schemes(vs.schemes)  # fail on a bad scheme before loading anything
+    schemes = parse_schemes(vs.schemes) if vs.schemes or not vs.recipes else []  # fail on a bad scheme before loading
+    recipes = [read_recipe(r) for r in vs.recipes]
     p = prepare(ms, ts, ws, rep)
     rep.stage("quantizing")
     t0 = time.perf_counter()
-    variants = [quantize_variant(p.loaded.model, s, vs.include, vs.exclude) for s in schemes]
+    variants = build_variants(p.loaded.model, schemes, recipes, vs.include, vs.exclude)
     quantize_s = time.perf_counter() - t0
     cols, eval_s = _evaluate(p, variants, rep)
     result = CompareResult(

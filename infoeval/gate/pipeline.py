@@ -24,7 +24,8 @@ from infoeval.metrics import reference_metrics, variant_metrics
 from infoeval.stats import LN2, se
 from infoeval.model_files import BUILTIN
 from infoeval.models import load_model, resolve_device, resolve_dtype
-from infoeval.quant.apply import fake_quantize_
+from infoeval.quant.apply import fake_quantize_, recipe_variant, swap_in
+from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_scheme
 from infoeval.results import SCHEMA_VERSION, Result, provenance
 from infoeval.prepare import Reporter, prepare, progress
@@ -161,6 +162,11 @@ class GateSettings:
     point: bool = False
     baseline: Path | None = None
     baseline_tolerance: float = 0.05
+    recipe: Path | None = None  # a recipe file (quant/recipe.py) applied to the candidate instead of a scheme
+
+    def __post_init__(self) -> None:
+        if self.scheme and self.recipe:
+            raise UsageError("--scheme and --recipe both quantize the candidate; give one")
 
 
 def _load_candidate(gs: GateSettings, ms: ModelSettings, ref: Reference):
@@ -170,6 +176,10 @@ def _load_candidate(gs: GateSettings, ms: ModelSettings, ref: Reference):
     report = None
     if gs.scheme:
         report = fake_quantize_(loaded.model, parse_scheme(gs.scheme)).summary()
+    elif gs.recipe:
+        variant = recipe_variant(loaded.model, read_recipe(gs.recipe))
+        swap_in(loaded.model, variant)
+        report = variant.summary()
     fp = vocab_fingerprint(loaded.tokenizer)
     if fp != ref.meta["tokenizer_fingerprint"]:
         raise DataError(
@@ -233,7 +243,8 @@ def run_gate(gs: GateSettings, ms: ModelSettings, rep: Reporter | None = None) -
         {"load_s": load_s, "eval_s": bar.seconds}, passed=passed, verdicts=tuple(v.as_dict() for v in verdicts),
         baseline={"file": str(gs.baseline), "rows": base_rows} if baseline else None, metrics=metrics,
         reference=ref.meta["reference"],
-        candidate={"spec": spec, "model": loaded.info.to_json(), "scheme": gs.scheme, "quantization": qreport},
+        candidate={"spec": spec, "model": loaded.info.to_json(), "scheme": gs.scheme or (f"recipe {gs.recipe}" if gs.recipe else None),
+                   "quantization": qreport},
     )  # fmt: skip
     return result, {"reference": ref_cols, "variant": var}
 
