@@ -10,6 +10,7 @@ import typer
 
 from infoeval import distributed
 from infoeval.cli import codec, compare, gate, klfit, mutual_info, speculative
+from infoeval.cli import sensitivity as sensitivity_cli
 from infoeval.cli import mix as mix_cli
 from infoeval.errors import (
     EXIT_RUNTIME,
@@ -29,6 +30,7 @@ app = typer.Typer(
 
 for _family in (compare, gate, speculative, mutual_info, klfit, codec):
     _family.register(app)
+sensitivity_cli.register(app)
 mix_cli.register(app)
 
 

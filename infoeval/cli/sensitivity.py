@@ -1,0 +1,79 @@
+"""The sensitivity command: which units (Linear layers, blocks, layer types) a quantization scheme hurts."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from infoeval.cli.options import (
+    MODEL_DEFAULT, ConfigOpt, CsvOpt, JsonOpt, MaxTokensOpt, ModelArg, ModelOpt, OutDirOpt, PlotOpt, QuietOpt,
+    RunNameOpt, RunOptions, output_paths_for, pick_model, run_options, text_source,
+)  # fmt: skip
+from infoeval.cli.output import as_json, check_plot, emit
+
+SchemeOpt = Annotated[str, typer.Option("--scheme", "--schemes", help="Scheme(s) each unit is quantized with, comma-separated: int<bits>-channel | int<bits>-g<N> [-asym].")]
+ByOpt = Annotated[str, typer.Option(help="Units: linear (one Linear layer), block (one decoder block), type (one layer type in every block, e.g. mlp.down_proj).")]
+UnitsOpt = Annotated[Optional[list[str]], typer.Option(help="Keep only the units matching this glob (repeatable or comma-separated), e.g. '*mlp*'.")]
+BlockCacheOpt = Annotated[bool, typer.Option("--block-cache/--no-block-cache", help="Start each unit's forward from the reference's cached input of its first block (--no-block-cache: from the embeddings, to time the plain path).")]
+ProxyOpt = Annotated[bool, typer.Option("--proxy/--no-proxy", help="Also compute the diagonal-Fisher proxy (one backward pass per window) and its Spearman ρ with the direct KL.")]
+SeedOpt = Annotated[int, typer.Option(help="Seed of the tokens the proxy draws from the reference.")]
+SENSITIVITY_MAX_TOKENS = "2048"
+
+
+@run_options(windows=True)
+def sensitivity(
+    context: typer.Context,
+    model_arg: ModelArg = None,
+    model: ModelOpt = MODEL_DEFAULT,
+    scheme: SchemeOpt = "int4-g128",
+    by: ByOpt = "type",
+    units: UnitsOpt = None,
+    max_tokens: MaxTokensOpt = SENSITIVITY_MAX_TOKENS,
+    block_cache: BlockCacheOpt = True,
+    proxy: ProxyOpt = True,
+    seed: SeedOpt = 0,
+    csv: CsvOpt = None,
+    json: JsonOpt = None,
+    plot: PlotOpt = None,
+    out_dir: OutDirOpt = None,
+    run_name: RunNameOpt = None,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+    run: RunOptions = None,  # the shared text, window and device options (see run_options)
+) -> None:
+    """Quantize each unit alone (one Linear layer, one decoder block, or one layer type) and measure it against
+    the original on the same windows: mean KL ± SE, P99, top-1 agreement, Δ ln PPL ± SE, ranked; with the
+    diagonal-Fisher proxy and how well it ranks the units (Spearman ρ)."""
+    from infoeval.quant.schemes import parse_schemes
+    from infoeval.report import RichReporter
+    from infoeval.sensitivity import sweep
+    from infoeval.sensitivity.report import print_sensitivity, summary_frame
+    from infoeval.sensitivity.units import KINDS, split_globs
+
+    from infoeval.errors import UsageError
+
+    if by not in KINDS:
+        raise UsageError(f"--by '{by}' is not allowed; use one of {', '.join(KINDS)}")
+    model = pick_model(context, model_arg, model)
+    ms, ts, ws = run.settings(model)
+    schemes = parse_schemes(scheme)  # fail on a bad scheme before loading anything
+    check_plot(plot)
+    result = sweep(ms, ts, ws, schemes, by=by, units=split_globs(units), block_cache=block_cache, proxy=proxy,
+                   seed=seed, rep=RichReporter(enabled=not quiet))  # fmt: skip
+    data = as_json(result)
+    paths = output_paths_for("sensitivity", model=ms.model, source=text_source(data), csv=csv, json=json,
+                             positions=None, out_dir=out_dir, run_name=run_name)  # fmt: skip
+    paths.pop("positions", None)
+
+    def draw(path):
+        from infoeval.sensitivity.plot import plot_sensitivity
+
+        plot_sensitivity(data, path)
+
+    emit(data, paths=paths, summary=lambda: summary_frame(data), plot=plot, draw=draw, tables=print_sensitivity)
+
+
+def register(app) -> None:
+    """Add sensitivity to the infoeval app."""
+    app.command("sensitivity")(sensitivity)
