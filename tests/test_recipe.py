@@ -250,3 +250,23 @@ def test_config_groups_parse_in_compressed_tensors():
     assert sum(len(g.targets) for g in cfg.config_groups.values()) == 3 and cfg.ignore == ["lm_head"]
     assert {g.weights.num_bits for g in cfg.config_groups.values()} == {8, 4}
     assert export.config_groups({"a": parse_scheme("int4-g128")}, {"a": 576}, ["a"])["config"] is None
+
+
+def test_gate_recipe_judges_the_mix(tiny_llama_dir, tmp_path):
+    from infoeval.compare.pipeline import quantize_compare
+    from infoeval.gate.limits import parse_limits
+    from infoeval.gate.pipeline import GateSettings, build_reference, run_gate
+    from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+
+    ms, ts, ws = ModelSettings(str(tiny_llama_dir), device="cpu"), TextSettings(max_tokens=128), WindowSettings(ctx=64)
+    path = tmp_path / "mixed.toml"
+    write_recipe(path, _recipe(default=parse_scheme("int4-g32"), units=(("model.layers.1.*", parse_scheme("int3-g64")),)))
+    build_reference(ms, ts, ws, tmp_path / "ref.safetensors", 16, 8)
+    gs = GateSettings(tmp_path / "ref.safetensors", None, None, tuple(parse_limits({"max_kl_mean": 10.0})), recipe=path)
+    result, _ = run_gate(gs, ModelSettings("", device="cpu"))
+    qc, _ = quantize_compare(ms, ts, ws, VariantSettings(schemes="", recipes=(path,)))
+    assert result.candidate["quantization"]["scheme"]["mixed"] is True
+    assert result.metrics["ppl"] == pytest.approx(qc.variants[0].metrics["ppl"], rel=1e-6)
+    assert result.metrics["top1"] == qc.variants[0].metrics["top1"]
+    with pytest.raises(UsageError, match="give one"):
+        GateSettings(tmp_path / "ref.safetensors", None, "int4-g32", (), recipe=path)
