@@ -19,8 +19,10 @@ from infoeval.errors import UsageError
 from infoeval.models import LoadedModel, load_model, resolve_device, resolve_dtype
 from infoeval.results import Provenance, provenance
 from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.documents import gptq_text, load_documents
 from infoeval.text import Text, load_text, strip_one_trailing_newline
 from infoeval.tokens import TokenStream, encode, truncate
+from infoeval.protocols import Cut, DocumentLayout, gptq_cut, lmeval_cut, lmeval_prefix
 from infoeval.windows import Window, describe, llamacpp_windows, rolling_windows
 
 
@@ -59,6 +61,7 @@ class WindowProtocol:
     min_context: int
     mean_context: float
     max_context: int
+    layout: dict | None = None  # lm-eval: documents; gptq: windows available and scored
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -74,6 +77,7 @@ class Prepared:
     windows: tuple[Window, ...]
     protocol: WindowProtocol
     timings: Mapping[str, float]
+    documents: DocumentLayout | None = None  # lm-eval: where each document sits in the stream, its words and bytes
 
     def provenance(self, command: str, **extra) -> Provenance:
         return provenance(command, model=self.loaded.info, text=self.text, protocol=self.protocol.to_json(), **extra)
@@ -145,18 +149,53 @@ def _tokens_needed(ts: TextSettings, ws: WindowSettings, has_prefix: bool) -> in
     return chunks * ws.ctx - has_prefix
 
 
-def prepare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Reporter) -> Prepared:
-    """Load text and model, tokenize, and cut the stream into windows."""
-    timings = {}
+def _protocol_cut(text, docs, loaded: LoadedModel, ts: TextSettings, ws: WindowSettings) -> Cut:
+    tok, info = loaded.tokenizer, loaded.info.tokenizer
+    if ws.protocol == "lm-eval":
+        return lmeval_cut(docs, tok, lmeval_prefix(ws.prefix, info.bos_id, info.eos_id), ws.ctx, ts.max_tokens)
+    return gptq_cut(text.text, tok, ws.prefix, info.bos_id, info.eos_id, ws.ctx, ts.max_tokens)
+
+
+def _prepare_cut(text, docs, loaded: LoadedModel, ts: TextSettings, ws: WindowSettings, rep: Reporter, timings: dict) -> Prepared:
+    """The lm-eval and gptq protocols: the whole text tokenized (document by document for lm-eval)."""
+    rep.stage("tokenizing")
+    t0 = time.perf_counter()
+    cut = _protocol_cut(text, docs, loaded, ts, ws)
+    timings["tokenize_s"] = time.perf_counter() - t0
+    whole = bool(cut.summary["complete"]) or ws.protocol == "gptq"
+    protocol = WindowProtocol(
+        name=ws.protocol, ctx=ws.ctx, stride=ws.ctx, prefix=ws.prefix, prefix_token=cut.prefix_token,
+        prefix_id=cut.prefix_id, rule=cut.rule, max_tokens=ts.max_tokens, text_tokens=cut.text_tokens if whole else None,
+        tokenized="the whole text" if whole else f"documents up to the first {ts.max_tokens:,} tokens",
+        tokenizer=loaded.info.tokenizer.source, **describe(cut.windows, len(cut.stream)), layout=cut.summary,
+    )  # fmt: skip
+    return Prepared(loaded, text, cut.stream, tuple(cut.windows), protocol, MappingProxyType(timings), cut.layout)
+
+
+def _load(ts: TextSettings, ws: WindowSettings):
+    """The text (and lm-eval's documents) as the protocol reads it."""
+    if ts.documents is not None and ws.protocol != "lm-eval":
+        raise UsageError(f"--documents works with --protocol lm-eval only (not {ws.protocol})")
+    if ws.protocol == "lm-eval":
+        return load_documents(ts.text, ts.dataset, ts.data_dir, ts.documents, ts.document_field)
     text = load_text(ts.text, ts.dataset, ts.data_dir)
     if ws.protocol == "llama.cpp":
         text = strip_one_trailing_newline(text)
+    return (gptq_text(text) if ws.protocol == "gptq" else text), None
+
+
+def prepare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Reporter) -> Prepared:
+    """Load text and model, tokenize, and cut the stream into windows."""
+    timings = {}
+    text, docs = _load(ts, ws)
     device = resolve_device(ms.device)
     dtype = resolve_dtype(ms.dtype, device)
     rep.stage(f"loading {ms.model}")
     t0 = time.perf_counter()
     loaded = load_model(ms.model, device, dtype, ms.device_map)
     timings["load_s"] = time.perf_counter() - t0
+    if ws.protocol in ("lm-eval", "gptq"):
+        return _prepare_cut(text, docs, loaded, ts, ws, rep, timings)
     prefix_id, prefix_desc = _resolve_prefix(ws.prefix, ws.protocol, loaded)
     rep.stage("tokenizing")
     t0 = time.perf_counter()

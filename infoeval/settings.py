@@ -11,8 +11,9 @@ from infoeval.quant.schemes import DEFAULT_SCHEMES
 
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_CTX = 512
+GPTQ_CTX = 2048  # the GPTQ/AWQ papers' sequence length
 
-PROTOCOLS = ("rolling", "llama.cpp")
+PROTOCOLS = ("rolling", "llama.cpp", "lm-eval", "gptq")
 PREFIXES = ("auto", "bos", "eos", "none")
 
 
@@ -30,10 +31,21 @@ class TextSettings:
     dataset: str | None = None
     data_dir: Path | None = None
     max_tokens: int | None = None  # None: every token
+    documents: str | None = None  # a JSONL file, or "articles" (WikiText split into articles); lm-eval protocol only
+    document_field: str = "text"
 
     def __post_init__(self) -> None:
         if self.max_tokens is not None and self.max_tokens < 1:
             raise UsageError(f"--max-tokens {self.max_tokens} is not allowed; it must be at least 1")
+        if self.documents == "articles" and self.text is None and self.dataset is None:
+            raise UsageError("--documents articles splits a WikiText file: give --dataset wikitext-2 (or -valid) or --text FILE")
+        if self.documents not in (None, "articles") and (self.text is not None or self.dataset is not None):
+            raise UsageError("--documents FILE.jsonl is the text: do not give --text or --dataset with it")
+
+
+def default_ctx(protocol: str) -> int:
+    """--ctx when not given: 2048 for the gptq protocol (the papers' length), 512 otherwise."""
+    return GPTQ_CTX if protocol == "gptq" else DEFAULT_CTX
 
 
 def check_window_options(ctx: int, stride: int | None) -> None:
@@ -57,8 +69,8 @@ class WindowSettings:
         if self.prefix not in PREFIXES:
             raise UsageError(f"unknown prefix policy '{self.prefix}'; allowed: {', '.join(PREFIXES)}")
         check_window_options(self.ctx, self.stride)
-        if self.protocol == "llama.cpp" and self.stride not in (None, self.ctx):
-            raise UsageError("--stride cannot be set with --protocol llama.cpp (its chunks never overlap)")
+        if self.protocol != "rolling" and self.stride not in (None, self.ctx):
+            raise UsageError(f"--stride cannot be set with --protocol {self.protocol} (only rolling windows take a stride)")
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,3 +104,29 @@ def _encode_prefix(text: str, tokenizer, prefix_id: int | None, n: int) -> Token
 def truncate(stream: TokenStream, n_tokens: int) -> TokenStream:
     """The first n_tokens tokens of the stream."""
     return TokenStream(stream.ids[:n_tokens], stream.nbytes[:n_tokens], stream.prefix_id)
+
+
+def default_special_tokens(tokenizer) -> tuple[list[int], list[int]]:
+    """The ids the tokenizer puts before and after a text by default (``add_special_tokens=True``), found on a probe."""
+    plain = list(tokenizer("a", add_special_tokens=False, verbose=False)["input_ids"])
+    full = list(tokenizer("a", verbose=False)["input_ids"])
+    for i in range(len(full) - len(plain) + 1):
+        if full[i : i + len(plain)] == plain:
+            return full[:i], full[i + len(plain) :]
+    raise DataError("cannot tell which special tokens the tokenizer adds by default (its encodings of a probe disagree)")
+
+
+def text_tokens(text: str, tokenizer, front: Sequence[int] = (), back: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """Ids and UTF-8 bytes per token of ``text`` (as ``encode`` counts them), between the special ids ``front`` and
+    ``back`` (0 bytes each); an empty text gives only the special ids."""
+    ids, nbytes = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if text:
+        ids, starts = _tokenize(text, tokenizer)
+        if ids.size:
+            starts = np.maximum.accumulate(starts)
+            starts[0] = 0
+            nbytes = np.diff(_byte_offsets(text)[np.append(starts, len(text))])
+    specials = (np.asarray(front, np.int64), np.asarray(back, np.int64))
+    ids = np.concatenate([specials[0], ids, specials[1]])
+    nbytes = np.concatenate([np.zeros(len(front), np.int64), nbytes, np.zeros(len(back), np.int64)])
+    return ids.astype(np.int64), nbytes.astype(np.int64)

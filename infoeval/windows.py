@@ -18,10 +18,30 @@ so every scored token sees at least C − S + 1 tokens of context (except at the
 llama.cpp protocol (``llama-perplexity``): non-overlapping chunks of C tokens, the last partial chunk dropped,
 the first token of each chunk replaced by BOS when the tokenizer adds one, and only the second half scored:
 logits C/2 … C−2 predict chunk tokens C/2+1 … C−1 (C − 1 − C/2 tokens per chunk).
+
+lm-eval protocol (lm-evaluation-harness's ``loglikelihood_rolling``: ``get_rolling_token_windows(context_len=1)``
+then ``make_disjoint_window``): each document is its own stream ``P d0 d1 …`` (P the prefix token); the first
+window scores up to C tokens after P, every later window scores the next up to C tokens and is filled with
+earlier tokens of the same document up to C inputs. Document of 9 tokens, C = 4 (stream positions 0 … 9)::
+
+    stream    P   d0  d1  d2  d3  d4  d5  d6  d7  d8
+    window 0  [in  in  in  in]                         scores d0 d1 d2 d3   (contexts 1..4 tokens)
+    window 1                  [in  in  in  in]         scores d4 d5 d6 d7
+    window 2                      [in  in  in  in]     scores d8 only, after 4 tokens of context
+
+Several documents are concatenated (``P a0 a1 P b0 …``); no window crosses into another document.
+
+GPTQ protocol (GPTQ/AWQ's WikiText evaluation): ⌊L / C⌋ non-overlapping windows of C tokens of the stream
+(the tokenizer's default special tokens at its start), logits 0 … C−2 scored, the remainder dropped::
+
+    stream    t0  t1  t2  t3  t4  t5  t6  t7  t8  t9
+    window 0  [in  in  in  in]                         scores t1 t2 t3
+    window 1                  [in  in  in  in]         scores t5 t6 t7   (t8 t9 dropped)
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -104,6 +124,39 @@ def llamacpp_windows(n_tokens: int, ctx: int, add_bos: bool, max_chunks: int | N
         )
         for k in range(n_chunks)
     ]
+
+
+def lmeval_windows(doc_lengths: Sequence[int], ctx: int) -> list[Window]:
+    """lm-eval's rolling windows over concatenated documents; ``doc_lengths[d]`` = 1 (prefix token) + the
+    document's tokens (a document of no tokens has length 0: lm-eval makes no window for it)."""
+    check_window_options(ctx, None)
+    windows: list[Window] = []
+    offset = 0
+    for length in doc_lengths:
+        n = length - 1  # tokens to predict: all of the document's
+        if n > 0:
+            first = min(ctx, n)
+            windows.append(Window(len(windows), offset, first, 0, first))
+            predicted = first
+            while predicted < n:
+                k = min(n - predicted, ctx)
+                end = predicted + k  # the window predicts stream tokens end−k+1 … end (stream = P + tokens)
+                windows.append(Window(len(windows), offset + end - ctx, ctx, ctx - k, k))
+                predicted = end
+        offset += max(length, 0)
+    if not windows:
+        raise DataError("the documents have no tokens; at least one token is needed to score one")
+    return windows
+
+
+def gptq_windows(n_tokens: int, ctx: int, max_windows: int | None = None) -> list[Window]:
+    """GPTQ's ⌊n_tokens / ctx⌋ windows of ctx tokens, each scoring its tokens 1 … ctx−1 (at most max_windows)."""
+    check_window_options(ctx, None)
+    n = n_tokens // ctx
+    if n < 1:
+        raise DataError(f"the text has {n_tokens} tokens; the gptq protocol needs at least one window of --ctx {ctx}")
+    n = n if max_windows is None else min(n, max_windows)
+    return [Window(k, k * ctx, ctx, 0, ctx - 1) for k in range(n)]
 
 
 def window_inputs(stream: torch.Tensor, window: Window, bos_id: int | None) -> torch.Tensor:

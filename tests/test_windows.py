@@ -15,7 +15,9 @@ from infoeval.errors import DataError, UsageError
 from infoeval.windows import (
     Window,
     describe,
+    gptq_windows,
     llamacpp_windows,
+    lmeval_windows,
     rolling_windows,
     window_inputs,
     window_targets,
@@ -235,3 +237,84 @@ def test_describe_llamacpp():
     assert d["context_only_tokens"] == 58  # includes the 4 dropped tail tokens
     assert (d["min_context"], d["max_context"]) == (9, 15)
     assert d["mean_context"] == pytest.approx(12.0)
+
+
+# ---- lm-eval: loglikelihood_rolling ------------------------------------------------------------------------
+def _lm_eval_reference(token_list: list[int], prefix: int, ctx: int) -> list[tuple[list[int], list[int]]]:
+    """lm-evaluation-harness 0.4.x, transcribed: get_rolling_token_windows(context_len=1) + make_disjoint_window,
+    then the HF model's input ``(context + continuation)[-(ctx + 1):][:-1]``; returns (inputs, scored tokens)."""
+    out = []
+    if not token_list:
+        return out
+    first = min(ctx, len(token_list))
+    pairs = [([prefix] + token_list[: first - 1], token_list[:first])]
+    predicted = first
+    while predicted < len(token_list):
+        k = min(len(token_list) - predicted, ctx)
+        end = predicted + k
+        pairs.append((token_list[end - ctx - 1 : end - 1], token_list[end - k : end]))
+        predicted += k
+    for a, b in pairs:
+        context = a[: len(a) - (len(b) - 1)]
+        out.append(((context + b)[-(ctx + 1) :][:-1], b))
+    return out
+
+
+def _layout(windows):
+    return [(w.start, w.length, w.first_scored, w.n_scored) for w in windows]
+
+
+def test_lmeval_docstring_diagram():
+    """One document of 9 tokens after P, ctx 4: the last window scores d8 after 4 tokens of context (filled)."""
+    assert _layout(lmeval_windows([10], 4)) == [(0, 4, 0, 4), (4, 4, 0, 4), (5, 4, 3, 1)]
+
+
+def test_lmeval_text_shorter_than_one_window():
+    assert _layout(lmeval_windows([4], 8)) == [(0, 3, 0, 3)]  # P d0 d1 d2: inputs P d0 d1, scores d0 d1 d2
+
+
+def test_lmeval_several_documents_never_cross():
+    """P a0 a1 a2 | (empty) | P b0 … b4, ctx 3: b's last window starts inside b and is filled from b only."""
+    ws = lmeval_windows([4, 0, 6], 3)
+    assert _layout(ws) == [(0, 3, 0, 3), (4, 3, 0, 3), (6, 3, 1, 2)]
+    assert [w.index for w in ws] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("lengths,ctx", [([2], 1), ([17], 4), ([5, 9, 1, 0, 33], 4), ([64, 65, 66], 16), ([7, 3], 8)])
+def test_lmeval_windows_match_lm_eval(lengths, ctx):
+    """Every window's inputs and scored tokens equal lm-eval's, document by document; every token once."""
+    prefix, stream, docs = -1, [], []
+    for d, n in enumerate(lengths):
+        tokens = [100 * (d + 1) + i for i in range(max(n - 1, 0))]
+        docs.append(tokens)
+        stream += [prefix] + tokens if tokens else []
+    want = [pair for tokens in docs for pair in _lm_eval_reference(tokens, prefix, ctx)]
+    ids = torch.tensor(stream)
+    ws = lmeval_windows([n if n > 1 else 0 for n in lengths], ctx) if ctx > 1 else None
+    if ws is None:  # ctx 1 is below every protocol's minimum
+        with pytest.raises(UsageError):
+            lmeval_windows(lengths, ctx)
+        return
+    got = [(window_inputs(ids, w, None)[0].tolist(), window_targets(ids, w).tolist()) for w in ws]
+    assert got == want
+    assert all(w.first_scored + w.n_scored == w.length for w in ws)  # lm-eval scores a window's last logits
+
+
+def test_lmeval_no_tokens_is_an_error():
+    with pytest.raises(DataError):
+        lmeval_windows([0, 0], 4)
+
+
+# ---- gptq: non-overlapping windows of ctx, logits 0 … ctx−2 -----------------------------------------------
+def test_gptq_docstring_diagram():
+    assert _layout(gptq_windows(10, 4)) == [(0, 4, 0, 3), (4, 4, 0, 3)]
+    seen = _scored(gptq_windows(10, 4), 10)
+    assert sorted(seen) == [1, 2, 3, 5, 6, 7]  # t0, t4 (window starts) context only; t8, t9 dropped
+
+
+def test_gptq_max_windows_and_short_text():
+    assert len(gptq_windows(4096, 512, max_windows=3)) == 3
+    assert len(gptq_windows(4096, 512)) == 8
+    with pytest.raises(DataError):
+        gptq_windows(511, 512)
+

@@ -3,6 +3,7 @@ argument or as --model, settings builders and output paths."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import typing
@@ -14,13 +15,13 @@ import typer
 
 from infoeval.errors import UsageError
 from infoeval.models import DEFAULT_MODEL
-from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.settings import DEFAULT_CTX, ModelSettings, TextSettings, WindowSettings, default_ctx
 from infoeval.text import DATASETS
 
 # ---- defaults of the shared options (each command's signature uses these) ---------------------------------
 MODEL_DEFAULT = DEFAULT_MODEL
 MAX_TOKENS_DEFAULT = "8192"
-CTX_DEFAULT = 512
+CTX_DEFAULT = DEFAULT_CTX  # 2048 with --protocol gptq (settings.default_ctx)
 PROTOCOL_DEFAULT = "rolling"
 PREFIX_DEFAULT = "auto"
 DEVICE_DEFAULT = "auto"
@@ -78,9 +79,11 @@ DataDirOpt = Annotated[Optional[Path], typer.Option(help="Folder holding wikitex
 MaxTokensOpt = Annotated[
     str, typer.Option(help="Score at most this many tokens, or 'all' for the whole text (the default keeps a first run to minutes).")
 ]
-CtxOpt = Annotated[int, typer.Option(help="Window length in tokens (n_ctx).")]
+CtxOpt = Annotated[Optional[int], typer.Option(help="Window length in tokens (n_ctx); default 512, 2048 with --protocol gptq.", show_default=False)]
 StrideOpt = Annotated[Optional[int], typer.Option(help="Tokens between window starts (default = ctx); ≤ ctx.")]
-ProtocolOpt = Annotated[str, typer.Option(help="rolling (every token scored once) or llama.cpp (llama-perplexity's chunks).")]
+ProtocolOpt = Annotated[str, typer.Option(help="rolling (every token scored once), llama.cpp (llama-perplexity's chunks), lm-eval (lm-evaluation-harness's loglikelihood_rolling, per document) or gptq (GPTQ/AWQ's non-overlapping windows).")]
+DocumentsOpt = Annotated[Optional[str], typer.Option(help="With --protocol lm-eval: a JSONL file of documents, or 'articles' (the WikiText file split into articles, lm-eval's wikitext task).")]
+DocumentFieldOpt = Annotated[str, typer.Option(help="The field of each JSONL line that holds the document.")]
 PrefixOpt = Annotated[str, typer.Option(help="Token put before the text: auto (BOS, else EOS), bos, eos or none.")]
 SchemesOpt = Annotated[str, typer.Option(help="Comma-separated schemes: int<bits>-channel | int<bits>-g<N> [-asym].")]
 IncludeOpt = Annotated[Optional[list[str]], typer.Option(help="Also quantize modules matching this glob (repeatable), e.g. lm_head.")]
@@ -143,10 +146,12 @@ class RunOptions:
     device: str
     dtype: str
     device_map: str | None
-    ctx: int = CTX_DEFAULT
+    ctx: int | None = None  # None: the protocol's default (settings.default_ctx)
     stride: int | None = None
     protocol: str = PROTOCOL_DEFAULT
     prefix: str = PREFIX_DEFAULT
+    documents: str | None = None
+    document_field: str = "text"
 
     def model_text(self, model: str) -> tuple[ModelSettings, TextSettings]:
         """The model and the text of a run (for commands without scoring windows, e.g. mutual-info)."""
@@ -157,7 +162,10 @@ class RunOptions:
 
     def settings(self, model: str) -> tuple[ModelSettings, TextSettings, WindowSettings]:
         """The model, the text and the scoring windows of a run."""
-        return (*self.model_text(model), WindowSettings(ctx=self.ctx, stride=self.stride, protocol=self.protocol, prefix=self.prefix))
+        ms, ts = self.model_text(model)
+        ts = dataclasses.replace(ts, documents=self.documents, document_field=self.document_field)
+        ctx = self.ctx if self.ctx is not None else default_ctx(self.protocol)
+        return ms, ts, WindowSettings(ctx=ctx, stride=self.stride, protocol=self.protocol, prefix=self.prefix)
 
 
 def _param(name: str, annotation, default) -> inspect.Parameter:
@@ -166,8 +174,9 @@ def _param(name: str, annotation, default) -> inspect.Parameter:
 
 _TEXT = [_param("text", TextOpt, None), _param("dataset", DatasetOpt, None), _param("data_dir", DataDirOpt, None),
          _param("max_tokens", MaxTokensOpt, MAX_TOKENS_DEFAULT)]  # fmt: skip
-_WINDOW = [_param("ctx", CtxOpt, CTX_DEFAULT), _param("stride", StrideOpt, None), _param("protocol", ProtocolOpt, PROTOCOL_DEFAULT),
-           _param("prefix", PrefixOpt, PREFIX_DEFAULT)]  # fmt: skip
+_WINDOW = [_param("ctx", CtxOpt, None), _param("stride", StrideOpt, None), _param("protocol", ProtocolOpt, PROTOCOL_DEFAULT),
+           _param("prefix", PrefixOpt, PREFIX_DEFAULT), _param("documents", DocumentsOpt, None),
+           _param("document_field", DocumentFieldOpt, "text")]  # fmt: skip
 _DEVICE = [_param("device", DeviceOpt, DEVICE_DEFAULT), _param("dtype", DtypeOpt, DTYPE_DEFAULT), _param("device_map", DeviceMapOpt, None)]
 _OUTPUTS = ("csv", "json", "positions", "plot", "out_dir", "run_name", "quiet", "config")
 

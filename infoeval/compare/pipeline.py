@@ -18,6 +18,7 @@ from infoeval.errors import RuntimeFailure
 from infoeval.infotheory import Workspace, compare, reference_stats
 from infoeval.metrics import reference_metrics, variant_metrics
 from infoeval.prepare import Prepared, Reporter, prepare, progress
+from infoeval.protocol_metrics import protocol_figures
 from infoeval.quant.apply import QuantizedVariant, WithVariant, build_variants
 from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_schemes
@@ -82,6 +83,7 @@ class CompareResult(Result):
 
     reference: dict[str, float]
     variants: tuple[VariantResult, ...]
+    protocol_metrics: dict | None = None  # the lm-eval / gptq protocol's own figures, per model
     FAMILY = "quantize-compare"
 
 
@@ -92,7 +94,14 @@ class CompressResult(Result):
     reference: dict[str, float]
     compressors: tuple[dict, ...]
     model_over_xz: float | None
+    protocol_metrics: dict | None = None  # the lm-eval / gptq protocol's own figures
     FAMILY = "compress-bits"
+
+
+def _protocol_metrics(p: Prepared, cols: CompareColumns) -> dict | None:
+    """lm-eval's or GPTQ's figures for the reference and each variant (None for rolling and llama.cpp)."""
+    nll = {REFERENCE: cols.reference["nll"], **{name: v["nll"] for name, v in cols.variants.items()}}
+    return protocol_figures(p.protocol.name, p.protocol.layout, p.documents, cols.reference, nll)
 
 
 def _evaluate(p: Prepared, variants, rep: Reporter) -> tuple[CompareColumns, float]:
@@ -117,6 +126,7 @@ def quantize_compare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, vs
         p.provenance("quantize-compare"), {**p.timings, "quantize_s": quantize_s, "eval_s": eval_s},
         reference=reference_metrics(cols.reference),
         variants=tuple(VariantResult(v.name, variant_metrics(cols.reference, cols.variants[v.name]), v.summary()) for v in variants),
+        protocol_metrics=_protocol_metrics(p, cols),
     )  # fmt: skip
     return result, cols
 
@@ -156,5 +166,6 @@ def compress_bits(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: 
         rows.append(arithmetic_coded_row(p.loaded, data, ws.ctx, rep))
     xz_bits = next(r["bits"] for r in rows if r["method"] == "xz -9")
     result = CompressResult(p.provenance("compress-bits"), {**p.timings, "eval_s": eval_s}, reference=ref,
-                            compressors=tuple(rows), model_over_xz=ref["total_bits"] / xz_bits if xz_bits else None)  # fmt: skip
+                            compressors=tuple(rows), model_over_xz=ref["total_bits"] / xz_bits if xz_bits else None,
+                            protocol_metrics=_protocol_metrics(p, cols))  # fmt: skip
     return result, cols

@@ -134,6 +134,7 @@ def compress_table(result: dict) -> Table:
 def print_quantize_compare(console: Console, result: dict) -> None:
     console.print(run_header(result))
     console.print(reference_table(result["reference"]))
+    print_protocol_figures(console, result)
     for table in variants_tables(result):
         console.print(table)
 
@@ -148,5 +149,25 @@ def print_quantize_compare_llamacpp(console: Console, result: dict) -> None:
 def print_compress_bits(console: Console, result: dict) -> None:
     console.print(run_header(result))
     console.print(reference_table(result["reference"], "Model"))
+    print_protocol_figures(console, result)
     console.print(compress_table(result))
     console.print(f"model bits / xz bits = {fmt_num(result['model_over_xz'], 3)} (the model's own size is not counted)")
+
+
+def print_protocol_figures(console: Console, result: dict) -> None:
+    """The lm-eval or gptq protocol's own figures (``protocol_metrics``), one row per model; nothing for others."""
+    pm = result.get("protocol_metrics")
+    if not pm:
+        return
+    note = "" if pm["complete"] else "; NOT the whole protocol (--max-tokens cut it): use --max-tokens all to compare with published figures"
+    if pm["protocol"] == "lm-eval":
+        t = report_table("lm-eval figures", ["model", "word_perplexity", "byte_perplexity", "bits_per_byte", "docs", "words", "bytes", "log-lik"],
+                         f"lm-evaluation-harness's loglikelihood_rolling metrics, summed over documents{note}")  # fmt: skip
+        for name, f in pm["figures"].items():
+            t.add_row(name, fmt_num(f["word_perplexity"]), fmt_num(f["byte_perplexity"]), fmt_num(f["bits_per_byte"]), fmt_num(f["documents"]),
+                      fmt_num(f["words"]), fmt_num(f["bytes"]), fmt_num(f["loglikelihood"], 2))  # fmt: skip
+    else:
+        t = report_table("gptq figures", ["model", "PPL", "windows"], f"GPTQ/AWQ: exp(mean over windows of each window's mean NLL){note}")
+        for name, f in pm["figures"].items():
+            t.add_row(name, fmt_num(f["ppl"]), fmt_num(f["windows"]))
+    console.print(t)

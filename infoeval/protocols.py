@@ -1,0 +1,133 @@
+"""The lm-eval and gptq protocols' token streams: documents (or the GPTQ string) → one stream and its windows.
+
+lm-eval: every document is tokenized as lm-evaluation-harness's HF model does it for ``loglikelihood_rolling``
+(``tok_encode``: ``tokenizer.encode(doc)`` with the tokenizer's default special tokens, none when the document
+starts with the prefix token's text), preceded by the prefix token (BOS, else EOS: ``prefix_token_id``); the
+documents' streams are concatenated and ``windows.lmeval_windows`` keeps every window inside its document.
+gptq: the string tokenized once with the tokenizer's default special tokens (``tokenizer(text)``), windows from
+``windows.gptq_windows``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from infoeval.documents import Documents, count_words
+from infoeval.errors import UsageError
+from infoeval.tokens import TokenStream, default_special_tokens, text_tokens
+from infoeval.windows import Window, gptq_windows, lmeval_windows
+
+
+@dataclass(frozen=True)
+class DocumentLayout:
+    """Where each scored document starts in the stream (its prefix token), and lm-eval's words and bytes of it."""
+
+    starts: np.ndarray  # (D,) int64
+    words: np.ndarray  # (D,) int64
+    nbytes: np.ndarray  # (D,) int64
+    complete: bool  # every document whole (no --max-tokens cut)
+    total_documents: int
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A protocol's stream, windows, prefix and rule in words; ``summary`` goes into the provenance."""
+
+    stream: TokenStream
+    windows: list[Window]
+    prefix_id: int | None
+    prefix_token: str
+    rule: str
+    text_tokens: int
+    summary: dict
+    layout: DocumentLayout | None = None
+
+
+def lmeval_prefix(policy: str, bos: int | None, eos: int | None) -> tuple[int, str]:
+    """lm-eval's prefix token: BOS, else EOS (``--prefix auto``), or the one asked for."""
+    if policy == "none":
+        raise UsageError("--prefix none is not part of the lm-eval protocol (it always puts a prefix token first); use auto, bos or eos")
+    tid = (bos if bos is not None else eos) if policy == "auto" else (bos if policy == "bos" else eos)
+    if tid is None:
+        raise UsageError(f"--prefix {policy}: the tokenizer has no {'BOS or EOS' if policy == 'auto' else policy.upper()} token")
+    what = "BOS" if tid == bos else "EOS"
+    return tid, f"{what} before every document ({'lm-eval prefix_token_id: BOS, else EOS' if policy == 'auto' else '--prefix ' + policy})"
+
+
+def _document(text: str, tokenizer, marker: str, specials, left: int | None):
+    """One document's ids and bytes (lm-eval's tok_encode), cut to ``left`` tokens; whether it was cut."""
+    ids, nbytes = text_tokens(text, tokenizer, *(((), ()) if text.startswith(marker) else specials))
+    if left is not None and ids.size > left:
+        return ids[:left], nbytes[:left], True
+    return ids, nbytes, False
+
+
+def lmeval_cut(docs: Documents, tokenizer, prefix: tuple[int, str], ctx: int, max_tokens: int | None) -> Cut:
+    """The documents' streams concatenated (``P d…`` each), lm-eval's windows, and the document layout; with
+    ``max_tokens`` documents are taken in order until that many tokens are scored (the last one cut)."""
+    prefix_id, prefix_desc = prefix
+    marker = tokenizer.decode(prefix_id)
+    specials = default_special_tokens(tokenizer)
+    ids, nbytes, lengths, words, doc_bytes = [], [], [], [], []
+    left, cut = max_tokens, False
+    for text, w, b in zip(docs.texts, docs.words, docs.nbytes):
+        if left is not None and left <= 0:
+            break
+        d_ids, d_bytes, cut = _document(text, tokenizer, marker, specials, left)
+        if cut:  # the part scored: its bytes, and the words of the text they cover
+            b = int(d_bytes.sum())
+            w = count_words(text.encode("utf-8")[:b].decode("utf-8", errors="ignore"))
+        if d_ids.size:
+            ids += [np.array([prefix_id], np.int64), d_ids]
+            nbytes += [np.zeros(1, np.int64), d_bytes]
+        lengths.append(d_ids.size + 1 if d_ids.size else 0)
+        words.append(w)
+        doc_bytes.append(b)
+        left = None if left is None else left - d_ids.size
+        if cut:
+            break
+    stream = TokenStream(torch.from_numpy(np.concatenate(ids or [np.zeros(0, np.int64)])),
+                         np.concatenate(nbytes or [np.zeros(0, np.int64)]), prefix_id)  # fmt: skip
+    windows = lmeval_windows(lengths, ctx)
+    complete = not cut and len(lengths) == len(docs.texts)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    layout = DocumentLayout(starts, np.array(words, np.int64), np.array(doc_bytes, np.int64), complete, len(docs.texts))
+    rule = (f"lm-eval (loglikelihood_rolling): each document its own stream after the prefix token, encoded with the "
+            f"tokenizer's default special tokens (tok_encode); windows of at most {ctx} inputs score up to {ctx} tokens "
+            f"each, every token once, the last window of a document filled with its earlier tokens; windows never "
+            f"cross documents")  # fmt: skip
+    summary = {"documents": docs.rule, "documents_total": len(docs.texts), "documents_scored": len(lengths),
+               "complete": complete, "special_tokens": {"before": specials[0], "after": specials[1]}}  # fmt: skip
+    return Cut(stream, windows, prefix_id, prefix_desc, rule, int(sum(max(n - 1, 0) for n in lengths)), summary, layout)
+
+
+def gptq_specials(policy: str, tokenizer, bos: int | None, eos: int | None) -> tuple[list[int], list[int], str]:
+    """The special ids around the GPTQ string: the tokenizer's defaults (``--prefix auto``), BOS, EOS or none."""
+    if policy == "auto":
+        front, back = default_special_tokens(tokenizer)
+        return front, back, f"the tokenizer's default special tokens ({front or 'none'} before, {back or 'none'} after the text)"
+    if policy == "none":
+        return [], [], "none (--prefix none)"
+    tid = bos if policy == "bos" else eos
+    if tid is None:
+        raise UsageError(f"--prefix {policy}: the tokenizer has no {policy.upper()} token; use auto or none")
+    return [tid], [], f"{policy.upper()} once at the start (--prefix {policy})"
+
+
+def gptq_cut(text: str, tokenizer, policy: str, bos: int | None, eos: int | None, ctx: int, max_tokens: int | None) -> Cut:
+    """The string tokenized once, ⌊N / ctx⌋ windows of ctx tokens (at most ⌊max_tokens / (ctx − 1)⌋, at least one)."""
+    front, back, desc = gptq_specials(policy, tokenizer, bos, eos)
+    ids, nbytes = text_tokens(text, tokenizer, front, back)
+    available = len(ids) // ctx
+    windows = gptq_windows(len(ids), ctx, None if max_tokens is None else max(1, max_tokens // (ctx - 1)))
+    used = len(windows) * ctx
+    stream = TokenStream(torch.from_numpy(ids[:used]), nbytes[:used], front[0] if front else None)
+    rule = (f"gptq: the text tokenized once, {available} non-overlapping windows of {ctx} tokens (the remainder, "
+            f"{len(ids) - available * ctx} tokens, dropped), tokens 1…{ctx - 1} of each window scored; PPL = exp(mean "
+            f"over windows of each window's mean NLL)")  # fmt: skip
+    summary = {"windows_available": available, "windows_scored": len(windows), "complete": len(windows) == available,
+               "special_tokens": {"before": front, "after": back}}  # fmt: skip
+    return Cut(stream, windows, front[0] if front else None, desc, rule, len(ids), summary)
