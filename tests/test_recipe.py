@@ -10,6 +10,7 @@ import tomllib
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -270,3 +271,21 @@ def test_gate_recipe_judges_the_mix(tiny_llama_dir, tmp_path):
     assert result.metrics["top1"] == qc.variants[0].metrics["top1"]
     with pytest.raises(UsageError, match="give one"):
         GateSettings(tmp_path / "ref.safetensors", None, "int4-g32", (), recipe=path)
+
+
+def test_one_scheme_recipe_gives_the_plain_schemes_numbers(tiny_qwen3_dir, tmp_path):
+    from infoeval.compare.pipeline import quantize_compare
+    from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+
+    path = tmp_path / "same.toml"
+    path.write_text('[recipe]\ndefault = "int4-g64"\n', encoding="utf-8")  # partial last groups on every Qwen3 layer
+    qc, cols = quantize_compare(ModelSettings(str(tiny_qwen3_dir), device="cpu"), TextSettings(max_tokens=128), WindowSettings(ctx=64),
+                                VariantSettings(schemes="int4-g64", recipes=(path,)))  # fmt: skip
+    plain, same = qc.variants
+    assert same.name == "same" and plain.metrics == same.metrics
+    for k in cols.variants["int4-g64"]:
+        assert np.array_equal(cols.variants["int4-g64"][k], cols.variants["same"][k])
+    with pytest.raises(UsageError, match="two variants are named 'int4-g64'"):
+        (tmp_path / "int4-g64.toml").write_text('[recipe]\ndefault = "int4-g64"\n', encoding="utf-8")
+        quantize_compare(ModelSettings(str(tiny_qwen3_dir), device="cpu"), TextSettings(max_tokens=64), WindowSettings(ctx=64),
+                         VariantSettings(schemes="int4-g64", recipes=(tmp_path / "int4-g64.toml",)))  # fmt: skip
