@@ -100,7 +100,8 @@ def run_lm_eval(venv_py: Path, folder: Path, task_dir: Path, ctx: int, out: Path
            "--device", "cpu", "--batch_size", "1", "--tasks", TASK, "--include_path", str(task_dir),
            "--output_path", str(out), "--log_samples"]  # fmt: skip
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, env={**os.environ, **OFFLINE}, stdout=subprocess.DEVNULL)
+    if not glob.glob(str(out / "**" / "results_*.json"), recursive=True):  # a kept folder's finished run is reused
+        subprocess.run(cmd, check=True, env={**os.environ, **OFFLINE}, stdout=subprocess.DEVNULL)
     seconds = time.perf_counter() - t0
     results = json.loads(Path(sorted(glob.glob(str(out / "**" / "results_*.json"), recursive=True))[-1]).read_text())
     res = results["results"][TASK]
@@ -116,7 +117,8 @@ def run_infoeval(options: list[str], ctx: int, out: Path) -> dict:
     cmd = [sys.executable, "-m", "infoeval", "compress-bits", "--protocol", "lm-eval", "--ctx", str(ctx),
            "--max-tokens", "all", "--json", str(out), "-q", *options]  # fmt: skip
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, env={**os.environ, **OFFLINE}, stdout=subprocess.DEVNULL)
+    if not out.is_file():  # a kept folder's finished run is reused
+        subprocess.run(cmd, check=True, env={**os.environ, **OFFLINE}, stdout=subprocess.DEVNULL)
     seconds = time.perf_counter() - t0
     data = json.loads(out.read_text())
     figures = data["protocol_metrics"]["figures"]["reference"]
@@ -140,7 +142,8 @@ def main() -> None:
     ap.add_argument("--text", default="python-docs", choices=["python-docs", "wikitext-2", "wikitext-2-valid"])
     ap.add_argument("--data-dir", default=None, help="folder holding wikitext-2-raw/ (else infoeval's search path)")
     ap.add_argument("--venv", type=Path, default=DEFAULT_VENV)
-    ap.add_argument("--keep", type=Path, default=None, help="keep the task, lm-eval's and infoeval's outputs here")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="keep the task, lm-eval's and infoeval's outputs here (finished runs found there are reused)")
     args = ap.parse_args()
     py = ensure_venv(args.venv)
     folder = model_folder()

@@ -199,3 +199,20 @@ def test_documents_need_the_lm_eval_protocol(tiny_llama_dir, tmp_path):
     with pytest.raises(UsageError, match="--protocol lm-eval"):
         compress_bits(ModelSettings(model=str(tiny_llama_dir)), TextSettings(documents=str(tmp_path / "d.jsonl")),
                       WindowSettings(protocol="rolling"))  # fmt: skip
+
+
+def test_lmeval_differs_from_rolling_only_in_the_filled_last_window(tiny_qwen3_dir, tiny_text, tmp_path):
+    """One document, a tokenizer without default special tokens: the same windows and NLLs as rolling except the
+    last window, which lm-eval fills with earlier tokens (more context, so different numbers there)."""
+    path = tmp_path / "t.txt"
+    path.write_text(tiny_text, encoding="utf-8")
+    ms, ts = ModelSettings(model=str(tiny_qwen3_dir)), TextSettings(text=path, max_tokens=None)
+    _, roll = compress_bits(ms, ts, WindowSettings(ctx=64, protocol="rolling"))
+    _, lm = compress_bits(ms, ts, WindowSettings(ctx=64, protocol="lm-eval"))
+    r, m = roll.reference, lm.reference
+    assert r["position"].tolist() == m["position"].tolist() and r["token_id"].tolist() == m["token_id"].tolist()
+    last = m["window"] == m["window"].max()
+    assert 0 < last.sum() < 64
+    np.testing.assert_array_equal(r["nll"][~last], m["nll"][~last])
+    k = int(last.sum())
+    assert m["context"][last].tolist() == list(range(65 - k, 65)) and r["context"][last].tolist() == list(range(1, k + 1))
