@@ -91,7 +91,8 @@ def measure(p: Prepared, jobs: dict, block_cache: bool, rep: Reporter) -> tuple[
     n_layers = len(blocks.decoder(model).layers) if block_cache else 0
     roles = _roles(model, jobs, block_cache, n_layers)
     batches = engine.plan(p.windows)
-    with progress(rep, len(batches) * (1 + len(jobs)), f"{len(batches)} windows × {1 + len(jobs)} forwards") as bar:
+    total = len(batches) * (1 + len(jobs)) + block_cache  # + the check of the block path on the first window
+    with progress(rep, total, f"{len(batches)} windows × {1 + len(jobs)} forwards") as bar:
         cols = engine.run(roles, p.stream.ids, batches, p.protocol.prefix_id, reducer(list(jobs), block_cache),
                           nbytes=p.stream.nbytes, on_forward=bar.step)  # fmt: skip
     return cols, bar.seconds
@@ -123,7 +124,9 @@ def sweep_prepared(p: Prepared, schemes: str | Sequence[Scheme], by: str = "type
     jobs = {f"u{i}": (u, unit_variant(model, u, s, packed[s.name]))
             for i, (u, s) in enumerate((u, s) for u in chosen for s in schemes)}  # fmt: skip
     quantize_s = time.perf_counter() - t0
+    cpu0 = time.process_time()
     cols, sweep_s = measure(p, jobs, block_cache, rep)
+    sweep_cpu_s = time.process_time() - cpu0  # all threads' CPU seconds: steadier than wall time on a busy machine
     sums, proxy_s = _proxy(p, chosen, packed, seed, rep) if proxy else (None, 0.0)
     n = int(cols["ref/nll"].size)
     rows = [unit_metrics(u, v, cols, key, n, fisher.unit_proxy(sums[v.name], u.layers, n) if sums else None)
@@ -131,7 +134,7 @@ def sweep_prepared(p: Prepared, schemes: str | Sequence[Scheme], by: str = "type
     n_layers = len(blocks.decoder(model).layers) if block_cache else None
     return SensitivityResult(
         p.provenance("sensitivity", by=by, units_globs=list(units), block_cache=block_cache, seed=seed),
-        {**p.timings, "quantize_s": quantize_s, "sweep_s": sweep_s, "proxy_s": proxy_s,
+        {**p.timings, "quantize_s": quantize_s, "sweep_s": sweep_s, "sweep_cpu_s": sweep_cpu_s, "proxy_s": proxy_s,
          "sweep_s_per_unit": sweep_s / max(1, len(jobs))},
         by=by, decoder_prefix=decoder_prefix(model) or "", schemes=[s.name for s in schemes], block_cache=block_cache,
         layers_run_fraction=layers_run_fraction(chosen, n_layers) if n_layers else 1.0,
@@ -148,7 +151,9 @@ def proxy_summary(rows: Sequence[dict], schemes: Sequence[Scheme]) -> dict:
         rho, n = spearman([r["proxy"] for r in mine], [r["kl_mean"] for r in mine])
         per[s.name] = {"spearman": rho, "n": n}
     rho, n = spearman([r["proxy"] for r in rows], [r["kl_mean"] for r in rows])
-    return {"method": fisher.METHOD, "spearman": rho, "n": n, "per_scheme": per}
+    ratios = [r["proxy"] / r["kl_mean"] for r in rows if r["kl_mean"] > 0]
+    return {"method": fisher.METHOD, "spearman": rho, "n": n, "per_scheme": per,
+            "median_ratio": float(np.median(ratios)) if ratios else None}  # proxy / direct KL: its calibration
 
 
 def sweep(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, schemes: str | Sequence[Scheme], by: str = "type",

@@ -37,7 +37,7 @@ def _caption(data: dict) -> str:
     if px:
         per = ", ".join(f"{k} {fmt_num(v['spearman'], 3)}" for k, v in px["per_scheme"].items())
         parts.append(f"proxy: {px['method']}; {t['proxy_s']:.1f} s; Spearman ρ(proxy, KL) over {px['n']} rows: "
-                     f"{fmt_num(px['spearman'], 3)} (per scheme: {per}).")  # fmt: skip
+                     f"{fmt_num(px['spearman'], 3)} (per scheme: {per}); median proxy / KL {fmt_num(px.get('median_ratio'), 3)}.")  # fmt: skip
     return "\n".join(parts)
 
 
