@@ -140,8 +140,10 @@ def print_quantize_compare(console: Console, result: dict) -> None:
 
 
 def print_quantize_compare_llamacpp(console: Console, result: dict) -> None:
-    """--table llama.cpp: the run header, then llama-perplexity --kl-divergence's block for each variant."""
+    """--table llama.cpp: the run header (and the protocol's own figures), then llama-perplexity --kl-divergence's
+    block for each variant."""
     console.print(run_header(result))
+    print_protocol_figures(console, result)
     for v in result["variants"]:
         print_block(console, f"\n### {v['name']} (Q) vs the reference (base)", v["metrics"], result["reference"], (scope_note(result),))
 
