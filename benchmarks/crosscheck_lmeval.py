@@ -65,15 +65,16 @@ def model_folder() -> Path:
     return gguf_cache_dir(gguf, sha256_file(gguf))
 
 
-def write_task(folder: Path, text: str, venv_py: Path, data_dir: str | None) -> tuple[Path, list[str]]:
-    """The task YAML and its JSONL in ``folder``; returns the JSONL and infoeval's text options."""
+def write_task(folder: Path, text: str, venv_py: Path, data_dir: str | None, max_chars: int | None = None) -> tuple[Path, list[str]]:
+    """The task YAML and its JSONL in ``folder``; returns the JSONL and infoeval's text options. ``max_chars``
+    keeps the first characters of python-docs only (a shorter document, for a quicker check)."""
     folder.mkdir(parents=True, exist_ok=True)
     data = folder / "docs.jsonl"
     metrics = "metric_list:\n" + "".join(f"  - metric: {m}\n" for m in FIGURES)
     if text == "python-docs":
         from infoeval.text import python_docs
 
-        data.write_text(json.dumps({"text": python_docs()}, ensure_ascii=False) + "\n", encoding="utf-8")
+        data.write_text(json.dumps({"text": python_docs()[:max_chars]}, ensure_ascii=False) + "\n", encoding="utf-8")
         target = "doc_to_target: text\n"
         options = ["--documents", str(data)]
     else:
@@ -141,6 +142,7 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, nargs="+", default=[512])
     ap.add_argument("--text", default="python-docs", choices=["python-docs", "wikitext-2", "wikitext-2-valid"])
     ap.add_argument("--data-dir", default=None, help="folder holding wikitext-2-raw/ (else infoeval's search path)")
+    ap.add_argument("--max-chars", type=int, default=None, help="python-docs: only its first N characters (quicker)")
     ap.add_argument("--venv", type=Path, default=DEFAULT_VENV)
     ap.add_argument("--keep", type=Path, default=None,
                     help="keep the task, lm-eval's and infoeval's outputs here (finished runs found there are reused)")
@@ -148,13 +150,13 @@ def main() -> None:
     py = ensure_venv(args.venv)
     folder = model_folder()
     work = Path(tempfile.mkdtemp(prefix="infoeval-crosscheck-")) if args.keep is None else args.keep
-    _, options = write_task(work / "task", args.text, py, args.data_dir)
+    _, options = write_task(work / "task", args.text, py, args.data_dir, args.max_chars)
     runs = []
     for ctx in args.ctx:
         theirs = run_lm_eval(py, folder, work / "task", ctx, work / f"lm_eval-{ctx}")
         ours = run_infoeval(options, ctx, work / f"infoeval-{ctx}.json")
         runs.append({"ctx": ctx, "lm_eval": theirs, "infoeval": ours, **compare(ours, theirs)})
-    print(json.dumps({"text": args.text, "model": str(folder), "requirements": requirements(), "runs": runs}, indent=1))
+    print(json.dumps({"text": args.text, "max_chars": args.max_chars, "model": str(folder), "requirements": requirements(), "runs": runs}, indent=1))
     if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)
 
