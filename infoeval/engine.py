@@ -16,12 +16,26 @@ Sharding: ``plan`` numbers the batches and fixes the rows every batch fills; ``r
 and fills only their rows. Under a launcher (torchrun, accelerate launch) each rank evaluates batches
 ``rank::world`` and ``run`` gathers every rank's rows (``distributed``), so all ranks return the full columns. The other entry points, for sampling and single predictions, are
 ``last_logits`` and ``CachedModel``.
+
+Shared batches (``plan_shared``): windows of one length go through every role's decoder blocks together, once
+per batch, and each window then gets its own step, its logits made from the blocks' output by the role's head::
+
+    hidden[role] = model-without-head(inputs of the batch's windows)     (B, T, hidden), at the batch's start
+    for each window k:  logits[role] = head(hidden[role][k, scored positions of window k])      (1, n, V)
+
+A quantized variant then dequantizes its layers once per batch instead of once per window, and the memory stays
+one window's logits per role plus (roles × B × T × hidden) floats. The logits are computed exactly as the
+window's own forward pass computes them (its head on the same rows), which ``splits`` checks once per model on
+a few tokens; a model whose forward does more after its head (a logit soft-cap, a scale) fails the check and its
+windows go through one by one. The blocks see a batch of B sequences, but every Linear layer multiplies one
+sequence at a time (``roles.linears_row_by_row``), so the numbers are the bits of window-by-window forward passes
+(tested: a BLAS blocks one product of B·T rows differently from B products of T rows).
 """
 
 from __future__ import annotations
 
-import inspect
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -29,22 +43,13 @@ import numpy as np
 import torch
 
 from infoeval import distributed
+from infoeval.columns import IDENTITY, Columns, as_numpy, identity_columns
 from infoeval.errors import RuntimeFailure
+from infoeval.kvcache import cache_kw, crop_to, new_cache  # noqa: F401  (crop_to, new_cache: re-exported)
+from infoeval.roles import headless, linears_row_by_row, model_device, parts
 from infoeval.windows import Window, window_inputs, window_targets
 
 Reducer = Callable[["Step"], Mapping[str, "torch.Tensor | np.ndarray"]]
-IDENTITY = {"window": np.int32, "position": np.int64, "token_id": np.int64, "context": np.int32}
-
-
-def model_device(model, default: torch.device | None = None) -> torch.device:
-    """The device of a model's first parameter (a wrapper's inner ``.model`` is looked at too)."""
-    for m in (model, getattr(model, "model", None)):
-        params = getattr(m, "parameters", None)
-        if callable(params):
-            first = next(iter(params()), None)
-            if first is not None:
-                return first.device
-    return default if default is not None else torch.device("cpu")
 
 
 def forward_logits(model, inputs: torch.Tensor, keep: torch.Tensor | int) -> torch.Tensor:
@@ -68,6 +73,7 @@ class Batch:
 
     windows: tuple[Window, ...]
     rows: slice
+    shared: bool = False  # one pass of the decoder blocks for all windows, then a step per window (plan_shared)
 
     @property
     def keep(self) -> torch.Tensor | int:
@@ -99,24 +105,78 @@ def plan(windows: Sequence[Window], per_batch: int = 1) -> list[Batch]:
     return out
 
 
-class RoleLogits(Mapping):
-    """``logits[role]``: that role's logits for the current batch, computed when asked (and again if asked again)."""
+def plan_shared(windows: Sequence[Window], tokens: int) -> list[Batch]:
+    """Runs of consecutive windows of one length, as many as fit in ``tokens`` inputs (at least one), each run a
+    shared batch: its windows go through the decoder blocks together and are reduced one by one (any scored
+    positions). Rows as ``plan``'s.
 
-    def __init__(self, roles: Mapping[str, object], inputs: dict, batch: Batch, on_forward: Callable[[], None] | None):
-        self._roles, self._inputs, self._batch, self._on_forward = roles, inputs, batch, on_forward
+    >>> [(len(b.windows), b.rows) for b in plan_shared([Window(i, 4 * i, 4, 0, 4) for i in range(3)] + [Window(3, 12, 2, 0, 2)], 8)]
+    [(2, slice(0, 8, None)), (1, slice(8, 12, None)), (1, slice(12, 14, None))]
+    """
+    out, row, i = [], 0, 0
+    while i < len(windows):
+        j = i + 1
+        while j < len(windows) and windows[j].length == windows[i].length and (j + 1 - i) * windows[i].length <= tokens:
+            j += 1
+        n = sum(w.n_scored for w in windows[i:j])
+        out.append(Batch(tuple(windows[i:j]), slice(row, row + n), shared=j - i > 1))
+        row, i = row + n, j
+    return out
+
+
+def _each_window(b: Batch) -> list[Batch]:
+    """A shared batch's windows, each a batch of its own with its rows."""
+    starts = np.cumsum([0] + [w.n_scored for w in b.windows]) + b.rows.start
+    return [Batch((w,), slice(int(a), int(z))) for w, a, z in zip(b.windows, starts[:-1], starts[1:])]
+
+
+_SPLITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def splits(model: torch.nn.Module, probe: torch.Tensor) -> bool:
+    """Whether ``model``'s logits are exactly its head applied to what its forward pass gives the head, checked
+    once per model on ``probe`` (1, T) ids: the same bits, shape and dtype."""
+    if model not in _SPLITS:
+        ok = callable(getattr(model, "get_output_embeddings", None)) and model.get_output_embeddings() is not None
+        if ok:
+            full = forward_logits(model, probe, 0)
+            with headless(model) as head:
+                hidden = forward_logits(model, probe, 0)
+            split = head(hidden)
+            ok = split.shape == full.shape and split.dtype == full.dtype and torch.equal(split, full)
+        _SPLITS[model] = ok
+    return _SPLITS[model]
+
+
+def _checked(logits: torch.Tensor, role: str, batch: Batch, on_forward) -> torch.Tensor:
+    # a NaN or ±inf anywhere makes the sum non-finite; one reduction, no (n × V) mask (which costs ~20× more)
+    if not torch.isfinite(logits.sum()):
+        raise RuntimeFailure(f"{role} produced non-finite logits in {batch.label}")
+    if on_forward:
+        on_forward()
+    return logits
+
+
+class RoleLogits(Mapping):
+    """``logits[role]``: that role's logits for the current batch, computed when asked (and again if asked again);
+    with ``hidden`` (a shared batch's blocks' output per role, and this window's index in it) only the head runs."""
+
+    def __init__(self, roles: Mapping[str, object], inputs: dict, batch: Batch, on_forward: Callable[[], None] | None,
+                 hidden: tuple[dict, int] | None = None):  # fmt: skip
+        self._roles, self._inputs, self._batch, self._on_forward, self._hidden = roles, inputs, batch, on_forward, hidden
 
     def __getitem__(self, role: str) -> torch.Tensor:
+        if self._hidden is not None:
+            states, k = self._hidden
+            module, active = parts(self._roles[role])
+            with active():
+                logits = module.get_output_embeddings()(states[role][k : k + 1, self._batch.keep])
+            return _checked(logits, role, self._batch, self._on_forward)
         model = self._roles[role]
         device = model_device(model, next(iter(self._inputs.values())).device)
         if device not in self._inputs:
             self._inputs[device] = next(iter(self._inputs.values())).to(device)
-        logits = forward_logits(model, self._inputs[device], self._batch.keep)
-        # a NaN or ±inf anywhere makes the sum non-finite; one reduction, no (n × V) mask (which costs ~20× more)
-        if not torch.isfinite(logits.sum()):
-            raise RuntimeFailure(f"{role} produced non-finite logits in {self._batch.label}")
-        if self._on_forward:
-            self._on_forward()
-        return logits
+        return _checked(forward_logits(model, self._inputs[device], self._batch.keep), role, self._batch, self._on_forward)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._roles)
@@ -134,33 +194,27 @@ class Step:
     logits: RoleLogits
 
 
-class Columns:
-    """Per-position columns allocated once (at the first write, when trailing shapes are known) and filled by rows."""
-
-    def __init__(self, n: int, schema: Mapping[str, type]):
-        self.n, self.schema, self.data = n, dict(schema), {}
-
-    def put(self, rows: slice, cols: Mapping[str, torch.Tensor | np.ndarray]) -> None:
-        for k, v in cols.items():
-            v = v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
-            if k not in self.data:
-                self.data[k] = np.zeros((self.n, *v.shape[1:]), dtype=self.schema.get(k, v.dtype))
-            self.data[k][rows] = v
-
-
-def identity_columns(batch: Batch, stream_ids: torch.Tensor) -> dict[str, np.ndarray]:
-    """window, stream position, token id and context length of every scored position of the batch."""
-    parts = {k: [] for k in IDENTITY}
-    for w in batch.windows:
-        parts["window"].append(np.full(w.n_scored, w.index))
-        parts["position"].append(np.arange(w.first_target, w.first_target + w.n_scored))
-        parts["token_id"].append(window_targets(stream_ids, w).cpu().numpy())
-        parts["context"].append(np.arange(w.first_scored + 1, w.first_scored + 1 + w.n_scored))
-    return {k: np.concatenate(v) for k, v in parts.items()}
-
-
-def _numpy(cols: Mapping[str, torch.Tensor | np.ndarray]) -> dict[str, np.ndarray]:
-    return {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v) for k, v in cols.items()}
+def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, prefix_id: int | None, device,
+           on_forward) -> Iterator[Step]:  # fmt: skip
+    """The reducer's steps of batch ``b``: one, or one per window of a shared batch (whose blocks run first, once
+    per role; window by window instead where a role's model does not ``splits``)."""
+    inputs = torch.cat([window_inputs(stream_ids, w, prefix_id) for w in b.windows]).to(device)
+    split = {role: parts(model) for role, model in roles.items()}
+    # a model placed by accelerate (device_map) keeps its per-module hooks: it goes window by window
+    if b.shared and all(model_device(m, device) == device and not getattr(m, "hf_device_map", None)
+                        and splits(m, inputs[:1, :8]) for m, _ in split.values()):  # fmt: skip
+        hidden = {}
+        for role, (module, active) in split.items():
+            with active(), headless(module), linears_row_by_row(module):
+                hidden[role] = forward_logits(module, inputs, 0)  # (B, T, hidden): the head's inputs
+        for k, w in enumerate(_each_window(b)):
+            targets = window_targets(stream_ids, w.windows[0])[None].to(device)
+            yield Step(w, targets, RoleLogits(roles, {}, w, on_forward, (hidden, k)))
+        return
+    for w in _each_window(b) if b.shared else [b]:
+        w_inputs = inputs if w is b else torch.cat([window_inputs(stream_ids, x, prefix_id) for x in w.windows]).to(device)
+        targets = torch.stack([window_targets(stream_ids, x) for x in w.windows]).to(device)
+        yield Step(w, targets, RoleLogits(roles, {device: w_inputs}, w, on_forward))
 
 
 @torch.inference_mode()
@@ -181,16 +235,15 @@ def run(
     done, error = [], None
     try:
         for b in distributed.shard(batches) if parallel else batches:
-            inputs = torch.cat([window_inputs(stream_ids, w, prefix_id) for w in b.windows]).to(device)
-            targets = torch.stack([window_targets(stream_ids, w) for w in b.windows]).to(device)
-            part = identity_columns(b, stream_ids)
-            if nbytes is not None:
-                part["bytes"] = np.concatenate([nbytes[w.target_slice] for w in b.windows])
-            part |= _numpy(reducer(Step(b, targets, RoleLogits(roles, {device: inputs}, b, on_forward))))
-            if parallel:
-                done.append((b.rows, part))
-            else:
-                cols.put(b.rows, part)
+            for step in _steps(roles, stream_ids, b, prefix_id, device, on_forward):
+                part = identity_columns(step.batch, stream_ids)
+                if nbytes is not None:
+                    part["bytes"] = np.concatenate([nbytes[w.target_slice] for w in step.batch.windows])
+                part |= as_numpy(reducer(step))
+                if parallel:
+                    done.append((step.batch.rows, part))
+                else:
+                    cols.put(step.batch.rows, part)
     except Exception as e:
         if not parallel:
             raise
@@ -203,36 +256,13 @@ def run(
 
 
 # ---- cached, token-by-token forwards (sampling) ------------------------------------------------------------
-def new_cache(model):
-    """An empty DynamicCache for ``model`` (a truncated draft gets one with its own number of layers)."""
-    from transformers import DynamicCache
-
-    try:
-        return DynamicCache(config=model.config)
-    except TypeError:  # older transformers
-        return DynamicCache()
-
-
-def crop_to(cache, length: int) -> None:
-    """Keep the first ``length`` cached positions (a negative count removes from the end in every version)."""
-    extra = cache.get_seq_length() - length
-    if extra > 0:
-        cache.crop(-extra)
-
-
-def _cache_kw(model) -> str:
-    fwd = getattr(model, "forward", None) or model.model.forward
-    params = inspect.signature(fwd).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
 class CachedModel:
     """A model fed token by token with its own KV cache; counts and times its forward passes."""
 
     def __init__(self, model):
         self.model = model  # a module or a callable wrapper with a .config and a .model
         self.cache = new_cache(model)
-        self.kw = _cache_kw(model)
+        self.kw = cache_kw(model)
         self.calls = 0
         self.seconds = 0.0
 
@@ -258,7 +288,7 @@ def step_logits(model, cache, ids: torch.Tensor) -> torch.Tensor:
     return the next-token logits (B, V), checked finite. A row's numbers depend on the shape of its batch, so a
     caller that needs the very same numbers twice (an entropy coder's encoder and decoder) steps the same rows
     together both times."""
-    out = model(input_ids=ids[:, None], use_cache=True, logits_to_keep=1, **{_cache_kw(model): cache})
+    out = model(input_ids=ids[:, None], use_cache=True, logits_to_keep=1, **{cache_kw(model): cache})
     logits = out.logits[:, -1]
     if not torch.isfinite(logits.sum()):
         raise RuntimeFailure(f"the model produced non-finite logits at cached position {cache.get_seq_length() - 1}")

@@ -29,6 +29,7 @@ from infoeval.windows import Window
 
 REFERENCE = "reference"
 REF_COLUMNS = {**engine.IDENTITY, "bytes": np.int64, "nll": np.float32, "entropy": np.float32, "argmax": np.int64}
+SHARED_TOKENS = 4096  # inputs per pass of the decoder blocks: 8 windows at ctx 512 (their activations < 2 windows' logits)
 VARIANT_COLUMNS = {"nll": np.float32, "kl": np.float32, "rkl": np.float32, "tv": np.float32, "entropy": np.float32, "top1": np.bool_}
 
 
@@ -65,7 +66,9 @@ def run_lockstep(model, stream: TokenStream, windows: Sequence[Window], variants
     roles = {REFERENCE: model, **{v.name: WithVariant(model, v) for v in variants}}
     schema = {**REF_COLUMNS, **{f"{v.name}/{k}": t for v in variants for k, t in VARIANT_COLUMNS.items()}}
     names = [v.name for v in variants]
-    cols = engine.run(roles, stream.ids, engine.plan(windows), bos_id, lockstep_reducer(names), schema, stream.nbytes, on_forward)
+    # the variants' blocks see SHARED_TOKENS inputs at a time: each dequantizes its layers once per shared batch
+    batches = engine.plan_shared(windows, SHARED_TOKENS) if variants else engine.plan(windows)
+    cols = engine.run(roles, stream.ids, batches, bos_id, lockstep_reducer(names), schema, stream.nbytes, on_forward)
     return CompareColumns({k: cols[k] for k in REF_COLUMNS},
                           {n: {k: cols[f"{n}/{k}"] for k in VARIANT_COLUMNS} for n in names})  # fmt: skip
 

@@ -250,6 +250,10 @@ class WithVariant:
         with swapped(self.model, self.variant):
             return self.model(**kwargs)
 
+    def active(self):
+        """The context in which ``.model`` computes with the variant's weights (the engine runs parts of it)."""
+        return swapped(self.model, self.variant)
+
     @property
     def config(self):
         return self.model.config

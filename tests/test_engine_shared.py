@@ -1,0 +1,106 @@
+"""Shared batches: the decoder blocks run once per batch of windows and role, the head and the reducer window by
+window. Checked against the window-by-window run, bit for bit, on real (tiny) transformers models with quantized
+variants, with a quantized head, with windows that score different positions, and through the fallback for a
+model whose forward does more after its head."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from infoeval import engine
+from infoeval.compare import pipeline as compare_pipeline
+from infoeval.models import load_model
+from infoeval.quant import apply
+from infoeval.quant.schemes import parse_scheme
+from infoeval.windows import Window, llamacpp_windows, rolling_windows
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+CPU = torch.device("cpu")
+
+
+def test_plan_shared_groups_runs_of_one_length_within_the_token_budget():
+    ws = [Window(i, 4 * i, 4, 0 if i == 0 else 2, 4 if i == 0 else 2) for i in range(5)] + [Window(5, 20, 3, 0, 3)]
+    batches = engine.plan_shared(ws, 12)
+    assert [[w.index for w in b.windows] for b in batches] == [[0, 1, 2], [3, 4], [5]]
+    assert [b.shared for b in batches] == [True, True, False]
+    assert [b.rows for b in batches] == [slice(0, 8), slice(8, 12), slice(12, 15)]  # 4 + 2 + 2, 2 + 2, 3
+    assert [b.rows for b in engine._each_window(batches[0])] == [slice(0, 4), slice(4, 6), slice(6, 8)]
+    assert all(not b.shared for b in engine.plan_shared(ws, 4))  # one window per batch: plain batches
+
+
+def _stream(model, n: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(3, model.config.vocab_size, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def _both(model, stream, windows, variants, prefix_id, tokens):
+    """The lockstep columns from shared batches and from window-by-window batches."""
+    reducer = compare_pipeline.lockstep_reducer([v.name for v in variants])
+    roles = {"reference": model, **{v.name: apply.WithVariant(model, v) for v in variants}}
+    shared = engine.run(roles, stream, engine.plan_shared(windows, tokens), prefix_id, reducer)
+    plain = engine.run(roles, stream, engine.plan(windows), prefix_id, reducer)
+    return shared, plain
+
+
+def _assert_same(a: dict, b: dict) -> None:
+    assert sorted(a) == sorted(b)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.mark.parametrize("fixture", ["tiny_llama_dir", "tiny_qwen3_dir"])
+def test_shared_batches_give_the_window_by_window_bits(fixture, request):
+    model = load_model(str(request.getfixturevalue(fixture)), CPU, torch.float32).model
+    stream = _stream(model, 200)
+    variants = [apply.quantize_variant(model, parse_scheme("int4-g32")),
+                apply.quantize_variant(model, parse_scheme("int8-channel"), include=["lm_head"])]  # fmt: skip
+    for windows, prefix in [(rolling_windows(len(stream), 48, 32), None), (llamacpp_windows(len(stream), 48, True), 0)]:
+        shared, plain = _both(model, stream, windows, variants, prefix, 3 * 48)
+        _assert_same(shared, plain)
+    assert engine.splits(model, stream[None, :8])
+
+
+def test_a_shared_batch_dequantizes_each_layer_once(tiny_llama_dir, monkeypatch):
+    model = load_model(str(tiny_llama_dir), CPU, torch.float32).model
+    stream = _stream(model, 161, seed=1)
+    variant = apply.quantize_variant(model, parse_scheme("int4-g32"))
+    calls = []
+    original = apply.DequantBuffers.dequantize
+    monkeypatch.setattr(apply.DequantBuffers, "dequantize", lambda self, pw: calls.append(pw) or original(self, pw))
+    forwards = []
+    windows = rolling_windows(len(stream), 40)  # 4 windows of 40 inputs
+    reducer = compare_pipeline.lockstep_reducer([variant.name])
+    roles = {"reference": model, variant.name: apply.WithVariant(model, variant)}
+    engine.run(roles, stream, engine.plan_shared(windows, 160), None, reducer, on_forward=lambda: forwards.append(1))
+    assert len(calls) == len(variant.weights)  # once per layer for the 4 windows, not 4 times
+    assert len(forwards) == len(windows) * len(roles)
+
+
+class _Scaled(torch.nn.Module):
+    """A causal LM whose forward soft-caps the head's logits, c·tanh(z/c), as Gemma 2 does."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def get_output_embeddings(self):
+        return self.inner.get_output_embeddings()
+
+    def set_output_embeddings(self, head):
+        self.inner.set_output_embeddings(head)
+
+    def forward(self, **kwargs):
+        out = self.inner(**kwargs)
+        out.logits = 3.0 * torch.tanh(out.logits / 3.0)
+        return out
+
+
+def test_a_model_that_does_more_after_its_head_goes_window_by_window(tiny_llama_dir):
+    model = _Scaled(load_model(str(tiny_llama_dir), CPU, torch.float32).model)
+    stream = _stream(model, 120, seed=2)
+    assert not engine.splits(model, stream[None, :8])
+    shared, plain = _both(model, stream, rolling_windows(len(stream), 40), [], None, 120)
+    _assert_same(shared, plain)
+    lp = torch.log_softmax(model(input_ids=stream[None, :40], use_cache=False).logits[0].float(), -1)
+    np.testing.assert_allclose(shared["nll"][:40], -lp.gather(-1, stream[1:41, None])[:, 0].detach().numpy(), rtol=1e-6)
