@@ -29,7 +29,9 @@ from infoeval.windows import Window
 
 REFERENCE = "reference"
 REF_COLUMNS = {**engine.IDENTITY, "bytes": np.int64, "nll": np.float32, "entropy": np.float32, "argmax": np.int64}
-SHARED_TOKENS = 4096  # inputs per pass of the decoder blocks: 8 windows at ctx 512 (their activations < 2 windows' logits)
+SHARED_TOKENS = 0  # inputs per shared pass of the decoder blocks (engine.plan_shared); 0: window by window. Sharing
+# 4,096 inputs dequantized each variant 8× less often, but did not measure faster here (page faults of the larger
+# activations) and cost ~60 MiB more: see the README's speed section
 VARIANT_COLUMNS = {"nll": np.float32, "kl": np.float32, "rkl": np.float32, "tv": np.float32, "entropy": np.float32, "top1": np.bool_}
 
 
@@ -66,7 +68,7 @@ def run_lockstep(model, stream: TokenStream, windows: Sequence[Window], variants
     roles = {REFERENCE: model, **{v.name: WithVariant(model, v) for v in variants}}
     schema = {**REF_COLUMNS, **{f"{v.name}/{k}": t for v in variants for k, t in VARIANT_COLUMNS.items()}}
     names = [v.name for v in variants]
-    # the variants' blocks see SHARED_TOKENS inputs at a time: each dequantizes its layers once per shared batch
+    # with SHARED_TOKENS > ctx the variants' blocks see several windows at a time and dequantize once per batch
     batches = engine.plan_shared(windows, SHARED_TOKENS) if variants else engine.plan(windows)
     cols = engine.run(roles, stream.ids, batches, bos_id, lockstep_reducer(names), schema, stream.nbytes, on_forward)
     return CompareColumns({k: cols[k] for k in REF_COLUMNS},
