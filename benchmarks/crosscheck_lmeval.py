@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -95,6 +96,17 @@ def write_task(folder: Path, text: str, venv_py: Path, data_dir: str | None, max
     return data, options
 
 
+def check_kept(work: Path, data: Path) -> None:
+    """A kept folder's finished runs belong to one text: the sha256 of its JSONL is recorded there on first use and
+    must match on every later use (another --text or --max-chars needs another --keep folder)."""
+    digest = hashlib.sha256(data.read_bytes()).hexdigest()
+    mark = work / "docs.sha256"
+    if mark.is_file() and mark.read_text().strip() != digest:
+        sys.exit(f"--keep {work}: its finished runs are of another text (docs.jsonl sha256 {mark.read_text().strip()[:12]}, "
+                 f"now {digest[:12]}); use another --keep folder")  # fmt: skip
+    mark.write_text(digest + "\n")
+
+
 def run_lm_eval(venv_py: Path, folder: Path, task_dir: Path, ctx: int, out: Path) -> dict:
     lm_eval = venv_py.parent / "lm_eval"
     cmd = [str(lm_eval), "--model", "hf", "--model_args", f"pretrained={folder},max_length={ctx},dtype=float32",
@@ -145,12 +157,13 @@ def main() -> None:
     ap.add_argument("--max-chars", type=int, default=None, help="python-docs: only its first N characters (quicker)")
     ap.add_argument("--venv", type=Path, default=DEFAULT_VENV)
     ap.add_argument("--keep", type=Path, default=None,
-                    help="keep the task, lm-eval's and infoeval's outputs here (finished runs found there are reused)")
+                    help="keep the task, lm-eval's and infoeval's outputs here (finished runs of the same text found there are reused)")
     args = ap.parse_args()
     py = ensure_venv(args.venv)
     folder = model_folder()
     work = Path(tempfile.mkdtemp(prefix="infoeval-crosscheck-")) if args.keep is None else args.keep
-    _, options = write_task(work / "task", args.text, py, args.data_dir, args.max_chars)
+    data, options = write_task(work / "task", args.text, py, args.data_dir, args.max_chars)
+    check_kept(work, data)
     runs = []
     for ctx in args.ctx:
         theirs = run_lm_eval(py, folder, work / "task", ctx, work / f"lm_eval-{ctx}")

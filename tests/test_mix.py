@@ -213,9 +213,11 @@ def test_mix_from_its_own_sensitivity_file(mixed, monkeypatch):
     settings, mx, data, _, sweep_json, tmp = mixed
     path = tmp / "sens.json"
     path.write_text(json.dumps(sweep_json), encoding="utf-8")
-    again, _, none = mix(*settings, dataclasses.replace(mx, sensitivity=(path,), sweep=None))
+    again, _, none = mix(*settings, dataclasses.replace(mx, sensitivity=(path,), sweep=None, by="type"))
     again = again.to_json()
     assert none is None and again["held_out"]["overlap_possible"] is False
+    # the file's units are by linear: the result says so, whatever --by (here its default, type) says
+    assert again["settings"]["by"] == again["sensitivity"]["by"] == again["provenance"]["by"] == "linear"
     assert again["solutions"][0]["choice"] == data["solutions"][0]["choice"]
     main = data["solutions"][0]["variant"]
     assert {r["name"]: r["metrics"] for r in again["measured"]}[main] == {r["name"]: r["metrics"] for r in data["measured"]}[main]
@@ -244,12 +246,34 @@ def test_bad_mix_options_exit_2_with_one_line(mixed, tiny_llama_dir, monkeypatch
     path = tmp / "sens-cli.json"
     path.write_text(json.dumps(sweep_json), encoding="utf-8")
     args = ["mix", tiny_llama_dir, "--sensitivity", path, "--max-tokens", "128", "--ctx", "64", "--out-dir", tmp / "bad",
-            "--schemes", "int3-g64,int4-g64,int8-channel", *extra]  # fmt: skip
+            "--schemes", "int3-g64,int4-g64,int8-channel", "--budget-bits", "int4-g64", *extra]  # fmt: skip
     code, out, err = _main(args, monkeypatch, capsys)
     lines = err.strip().splitlines()
     assert code == 2, err
     assert len(lines) == 1 and lines[0].startswith("infoeval: error: ") and message in lines[0], err
     assert not (tmp / "bad").exists()
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--budget-bits", "2"], "below the cheapest mix"),
+    (["--budget-bits", "4", "--sweep", "1:5:1"], "--budget-bits 1 is below the cheapest mix"),
+    (["--budget-bits", "abc"], "is not a number"),
+    (["--budget-bits", "int5-g64"], "name one of --schemes"),
+])  # fmt: skip
+def test_bad_budgets_fail_before_the_sweep(tiny_llama_dir, tmp_path, monkeypatch, capsys, extra, message):
+    import infoeval.sensitivity
+
+    def no_sweep(*a, **k):
+        raise AssertionError("the sweep ran before the budget was checked")
+
+    monkeypatch.setattr(infoeval.sensitivity, "sweep_prepared", no_sweep)
+    args = ["mix", tiny_llama_dir, "--max-tokens", "128", "--sweep-tokens", "64", "--ctx", "64", "--out-dir", tmp_path / "bad",
+            "--schemes", "int3-g64,int4-g64,int8-channel", "--by", "type", *extra]  # fmt: skip
+    code, out, err = _main(args, monkeypatch, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("infoeval: error: ") and message in lines[0], err
+    assert not (tmp_path / "bad").exists()
 
 
 def test_mix_cli_writes_the_exports(mixed, tiny_llama_dir, monkeypatch, capsys):

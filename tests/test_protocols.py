@@ -52,11 +52,16 @@ def test_hf_rows_and_gptq_join():
 
 @pytest.mark.skipif(not Path("../shared/data/wikitext-2-raw/wiki.test.raw").is_file(), reason="WikiText-2 not available")
 def test_wikitext2_test_rows_match_hugging_face_split_size():
-    """4,358 rows, and HF's recorded split size: UTF-8 bytes of the rows + 4 × (rows + 1) Arrow offsets = 1,305,092."""
+    """4,358 rows, and HF's recorded split size: UTF-8 bytes of the rows + 4 × (rows + 1) Arrow offsets = 1,305,092;
+    + 4 × rows = 1,305,088 is the num_bytes of the current (parquet) wikitext-2-raw-v1 dataset card, whose
+    validation split is 3,760 rows and 1,159,288 by the same rule."""
     raw = load_text(None, "wikitext-2", None).text
     rows = hf_wikitext_rows(raw)
     assert len(rows) == 4358
     assert sum(len(r.encode()) for r in rows) + 4 * (len(rows) + 1) == 1305092
+    assert sum(len(r.encode()) for r in rows) + 4 * len(rows) == 1305088
+    valid = hf_wikitext_rows(load_text(None, "wikitext-2-valid", None).text)
+    assert len(valid) == 3760 and sum(len(r.encode()) for r in valid) + 4 * len(valid) == 1159288
     pages = wikitext_articles(raw)
     assert len(pages) == 62 and pages[0].startswith(" = Robert Boulter = \n")
 

@@ -22,11 +22,11 @@ from infoeval.metrics import reference_metrics, variant_metrics
 from infoeval.mix import export
 from infoeval.mix.problem import build_problem, load_sensitivity, parse_budget, parse_sweep, split_windows
 from infoeval.mix.result import MixResult, measured_row, solution_row, target_row, unit_rows
-from infoeval.mix.solve import solve
+from infoeval.mix.solve import as_budget, check_budgets, solve
 from infoeval.prepare import Prepared, Reporter, prepare, progress
 from infoeval.quant.apply import decoder_prefix, plan_layers, quantize_plan, quantize_variant
 from infoeval.quant.recipe import Recipe, recipe_toml
-from infoeval.quant.schemes import parse_schemes
+from infoeval.quant.schemes import SchemeError, parse_scheme, parse_schemes
 from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.windows import describe
 
@@ -50,9 +50,34 @@ class MixSettings:
             raise UsageError(f"--by '{self.by}' is not allowed; use one of {', '.join(KINDS)}")
         if self.sweep_tokens < 1:
             raise UsageError(f"--sweep-tokens {self.sweep_tokens} is not allowed; it must be at least 1")
-        parse_schemes(self.schemes)
+        names = [s.name for s in parse_schemes(self.schemes)]
+        check_budget_text(self.budget, names)
         if self.sweep:
             parse_sweep(self.sweep)
+
+
+def check_budget_text(text: str, schemes: list[str]) -> None:
+    """--budget-bits is bits per weight or a scheme of --schemes (checked before anything is loaded)."""
+    try:
+        scheme = parse_scheme(text)
+    except SchemeError:
+        as_budget(text)
+        return
+    if scheme.name not in schemes:
+        raise UsageError(f"--budget-bits {scheme.name}: name one of --schemes ({', '.join(schemes)}) or give bits per weight")
+
+
+def _check_budgets_early(model, mx: MixSettings, schemes, extra) -> None:
+    """Before the sweep: every budget reachable with the units' cheapest schemes (the costs need only the
+    layer shapes, not the KLs), so an impossible budget fails in seconds, not after minutes of sweeping."""
+    from infoeval.sensitivity.units import enumerate_units
+
+    shapes = {n: tuple(m.weight.shape) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    rows = [{"unit": u.name, "kind": u.kind, "layers": list(u.layers), "scheme": s.name, "kl_mean": 0.0}
+            for u in enumerate_units(model, mx.by) for s in schemes]  # fmt: skip
+    problem = build_problem(rows, schemes, shapes)
+    budget, _ = parse_budget(mx.budget, problem)
+    check_budgets(problem.cost, problem.weights, [budget, *extra])
 
 
 def _subset(p: Prepared, windows, note: str, max_tokens: int) -> Prepared:
@@ -147,6 +172,8 @@ def mix(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, mx: MixSettings
         raise UsageError("mix sweeps the tokens after the measured ones: give --max-tokens N (not 'all'), or --sensitivity FILE")
     run_ts = ts if mx.sensitivity else dataclasses.replace(ts, max_tokens=ts.max_tokens + mx.sweep_tokens)
     p_all = prepare(ms, run_ts, ws, rep)
+    if not mx.sensitivity:
+        _check_budgets_early(p_all.loaded.model, mx, schemes, extra)
     p, rows, sweep_json, held = _sensitivity(p_all, ts, mx, schemes, rep)
     model = p.loaded.model
     shapes = {n: tuple(m.weight.shape) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
@@ -176,16 +203,18 @@ def _finish(p, problem, choices, budget_scheme, mx, sweep_json, held, rep, solve
     measured = [measured_row(e[0], e[1], e[2], problem.predicted(k), variant_metrics(cols.reference, cols.variants[e[0]]), e[3])
                 for k, e in entries.items()]  # fmt: skip
     main = choices[0]
+    # the units' own kind: with --sensitivity the files decide it, whatever --by says
+    by = mx.by if sweep_json else ",".join(dict.fromkeys(u.kind for u in problem.units))
     result = MixResult(
-        p.provenance("mix", schemes=[s.name for s in problem.schemes], by=mx.by), {**p.timings, "solve_s": solve_s, "eval_s": eval_s,
+        p.provenance("mix", schemes=[s.name for s in problem.schemes], by=by), {**p.timings, "solve_s": solve_s, "eval_s": eval_s,
         **({f"sweep_{k}": v for k, v in sweep_json["timings"].items() if k not in p.timings} if sweep_json else {})},
-        settings={"schemes": [s.name for s in problem.schemes], "by": mx.by, "budget": mx.budget, "budget_bits": float(main.budget_bits),
+        settings={"schemes": [s.name for s in problem.schemes], "by": by, "budget": mx.budget, "budget_bits": float(main.budget_bits),
                   "budget_fraction": str(main.budget_bits), "sweep": mx.sweep, "sweep_tokens": mx.sweep_tokens,
                   "bits_accounting": "stored bits per quantized weight: codes + fp16 scales (+ b-bit zero points); quant/bits.py"},
         held_out=held, reference=reference_metrics(cols.reference), units=tuple(unit_rows(problem)),
         solutions=tuple(solution_row(problem, c, n) for c, n in zip(choices, names)), measured=tuple(measured),
         target=target_row(measured, names[0], budget_scheme), exports=_exports(p, problem, main.picks, names[0], main.budget_bits),
-        sensitivity={"source": "sweep" if sweep_json else [str(f) for f in mx.sensitivity], "by": mx.by,
+        sensitivity={"source": "sweep" if sweep_json else [str(f) for f in mx.sensitivity], "by": by,
                      "reference": sweep_json["reference"] if sweep_json else None},
     )  # fmt: skip
     return result, cols, sweep_json

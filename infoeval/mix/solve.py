@@ -85,6 +85,17 @@ def _infeasible(budget: Fraction, kl: np.ndarray, cost: np.ndarray, weights: int
                       f"unit at its cheapest scheme); raise the budget or add a cheaper scheme")  # fmt: skip
 
 
+def check_budgets(cost, weights: int, budgets) -> None:
+    """A usage error when a budget (bits per weight) is below the cheapest mix of ``cost`` (U, K stored bits,
+    every option available): what ``solve`` would raise, without the KLs."""
+    cost = np.asarray(cost, dtype=np.int64)
+    kl = np.zeros(cost.shape)
+    base = int(_cheapest(kl, cost).sum())
+    for b in (as_budget(x) for x in budgets):
+        if capacity(b, weights) < base:
+            raise _infeasible(b, kl, cost, weights)
+
+
 def solve(kl, cost, weights: int, budgets) -> list[Choice]:
     """The exact optimum for each budget (bits per weight; Fractions or decimal strings) of the problem with
     per-unit, per-option predicted KL ``kl`` (U, K; NaN: option not available) and stored bits ``cost`` (U, K)
