@@ -199,7 +199,7 @@ def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, pref
     """The reducer's steps of batch ``b``: one, or one per window of a shared batch (whose blocks run first, once
     per role; window by window instead where a role's model does not ``splits``)."""
     inputs = torch.cat([window_inputs(stream_ids, w, prefix_id) for w in b.windows]).to(device)
-    split = {role: parts(model) for role, model in roles.items()}
+    split = {role: parts(model) for role, model in roles.items()} if b.shared else {}
     # a model placed by accelerate (device_map) keeps its per-module hooks: it goes window by window
     if b.shared and all(model_device(m, device) == device and not getattr(m, "hf_device_map", None)
                         and splits(m, inputs[:1, :8]) for m, _ in split.values()):  # fmt: skip
@@ -211,8 +211,8 @@ def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, pref
             targets = window_targets(stream_ids, w.windows[0])[None].to(device)
             yield Step(w, targets, RoleLogits(roles, {}, w, on_forward, (hidden, k)))
         return
-    for w in _each_window(b) if b.shared else [b]:
-        w_inputs = inputs if w is b else torch.cat([window_inputs(stream_ids, x, prefix_id) for x in w.windows]).to(device)
+    for k, w in enumerate(_each_window(b) if b.shared else [b]):
+        w_inputs = inputs[k : k + 1] if b.shared else inputs  # a shared batch's windows share one length
         targets = torch.stack([window_targets(stream_ids, x) for x in w.windows]).to(device)
         yield Step(w, targets, RoleLogits(roles, {device: w_inputs}, w, on_forward))
 
