@@ -46,6 +46,7 @@ from infoeval import distributed
 from infoeval.columns import IDENTITY, Columns, as_numpy, identity_columns
 from infoeval.errors import RuntimeFailure
 from infoeval.kvcache import cache_kw, crop_to, new_cache  # noqa: F401  (crop_to, new_cache: re-exported)
+from infoeval.logits_pool import LogitsPool, pooled_head
 from infoeval.roles import headless, linears_row_by_row, model_device, parts
 from infoeval.windows import Window, window_inputs, window_targets
 
@@ -162,8 +163,9 @@ class RoleLogits(Mapping):
     with ``hidden`` (a shared batch's blocks' output per role, and this window's index in it) only the head runs."""
 
     def __init__(self, roles: Mapping[str, object], inputs: dict, batch: Batch, on_forward: Callable[[], None] | None,
-                 hidden: tuple[dict, int] | None = None):  # fmt: skip
+                 hidden: tuple[dict, int] | None = None, pool: LogitsPool | None = None):  # fmt: skip
         self._roles, self._inputs, self._batch, self._on_forward, self._hidden = roles, inputs, batch, on_forward, hidden
+        self._pool = pool
 
     def __getitem__(self, role: str) -> torch.Tensor:
         if self._hidden is not None:
@@ -176,7 +178,9 @@ class RoleLogits(Mapping):
         device = model_device(model, next(iter(self._inputs.values())).device)
         if device not in self._inputs:
             self._inputs[device] = next(iter(self._inputs.values())).to(device)
-        return _checked(forward_logits(model, self._inputs[device], self._batch.keep), role, self._batch, self._on_forward)
+        with pooled_head(parts(model)[0], self._pool):
+            logits = forward_logits(model, self._inputs[device], self._batch.keep)
+        return _checked(logits, role, self._batch, self._on_forward)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._roles)
@@ -195,7 +199,7 @@ class Step:
 
 
 def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, prefix_id: int | None, device,
-           on_forward) -> Iterator[Step]:  # fmt: skip
+           on_forward, pool: LogitsPool | None = None) -> Iterator[Step]:  # fmt: skip
     """The reducer's steps of batch ``b``: one, or one per window of a shared batch (whose blocks run first, once
     per role; window by window instead where a role's model does not ``splits``)."""
     inputs = torch.cat([window_inputs(stream_ids, w, prefix_id) for w in b.windows]).to(device)
@@ -214,7 +218,7 @@ def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, pref
     for k, w in enumerate(_each_window(b) if b.shared else [b]):
         w_inputs = inputs[k : k + 1] if b.shared else inputs  # a shared batch's windows share one length
         targets = torch.stack([window_targets(stream_ids, x) for x in w.windows]).to(device)
-        yield Step(w, targets, RoleLogits(roles, {device: w_inputs}, w, on_forward))
+        yield Step(w, targets, RoleLogits(roles, {device: w_inputs}, w, on_forward, pool=pool))
 
 
 @torch.inference_mode()
@@ -232,10 +236,10 @@ def run(
     n = n_rows if n_rows is not None else max((b.rows.stop for b in batches), default=0)
     cols = Columns(n, {**IDENTITY, "bytes": np.int64, **(schema or {})})
     parallel = distributed.launched()
-    done, error = [], None
+    done, error, pool = [], None, LogitsPool()
     try:
         for b in distributed.shard(batches) if parallel else batches:
-            for step in _steps(roles, stream_ids, b, prefix_id, device, on_forward):
+            for step in _steps(roles, stream_ids, b, prefix_id, device, on_forward, pool):
                 part = identity_columns(step.batch, stream_ids)
                 if nbytes is not None:
                     part["bytes"] = np.concatenate([nbytes[w.target_slice] for w in step.batch.windows])

@@ -30,7 +30,7 @@ def mix(
     context: typer.Context,
     model_arg: ModelArg = None,
     model: ModelOpt = MODEL_DEFAULT,
-    schemes: MixSchemesOpt = "int3-g128,int4-g128,int5-g128,int8-channel",
+    schemes: MixSchemesOpt = "int3-g128-asym,int4-g128,int4-g128-asym,int5-g128-asym,int8-channel",
     budget_bits: BudgetOpt = "int4-g128",
     by: ByOpt = "type",
     sensitivity: SensitivityOpt = None,

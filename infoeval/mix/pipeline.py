@@ -30,7 +30,7 @@ from infoeval.quant.schemes import SchemeError, parse_scheme, parse_schemes
 from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.windows import describe
 
-DEFAULT_MIX_SCHEMES = "int3-g128,int4-g128,int5-g128,int8-channel"
+DEFAULT_MIX_SCHEMES = "int3-g128-asym,int4-g128,int4-g128-asym,int5-g128-asym,int8-channel"
 KINDS = ("linear", "block", "type")
 VARIANTS_PER_PASS = 6  # variants measured per pass over the windows (bounds the quantized weights held at once)
 
