@@ -56,8 +56,8 @@ def acceptance(lp: torch.Tensor, lq: torch.Tensor) -> torch.Tensor:
     return torch.minimum(lp.exp(), lq.exp()).sum(-1)
 
 
-CHUNK_BYTES = 8 << 20  # per thread, for the four float32 chunk buffers: 2 MiB (a core's L2) was ~30 % faster on a
-# quiet machine, but 4× the parallel sections stalled badly when other processes competed for the cores
+CHUNK_BYTES = 2 << 20  # per thread, for the four float32 chunk buffers (a core's L2): at V = 49,152, 2 rows per thread
+# ran 1.47x faster than 8 MiB on a quiet machine and 1.15x under a competing process (benchmarks/stats.py)
 ACCELERATOR_CHUNK_ROWS = 256  # on a GPU a chunk only bounds memory; bigger chunks launch fewer kernels
 BLOCK = 256  # tokens per block when looking for the first index of a row's max
 CHUNK_ROWS: int | None = None  # a fixed number of rows per chunk instead (tests, benchmarks)
@@ -65,7 +65,7 @@ CHUNK_ROWS: int | None = None  # a fixed number of rows per chunk instead (tests
 
 def chunk_rows(like: torch.Tensor) -> int:
     """Rows per chunk over ``like``'s V: CHUNK_ROWS when set; on a CPU, per thread as many as keep four float32
-    (rows, V) buffers within CHUNK_BYTES (8 at V = 49,152; a tiny model's whole window); on a GPU 256."""
+    (rows, V) buffers within CHUNK_BYTES (2 at V = 49,152; a tiny model's whole window); on a GPU 256."""
     if CHUNK_ROWS or like.device.type != "cpu":
         return CHUNK_ROWS or ACCELERATOR_CHUNK_ROWS
     return max(1, CHUNK_BYTES // (16 * like.shape[-1])) * torch.get_num_threads()

@@ -26,6 +26,7 @@ import weakref
 
 import torch
 
+from infoeval import heap
 from infoeval.errors import UsageError
 from infoeval.quant import codes
 from infoeval.quant.codes import PackedWeight
@@ -112,6 +113,8 @@ def quantize_plan(model: torch.nn.Module, plan, scheme: Scheme, label: str | Non
             reports.append(LayerReport(name, tuple(w.shape), False, reason, tied_to=tied))
             continue
         packed = codes.encode(w.data, layer_scheme)
+        if len(weights) % heap.TRIM_EVERY == heap.TRIM_EVERY - 1:
+            heap.release_freed_memory()  # the freed temporaries of the last layers (heap.py)
         if layer_scheme.group_size is not None and layer_scheme.group_size >= w.shape[1]:
             reason += f"; group {layer_scheme.group_size} ≥ {w.shape[1]} inputs, so one group per row"
         elif layer_scheme.group_size is not None and w.shape[1] % layer_scheme.group_size:
@@ -143,7 +146,9 @@ def build_variants(model: torch.nn.Module, schemes, recipes=(), include=(), excl
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise UsageError(f"two variants are named '{dupes[0]}' (a recipe is named after its file); rename the recipe file")
-    return [quantize_variant(model, s, include, exclude) for s in schemes] + [recipe_variant(model, r, include, exclude) for r in recipes]
+    variants = [quantize_variant(model, s, include, exclude) for s in schemes] + [recipe_variant(model, r, include, exclude) for r in recipes]
+    heap.release_freed_memory()
+    return variants
 
 
 class DequantBuffers:
