@@ -27,13 +27,15 @@ class _Headed(torch.nn.Module):
         return self.head
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("shape", ["2d", "3d", "3d-strided", "batch"])
-def test_pooled_head_gives_the_bits_of_linear(bias, shape):
+def test_pooled_head_gives_the_bits_of_linear(bias, shape, dtype):
     g = torch.Generator().manual_seed(1)
     x = {"2d": torch.randn(13, 24, generator=g), "3d": torch.randn(1, 13, 24, generator=g),
-         "3d-strided": torch.randn(1, 40, 24, generator=g)[:, ::3], "batch": torch.randn(3, 13, 24, generator=g)}[shape]  # fmt: skip
-    m = _Headed(bias)
+         "3d-strided": torch.randn(1, 40, 24, generator=g).to(dtype)[:, ::3], "batch": torch.randn(3, 13, 24, generator=g)}[shape]  # fmt: skip
+    m = _Headed(bias).to(dtype)
+    x = x.to(dtype)  # a no-op on the strided view, already of this dtype
     expected = torch.nn.functional.linear(x, m.head.weight, m.head.bias)
     pool = LogitsPool()
     with torch.inference_mode(), pooled_head(m, pool):
@@ -42,6 +44,7 @@ def test_pooled_head_gives_the_bits_of_linear(bias, shape):
         again = m.head(x)
     assert "forward" not in vars(m.head)  # restored
     assert got.shape == expected.shape and torch.equal(got, expected) and torch.equal(again, expected)
+    assert x.is_contiguous() == (shape != "3d-strided")
     pooled = not (bias and shape == "3d-strided")  # at::linear adds a bias after the product there: left alone
     assert (got.data_ptr() in {buf.data_ptr() for buf, _ in pool._buffers}) == pooled
     assert got.data_ptr() != again.data_ptr() or not pooled  # got was still held: another buffer
