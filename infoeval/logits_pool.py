@@ -74,14 +74,13 @@ def pooled_head(model: torch.nn.Module, pool: LogitsPool | None):
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         w, b = head.weight, head.bias  # read at call time: a variant's pre-hooks may have swapped them in
-        dtype = torch.result_type(x, w)
-        rows = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
         # at::linear's own path: a bias goes through addmm only for a 2-D or contiguous input
         fits = x.dtype == w.dtype and (b is None or x.dim() == 2 or x.is_contiguous())
-        out = pool.take(rows.shape[0] * w.shape[0], dtype, x.device) if fits else None
+        n = x.shape[:-1].numel()
+        out = pool.take(n * w.shape[0], x.dtype, x.device) if fits else None
         if out is None:
             return torch.nn.functional.linear(x, w, b)
-        out = out.view(rows.shape[0], w.shape[0])
+        rows, out = x.reshape(n, x.shape[-1]), out.view(n, w.shape[0])
         if b is None:
             torch.mm(rows, w.t(), out=out)
         else:

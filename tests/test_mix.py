@@ -233,6 +233,15 @@ def _main(args, monkeypatch, capsys):
     return e.value.code, out.out, out.err
 
 
+def _fails_with_one_line(args, message, out_dir, monkeypatch, capsys) -> None:
+    """The command exits 2 with one line naming ``message`` and leaves no ``out_dir``."""
+    code, _, err = _main(args, monkeypatch, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("infoeval: error: ") and message in lines[0], err
+    assert not out_dir.exists()
+
+
 @pytest.mark.parametrize("extra,message", [
     (["--budget-bits", "2"], "below the cheapest mix"),
     (["--budget-bits", "int5-g64"], "name one of --schemes"),
@@ -247,11 +256,7 @@ def test_bad_mix_options_exit_2_with_one_line(mixed, tiny_llama_dir, monkeypatch
     path.write_text(json.dumps(sweep_json), encoding="utf-8")
     args = ["mix", tiny_llama_dir, "--sensitivity", path, "--max-tokens", "128", "--ctx", "64", "--out-dir", tmp / "bad",
             "--schemes", "int3-g64,int4-g64,int8-channel", "--budget-bits", "int4-g64", *extra]  # fmt: skip
-    code, out, err = _main(args, monkeypatch, capsys)
-    lines = err.strip().splitlines()
-    assert code == 2, err
-    assert len(lines) == 1 and lines[0].startswith("infoeval: error: ") and message in lines[0], err
-    assert not (tmp / "bad").exists()
+    _fails_with_one_line(args, message, tmp / "bad", monkeypatch, capsys)
 
 
 @pytest.mark.parametrize("extra,message", [
@@ -269,11 +274,7 @@ def test_bad_budgets_fail_before_the_sweep(tiny_llama_dir, tmp_path, monkeypatch
     monkeypatch.setattr(infoeval.sensitivity, "sweep_prepared", no_sweep)
     args = ["mix", tiny_llama_dir, "--max-tokens", "128", "--sweep-tokens", "64", "--ctx", "64", "--out-dir", tmp_path / "bad",
             "--schemes", "int3-g64,int4-g64,int8-channel", "--by", "type", *extra]  # fmt: skip
-    code, out, err = _main(args, monkeypatch, capsys)
-    lines = err.strip().splitlines()
-    assert code == 2, err
-    assert len(lines) == 1 and lines[0].startswith("infoeval: error: ") and message in lines[0], err
-    assert not (tmp_path / "bad").exists()
+    _fails_with_one_line(args, message, tmp_path / "bad", monkeypatch, capsys)
 
 
 def test_mix_cli_writes_the_exports(mixed, tiny_llama_dir, monkeypatch, capsys):

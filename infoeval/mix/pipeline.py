@@ -67,12 +67,15 @@ def check_budget_text(text: str, schemes: list[str]) -> None:
         raise UsageError(f"--budget-bits {scheme.name}: name one of --schemes ({', '.join(schemes)}) or give bits per weight")
 
 
-def _check_budgets_early(model, mx: MixSettings, schemes, extra) -> None:
+def _linear_shapes(model) -> dict[str, tuple[int, ...]]:
+    return {n: tuple(m.weight.shape) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+
+
+def _check_budgets_early(model, shapes, mx: MixSettings, schemes, extra) -> None:
     """Before the sweep: every budget reachable with the units' cheapest schemes (the costs need only the
     layer shapes, not the KLs), so an impossible budget fails in seconds, not after minutes of sweeping."""
     from infoeval.sensitivity.units import enumerate_units
 
-    shapes = {n: tuple(m.weight.shape) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     rows = [{"unit": u.name, "kind": u.kind, "layers": list(u.layers), "scheme": s.name, "kl_mean": 0.0}
             for u in enumerate_units(model, mx.by) for s in schemes]  # fmt: skip
     problem = build_problem(rows, schemes, shapes)
@@ -172,11 +175,11 @@ def mix(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, mx: MixSettings
         raise UsageError("mix sweeps the tokens after the measured ones: give --max-tokens N (not 'all'), or --sensitivity FILE")
     run_ts = ts if mx.sensitivity else dataclasses.replace(ts, max_tokens=ts.max_tokens + mx.sweep_tokens)
     p_all = prepare(ms, run_ts, ws, rep)
+    shapes = _linear_shapes(p_all.loaded.model)
     if not mx.sensitivity:
-        _check_budgets_early(p_all.loaded.model, mx, schemes, extra)
+        _check_budgets_early(p_all.loaded.model, shapes, mx, schemes, extra)
     p, rows, sweep_json, held = _sensitivity(p_all, ts, mx, schemes, rep)
     model = p.loaded.model
-    shapes = {n: tuple(m.weight.shape) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     problem = build_problem(rows, schemes, shapes)
     _check_coverage(problem, model)
     budget, budget_scheme = parse_budget(mx.budget, problem)
