@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from infoeval import distributed
+from infoeval import distributed, heap
 from infoeval.columns import IDENTITY, Columns, as_numpy, identity_columns
 from infoeval.errors import RuntimeFailure
 from infoeval.kvcache import cache_kw, crop_to, new_cache  # noqa: F401  (crop_to, new_cache: re-exported)
@@ -171,7 +171,7 @@ class RoleLogits(Mapping):
         if self._hidden is not None:
             states, k = self._hidden
             module, active = parts(self._roles[role])
-            with active():
+            with active(), pooled_head(module, self._pool):
                 logits = module.get_output_embeddings()(states[role][k : k + 1, self._batch.keep])
             return _checked(logits, role, self._batch, self._on_forward)
         model = self._roles[role]
@@ -213,7 +213,7 @@ def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, pref
                 hidden[role] = forward_logits(module, inputs, 0)  # (B, T, hidden): the head's inputs
         for k, w in enumerate(_each_window(b)):
             targets = window_targets(stream_ids, w.windows[0])[None].to(device)
-            yield Step(w, targets, RoleLogits(roles, {}, w, on_forward, (hidden, k)))
+            yield Step(w, targets, RoleLogits(roles, {}, w, on_forward, (hidden, k), pool))
         return
     for k, w in enumerate(_each_window(b) if b.shared else [b]):
         w_inputs = inputs[k : k + 1] if b.shared else inputs  # a shared batch's windows share one length
@@ -236,6 +236,7 @@ def run(
     n = n_rows if n_rows is not None else max((b.rows.stop for b in batches), default=0)
     cols = Columns(n, {**IDENTITY, "bytes": np.int64, **(schema or {})})
     parallel = distributed.launched()
+    heap.steady_heap()  # every pass allocates the same activations: keep their pages (heap.py)
     done, error, pool = [], None, LogitsPool()
     try:
         for b in distributed.shard(batches) if parallel else batches:

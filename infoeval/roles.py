@@ -40,17 +40,28 @@ def headless(model: torch.nn.Module):
 
 @contextlib.contextmanager
 def linears_row_by_row(model: torch.nn.Module):
-    """Every ``nn.Linear`` of the model computes a batch of B sequences as B products of one sequence each: the
-    very matrix shapes, hence the very bits, of B separate forward passes (a BLAS may block one product of B·T
-    rows differently from B products of T rows), while a forward pre-hook (a variant's dequantization) still runs
-    once for the batch."""
+    """Every ``nn.Linear`` of the model computes a batch of B sequences as B products of one sequence each, written
+    into one output tensor (at::linear's own ``mm``/``addmm`` for a contiguous sequence; other inputs concatenate
+    B ``linear`` calls): the very matrix shapes, hence the very bits, of B separate forward passes (a BLAS may
+    block one product of B·T rows differently from B products of T rows), while a forward pre-hook (a variant's
+    dequantization) still runs once for the batch."""
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and "forward" not in vars(m)]
 
     def one_by_one(mod: torch.nn.Linear):
         def forward(x: torch.Tensor) -> torch.Tensor:
+            w, b = mod.weight, mod.bias  # read at call time: a variant's pre-hook swaps them in
             if x.dim() < 3 or x.shape[0] == 1:
-                return torch.nn.functional.linear(x, mod.weight, mod.bias)
-            return torch.cat([torch.nn.functional.linear(x[k : k + 1], mod.weight, mod.bias) for k in range(x.shape[0])])
+                return torch.nn.functional.linear(x, w, b)
+            if x.dim() > 3 or not x.is_contiguous() or x.dtype != w.dtype:
+                return torch.cat([torch.nn.functional.linear(x[k : k + 1], w, b) for k in range(x.shape[0])])
+            # at::linear's own call for one contiguous sequence (mm, or addmm with a bias), into one output
+            out = x.new_empty(*x.shape[:-1], w.shape[0])
+            for k in range(x.shape[0]):
+                if b is None:
+                    torch.mm(x[k], w.t(), out=out[k])
+                else:
+                    torch.addmm(b, x[k], w.t(), out=out[k])
+            return out
 
         return forward
 

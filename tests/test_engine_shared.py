@@ -104,3 +104,53 @@ def test_a_model_that_does_more_after_its_head_goes_window_by_window(tiny_llama_
     _assert_same(shared, plain)
     lp = torch.log_softmax(model(input_ids=stream[None, :40], use_cache=False).logits[0].float(), -1)
     np.testing.assert_allclose(shared["nll"][:40], -lp.gather(-1, stream[1:41, None])[:, 0].detach().numpy(), rtol=1e-6)
+
+
+def _biased_llama() -> torch.nn.Module:
+    """A 2-layer Llama whose attention and MLP Linear layers have (non-zero) biases: the addmm path."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, attention_bias=True, mlp_bias=True, tie_word_embeddings=False)  # fmt: skip
+    torch.manual_seed(3)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear) and m.bias is not None:
+                m.bias.normal_(0, 0.1)
+    return model
+
+
+def test_shared_batches_of_a_model_with_biases_give_the_window_by_window_bits():
+    model = _biased_llama()
+    stream = _stream(model, 130, seed=4)
+    variants = [apply.quantize_variant(model, parse_scheme("int4-g16-asym"))]
+    shared, plain = _both(model, stream, rolling_windows(len(stream), 32), variants, None, 96)
+    _assert_same(shared, plain)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bias", [False, True])
+def test_row_by_row_linears_are_the_bits_of_one_sequence_at_a_time(dtype, bias):
+    """Each sequence of a batch is the very product nn.Linear makes for that sequence alone, for contiguous
+    inputs (one output, written sequence by sequence) and strided ones (the concatenating fallback)."""
+    torch.manual_seed(5)
+    lin = torch.nn.Linear(40, 24, bias=bias).to(dtype)
+    holder = torch.nn.Sequential(lin)
+    x = torch.randn(3, 17, 40, dtype=dtype)
+    strided = torch.randn(3, 40, 17, dtype=dtype).transpose(1, 2)
+    with torch.no_grad():
+        alone = [[torch.nn.functional.linear(t[k : k + 1], lin.weight, lin.bias) for k in range(3)] for t in (x, strided)]
+        with roles_linears(holder):
+            batched = [lin(x), lin(strided), lin(x[:1])]
+    for got, want in zip(batched, alone):
+        assert got.dtype == dtype and got.shape == (3, 17, 24)
+        assert torch.equal(got, torch.cat(want))
+    assert torch.equal(batched[2], alone[0][0])
+    assert "forward" not in vars(lin)  # the plain forward is back after the block
+
+
+def roles_linears(model):
+    from infoeval.roles import linears_row_by_row
+
+    return linears_row_by_row(model)
