@@ -18,6 +18,8 @@ import contextlib
 
 import torch
 
+from infoeval.roles import linear_into
+
 MAX_BUFFERS = 4  # more logits alive at once than this: fresh tensors for the others
 
 _use_count = getattr(torch._C, "_storage_Use_Count", None)
@@ -80,11 +82,7 @@ def pooled_head(model: torch.nn.Module, pool: LogitsPool | None):
         out = pool.take(n * w.shape[0], x.dtype, x.device) if fits else None
         if out is None:
             return torch.nn.functional.linear(x, w, b)
-        rows, out = x.reshape(n, x.shape[-1]), out.view(n, w.shape[0])
-        if b is None:
-            torch.mm(rows, w.t(), out=out)
-        else:
-            torch.addmm(b, rows, w.t(), out=out)
+        out = linear_into(x.reshape(n, x.shape[-1]), w, b, out.view(n, w.shape[0]))
         return out.view(*x.shape[:-1], w.shape[0])
 
     head.forward = forward

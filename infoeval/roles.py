@@ -38,6 +38,14 @@ def headless(model: torch.nn.Module):
         model.set_output_embeddings(head)
 
 
+def linear_into(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
+    """``nn.functional.linear`` of a 2-D ``rows`` written into ``out``: the very call at::linear makes for it (``mm``
+    with the transposed weight, ``addmm`` with a bias), hence its bits."""
+    if bias is None:
+        return torch.mm(rows, weight.t(), out=out)
+    return torch.addmm(bias, rows, weight.t(), out=out)
+
+
 @contextlib.contextmanager
 def linears_row_by_row(model: torch.nn.Module):
     """Every ``nn.Linear`` of the model computes a batch of B sequences as B products of one sequence each, written
@@ -54,13 +62,9 @@ def linears_row_by_row(model: torch.nn.Module):
                 return torch.nn.functional.linear(x, w, b)
             if x.dim() > 3 or not x.is_contiguous() or x.dtype != w.dtype:
                 return torch.cat([torch.nn.functional.linear(x[k : k + 1], w, b) for k in range(x.shape[0])])
-            # at::linear's own call for one contiguous sequence (mm, or addmm with a bias), into one output
             out = x.new_empty(*x.shape[:-1], w.shape[0])
             for k in range(x.shape[0]):
-                if b is None:
-                    torch.mm(x[k], w.t(), out=out[k])
-                else:
-                    torch.addmm(b, x[k], w.t(), out=out[k])
+                linear_into(x[k], w, b, out[k])
             return out
 
         return forward

@@ -14,6 +14,7 @@ from infoeval.compare import pipeline as compare_pipeline
 from infoeval.models import load_model
 from infoeval.quant import apply
 from infoeval.quant.schemes import parse_scheme
+from infoeval.roles import linears_row_by_row
 from infoeval.windows import Window, llamacpp_windows, rolling_windows
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -141,16 +142,10 @@ def test_row_by_row_linears_are_the_bits_of_one_sequence_at_a_time(dtype, bias):
     strided = torch.randn(3, 40, 17, dtype=dtype).transpose(1, 2)
     with torch.no_grad():
         alone = [[torch.nn.functional.linear(t[k : k + 1], lin.weight, lin.bias) for k in range(3)] for t in (x, strided)]
-        with roles_linears(holder):
+        with linears_row_by_row(holder):
             batched = [lin(x), lin(strided), lin(x[:1])]
     for got, want in zip(batched, alone):
         assert got.dtype == dtype and got.shape == (3, 17, 24)
         assert torch.equal(got, torch.cat(want))
     assert torch.equal(batched[2], alone[0][0])
     assert "forward" not in vars(lin)  # the plain forward is back after the block
-
-
-def roles_linears(model):
-    from infoeval.roles import linears_row_by_row
-
-    return linears_row_by_row(model)
