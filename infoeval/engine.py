@@ -5,12 +5,13 @@
     for each batch of windows (one window, or several of one length batched together):
         inputs  = the windows' token ids (first token replaced by the prefix token where the window says so)
         for each role, when the reducer asks for it:
-            logits = model(inputs, logits_to_keep = the scored positions)    (B, n, V), checked finite
+            logits = model(inputs, logits_to_keep = the scored positions)    (B, n, V), checked finite*
         columns[batch.rows] = reducer(step)                                  per-position numbers only
 
 The reducer is a command's own per-window reduction (``(step) → {column: (B·n,) tensor}``); it asks for each
 role's logits in turn through ``step.logits[role]``, so only the logits it holds at once are alive, and no
 (tokens × vocabulary) tensor outlives its batch. Columns are allocated once for every scored position.
+(*) by the engine, or by a reducer whose per-row numbers are finite exactly when the logits are (``run(check_logits=False)``).
 
 Sharding: ``plan`` numbers the batches and fixes the rows every batch fills; ``run`` takes any subset of them
 and fills only their rows. Under a launcher (torchrun, accelerate launch) each rank evaluates batches
@@ -43,12 +44,13 @@ import numpy as np
 import torch
 
 from infoeval import distributed, heap
+from infoeval.batches import Batch, each_window, plan, plan_shared  # noqa: F401  (plan, plan_shared: re-exported)
 from infoeval.columns import IDENTITY, Columns, as_numpy, identity_columns
 from infoeval.errors import RuntimeFailure
 from infoeval.kvcache import cache_kw, crop_to, new_cache  # noqa: F401  (crop_to, new_cache: re-exported)
 from infoeval.logits_pool import LogitsPool, pooled_head
 from infoeval.roles import headless, linears_row_by_row, model_device, parts
-from infoeval.windows import Window, window_inputs, window_targets
+from infoeval.windows import window_inputs, window_targets
 
 Reducer = Callable[["Step"], Mapping[str, "torch.Tensor | np.ndarray"]]
 
@@ -62,73 +64,6 @@ def forward_logits(model, inputs: torch.Tensor, keep: torch.Tensor | int) -> tor
 def last_logits(model, inputs: torch.Tensor) -> torch.Tensor:
     """Next-token logits after each row of ``inputs`` (B, T) → (B, V)."""
     return forward_logits(model, inputs, 1)[:, -1]
-
-
-@dataclass(frozen=True)
-class Batch:
-    """Windows that go through one forward pass together, and the column rows their scored positions fill.
-
-    A batch of one window keeps exactly its scored logits (a tensor of positions); a batch of several needs
-    windows of one length whose scored positions are the last n, and keeps the last n logits of each row.
-    """
-
-    windows: tuple[Window, ...]
-    rows: slice
-    shared: bool = False  # one pass of the decoder blocks for all windows, then a step per window (plan_shared)
-
-    @property
-    def keep(self) -> torch.Tensor | int:
-        return self.windows[0].logit_index if len(self.windows) == 1 else self.windows[0].n_scored
-
-    @property
-    def label(self) -> str:
-        w = self.windows
-        return f"window {w[0].index}" if len(w) == 1 else f"windows {w[0].index}–{w[-1].index}"
-
-
-def plan(windows: Sequence[Window], per_batch: int = 1) -> list[Batch]:
-    """Consecutive windows ``per_batch`` at a time, with the rows of their scored positions in window order.
-
-    >>> [b.rows for b in plan([Window(0, 0, 4, 0, 4), Window(1, 4, 4, 0, 4), Window(2, 8, 2, 0, 2)], 1)]
-    [slice(0, 4, None), slice(4, 8, None), slice(8, 10, None)]
-    """
-    out, row = [], 0
-    for i in range(0, len(windows), max(1, per_batch)):
-        group = tuple(windows[i : i + max(1, per_batch)])
-        if len(group) > 1:
-            w0 = group[0]
-            if any((w.length, w.first_scored, w.n_scored) != (w0.length, w0.first_scored, w0.n_scored) for w in group) \
-                    or w0.first_scored + w0.n_scored != w0.length:  # fmt: skip
-                raise ValueError("batched windows must share their length and score their last positions")
-        n = sum(w.n_scored for w in group)
-        out.append(Batch(group, slice(row, row + n)))
-        row += n
-    return out
-
-
-def plan_shared(windows: Sequence[Window], tokens: int) -> list[Batch]:
-    """Runs of consecutive windows of one length, as many as fit in ``tokens`` inputs (at least one), each run a
-    shared batch: its windows go through the decoder blocks together and are reduced one by one (any scored
-    positions). Rows as ``plan``'s.
-
-    >>> [(len(b.windows), b.rows) for b in plan_shared([Window(i, 4 * i, 4, 0, 4) for i in range(3)] + [Window(3, 12, 2, 0, 2)], 8)]
-    [(2, slice(0, 8, None)), (1, slice(8, 12, None)), (1, slice(12, 14, None))]
-    """
-    out, row, i = [], 0, 0
-    while i < len(windows):
-        j = i + 1
-        while j < len(windows) and windows[j].length == windows[i].length and (j + 1 - i) * windows[i].length <= tokens:
-            j += 1
-        n = sum(w.n_scored for w in windows[i:j])
-        out.append(Batch(tuple(windows[i:j]), slice(row, row + n), shared=j - i > 1))
-        row, i = row + n, j
-    return out
-
-
-def _each_window(b: Batch) -> list[Batch]:
-    """A shared batch's windows, each a batch of its own with its rows."""
-    starts = np.cumsum([0] + [w.n_scored for w in b.windows]) + b.rows.start
-    return [Batch((w,), slice(int(a), int(z))) for w, a, z in zip(b.windows, starts[:-1], starts[1:])]
 
 
 _SPLITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -149,10 +84,17 @@ def splits(model: torch.nn.Module, probe: torch.Tensor) -> bool:
     return _SPLITS[model]
 
 
-def _checked(logits: torch.Tensor, role: str, batch: Batch, on_forward) -> torch.Tensor:
-    # a NaN or ±inf anywhere makes the sum non-finite; one reduction, no (n × V) mask (which costs ~20× more)
-    if not torch.isfinite(logits.sum()):
+def require_finite(values: torch.Tensor, role: str, batch: Batch) -> None:
+    """The failure for non-finite logits unless every value is finite: the engine's own check (the logits' sum), or
+    a reducer's per-row numbers where ``run(check_logits=False)`` leaves it to them (a NaN or ±inf logit makes its
+    row's log-softmax sums, such as Σ p log p, NaN)."""
+    if not torch.isfinite(values).all():
         raise RuntimeFailure(f"{role} produced non-finite logits in {batch.label}")
+
+
+def _checked(logits: torch.Tensor, role: str, batch: Batch, on_forward, check: bool) -> torch.Tensor:
+    if check:  # a NaN or ±inf anywhere makes the sum non-finite; one reduction, no (n × V) mask (~20× more)
+        require_finite(logits.sum(), role, batch)
     if on_forward:
         on_forward()
     return logits
@@ -163,9 +105,9 @@ class RoleLogits(Mapping):
     with ``hidden`` (a shared batch's blocks' output per role, and this window's index in it) only the head runs."""
 
     def __init__(self, roles: Mapping[str, object], inputs: dict, batch: Batch, on_forward: Callable[[], None] | None,
-                 hidden: tuple[dict, int] | None = None, pool: LogitsPool | None = None):  # fmt: skip
+                 hidden: tuple[dict, int] | None = None, pool: LogitsPool | None = None, check: bool = True):  # fmt: skip
         self._roles, self._inputs, self._batch, self._on_forward, self._hidden = roles, inputs, batch, on_forward, hidden
-        self._pool = pool
+        self._pool, self._check = pool, check
 
     def __getitem__(self, role: str) -> torch.Tensor:
         if self._hidden is not None:
@@ -173,14 +115,14 @@ class RoleLogits(Mapping):
             module, active = parts(self._roles[role])
             with active(), pooled_head(module, self._pool):
                 logits = module.get_output_embeddings()(states[role][k : k + 1, self._batch.keep])
-            return _checked(logits, role, self._batch, self._on_forward)
+            return _checked(logits, role, self._batch, self._on_forward, self._check)
         model = self._roles[role]
         device = model_device(model, next(iter(self._inputs.values())).device)
         if device not in self._inputs:
             self._inputs[device] = next(iter(self._inputs.values())).to(device)
         with pooled_head(parts(model)[0], self._pool):
             logits = forward_logits(model, self._inputs[device], self._batch.keep)
-        return _checked(logits, role, self._batch, self._on_forward)
+        return _checked(logits, role, self._batch, self._on_forward, self._check)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._roles)
@@ -199,7 +141,7 @@ class Step:
 
 
 def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, prefix_id: int | None, device,
-           on_forward, pool: LogitsPool | None = None) -> Iterator[Step]:  # fmt: skip
+           on_forward, pool: LogitsPool | None = None, check: bool = True) -> Iterator[Step]:  # fmt: skip
     """The reducer's steps of batch ``b``: one, or one per window of a shared batch (whose blocks run first, once
     per role; window by window instead where a role's model does not ``splits``)."""
     inputs = torch.cat([window_inputs(stream_ids, w, prefix_id) for w in b.windows]).to(device)
@@ -211,24 +153,25 @@ def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, pref
         for role, (module, active) in split.items():
             with active(), headless(module), linears_row_by_row(module):
                 hidden[role] = forward_logits(module, inputs, 0)  # (B, T, hidden): the head's inputs
-        for k, w in enumerate(_each_window(b)):
+        for k, w in enumerate(each_window(b)):
             targets = window_targets(stream_ids, w.windows[0])[None].to(device)
-            yield Step(w, targets, RoleLogits(roles, {}, w, on_forward, (hidden, k), pool))
+            yield Step(w, targets, RoleLogits(roles, {}, w, on_forward, (hidden, k), pool, check))
         return
-    for k, w in enumerate(_each_window(b) if b.shared else [b]):
+    for k, w in enumerate(each_window(b) if b.shared else [b]):
         w_inputs = inputs[k : k + 1] if b.shared else inputs  # a shared batch's windows share one length
         targets = torch.stack([window_targets(stream_ids, x) for x in w.windows]).to(device)
-        yield Step(w, targets, RoleLogits(roles, {device: w_inputs}, w, on_forward, pool=pool))
+        yield Step(w, targets, RoleLogits(roles, {device: w_inputs}, w, on_forward, pool=pool, check=check))
 
 
 @torch.inference_mode()
 def run(
     roles: Mapping[str, object], stream_ids: torch.Tensor, batches: Sequence[Batch], prefix_id: int | None,
     reducer: Reducer, schema: Mapping[str, type] | None = None, nbytes: np.ndarray | None = None,
-    on_forward: Callable[[], None] | None = None, n_rows: int | None = None,
+    on_forward: Callable[[], None] | None = None, n_rows: int | None = None, check_logits: bool = True,
 ) -> dict[str, np.ndarray]:  # fmt: skip
     """Evaluate every batch with the roles the reducer asks for; returns the columns (identity columns, ``bytes``
-    when ``nbytes`` is given, and the reducer's). ``n_rows`` defaults to the rows of ``batches``.
+    when ``nbytes`` is given, and the reducer's). ``n_rows`` defaults to the rows of ``batches``. Every role's
+    logits are checked finite, unless ``check_logits`` is False: the reducer then checks (``require_finite``).
 
     Under a launcher (``distributed.launched()``) this rank evaluates its share of the batches and the rows of
     all ranks are gathered, so every rank returns the same columns as one process would."""
@@ -240,7 +183,7 @@ def run(
     done, error, pool = [], None, LogitsPool()
     try:
         for b in distributed.shard(batches) if parallel else batches:
-            for step in _steps(roles, stream_ids, b, prefix_id, device, on_forward, pool):
+            for step in _steps(roles, stream_ids, b, prefix_id, device, on_forward, pool, check_logits):
                 part = identity_columns(step.batch, stream_ids)
                 if nbytes is not None:
                     part["bytes"] = np.concatenate([nbytes[w.target_slice] for w in step.batch.windows])

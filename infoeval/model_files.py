@@ -108,11 +108,12 @@ def weights_digest(folder: Path) -> str:
     h = hashlib.sha256()
     for p in files:
         h.update(p.name.encode())
-        h.update(_cached_file_sha(p).encode())
+        h.update(cached_sha256(p).encode())
     return h.hexdigest()
 
 
-def _cached_file_sha(path: Path) -> str:
+def cached_sha256(path: Path) -> str:
+    """``sha256_file``, remembered in infoeval's cache under the file's resolved path, size and mtime."""
     st = path.stat()
     key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:24]
     memo = cache_root() / "sha256" / key

@@ -22,8 +22,8 @@ from infoeval.errors import DeviceError, ModelLoadError, UsageError
 from infoeval.model_files import (
     BUILTIN,
     builtin_gguf,
+    cached_sha256,
     gguf_cache_dir,
-    sha256_file,
     weights_digest,
 )
 from infoeval.settings import DEFAULT_MODEL
@@ -201,7 +201,7 @@ def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: 
             gguf = builtin_gguf(spec.lower()) if spec.lower() in BUILTIN else Path(spec)
             if not gguf.is_file():
                 raise ModelLoadError(f"GGUF file '{spec}' does not exist; pass an existing .gguf file")
-            digest = sha256_file(gguf)
+            digest = cached_sha256(gguf)  # hashing the file took 0.1 s of every run
             try:
                 folder = gguf_cache_dir(gguf, digest)
             except (ValueError, OSError, KeyError) as e:

@@ -11,10 +11,12 @@ import torch
 
 from infoeval import engine
 from infoeval.compare import pipeline as compare_pipeline
+from infoeval.errors import RuntimeFailure
 from infoeval.models import load_model
 from infoeval.quant import apply
 from infoeval.quant.schemes import parse_scheme
 from infoeval.roles import linears_row_by_row
+from infoeval.tokens import TokenStream
 from infoeval.windows import Window, llamacpp_windows, rolling_windows
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -27,7 +29,7 @@ def test_plan_shared_groups_runs_of_one_length_within_the_token_budget():
     assert [[w.index for w in b.windows] for b in batches] == [[0, 1, 2], [3, 4], [5]]
     assert [b.shared for b in batches] == [True, True, False]
     assert [b.rows for b in batches] == [slice(0, 8), slice(8, 12), slice(12, 15)]  # 4 + 2 + 2, 2 + 2, 3
-    assert [b.rows for b in engine._each_window(batches[0])] == [slice(0, 4), slice(4, 6), slice(6, 8)]
+    assert [b.rows for b in engine.each_window(batches[0])] == [slice(0, 4), slice(4, 6), slice(6, 8)]
     assert all(not b.shared for b in engine.plan_shared(ws, 4))  # one window per batch: plain batches
 
 
@@ -149,3 +151,39 @@ def test_row_by_row_linears_are_the_bits_of_one_sequence_at_a_time(dtype, bias):
         assert torch.equal(got, torch.cat(want))
     assert torch.equal(batched[2], alone[0][0])
     assert "forward" not in vars(lin)  # the plain forward is back after the block
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize("poisoned", [(0, "reference"), (1, "int4-g32")])
+def test_the_lockstep_reducer_fails_on_non_finite_logits_in_place_of_the_engine(tiny_llama_dir, bad, shared, poisoned):
+    """quantize-compare leaves the finiteness check to its reducer (no pass over the logits): one bad logit of
+    one model in one window fails with the engine's own line, on both paths, for NaN, +inf and −inf."""
+    model = load_model(str(tiny_llama_dir), CPU, torch.float32).model
+    stream = _stream(model, 120, seed=6)
+    windows = rolling_windows(len(stream), 40)
+    variants = [apply.quantize_variant(model, parse_scheme("int4-g32"))]
+    window, role = poisoned
+    target = window * 2 + (role != "reference")  # the heads run window by window: reference, then the variant
+    calls = []
+
+    def poison(module, args, out):
+        if out.shape[-2] != 40:  # engine.splits's probe, not a window
+            return out
+        calls.append(1)
+        if len(calls) - 1 == target:
+            out = out.clone()
+            out[0, 7, 3] = bad
+        return out
+
+    handle = model.get_output_embeddings().register_forward_hook(poison)
+    try:
+        with pytest.raises(RuntimeFailure, match=f"^{role} produced non-finite logits in window {window}$"):
+            compare_pipeline.SHARED_TOKENS, old = (120 if shared else 0), compare_pipeline.SHARED_TOKENS
+            try:
+                compare_pipeline.run_lockstep(model, TokenStream(stream, np.ones(len(stream), np.int64), None), windows, variants)
+            finally:
+                compare_pipeline.SHARED_TOKENS = old
+    finally:
+        handle.remove()
+    assert len(calls) == target + 1  # it failed on that very window

@@ -534,3 +534,25 @@ def test_every_reducer_gives_the_whole_windows_columns_in_3_row_chunks(monkeypat
     assert len(whole) > 40 and chunked.keys() == whole.keys()
     for k, v in whole.items():
         assert (chunked[k] == v).all(), k
+
+
+@pytest.mark.parametrize("chunk", [None, 2, 3])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_entropies_are_finite_exactly_when_the_logits_are(monkeypatch, chunk, bad):
+    """The lockstep reducer checks each model's entropies instead of its logits: one NaN, +inf or −inf logit makes
+    its row's entropy non-finite (and only that row's), whatever the chunk of rows, reference and variant alike;
+    a row whose logits are all −inf too."""
+    monkeypatch.setattr(it, "CHUNK_ROWS", chunk)
+    lg = _logits(9, 300, 4.0, seed=21)
+    lgq = lg + 0.2 * _logits(9, 300, 1.0, seed=22)
+    t = torch.arange(9)
+    for row, col in [(0, 0), (4, 299), (8, 17)]:
+        bad_p, bad_q = lg.clone(), lgq.clone()
+        bad_p[row, col] = bad
+        bad_q[row, col] = bad
+        bad_q[2] = float("-inf")
+        ref = it.reference_stats(bad_p, t)
+        assert torch.equal(torch.isfinite(ref.entropy), torch.isfinite(bad_p).all(-1))
+        got = it.compare(it.reference_stats(lg, t), bad_q, t)
+        assert torch.equal(torch.isfinite(got["entropy"]), torch.isfinite(bad_q).all(-1))
+    assert torch.isfinite(it.compare(it.reference_stats(lg, t), lgq, t)["entropy"]).all()

@@ -313,3 +313,26 @@ def test_weights_restored_when_the_forward_pass_fails(llama, ids):
         WithVariant(llama, bad)(input_ids=ids, use_cache=False)
     assert _unchanged(llama, snap)
     assert all(not m._forward_pre_hooks and not m._forward_hooks for m in llama.modules())
+
+
+def test_a_variant_keeps_its_tensors_in_one_allocation_with_the_same_values(tiny_llama_dir):
+    """storage.gather: every kept tensor of a variant is a view of one buffer (64-byte aligned, no overlap), with
+    the dtype, shape and values encode gave; the dequantized weights are unchanged."""
+    from infoeval.quant import storage
+
+    model = load_model(str(tiny_llama_dir), CPU, torch.float32).model
+    modules = dict(model.named_modules())
+    for name in ("int8-channel", "int4-g32", "int3-g24-asym", "int6-channel-asym"):
+        scheme = parse_scheme(name)
+        variant = quantize_variant(model, scheme)
+        tensors = [t for pw in variant.weights.values() for t in (pw.codes, pw.scale, pw.zero, pw.negative_zeros) if t is not None]
+        assert len({t.untyped_storage().data_ptr() for t in tensors}) == 1
+        spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in tensors)
+        assert all(start % storage.ALIGN == 0 for start, _ in spans)
+        assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
+        for layer, pw in variant.weights.items():
+            fresh = encode(modules[layer].weight.data, scheme)
+            for f in storage.FIELDS:
+                a, b = getattr(pw, f), getattr(fresh, f)
+                assert (a is None and b is None) or (a.dtype == b.dtype and torch.equal(a, b)), (name, layer, f)
+            assert _bits_equal(dequantize(pw), fake_quantize(modules[layer].weight.data, scheme)), (name, layer)

@@ -48,15 +48,20 @@ class CompareColumns:
 
 
 def lockstep_reducer(variant_names: Sequence[str]) -> engine.Reducer:
-    """Reference statistics, then each variant against them, window by window (buffers reused across windows)."""
+    """Reference statistics, then each variant against them, window by window (buffers reused across windows).
+    Each model's entropies are checked finite, which they are exactly when its logits are (``engine.run`` leaves
+    the check to this reducer: one pass over the logits fewer per model and window)."""
     ws = Workspace()
 
     def reduce(step: engine.Step) -> dict:
         targets = step.targets[0]
         ref = reference_stats(step.logits[REFERENCE][0], targets, ws)
+        engine.require_finite(ref.entropy, REFERENCE, step.batch)
         out = {"nll": ref.nll, "entropy": ref.entropy, "argmax": ref.argmax}
         for name in variant_names:
-            out |= {f"{name}/{k}": v for k, v in compare(ref, step.logits[name][0], targets, ws).items()}
+            columns = compare(ref, step.logits[name][0], targets, ws)
+            engine.require_finite(columns["entropy"], name, step.batch)
+            out |= {f"{name}/{k}": v for k, v in columns.items()}
         return out
 
     return reduce
@@ -70,7 +75,8 @@ def run_lockstep(model, stream: TokenStream, windows: Sequence[Window], variants
     names = [v.name for v in variants]
     # with SHARED_TOKENS > ctx the variants' blocks see several windows at a time and dequantize once per batch
     batches = engine.plan_shared(windows, SHARED_TOKENS) if variants else engine.plan(windows)
-    cols = engine.run(roles, stream.ids, batches, bos_id, lockstep_reducer(names), schema, stream.nbytes, on_forward)
+    cols = engine.run(roles, stream.ids, batches, bos_id, lockstep_reducer(names), schema, stream.nbytes, on_forward,
+                      check_logits=False)  # fmt: skip
     return CompareColumns({k: cols[k] for k in REF_COLUMNS},
                           {n: {k: cols[f"{n}/{k}"] for k in VARIANT_COLUMNS} for n in names})  # fmt: skip
 

@@ -28,9 +28,9 @@ import torch
 
 from infoeval import heap
 from infoeval.errors import UsageError
-from infoeval.quant import codes
+from infoeval.quant import codes, storage
 from infoeval.quant.codes import PackedWeight
-from infoeval.quant.primitives import sqnr_db
+from infoeval.quant.primitives import signal_power, sqnr_db
 from infoeval.quant.recipe import Recipe, assign
 from infoeval.quant.schemes import Scheme
 from infoeval.quant.variant import LayerReport, QuantizedVariant
@@ -89,18 +89,19 @@ def plan_layers(model: torch.nn.Module, include: list[str] = (), exclude: list[s
 
 
 @torch.no_grad()
-def quantize_variant(model: torch.nn.Module, scheme: Scheme, include=(), exclude=()) -> QuantizedVariant:
+def quantize_variant(model: torch.nn.Module, scheme: Scheme, include=(), exclude=(), signals=None) -> QuantizedVariant:
     """Quantize the selected layers' weights (on their own device and dtype) and report every Linear layer."""
     plan = [(name, scheme if selected else None, reason) for name, selected, reason in plan_layers(model, list(include), list(exclude))]
-    return quantize_plan(model, plan, scheme)
+    return quantize_plan(model, plan, scheme, signals=signals)
 
 
 @torch.no_grad()
-def quantize_plan(model: torch.nn.Module, plan, scheme: Scheme, label: str | None = None) -> QuantizedVariant:
+def quantize_plan(model: torch.nn.Module, plan, scheme: Scheme, label: str | None = None,
+                  signals: dict[str, float] | None = None) -> QuantizedVariant:  # fmt: skip
     """Quantize each layer of ``plan`` ((name, its scheme or None to skip, reason) per Linear layer and embedding)
     with its own scheme. With ``label`` the variant is a mix named ``label`` (``scheme``: its most common scheme);
     a layer is encoded the same way whatever else the plan holds, so a one-scheme plan gives ``quantize_variant``'s
-    codes bit for bit."""
+    codes bit for bit. ``signals``: Σw² per layer name, filled and reused by the variants of one model (SQNR)."""
     modules = dict(model.named_modules())
     owners = _tied_names(model)
     weights: dict[str, PackedWeight] = {}
@@ -112,7 +113,7 @@ def quantize_plan(model: torch.nn.Module, plan, scheme: Scheme, label: str | Non
         if layer_scheme is None:
             reports.append(LayerReport(name, tuple(w.shape), False, reason, tied_to=tied))
             continue
-        packed = codes.encode(w.data, layer_scheme)
+        packed, w_hat = codes.encode_dequantized(w.data, layer_scheme)
         if len(weights) % heap.TRIM_EVERY == heap.TRIM_EVERY - 1:
             heap.release_freed_memory()  # the freed temporaries of the last layers (heap.py)
         if layer_scheme.group_size is not None and layer_scheme.group_size >= w.shape[1]:
@@ -122,12 +123,20 @@ def quantize_plan(model: torch.nn.Module, plan, scheme: Scheme, label: str | Non
         if tied:
             reason += f"; tied to {tied}, which keeps its original weights"
         weights[name], chosen[name] = packed, layer_scheme
-        reports.append(LayerReport(name, tuple(w.shape), True, reason, sqnr_db(w.data, codes.dequantize(packed)), tied,
+        signal = signals.get(name) if signals is not None else None
+        if signal is None:
+            signal = signal_power(w.data)
+            if signals is not None:
+                signals[name] = signal
+        reports.append(LayerReport(name, tuple(w.shape), True, reason, sqnr_db(w.data, w_hat, signal, overwrite=True), tied,
                                    layer_scheme.name if label else None))  # fmt: skip
+        del w_hat
+    weights = storage.gather(weights)  # one allocation for the variant (storage.py)
+    heap.release_freed_memory()
     return QuantizedVariant(scheme, weights, tuple(reports), label, chosen if label else None)
 
 
-def recipe_variant(model: torch.nn.Module, recipe: Recipe, include=(), exclude=()) -> QuantizedVariant:
+def recipe_variant(model: torch.nn.Module, recipe: Recipe, include=(), exclude=(), signals=None) -> QuantizedVariant:
     """The mix a recipe describes (each Linear layer with its own scheme), named after the recipe; a unit that
     matches no Linear layer, or units that overlap with different schemes, are usage errors."""
     linears = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
@@ -137,7 +146,7 @@ def recipe_variant(model: torch.nn.Module, recipe: Recipe, include=(), exclude=(
         if s is not None:
             counts[s.name] = counts.get(s.name, 0) + 1
     main = next((s for _, s, _ in plan if s is not None and counts[s.name] == max(counts.values())), recipe.schemes()[0])
-    return quantize_plan(model, plan, main, label=recipe.name)
+    return quantize_plan(model, plan, main, label=recipe.name, signals=signals)
 
 
 def build_variants(model: torch.nn.Module, schemes, recipes=(), include=(), exclude=()) -> list[QuantizedVariant]:
@@ -146,8 +155,9 @@ def build_variants(model: torch.nn.Module, schemes, recipes=(), include=(), excl
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise UsageError(f"two variants are named '{dupes[0]}' (a recipe is named after its file); rename the recipe file")
-    variants = [quantize_variant(model, s, include, exclude) for s in schemes] + [recipe_variant(model, r, include, exclude) for r in recipes]
-    heap.release_freed_memory()
+    signals: dict[str, float] = {}  # Σw² per layer, for every variant's SQNR
+    variants = [quantize_variant(model, s, include, exclude, signals) for s in schemes] + \
+               [recipe_variant(model, r, include, exclude, signals) for r in recipes]  # fmt: skip
     return variants
 
 

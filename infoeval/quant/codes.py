@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from infoeval.quant.primitives import quantize_codes
+from infoeval.quant.primitives import float_codes
 from infoeval.quant.schemes import Scheme
 
 _SIGN_MAG_8 = 0x807F - 0x10000  # int16 mask: bit 15 (sign) and bits 0–6 (|q|)
@@ -102,42 +102,63 @@ def unpack_nibbles(packed: torch.Tensor, n: int) -> torch.Tensor:
     return torch.cat([packed & 15, packed >> 4])[:n]
 
 
-def _symmetric_codes(q: torch.Tensor, sign: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(flat codes, −0 positions or None) of symmetric int32 codes q (overwritten) with sign bits ``sign``;
-    see the table in the module docstring."""
+_NEGATIVE_ZERO_BITS = -(2**31)  # −0.0 seen as an int32
+
+
+def _symmetric_codes(q: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(flat codes, −0 positions or None) of symmetric float32 codes q (out, in), −0.0 included; see the table
+    in the module docstring."""
     if bits > 4:
-        negative_zero = (q == 0) & sign
-        if int(negative_zero.sum()) <= MAX_NEGATIVE_ZEROS * q.numel():
-            positions = negative_zero.reshape(-1).nonzero().squeeze(1).to(torch.int32)
-            return q.to(torch.int8).reshape(-1), positions
-    flat = q.abs_().to(torch.uint8).bitwise_or_(sign.to(torch.uint8) << (3 if bits <= 4 else 7)).reshape(-1)
+        positions = (q.view(torch.int32) == _NEGATIVE_ZERO_BITS).reshape(-1).nonzero().squeeze(1)
+        if positions.numel() <= MAX_NEGATIVE_ZEROS * q.numel():
+            return q.to(torch.int8).reshape(-1), positions.to(torch.int32)
+    sign = torch.signbit(q).view(torch.uint8)
+    flat = q.to(torch.int8).abs_().view(torch.uint8).bitwise_or_(sign << (3 if bits <= 4 else 7)).reshape(-1)
     return (pack_nibbles(flat) if bits <= 4 else flat), None
 
 
-def encode(w: torch.Tensor, scheme: Scheme) -> PackedWeight:
-    """Quantize a 2-D weight (``quantize_codes``) and store its codes. The sign bit of a symmetric code is
-    that of w: q = round(w/s) has the sign of w, and is −0 where w is negative (or −0.0) and rounds to zero,
-    which is where fake_quantize gives ŵ = −0.0."""
-    q, scale, zero = quantize_codes(w, scheme)
+def _encode(w: torch.Tensor, scheme: Scheme) -> tuple[PackedWeight, torch.Tensor, torch.Tensor]:
+    """The stored weight, and the float codes and zero points it was made from (``float_codes``)."""
+    q, scale, zero = float_codes(w, scheme)  # (out, G, g), zero-padded
+    out_f, in_f = int(w.shape[0]), int(w.shape[1])
+    rows = q.reshape(out_f, -1)[:, :in_f]  # a view: strided when the last group is padded
     negative_zeros = None
     if scheme.symmetric:
-        codes, negative_zeros = _symmetric_codes(q, torch.signbit(w.detach()), scheme.bits)
+        codes, negative_zeros = _symmetric_codes(rows, scheme.bits)
         if not torch.isfinite(scale * 2.0**24).all():
             raise ValueError("weights too large to store: a scale times 2^24 overflows float32")
     else:
-        flat = q.to(torch.uint8).reshape(-1)
+        flat = rows.to(torch.uint8).reshape(-1)
         codes = pack_nibbles(flat) if scheme.bits <= 4 else flat
-    return PackedWeight(
+    packed = PackedWeight(
         codes=codes,
         scale=scale.contiguous(),
         zero=None if scheme.symmetric else zero.to(torch.uint8).contiguous(),
         negative_zeros=negative_zeros,
-        shape=(int(w.shape[0]), int(w.shape[1])),
+        shape=(out_f, in_f),
         dtype=w.dtype,
         bits=scheme.bits,
         group_size=scheme.group_size,
         symmetric=scheme.symmetric,
     )  # fmt: skip
+    return packed, q, zero
+
+
+def encode(w: torch.Tensor, scheme: Scheme) -> PackedWeight:
+    """Quantize a 2-D weight (``float_codes``) and store its codes. The sign bit of a symmetric code is that of
+    w: q = round(w/s) has the sign of w, and is −0 where w is negative (or −0.0) and rounds to zero, which is
+    where fake_quantize gives ŵ = −0.0."""
+    return _encode(w, scheme)[0]
+
+
+def encode_dequantized(w: torch.Tensor, scheme: Scheme) -> tuple[PackedWeight, torch.Tensor]:
+    """``encode``, and ŵ (out, in) in the weight's dtype: the bits ``dequantize`` gives, made from the float
+    codes (s·q, or s·(q − z)) with no unpacking (a strided float32 view when the last group is padded)."""
+    pw, q, zero = _encode(w, scheme)
+    if not pw.symmetric:
+        q.sub_(zero.unsqueeze(-1))  # q − z as fake_quantize subtracts it (a −0.0 zero point included)
+    w_hat = q.mul_(pw.scale.unsqueeze(-1)).reshape(pw.shape[0], -1)[:, : pw.shape[1]]
+    return pw, w_hat if pw.dtype == torch.float32 else w_hat.to(pw.dtype)
 
 
 def scratch_sizes(pw: PackedWeight) -> dict[tuple[str, torch.dtype], int]:
