@@ -23,6 +23,7 @@ import torch
 from infoeval.models import load_model
 from infoeval.quant.apply import (
     QuantizedVariant,
+    build_variants,
     WithVariant,
     dequant_buffers,
     fake_quantize_,
@@ -246,6 +247,17 @@ def test_summary_keeps_its_report_and_adds_stored_bytes(llama):
         if r.quantized:
             w = mods[r.name].weight
             assert r.sqnr_db == sqnr_db(w, fake_quantize(w, scheme))
+
+
+def test_variants_built_together_report_each_layers_own_sqnr(llama):
+    """build_variants computes Σw² once per layer for all its schemes (a strided ŵ when the last group is padded,
+    a contiguous one otherwise): every layer's SQNR is still exactly sqnr_db(w, fake_quantize(w))."""
+    schemes = [parse_scheme(n) for n in ("int8-channel", "int4-g24", "int3-g16-asym")]
+    mods = dict(llama.named_modules())
+    for variant, scheme in zip(build_variants(llama, schemes), schemes):
+        for r in (r for r in variant.layers if r.quantized):
+            w = mods[r.name].weight
+            assert r.sqnr_db == sqnr_db(w, fake_quantize(w, scheme)), (scheme.name, r.name)
 
 
 # ------------------------------------------------------------------------------------ shared buffer

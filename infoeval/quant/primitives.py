@@ -71,9 +71,8 @@ def quantize_codes(w: torch.Tensor, scheme: Scheme) -> tuple[torch.Tensor, torch
 
     Returns ``codes`` (int32, shape (out, in)), ``scale`` (float32) and ``zero`` (int32), both (out, G).
     """
-    in_f = w.shape[-1]
     q, scale, zero = float_codes(w, scheme)
-    return q.reshape(q.shape[0], -1)[:, :in_f].to(torch.int32), scale, zero.to(torch.int32)
+    return q.reshape(q.shape[0], -1)[:, : w.shape[1]].to(torch.int32), scale, zero.to(torch.int32)
 
 
 def float_codes(w: torch.Tensor, scheme: Scheme) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
