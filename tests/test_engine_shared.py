@@ -156,7 +156,8 @@ def test_row_by_row_linears_are_the_bits_of_one_sequence_at_a_time(dtype, bias):
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 @pytest.mark.parametrize("shared", [True, False])
 @pytest.mark.parametrize("poisoned", [(0, "reference"), (1, "int4-g32")])
-def test_the_lockstep_reducer_fails_on_non_finite_logits_in_place_of_the_engine(tiny_llama_dir, bad, shared, poisoned):
+def test_the_lockstep_reducer_fails_on_non_finite_logits_in_place_of_the_engine(tiny_llama_dir, bad, shared, poisoned,
+                                                                                 monkeypatch):  # fmt: skip
     """quantize-compare leaves the finiteness check to its reducer (no pass over the logits): one bad logit of
     one model in one window fails with the engine's own line, on both paths, for NaN, +inf and −inf."""
     model = load_model(str(tiny_llama_dir), CPU, torch.float32).model
@@ -176,14 +177,8 @@ def test_the_lockstep_reducer_fails_on_non_finite_logits_in_place_of_the_engine(
             out[0, 7, 3] = bad
         return out
 
-    handle = model.get_output_embeddings().register_forward_hook(poison)
-    try:
-        with pytest.raises(RuntimeFailure, match=f"^{role} produced non-finite logits in window {window}$"):
-            compare_pipeline.SHARED_TOKENS, old = (120 if shared else 0), compare_pipeline.SHARED_TOKENS
-            try:
-                compare_pipeline.run_lockstep(model, TokenStream(stream, np.ones(len(stream), np.int64), None), windows, variants)
-            finally:
-                compare_pipeline.SHARED_TOKENS = old
-    finally:
-        handle.remove()
+    monkeypatch.setattr(compare_pipeline, "SHARED_TOKENS", 120 if shared else 0)
+    model.get_output_embeddings().register_forward_hook(poison)  # a fresh model per test
+    with pytest.raises(RuntimeFailure, match=f"^{role} produced non-finite logits in window {window}$"):
+        compare_pipeline.run_lockstep(model, TokenStream(stream, np.ones(len(stream), np.int64), None), windows, variants)
     assert len(calls) == target + 1  # it failed on that very window

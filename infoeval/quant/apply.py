@@ -104,6 +104,7 @@ def quantize_plan(model: torch.nn.Module, plan, scheme: Scheme, label: str | Non
     codes bit for bit. ``signals``: Σw² per layer name, filled and reused by the variants of one model (SQNR)."""
     modules = dict(model.named_modules())
     owners = _tied_names(model)
+    signals = {} if signals is None else signals
     weights: dict[str, PackedWeight] = {}
     reports, chosen = [], {}
     for name, layer_scheme, reason in plan:
@@ -123,11 +124,9 @@ def quantize_plan(model: torch.nn.Module, plan, scheme: Scheme, label: str | Non
         if tied:
             reason += f"; tied to {tied}, which keeps its original weights"
         weights[name], chosen[name] = packed, layer_scheme
-        signal = signals.get(name) if signals is not None else None
+        signal = signals.get(name)
         if signal is None:
-            signal = signal_power(w.data)
-            if signals is not None:
-                signals[name] = signal
+            signal = signals[name] = signal_power(w.data)
         reports.append(LayerReport(name, tuple(w.shape), True, reason, sqnr_db(w.data, w_hat, signal, overwrite=True), tied,
                                    layer_scheme.name if label else None))  # fmt: skip
         del w_hat

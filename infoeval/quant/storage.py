@@ -28,28 +28,16 @@ def _aligned(n: int) -> int:
 def gather(weights: Mapping[str, PackedWeight | torch.Tensor]) -> dict[str, PackedWeight | torch.Tensor]:
     """The same weights, each PackedWeight's tensors copied into one flat uint8 buffer per device and replaced
     by views of it (same dtype, shape and values); anything else is passed through as it is."""
+    kept = [(name, f, t) for name, pw in weights.items() if isinstance(pw, PackedWeight)
+            for f in FIELDS if (t := getattr(pw, f)) is not None]  # fmt: skip
     sizes: dict[torch.device, int] = {}
-    for pw in weights.values():
-        if isinstance(pw, PackedWeight):
-            for f in FIELDS:
-                t = getattr(pw, f)
-                if t is not None:
-                    sizes[t.device] = sizes.get(t.device, 0) + _aligned(t.numel() * t.element_size())
+    for _, _, t in kept:
+        sizes[t.device] = sizes.get(t.device, 0) + _aligned(t.numel() * t.element_size())
     buffers = {dev: torch.empty(n, dtype=torch.uint8, device=dev) for dev, n in sizes.items()}
     offsets = dict.fromkeys(buffers, 0)
-    out: dict[str, PackedWeight | torch.Tensor] = {}
-    for name, pw in weights.items():
-        if not isinstance(pw, PackedWeight):
-            out[name] = pw
-            continue
-        moved = {}
-        for f in FIELDS:
-            t = getattr(pw, f)
-            if t is None:
-                continue
-            start, n = offsets[t.device], t.numel() * t.element_size()
-            view = buffers[t.device][start : start + n].view(t.dtype).view(t.shape)
-            moved[f] = view.copy_(t)
-            offsets[t.device] = start + _aligned(n)
-        out[name] = dataclasses.replace(pw, **moved)
-    return out
+    moved: dict[str, dict[str, torch.Tensor]] = {}
+    for name, f, t in kept:
+        start, n = offsets[t.device], t.numel() * t.element_size()
+        moved.setdefault(name, {})[f] = buffers[t.device][start : start + n].view(t.dtype).view(t.shape).copy_(t)
+        offsets[t.device] = start + _aligned(n)
+    return {name: dataclasses.replace(pw, **moved[name]) if name in moved else pw for name, pw in weights.items()}
