@@ -49,13 +49,31 @@ def builtin_gguf(name: str) -> Path:
     return path
 
 
+def _gguf_cache_path(digest: str, transformers_version: str) -> Path:
+    return cache_root() / "gguf" / f"{digest[:16]}-tf{transformers_version}"
+
+
+def cached_gguf_folder(spec: str) -> Path | None:
+    """The finished conversion folder of the built-in model or a .gguf file, or None (not built yet, or no such
+    file); imports neither transformers nor gguf."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        gguf = builtin_gguf(spec.lower()) if spec.lower() in BUILTIN else Path(spec)
+        folder = _gguf_cache_path(cached_sha256(gguf), version("transformers"))
+    except (ModelLoadError, OSError, PackageNotFoundError):
+        return None
+    return folder if (folder / "infoeval-source.json").is_file() else None
+
+
 def gguf_cache_dir(gguf: Path, digest: str) -> Path:
     """Dequantize a GGUF once into a safetensors folder (written atomically); return the folder."""
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    target = cache_root() / "gguf" / f"{digest[:16]}-tf{transformers.__version__}"
+    target = _gguf_cache_path(digest, transformers.__version__)
     if (target / "infoeval-source.json").is_file():
+        list_added_tokens(target)  # a cache written before the list was
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
@@ -75,6 +93,7 @@ def gguf_cache_dir(gguf: Path, digest: str) -> Path:
             clean.tie_weights()
         clean.save_pretrained(tmp)
         tok.save_pretrained(tmp)
+        list_added_tokens(tmp)
         source = {"gguf": str(gguf), "sha256": digest, "gguf_add_bos": _gguf_add_bos(gguf)}
         (tmp / "infoeval-source.json").write_text(json.dumps(source, indent=1))
         if not (target / "infoeval-source.json").is_file():  # another process may have finished first
@@ -89,6 +108,24 @@ def gguf_cache_dir(gguf: Path, digest: str) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def list_added_tokens(folder: Path) -> None:
+    """Copy tokenizer.json's added tokens into tokenizer_config.json as ``added_tokens_decoder`` (written
+    atomically), as transformers 4 saved them: without that list, transformers parses the whole tokenizer.json in
+    Python at every load to find them (0.14 s for SmolLM2's), before its Rust tokenizer reads the file again. The
+    tokenizer is the same (the same tokens with the same flags; ``tests/test_text_tokens.py``)."""
+    config_path, tokenizer_path = folder / "tokenizer_config.json", folder / "tokenizer.json"
+    if not (config_path.is_file() and tokenizer_path.is_file()):
+        return
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    if "added_tokens_decoder" in config:
+        return
+    added = json.loads(tokenizer_path.read_text(encoding="utf-8")).get("added_tokens", [])
+    config["added_tokens_decoder"] = {str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in added}
+    tmp = config_path.with_name(f".{config_path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, config_path)
 
 
 def _gguf_add_bos(gguf: Path) -> bool | None:

@@ -456,3 +456,63 @@ def test_strip_one_trailing_newline(before, after):
     assert (out.source, out.path) == ("file", "/x")
     if before == after:
         assert out is t
+
+
+def _same_tokenizer(a, b, text: str) -> None:
+    assert type(a) is type(b) and len(a) == len(b)
+    assert a(text).input_ids == b(text).input_ids
+    assert {k: str(v) for k, v in a.added_tokens_decoder.items()} == {k: str(v) for k, v in b.added_tokens_decoder.items()}
+    assert [(t.content, t.special, t.normalized, t.lstrip, t.rstrip, t.single_word) for t in a.added_tokens_decoder.values()] == \
+           [(t.content, t.special, t.normalized, t.lstrip, t.rstrip, t.single_word) for t in b.added_tokens_decoder.values()]  # fmt: skip
+    assert (a.bos_token_id, a.eos_token_id, a.pad_token_id, a.all_special_tokens) == (b.bos_token_id, b.eos_token_id, b.pad_token_id, b.all_special_tokens)
+
+
+@pytest.mark.parametrize("bos", [True, False])
+def test_listed_added_tokens_give_the_same_tokenizer(tmp_path, bos):
+    """model_files.list_added_tokens (GGUF conversion caches): the same tokenizer, loaded without transformers
+    parsing tokenizer.json in Python."""
+    import json
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from infoeval.model_files import list_added_tokens
+    from tiny_models import build_tokenizer, tiny_text
+
+    build_tokenizer(tmp_path / "plain", bos=bos)
+    shutil.copytree(tmp_path / "plain", tmp_path / "listed")
+    list_added_tokens(tmp_path / "listed")
+    config = json.loads((tmp_path / "listed" / "tokenizer_config.json").read_text())
+    added = json.loads((tmp_path / "listed" / "tokenizer.json").read_text())["added_tokens"]
+    assert sorted(map(int, config["added_tokens_decoder"])) == sorted(t["id"] for t in added) and added
+    before = (tmp_path / "listed" / "tokenizer_config.json").read_text()
+    list_added_tokens(tmp_path / "listed")  # a second call leaves the file as it is
+    assert (tmp_path / "listed" / "tokenizer_config.json").read_text() == before
+    text = tiny_text() + " <bos> <eos> <|endoftext|> <pad>"
+    _same_tokenizer(AutoTokenizer.from_pretrained(tmp_path / "plain"), AutoTokenizer.from_pretrained(tmp_path / "listed"), text)
+
+
+@pytest.mark.slow
+def test_listed_added_tokens_smollm2(tmp_path):
+    """The same on the built-in SmolLM2's converted tokenizer (49,152 tokens, 17 added)."""
+    import json
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from infoeval.model_files import cached_gguf_folder, list_added_tokens
+    from infoeval.text import python_docs
+
+    folder = cached_gguf_folder("smollm2-135m")
+    if folder is None:
+        pytest.skip("the built-in SmolLM2 is not installed or not converted yet")
+    for name in ("plain", "listed"):
+        (tmp_path / name).mkdir()
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(folder / f, tmp_path / name / f)
+    config = json.loads((tmp_path / "plain" / "tokenizer_config.json").read_text())
+    config.pop("added_tokens_decoder", None)
+    (tmp_path / "plain" / "tokenizer_config.json").write_text(json.dumps(config))
+    list_added_tokens(tmp_path / "listed")
+    text = python_docs()[:100_000] + " <|im_start|>user hi<|im_end|> <|endoftext|>"
+    _same_tokenizer(AutoTokenizer.from_pretrained(tmp_path / "plain"), AutoTokenizer.from_pretrained(tmp_path / "listed"), text)

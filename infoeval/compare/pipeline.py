@@ -13,12 +13,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from infoeval import engine
+from pathlib import Path
+
+from infoeval import distributed, engine
 from infoeval.errors import RuntimeFailure
 from infoeval.infotheory import Workspace, compare, reference_stats
 from infoeval.metrics import reference_metrics, variant_metrics
 from infoeval.prepare import Prepared, Reporter, prepare, progress
 from infoeval.protocol_metrics import protocol_figures
+from infoeval.quant import ahead as quant_ahead
 from infoeval.quant.apply import QuantizedVariant, WithVariant, build_variants
 from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_schemes
@@ -122,19 +125,51 @@ def _evaluate(p: Prepared, variants, rep: Reporter) -> tuple[CompareColumns, flo
     return cols, bar.seconds
 
 
+def _checkpoint_folder(spec: str) -> Path | None:
+    """The local folder whose safetensors ``spec`` loads from, when known without loading (no hub ids)."""
+    from infoeval.model_files import BUILTIN, cached_gguf_folder
+
+    if spec.lower() in BUILTIN or spec.lower().endswith(".gguf"):
+        return cached_gguf_folder(spec)
+    folder = Path(spec)
+    return folder if (folder / "config.json").is_file() else None
+
+
+def _start_ahead(ms: ModelSettings, vs: VariantSettings, schemes) -> quant_ahead.Ahead | None:
+    """A forked child quantizing the checkpoint while this process loads it (``quant/ahead.py``), where it can:
+    a local checkpoint evaluated on this process's CPU, with no device map and outside a launcher."""
+    from infoeval.models import resolve_device, resolve_dtype
+
+    if not schemes or ms.device_map or distributed.launched():
+        return None
+    try:
+        device = resolve_device(ms.device)
+        if device.type != "cpu":
+            return None
+        return quant_ahead.start(_checkpoint_folder(ms.model), schemes, resolve_dtype(ms.dtype, device), vs.exclude)
+    except Exception:  # noqa: BLE001  (a bad setting is reported by prepare, as without the child)
+        return None
+
+
 def quantize_compare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, vs: VariantSettings,
                      rep: Reporter | None = None) -> tuple[CompareResult, CompareColumns]:  # fmt: skip
     rep = rep or Reporter()
     schemes = parse_schemes(vs.schemes) if vs.schemes or not vs.recipes else []  # fail on a bad scheme before loading
     recipes = [read_recipe(r) for r in vs.recipes]
-    p = prepare(ms, ts, ws, rep)
-    rep.stage("quantizing")
-    t0 = time.perf_counter()
-    variants = build_variants(p.loaded.model, schemes, recipes, vs.include, vs.exclude)
-    quantize_s = time.perf_counter() - t0
+    ahead = _start_ahead(ms, vs, schemes)
+    try:
+        p = prepare(ms, ts, ws, rep)
+        rep.stage("quantizing")
+        t0 = time.perf_counter()
+        variants = build_variants(p.loaded.model, schemes, recipes, vs.include, vs.exclude, ahead)
+        quantize_s = time.perf_counter() - t0
+    finally:
+        if ahead is not None:
+            ahead.release()
     cols, eval_s = _evaluate(p, variants, rep)
+    timings = {**p.timings, "quantize_s": quantize_s, "quantize_ahead_s": ahead.child_s if ahead else 0.0, "eval_s": eval_s}
     result = CompareResult(
-        p.provenance("quantize-compare"), {**p.timings, "quantize_s": quantize_s, "eval_s": eval_s},
+        p.provenance("quantize-compare"), timings,
         reference=reference_metrics(cols.reference),
         variants=tuple(VariantResult(v.name, variant_metrics(cols.reference, cols.variants[v.name]), v.summary()) for v in variants),
         protocol_metrics=_protocol_metrics(p, cols),

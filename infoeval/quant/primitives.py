@@ -111,9 +111,34 @@ def fake_quantize(w: torch.Tensor, scheme: Scheme) -> torch.Tensor:
     return w_hat.reshape(out_f, -1)[:, :in_f].to(dtype=w.dtype).contiguous()
 
 
+SPLIT_SUM = 32768  # elements: torch sums a 1-D tensor at least this long in one chunk per thread (its grain)
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous float32 tensor as a 2-D view of rows, whose row sums torch computes one thread per row (the
+    same bits for any number of threads): the weight's own rows, or for a single row its longest split into
+    rows of a power-of-two length dividing it (a row shorter than ``SPLIT_SUM`` is summed by one thread)."""
+    flat = t.reshape(-1)
+    if t.dim() == 2 and t.shape[0] > 1:
+        return t
+    width = next((w for w in (4096, 2048, 1024, 512, 256, 128, 64) if flat.numel() % w == 0), flat.numel())
+    return flat.view(-1, width)
+
+
+def sum_of_squares(t: torch.Tensor) -> float:
+    """Σt² of a contiguous float32 tensor, overwriting it with t²: float32 row sums (torch.sum's cascade), then
+    their float64 sum, so the result does not depend on the number of threads (a whole-tensor float32 sum
+    is split between threads, each split rounded its own way): a weight quantized in another process, on one
+    thread, gets the very same SQNR. The row sums are added exactly (``math.fsum``) past ``SPLIT_SUM`` rows."""
+    rows = _rows(t.pow_(2)).sum(-1)
+    if rows.numel() >= SPLIT_SUM:
+        return math.fsum(rows.tolist())
+    return rows.double().sum().item()
+
+
 def signal_power(w: torch.Tensor) -> float:
-    """Σw² in float32, summed by torch.sum's cascade (as ``sqnr_db`` sums)."""
-    return w.detach().float().pow(2).sum().item()
+    """Σw² in float32 row sums added in float64 (``sum_of_squares``), as ``sqnr_db`` sums the noise."""
+    return sum_of_squares(w.detach().float().contiguous().clone())
 
 
 def sqnr_db(w: torch.Tensor, w_hat: torch.Tensor, signal: float | None = None, overwrite: bool = False) -> float:
@@ -121,14 +146,14 @@ def sqnr_db(w: torch.Tensor, w_hat: torch.Tensor, signal: float | None = None, o
     already known (``signal_power(w)``: one weight quantized by several schemes); ``overwrite``: a contiguous float32
     ŵ may receive w − ŵ (no new tensor; the same bits).
 
-    In float32, summed by torch.sum's cascade (relative rounding ~log2(n)·ε: within 1e-5 dB of a float64 sum; a
+    Both sums are float32 row sums (torch.sum's cascade, relative rounding ~log2(in)·ε) added in float64
+    (``sum_of_squares``): the same bits whatever the number of threads, within 1e-5 dB of a float64 sum (a
     float64 accumulation converts every term and took 3× as long).
     """
     w = w.detach().float()
     w_hat = w_hat.detach()
-    # (a strided ŵ would be summed in another order)
     out = w_hat if overwrite and w_hat.dtype == torch.float32 and w_hat.is_contiguous() else None
-    noise = torch.sub(w, w_hat.float(), out=out).pow_(2).sum().item()
+    noise = sum_of_squares(torch.sub(w, w_hat.float(), out=out))
     signal = signal_power(w) if signal is None else signal
     if noise == 0.0:
         return math.inf
