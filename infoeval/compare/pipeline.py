@@ -10,10 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
-
-from pathlib import Path
 
 from infoeval import distributed, engine
 from infoeval.errors import RuntimeFailure

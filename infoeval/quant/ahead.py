@@ -1,149 +1,101 @@
 """Quantizing ahead: a forked child encodes a local checkpoint's block weights, read from its safetensors files,
 while this process imports transformers and loads the model.
 
-Until the model exists this process runs single-threaded Python (transformers' model code imports in ~1.8 s,
-the tokenizer loads in ~0.3 s) and a core stays idle. A thread cannot use it: the import holds the GIL, and a
-quantizing thread got ~20 % of a core. A forked process can: on SmolLM2-135M it encodes the three default
-schemes in ~1.7 s on that core, against ~1.0 s on both cores once the model is loaded. The child runs at the
-lowest priority (nice 19), so it takes only the time this process leaves idle.
+Until the model exists this process runs single-threaded Python (transformers' model code imports in ~1.8 s)
+and a core stays idle. A thread cannot use it (the import holds the GIL: a quantizing thread got ~20 % of a
+core); a forked process can: on SmolLM2-135M it encodes the three default schemes in ~1.7 s there, against
+~1.0 s on both cores once the model is loaded. It runs at nice 19: only on what this process leaves idle.
 
-  ``start`` (before loading): the safetensors headers give each tensor's shape and dtype (no data is read).
-  The candidates are the 2-D weights of numbered blocks (``….<i>.….weight``) that no exclude glob names. Each
-  (scheme, candidate) gets fixed regions of one shared anonymous mapping per scheme: codes, scales, zero
-  points, and room for the most −0 positions an int8 weight may list. Then the fork. The child, on one thread,
-  reads each candidate, casts it to the model's dtype and encodes it with every scheme exactly as
-  ``apply.quantize_plan`` does (``codes.encode_dequantized``, ``sqnr_db``) into its regions. It reports each
-  finished candidate down a pipe and stops between candidates once asked.
-  ``take`` (after loading, per quantized layer): the child's encoding of ``<layer>.weight``. It is used only
-  when the model's weight has the very bits of the file's tensor cast to its dtype (checked once per layer
-  against the memory-mapped file); any other layer is encoded here. The first ``take`` asks the child to stop,
-  so the layers it has not reached are encoded here on every thread. The encodings are a pure function of
-  the weight's bits, and the SQNR sums do not depend on the thread count (``primitives.sum_of_squares``): a
-  variant is bit for bit the one this process makes alone.
+  ``start``: the safetensors headers give each tensor's shape and dtype. The candidates are the 2-D weights of
+  numbered blocks (``….<i>.….weight``) that no exclude glob names; each (scheme, candidate) gets fixed regions
+  (codes, scales, zero points, room for the most −0 positions) of one shared anonymous mapping per scheme.
+  The child, on one thread, reads each candidate, casts it to the model's dtype, encodes it with every scheme
+  as ``apply.quantize_plan`` does into its regions, and reports it down a pipe; asked to stop, it stops
+  between schemes (a half-done candidate reports what it finished). It dies with this process.
+  ``take`` (per quantized layer, after loading): the child's encoding of ``<layer>.weight``, used only when the
+  model's weight has the very bits of the file's tensor cast to its dtype (checked once per layer against the
+  memory-mapped file, the one the child read: same inode, size and mtime); other layers are encoded here. The
+  first ``take`` stops the child, so the layers it has not reached are encoded on every thread. Encodings are
+  a pure function of the weight's bits and the SQNR sums do not depend on the thread count
+  (``primitives.sum_of_squares``): a variant is bit for bit the one this process makes alone. ``release`` gives
+  the pages of the regions no variant took back to the OS.
 
-Used only on Linux, on a CPU, with no device map, outside a launcher, for local safetensors checkpoints.
+Used only on Linux, on a CPU, with no device map, outside a launcher, for local safetensors checkpoints;
 ``INFOEVAL_AHEAD=0`` turns it off.
 """
 
 from __future__ import annotations
 
+import ctypes
+import fcntl
 import fnmatch
-import json
 import mmap
 import os
 import pickle
 import re
+import select
 import signal
 import struct
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from infoeval.model_files import SafetensorsTensor, checkpoint_tensors
 from infoeval.quant import codes
-from infoeval.quant.codes import MAX_NEGATIVE_ZEROS, PackedWeight
+from infoeval.quant.codes import PackedWeight
 from infoeval.quant.primitives import signal_power, sqnr_db
 from infoeval.quant.schemes import Scheme
+from infoeval.quant.shared_layout import SharedLayout, field_sizes, mapping
 
-ALIGN = 64  # bytes between regions: a cache line
-_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 _BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 _BLOCK = re.compile(r"\.\d+\.")
 FAULT_ENV = "INFOEVAL_TEST_AHEAD_FAULT"  # tests only: "fail" makes the child fail, "slow" slows it down
+STOP_WAIT_S = 2.0  # seconds the parent waits for a stopped child's last report before killing it
+PIPE_BYTES = 1 << 20  # the pipe's capacity (~4,000 reports), so that the child never waits on a full pipe
 
 
-@dataclass(frozen=True)
-class Tensor:
-    """A tensor of a safetensors file: where its bytes lie, its dtype and shape."""
-
-    file: Path
-    start: int
-    nbytes: int
-    dtype: torch.dtype
-    shape: tuple[int, int]
-
-
-def checkpoint_tensors(folder: Path) -> dict[str, Tensor]:
-    """The 2-D float tensors of a folder's safetensors files (one file, or the files of its index), from their
-    headers; empty when the folder has none."""
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        files = sorted({folder / f for f in json.loads(index.read_text())["weight_map"].values()})
-    else:
-        files = [folder / "model.safetensors"] if (folder / "model.safetensors").is_file() else []
-    out = {}
-    for path in files:
-        with open(path, "rb") as fh:
-            (n,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(n))
-        for key, meta in header.items():
-            if key != "__metadata__" and meta["dtype"] in _DTYPES and len(meta["shape"]) == 2:
-                a, b = meta["data_offsets"]
-                out[key] = Tensor(path, 8 + n + a, b - a, _DTYPES[meta["dtype"]], tuple(meta["shape"]))
-    return out
-
-
-def _regions(shape: tuple[int, int], scheme: Scheme) -> dict[str, int]:
-    """Bytes of each stored field of a weight of ``shape`` (``codes._encode``'s, with room for the most −0
-    positions)."""
-    out_f, in_f = shape
-    n, g = out_f * in_f, in_f if scheme.group_size is None else min(scheme.group_size, in_f)
-    blocks = out_f * -(-in_f // g)
-    sizes = {"codes": (n + 1) // 2 if scheme.bits <= 4 else n, "scale": 4 * blocks}
-    if not scheme.symmetric:
-        sizes["zero"] = blocks
-    elif scheme.bits > 4:
-        sizes["negative_zeros"] = 4 * int(MAX_NEGATIVE_ZEROS * n)
-    return sizes
-
-
-def _shared(nbytes: int) -> torch.Tensor:
-    """A uint8 tensor over a shared anonymous mapping: what a forked child writes there, the parent reads."""
-    return torch.frombuffer(mmap.mmap(-1, max(nbytes, 1)), dtype=torch.uint8)
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this (child) process when its parent dies (prctl PR_SET_PDEATHSIG)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
 
 
 class Ahead:
     """A forked child quantizing a checkpoint's block weights, and what it has finished."""
 
-    def __init__(self, tensors: dict[str, Tensor], schemes: list[Scheme], dtype: torch.dtype):
+    def __init__(self, tensors: dict[str, SafetensorsTensor], schemes: list[Scheme], dtype: torch.dtype):
         self.tensors, self.schemes, self.dtype = tensors, schemes, dtype
-        self.layout: dict[tuple[str, str], dict[str, tuple[int, int]]] = {}  # (scheme, key) → field → (offset, bytes)
-        sizes = dict.fromkeys((s.name for s in schemes), 0)
-        for key, t in tensors.items():
-            for s in schemes:
-                fields = {}
-                for field_, n in _regions(t.shape, s).items():
-                    fields[field_] = (sizes[s.name], n)
-                    sizes[s.name] += -(-n // ALIGN) * ALIGN
-                self.layout[s.name, key] = fields
-        self.buffers = {name: _shared(n) for name, n in sizes.items()}
-        self.stop_flag = _shared(1)
+        self.shared = SharedLayout({key: t.shape for key, t in tensors.items()}, schemes)
+        self.stop_flag = mapping(1)[1]
+        self.files = {t.file: _identity(t.file) for t in tensors.values()}  # the files as the child reads them
         self.done: dict[str, dict] | None = None  # key → the child's record, once collected
         self.checked: dict[str, bool] = {}
+        self.taken: set[tuple[str, str]] = set()
         self.child_s = 0.0
         self.pid, self._read = None, None
 
     # ---- the child ---------------------------------------------------------------------------------------------
-    def _view(self, scheme: str, key: str, field_: str, dtype: torch.dtype, count: int) -> torch.Tensor:
-        offset, _ = self.layout[scheme, key][field_]
-        return self.buffers[scheme][offset : offset + count * dtype.itemsize].view(dtype)
-
     def _encode(self, key: str, w: torch.Tensor) -> dict:
         record = {"key": key, "signal": signal_power(w), "schemes": {}}
         for s in self.schemes:
+            if self.stop_flag[0]:
+                break
             pw, w_hat = codes.encode_dequantized(w, s)
             sqnr = sqnr_db(w, w_hat, record["signal"], overwrite=True)
             parts = {"codes": pw.codes, "scale": pw.scale, "zero": pw.zero, "negative_zeros": pw.negative_zeros}
             for field_, t in parts.items():
                 if t is not None:
-                    self._view(s.name, key, field_, t.dtype, t.numel()).copy_(t.reshape(-1))
+                    self.shared.view(s.name, key, field_, t.dtype, t.numel()).copy_(t.reshape(-1))
             record["schemes"][s.name] = {"sqnr": sqnr, "codes_dtype": str(pw.codes.dtype),
                                          "negative_zeros": None if pw.negative_zeros is None else pw.negative_zeros.numel()}  # fmt: skip
         return record
 
     def _child(self, write_fd: int) -> None:
+        _die_with_parent()
         torch.set_num_threads(1)  # the idle core; and no OpenMP team is used across the fork
         os.nice(19)  # only what this process leaves idle: its own threads come first
         fault = os.environ.get(FAULT_ENV, "")
@@ -169,7 +121,16 @@ class Ahead:
 
     def fork(self) -> Ahead:
         read_fd, write_fd = os.pipe()
-        pid = os.fork()
+        try:
+            fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+        except OSError:
+            pass
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read_fd)
+            os.close(write_fd)
+            raise
         if pid == 0:  # the child: never returns
             code = 0
             try:
@@ -184,19 +145,28 @@ class Ahead:
         return self
 
     # ---- the parent --------------------------------------------------------------------------------------------
+    def _read_all(self, stop: bool) -> bytearray:
+        """The child's reports until it closes the pipe; once asked to stop, at most ``STOP_WAIT_S`` more."""
+        data, deadline = bytearray(), time.monotonic() + STOP_WAIT_S if stop else None
+        while True:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self._read], [], [], timeout)[0]:
+                return data  # a stopped child that did not finish its scheme in time: killed by close
+            chunk = os.read(self._read, 1 << 16)
+            if not chunk:
+                return data
+            data += chunk
+
     def collect(self, stop: bool = True) -> None:
-        """Ask the child to stop after its current weight (unless ``stop`` is False: let it finish), read what it
+        """Ask the child to stop after its current scheme (unless ``stop`` is False: let it finish), read what it
         finished, and reap it."""
         if self.done is not None:
             return
         if stop:
             self.stop_flag[0] = 1
-        data = bytearray()
-        while chunk := os.read(self._read, 1 << 16):
-            data += chunk
-        self.close(kill=False)  # the pipe is closed: the child is exiting
-        self.done = {}
-        pos = 0
+        data = self._read_all(stop)
+        self.close()
+        self.done, pos = {}, 0
         while pos + 8 <= len(data):
             (n,) = struct.unpack("<Q", data[pos : pos + 8])
             if pos + 8 + n > len(data):
@@ -208,13 +178,12 @@ class Ahead:
             else:
                 self.done[record["key"]] = record
 
-    def close(self, kill: bool = True) -> None:
-        """Reap the child (ended first with SIGKILL when ``kill``: this process gave up on it) and close the pipe."""
+    def close(self) -> None:
+        """End and reap the child (SIGKILL: a child that has finished is exiting anyway) and close the pipe."""
         if self.pid is not None:
-            self.stop_flag[0] = 1  # a child stuck writing to a full pipe exits on the closed pipe
+            self.stop_flag[0] = 1
             try:
-                if kill:
-                    os.kill(self.pid, signal.SIGKILL)
+                os.kill(self.pid, signal.SIGKILL)
                 os.waitpid(self.pid, 0)
             except (ChildProcessError, ProcessLookupError):
                 pass
@@ -224,29 +193,37 @@ class Ahead:
             self._read = None
 
     def release(self) -> None:
-        """``close``, and drop this handle's buffers: the variants keep the shared memory they use, no more."""
+        """``close``; give the pages of the regions no variant took back to the OS (the child may have written
+        them), and drop this handle's buffers: the variants keep the shared memory they use, no more."""
         self.close()
-        self.buffers, self.stop_flag = {}, None
+        self.shared.release(self.taken)
 
     def _same_bits(self, key: str, w: torch.Tensor) -> bool:
-        """Whether ``w`` is the file's tensor ``key`` cast to the model's dtype, bit for bit (checked once)."""
+        """Whether ``w`` is the file's tensor ``key`` cast to the model's dtype, bit for bit (checked once), in the
+        file the child read (unchanged since)."""
         if key not in self.checked:
             t = self.tensors[key]
             ok = w.device.type == "cpu" and w.dtype == self.dtype and tuple(w.shape) == t.shape and w.is_contiguous()
-            if ok:
-                with open(t.file, "rb") as fh:
-                    mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
-                src = torch.frombuffer(mapped, dtype=t.dtype, count=t.nbytes // t.dtype.itemsize, offset=t.start)
-                ok = torch.equal(w.view(_BITS[w.dtype]).reshape(-1), src.to(self.dtype).view(_BITS[w.dtype]))
-                del src
-                mapped.close()
+            try:
+                if ok and _identity(t.file) == self.files[t.file]:
+                    with open(t.file, "rb") as fh:
+                        mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+                    src = torch.frombuffer(mapped, dtype=t.dtype, count=t.nbytes // t.dtype.itemsize, offset=t.start)
+                    bits = _BITS[w.dtype]
+                    ok = torch.equal(w.view(bits).reshape(-1), src.to(self.dtype).view(bits))
+                    del src
+                    mapped.close()
+                else:
+                    ok = False
+            except (OSError, ValueError, BufferError):
+                ok = False
             self.checked[key] = ok
         return self.checked[key]
 
     def take(self, name: str, scheme: Scheme, w: torch.Tensor) -> tuple[PackedWeight, float, float] | None:
         """(stored weight, SQNR, Σw²) of layer ``name`` under ``scheme`` as the child encoded it, or None."""
         key = f"{name}.weight"
-        if (scheme.name, key) not in self.layout:
+        if (scheme.name, key) not in self.shared.layout:
             return None
         self.collect()
         record = self.done.get(key)
@@ -254,9 +231,9 @@ class Ahead:
             return None
         got = record["schemes"][scheme.name]
         out_f, in_f = self.tensors[key].shape
-        n, blocks = out_f * in_f, _regions((out_f, in_f), scheme)["scale"] // 4
+        n, blocks = out_f * in_f, field_sizes((out_f, in_f), scheme)["scale"] // 4
         codes_dtype = torch.int8 if got["codes_dtype"] == "torch.int8" else torch.uint8
-        view = lambda field_, dtype, count: self._view(scheme.name, key, field_, dtype, count)  # noqa: E731
+        view = lambda field_, dtype, count: self.shared.view(scheme.name, key, field_, dtype, count)  # noqa: E731
         negative = got["negative_zeros"]
         packed = PackedWeight(
             codes=view("codes", codes_dtype, (n + 1) // 2 if scheme.bits <= 4 else n),
@@ -265,7 +242,13 @@ class Ahead:
             negative_zeros=None if negative is None else view("negative_zeros", torch.int32, negative),
             shape=(out_f, in_f), dtype=w.dtype, bits=scheme.bits, group_size=scheme.group_size, symmetric=scheme.symmetric,
         )  # fmt: skip
+        self.taken.add((scheme.name, key))
         return packed, got["sqnr"], record["signal"]
+
+
+def _identity(path: Path) -> tuple[int, int, int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _send(fd: int, record: dict) -> None:
@@ -283,6 +266,6 @@ def start(folder: Path | None, schemes: list[Scheme], dtype: torch.dtype, exclud
         tensors = {key: t for key, t in checkpoint_tensors(folder).items()
                    if key.endswith(".weight") and _BLOCK.search(key)
                    and not any(fnmatch.fnmatchcase(key[: -len(".weight")], g) for g in exclude)}  # fmt: skip
-    except (OSError, ValueError, KeyError):
+        return Ahead(tensors, schemes, dtype).fork() if tensors else None
+    except (OSError, ValueError, KeyError):  # an unreadable header, no memory to map, no fork: encode here
         return None
-    return Ahead(tensors, schemes, dtype).fork() if tensors else None

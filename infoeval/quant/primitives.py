@@ -115,21 +115,23 @@ SPLIT_SUM = 32768  # elements: torch sums a 1-D tensor at least this long in one
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
-    """A contiguous float32 tensor as a 2-D view of rows, whose row sums torch computes one thread per row (the
-    same bits for any number of threads): the weight's own rows, or for a single row its longest split into
-    rows of a power-of-two length dividing it (a row shorter than ``SPLIT_SUM`` is summed by one thread)."""
-    flat = t.reshape(-1)
+    """A contiguous float32 tensor as a 2-D tensor of rows, whose row sums torch computes one thread per row (the
+    same bits for any number of threads): the weight's own rows; a single row as rows of 64 (zero-padded: +0.0
+    is exact in a sum of squares)."""
     if t.dim() == 2 and t.shape[0] > 1:
         return t
-    width = next((w for w in (4096, 2048, 1024, 512, 256, 128, 64) if flat.numel() % w == 0), flat.numel())
-    return flat.view(-1, width)
+    flat = t.reshape(-1)
+    if flat.numel() % 64:
+        flat = torch.nn.functional.pad(flat, (0, -flat.numel() % 64))
+    return flat.view(-1, 64)
 
 
 def sum_of_squares(t: torch.Tensor) -> float:
     """Σt² of a contiguous float32 tensor, overwriting it with t²: float32 row sums (torch.sum's cascade), then
     their float64 sum, so the result does not depend on the number of threads (a whole-tensor float32 sum
     is split between threads, each split rounded its own way): a weight quantized in another process, on one
-    thread, gets the very same SQNR. The row sums are added exactly (``math.fsum``) past ``SPLIT_SUM`` rows."""
+    thread, gets the very same SQNR. Past ``SPLIT_SUM`` rows (where torch would split the float64 sum too) the
+    row sums are added exactly (``math.fsum``)."""
     rows = _rows(t.pow_(2)).sum(-1)
     if rows.numel() >= SPLIT_SUM:
         return math.fsum(rows.tolist())
