@@ -56,13 +56,23 @@ def _gguf_cache_path(digest: str, transformers_version: str) -> Path:
     return cache_root() / "gguf" / f"{digest[:16]}-tf{transformers_version}"
 
 
-def cached_gguf_folder(spec: str) -> Path | None:
-    """The finished conversion folder of the built-in model or a .gguf file, or None (not built yet, or no such
-    file); imports neither transformers nor gguf."""
+def gguf_file(spec: str) -> Path | None:
+    """The GGUF file a model spec names: the built-in model's, or a path ending in .gguf; None for anything else."""
+    if spec.lower() in BUILTIN:
+        return builtin_gguf(spec.lower())
+    return Path(spec) if spec.lower().endswith(".gguf") else None
+
+
+def local_checkpoint(spec: str) -> Path | None:
+    """The local folder whose safetensors a model spec loads from, when known before loading and without importing
+    transformers: a GGUF's finished conversion cache, or a model folder; None otherwise (a hub id, a GGUF not
+    converted yet, no such file)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        gguf = builtin_gguf(spec.lower()) if spec.lower() in BUILTIN else Path(spec)
+        gguf = gguf_file(spec)
+        if gguf is None:
+            return Path(spec) if (Path(spec) / "config.json").is_file() else None
         folder = _gguf_cache_path(cached_sha256(gguf), version("transformers"))
     except (ModelLoadError, OSError, PackageNotFoundError):
         return None

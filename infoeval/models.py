@@ -20,10 +20,9 @@ import torch
 from infoeval import distributed
 from infoeval.errors import DeviceError, ModelLoadError, UsageError
 from infoeval.model_files import (
-    BUILTIN,
-    builtin_gguf,
     cached_sha256,
     gguf_cache_dir,
+    gguf_file,
     weights_digest,
 )
 from infoeval.settings import DEFAULT_MODEL
@@ -197,8 +196,8 @@ def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: 
     """Load a causal LM and its tokenizer from a built-in name, a .gguf file, a folder or a hub id."""
     info: dict = {"spec": spec, "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
     with _quiet_transformers():
-        if spec.lower() in BUILTIN or spec.lower().endswith(".gguf"):
-            gguf = builtin_gguf(spec.lower()) if spec.lower() in BUILTIN else Path(spec)
+        gguf = gguf_file(spec)
+        if gguf is not None:
             if not gguf.is_file():
                 raise ModelLoadError(f"GGUF file '{spec}' does not exist; pass an existing .gguf file")
             digest = cached_sha256(gguf)  # hashing the file took 0.1 s of every run

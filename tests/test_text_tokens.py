@@ -500,10 +500,10 @@ def test_listed_added_tokens_smollm2(tmp_path):
 
     from transformers import AutoTokenizer
 
-    from infoeval.model_files import cached_gguf_folder, list_added_tokens
+    from infoeval.model_files import list_added_tokens, local_checkpoint
     from infoeval.text import python_docs
 
-    folder = cached_gguf_folder("smollm2-135m")
+    folder = local_checkpoint("smollm2-135m")
     if folder is None:
         pytest.skip("the built-in SmolLM2 is not installed or not converted yet")
     for name in ("plain", "listed"):

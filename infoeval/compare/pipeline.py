@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -124,19 +123,10 @@ def _evaluate(p: Prepared, variants, rep: Reporter) -> tuple[CompareColumns, flo
     return cols, bar.seconds
 
 
-def _checkpoint_folder(spec: str) -> Path | None:
-    """The local folder whose safetensors ``spec`` loads from, when known without loading (no hub ids)."""
-    from infoeval.model_files import BUILTIN, cached_gguf_folder
-
-    if spec.lower() in BUILTIN or spec.lower().endswith(".gguf"):
-        return cached_gguf_folder(spec)
-    folder = Path(spec)
-    return folder if (folder / "config.json").is_file() else None
-
-
 def _start_ahead(ms: ModelSettings, vs: VariantSettings, schemes) -> quant_ahead.Ahead | None:
     """A forked child quantizing the checkpoint while this process loads it (``quant/ahead.py``), where it can:
     a local checkpoint evaluated on this process's CPU, with no device map and outside a launcher."""
+    from infoeval.model_files import local_checkpoint
     from infoeval.models import resolve_device, resolve_dtype
 
     if not schemes or ms.device_map or distributed.launched():
@@ -145,7 +135,7 @@ def _start_ahead(ms: ModelSettings, vs: VariantSettings, schemes) -> quant_ahead
         device = resolve_device(ms.device)
         if device.type != "cpu":
             return None
-        return quant_ahead.start(_checkpoint_folder(ms.model), schemes, resolve_dtype(ms.dtype, device), vs.exclude)
+        return quant_ahead.start(local_checkpoint(ms.model), schemes, resolve_dtype(ms.dtype, device), vs.exclude)
     except Exception:  # noqa: BLE001  (a bad setting is reported by prepare, as without the child)
         return None
 

@@ -10,8 +10,8 @@ core); a forked process can: on SmolLM2-135M it encodes the three default scheme
   numbered blocks (``….<i>.….weight``) that no exclude glob names; each (scheme, candidate) gets fixed regions
   (codes, scales, zero points, room for the most −0 positions) of one shared anonymous mapping per scheme.
   The child, on one thread, reads each candidate, casts it to the model's dtype, encodes it with every scheme
-  as ``apply.quantize_plan`` does into its regions, and reports it down a pipe; asked to stop, it stops
-  between schemes (a half-done candidate reports what it finished). It dies with this process.
+  into its regions by this process's own ``apply.encode_with_sqnr``, and reports it down a pipe; asked to stop,
+  it stops between schemes (a half-done candidate reports what it finished). It dies with this process.
   ``take`` (per quantized layer, after loading): the child's encoding of ``<layer>.weight``, used only when the
   model's weight has the very bits of the file's tensor cast to its dtype (checked once per layer against the
   memory-mapped file, the one the child read: same inode, size and mtime); other layers are encoded here. The
@@ -43,9 +43,9 @@ from pathlib import Path
 import torch
 
 from infoeval.model_files import SafetensorsTensor, checkpoint_tensors
-from infoeval.quant import codes
+from infoeval.quant.apply import encode_with_sqnr
 from infoeval.quant.codes import PackedWeight
-from infoeval.quant.primitives import signal_power, sqnr_db
+from infoeval.quant.primitives import signal_power
 from infoeval.quant.schemes import Scheme
 from infoeval.quant.shared_layout import SharedLayout, field_sizes, mapping
 
@@ -71,7 +71,7 @@ class Ahead:
         self.tensors, self.schemes, self.dtype = tensors, schemes, dtype
         self.shared = SharedLayout({key: t.shape for key, t in tensors.items()}, schemes)
         self.stop_flag = mapping(1)[1]
-        self.files = {t.file: _identity(t.file) for t in tensors.values()}  # the files as the child reads them
+        self.files = {f: _identity(f) for f in {t.file for t in tensors.values()}}  # the files as the child reads them
         self.done: dict[str, dict] | None = None  # key → the child's record, once collected
         self.checked: dict[str, bool] = {}
         self.taken: set[tuple[str, str]] = set()
@@ -84,8 +84,7 @@ class Ahead:
         for s in self.schemes:
             if self.stop_flag[0]:
                 break
-            pw, w_hat = codes.encode_dequantized(w, s)
-            sqnr = sqnr_db(w, w_hat, record["signal"], overwrite=True)
+            pw, sqnr = encode_with_sqnr(w, s, record["signal"])
             parts = {"codes": pw.codes, "scale": pw.scale, "zero": pw.zero, "negative_zeros": pw.negative_zeros}
             for field_, t in parts.items():
                 if t is not None:
@@ -231,14 +230,14 @@ class Ahead:
             return None
         got = record["schemes"][scheme.name]
         out_f, in_f = self.tensors[key].shape
-        n, blocks = out_f * in_f, field_sizes((out_f, in_f), scheme)["scale"] // 4
+        sizes = field_sizes((out_f, in_f), scheme)  # bytes: codes are one byte each, scales four
         codes_dtype = torch.int8 if got["codes_dtype"] == "torch.int8" else torch.uint8
         view = lambda field_, dtype, count: self.shared.view(scheme.name, key, field_, dtype, count)  # noqa: E731
         negative = got["negative_zeros"]
         packed = PackedWeight(
-            codes=view("codes", codes_dtype, (n + 1) // 2 if scheme.bits <= 4 else n),
-            scale=view("scale", torch.float32, blocks).view(out_f, -1),
-            zero=None if scheme.symmetric else view("zero", torch.uint8, blocks).view(out_f, -1),
+            codes=view("codes", codes_dtype, sizes["codes"]),
+            scale=view("scale", torch.float32, sizes["scale"] // 4).view(out_f, -1),
+            zero=None if scheme.symmetric else view("zero", torch.uint8, sizes["zero"]).view(out_f, -1),
             negative_zeros=None if negative is None else view("negative_zeros", torch.int32, negative),
             shape=(out_f, in_f), dtype=w.dtype, bits=scheme.bits, group_size=scheme.group_size, symmetric=scheme.symmetric,
         )  # fmt: skip

@@ -96,6 +96,13 @@ def quantize_variant(model: torch.nn.Module, scheme: Scheme, include=(), exclude
     return quantize_plan(model, plan, scheme, signals=signals, ahead=ahead)
 
 
+def encode_with_sqnr(w: torch.Tensor, scheme: Scheme, signal: float) -> tuple[PackedWeight, float]:
+    """A layer's stored weight and its SQNR (``signal``: its Σw², ``signal_power``): how every layer is encoded,
+    in this process or by a forked child (``quant/ahead.py``)."""
+    packed, w_hat = codes.encode_dequantized(w, scheme)
+    return packed, sqnr_db(w, w_hat, signal, overwrite=True)
+
+
 def _encode_layer(name: str, w: torch.Tensor, scheme: Scheme, signals: dict[str, float], ahead, encoded: int):
     """(stored weight, SQNR, whether this process encoded it) of one layer: the forked child's encoding where it
     has the layer (``ahead.take``), else encoded here."""
@@ -104,13 +111,12 @@ def _encode_layer(name: str, w: torch.Tensor, scheme: Scheme, signals: dict[str,
         packed, sqnr, signal = got
         signals.setdefault(name, signal)
         return packed, sqnr, False
-    packed, w_hat = codes.encode_dequantized(w, scheme)
     if encoded % heap.TRIM_EVERY == heap.TRIM_EVERY - 1:
         heap.release_freed_memory()  # the freed temporaries of the last layers (heap.py)
     signal = signals.get(name)
     if signal is None:
         signal = signals[name] = signal_power(w)
-    return packed, sqnr_db(w, w_hat, signal, overwrite=True), True
+    return *encode_with_sqnr(w, scheme, signal), True
 
 
 @torch.no_grad()

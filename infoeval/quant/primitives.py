@@ -140,7 +140,7 @@ def sum_of_squares(t: torch.Tensor) -> float:
 
 def signal_power(w: torch.Tensor) -> float:
     """Σw² in float32 row sums added in float64 (``sum_of_squares``), as ``sqnr_db`` sums the noise."""
-    return sum_of_squares(w.detach().float().contiguous().clone())
+    return sum_of_squares(w.detach().to(torch.float32, memory_format=torch.contiguous_format, copy=True))  # one copy
 
 
 def sqnr_db(w: torch.Tensor, w_hat: torch.Tensor, signal: float | None = None, overwrite: bool = False) -> float:
