@@ -28,7 +28,9 @@ A quantized variant then dequantizes its layers once per batch instead of once p
 one window's logits per role plus (roles × B × T × hidden) floats. The logits are computed exactly as the
 window's own forward pass computes them (its head on the same rows), which ``splits`` checks once per model on
 a few tokens; a model whose forward does more after its head (a logit soft-cap, a scale) fails the check and its
-windows go through one by one. The blocks see a batch of B sequences, but every Linear layer multiplies one
+windows go through one by one. Between the blocks and the heads the heap's free pages go back to the OS (one
+``heap.release_freed_memory`` per batch), so the activations the blocks freed do not stay resident under the
+logits. The blocks see a batch of B sequences, but every Linear layer multiplies one
 sequence at a time (``roles.linears_row_by_row``), so the numbers are the bits of window-by-window forward passes
 (tested: a BLAS blocks one product of B·T rows differently from B products of T rows).
 """
@@ -153,6 +155,7 @@ def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, pref
         for role, (module, active) in split.items():
             with active(), headless(module), linears_row_by_row(module):
                 hidden[role] = forward_logits(module, inputs, 0)  # (B, T, hidden): the head's inputs
+        heap.release_freed_memory()  # the blocks' activations are free and the heads' logits come next (heap.py)
         for k, w in enumerate(each_window(b)):
             targets = window_targets(stream_ids, w.windows[0])[None].to(device)
             yield Step(w, targets, RoleLogits(roles, {}, w, on_forward, (hidden, k), pool, check))

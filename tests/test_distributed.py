@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from golden_runs import _reference_record, compare
-from tiny_models import tiny_text
+from tiny_models import requires_smollm2, tiny_text
 
 from infoeval import distributed
 
@@ -106,6 +106,45 @@ def test_spec_accept_and_distill_two_ranks(work, tiny_llama_dir):
     assert compare(a, b, "spec-accept") == []
     a, b = _both(work, "di", ["distill", tiny_llama_dir, "--student-layers", 1, "--T", "1,2", *COMMON])
     assert compare(a, b, "distill") == []
+
+
+def _pair(work: Path, name: str, args: list, positions: bool = False) -> tuple[dict, dict, dict]:
+    """The command once as one process and once as two ranks (``_both`` without its third run): both JSON results
+    and the 2-rank run's ``parallel`` provenance; with ``positions``, both positions CSVs are the same bytes."""
+    one, two = work / f"{name}-1.json", work / f"{name}-2.json"
+    csv = [["--positions", work / f"{name}-{k}.csv"] if positions else [] for k in (1, 2)]
+    _ok(_single([*args, *csv[0], "--json", one, "-q"], work))
+    _ok(_ranks([*args, *csv[1], "--json", two, "-q"], work))
+    if positions:
+        assert (work / f"{name}-1.csv").read_bytes() == (work / f"{name}-2.csv").read_bytes()
+    parallel = json.loads(two.read_text())["provenance"]["parallel"]
+    return _without_ranks(json.loads(one.read_text())), _without_ranks(json.loads(two.read_text())), parallel
+
+
+@pytest.mark.slow
+@requires_smollm2
+def test_smollm2_two_ranks_equal_one_process(work):
+    """The built-in model on its default text; every rank gets work (an empty share pickles to a few bytes)."""
+    # 9 windows of 256: a shared batch of 8 for rank 0 (SHARED_TOKENS = 2048), the last window for rank 1
+    qc = ["quantize-compare", "--schemes", "int4-g128", "--device", "cpu", "--ctx", 256, "--max-tokens", 2304]
+    a, b, parallel = _pair(work, "smol-qc", qc, positions=True)
+    assert compare(a, b, "quantize-compare") == [] and a["reference"]["tokens"] == 2304
+    assert parallel["gathered_bytes"] >= 8 * 256, parallel
+    small = ["--device", "cpu", "--ctx", 128, "--max-tokens", 512]  # 4 windows: 2 per rank
+    a, b, parallel = _pair(work, "smol-cb", ["compress-bits", *small])
+    assert compare(a, b, "compress-bits") == [] and parallel["gathered_bytes"] >= 8 * 256, parallel
+    ref = ["reference", "--top-k", 16, "--tail-samples", 8, *small, "-q"]
+    _ok(_single([*ref, "--out", work / "smol-ref1.safetensors"], work))
+    _ok(_ranks([*ref, "--out", work / "smol-ref2.safetensors"], work))
+    r1, r2 = _reference_record(work / "smol-ref1.safetensors"), _reference_record(work / "smol-ref2.safetensors")
+    assert r1["tensors"] == r2["tensors"]
+    gate = ["gate", "--reference", work / "smol-ref1.safetensors", "--scheme", "int4-g128", "--max-kl-mean", 0.5,
+            "--device", "cpu"]  # fmt: skip
+    a, b, _ = _pair(work, "smol-gate", gate)
+    assert compare(a, b, "gate") == []
+    mi = ["mutual-info", "--lengths", "8,16,32", "--blocks", 4, "--batch-tokens", 64, "--bootstrap", 50, "--device", "cpu"]
+    a, b, _ = _pair(work, "smol-mi", mi)
+    assert compare(a, b, "mutual-info") == []
 
 
 def test_a_failing_rank_stops_every_rank(work, tiny_llama_dir):

@@ -80,6 +80,23 @@ def test_a_shared_batch_dequantizes_each_layer_once(tiny_llama_dir, monkeypatch)
     assert len(forwards) == len(windows) * len(roles)
 
 
+def test_a_shared_batch_gives_the_heaps_free_pages_back_between_the_blocks_and_the_heads(tiny_llama_dir, monkeypatch):
+    model = load_model(str(tiny_llama_dir), CPU, torch.float32).model
+    stream = _stream(model, 161, seed=2)
+    variant = apply.quantize_variant(model, parse_scheme("int4-g32"))
+    events = []
+    monkeypatch.setattr(engine.heap, "release_freed_memory", lambda: events.append("trim") or True)
+    monkeypatch.setattr(apply.DequantBuffers, "dequantize", lambda self, pw, f=apply.DequantBuffers.dequantize:
+                        events.append("blocks") or f(self, pw))  # fmt: skip
+    reducer = compare_pipeline.lockstep_reducer([variant.name])
+    roles = {"reference": model, variant.name: apply.WithVariant(model, variant)}
+    windows = rolling_windows(len(stream), 40)  # 4 windows of 40 inputs: 2 shared batches of 2
+    engine.run(roles, stream, engine.plan_shared(windows, 80), None, reducer,
+               on_forward=lambda: events.append("head"))  # fmt: skip
+    compact = [e for i, e in enumerate(events) if i == 0 or e != events[i - 1]]
+    assert compact == ["blocks", "trim", "head", "blocks", "trim", "head"], compact
+
+
 class _Scaled(torch.nn.Module):
     """A causal LM whose forward soft-caps the head's logits, c·tanh(z/c), as Gemma 2 does."""
 
