@@ -71,9 +71,13 @@ COMMON = ["--text", "text.txt", "--device", "cpu", "--ctx", 64, "--max-tokens", 
 
 
 def test_quantize_compare_two_ranks_equal_one_process(work, tiny_llama_dir):
-    args = ["quantize-compare", tiny_llama_dir, "--schemes", "int8-channel,int4-g32,int3-g64-asym", "--stride", 48, *COMMON]
+    # 1,600 tokens, ctx 64, stride 48: 33 windows, a shared batch of 32 (SHARED_TOKENS = 2,048) and one for rank 1
+    args = ["quantize-compare", tiny_llama_dir, "--schemes", "int8-channel,int4-g32,int3-g64-asym", "--stride", 48,
+            *COMMON[:-1], 1600]  # fmt: skip
     a, b = _both(work, "qc", [*args, "--positions", work / "pos.csv"])
-    assert compare(a, b, "quantize-compare") == []
+    assert compare(a, b, "quantize-compare") == [] and a["reference"]["tokens"] == 1600
+    parallel = json.loads((work / "qc-2.json").read_text())["provenance"]["parallel"]
+    assert parallel["gathered_bytes"] >= 8 * 48, parallel  # rank 1 had its window (an empty share: a few bytes)
     _ok(_ranks([*args, "--positions", work / "pos2.csv", "-q"], work))
     assert (work / "pos.csv").read_bytes() == (work / "pos2.csv").read_bytes()
 
