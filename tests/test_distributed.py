@@ -52,19 +52,34 @@ def work(tmp_path_factory, tiny_llama_dir) -> Path:
     return d
 
 
-def _both(work: Path, name: str, args: list) -> tuple[dict, dict]:
-    """The command once as one process and once as two ranks; returns both JSON results."""
+def _both(work: Path, name: str, args: list, positions: bool = False, tables: bool = True,
+          rank1_rows: int = 0) -> tuple[dict, dict]:  # fmt: skip
+    """The command once as one process and once as two ranks; returns both JSON results. ``positions``: both
+    positions CSVs are the same bytes; ``tables``: a third, single run checks that only rank 0 printed;
+    ``rank1_rows``: rank 1 sent rank 0 more than that many rows of columns (an empty share pickles to a few bytes)."""
     one, two = work / f"{name}-1.json", work / f"{name}-2.json"
-    _ok(_single([*args, "--json", one, "-q"], work))
-    proc = _ranks([*args, "--json", two, "-q"], work)
+    csv = [["--positions", work / f"{name}-{k}.csv"] if positions else [] for k in (1, 2)]
+    _ok(_single([*args, *csv[0], "--json", one, "-q"], work))
+    proc = _ranks([*args, *csv[1], "--json", two, "-q"], work)
     _ok(proc)
-    solo = _single([*args, "-q", "--json", work / f"{name}-again.json"], work).stdout
-    assert len(proc.stdout.splitlines()) == len(solo.splitlines()), "only rank 0 prints the tables"
+    if tables:
+        solo = _single([*args, "-q", "--json", work / f"{name}-again.json"], work).stdout
+        assert len(proc.stdout.splitlines()) == len(solo.splitlines()), "only rank 0 prints the tables"
+    if positions:
+        assert (work / f"{name}-1.csv").read_bytes() == (work / f"{name}-2.csv").read_bytes()
     a, b = json.loads(one.read_text()), json.loads(two.read_text())
     assert b["provenance"]["world_size"] == 2 and b["provenance"]["parallel"]["backend"] == "gloo"
-    assert b["provenance"]["parallel"]["gathered_bytes"] > 0
+    assert b["provenance"]["parallel"]["gathered_bytes"] > 8 * rank1_rows, b["provenance"]["parallel"]
     assert a["provenance"]["world_size"] == 1
     return _without_ranks(a), _without_ranks(b)
+
+
+def _same_reference(work: Path, name: str, args: list) -> None:
+    """``reference`` once as one process (``{name}-1.safetensors``) and once as two ranks: the same tensors."""
+    _ok(_single([*args, "--out", work / f"{name}-1.safetensors"], work))
+    _ok(_ranks([*args, "--out", work / f"{name}-2.safetensors"], work))
+    r1, r2 = (_reference_record(work / f"{name}-{k}.safetensors") for k in (1, 2))
+    assert r1["tensors"] == r2["tensors"]
 
 
 COMMON = ["--text", "text.txt", "--device", "cpu", "--ctx", 64, "--max-tokens", 400]
@@ -74,12 +89,8 @@ def test_quantize_compare_two_ranks_equal_one_process(work, tiny_llama_dir):
     # 1,600 tokens, ctx 64, stride 48: 33 windows, a shared batch of 32 (SHARED_TOKENS = 2,048) and one for rank 1
     args = ["quantize-compare", tiny_llama_dir, "--schemes", "int8-channel,int4-g32,int3-g64-asym", "--stride", 48,
             *COMMON[:-1], 1600]  # fmt: skip
-    a, b = _both(work, "qc", [*args, "--positions", work / "pos.csv"])
+    a, b = _both(work, "qc", args, positions=True, rank1_rows=48)
     assert compare(a, b, "quantize-compare") == [] and a["reference"]["tokens"] == 1600
-    parallel = json.loads((work / "qc-2.json").read_text())["provenance"]["parallel"]
-    assert parallel["gathered_bytes"] >= 8 * 48, parallel  # rank 1 had its window (an empty share: a few bytes)
-    _ok(_ranks([*args, "--positions", work / "pos2.csv", "-q"], work))
-    assert (work / "pos.csv").read_bytes() == (work / "pos2.csv").read_bytes()
 
 
 @pytest.mark.slow
@@ -95,11 +106,8 @@ def test_compress_bits_and_mutual_info_two_ranks(work, tiny_llama_dir):
 @pytest.mark.slow
 def test_reference_and_gate_two_ranks(work, tiny_llama_dir):
     ref = ["reference", tiny_llama_dir, "--top-k", 16, "--tail-samples", 8, *COMMON, "-q"]
-    _ok(_single([*ref, "--out", work / "ref1.safetensors"], work))
-    _ok(_ranks([*ref, "--out", work / "ref2.safetensors"], work))
-    r1, r2 = _reference_record(work / "ref1.safetensors"), _reference_record(work / "ref2.safetensors")
-    assert r1["tensors"] == r2["tensors"]
-    gate = ["gate", "--reference", work / "ref1.safetensors", "--scheme", "int4-g32", "--max-kl-mean", 0.5, "--device", "cpu"]
+    _same_reference(work, "ref", ref)
+    gate = ["gate", "--reference", work / "ref-1.safetensors", "--scheme", "int4-g32", "--max-kl-mean", 0.5, "--device", "cpu"]
     a, b = _both(work, "gate", gate)
     assert compare(a, b, "gate") == []
 
@@ -112,42 +120,25 @@ def test_spec_accept_and_distill_two_ranks(work, tiny_llama_dir):
     assert compare(a, b, "distill") == []
 
 
-def _pair(work: Path, name: str, args: list, positions: bool = False) -> tuple[dict, dict, dict]:
-    """The command once as one process and once as two ranks (``_both`` without its third run): both JSON results
-    and the 2-rank run's ``parallel`` provenance; with ``positions``, both positions CSVs are the same bytes."""
-    one, two = work / f"{name}-1.json", work / f"{name}-2.json"
-    csv = [["--positions", work / f"{name}-{k}.csv"] if positions else [] for k in (1, 2)]
-    _ok(_single([*args, *csv[0], "--json", one, "-q"], work))
-    _ok(_ranks([*args, *csv[1], "--json", two, "-q"], work))
-    if positions:
-        assert (work / f"{name}-1.csv").read_bytes() == (work / f"{name}-2.csv").read_bytes()
-    parallel = json.loads(two.read_text())["provenance"]["parallel"]
-    return _without_ranks(json.loads(one.read_text())), _without_ranks(json.loads(two.read_text())), parallel
-
-
 @pytest.mark.slow
 @requires_smollm2
 def test_smollm2_two_ranks_equal_one_process(work):
-    """The built-in model on its default text; every rank gets work (an empty share pickles to a few bytes)."""
+    """The built-in model on its default text, every rank given work (the tables check is the tiny model's)."""
     # 9 windows of 256: a shared batch of 8 for rank 0 (SHARED_TOKENS = 2048), the last window for rank 1
     qc = ["quantize-compare", "--schemes", "int4-g128", "--device", "cpu", "--ctx", 256, "--max-tokens", 2304]
-    a, b, parallel = _pair(work, "smol-qc", qc, positions=True)
+    a, b = _both(work, "smol-qc", qc, positions=True, tables=False, rank1_rows=256)
     assert compare(a, b, "quantize-compare") == [] and a["reference"]["tokens"] == 2304
-    assert parallel["gathered_bytes"] >= 8 * 256, parallel
     small = ["--device", "cpu", "--ctx", 128, "--max-tokens", 512]  # 4 windows: 2 per rank
-    a, b, parallel = _pair(work, "smol-cb", ["compress-bits", *small])
-    assert compare(a, b, "compress-bits") == [] and parallel["gathered_bytes"] >= 8 * 256, parallel
+    a, b = _both(work, "smol-cb", ["compress-bits", *small], tables=False, rank1_rows=256)
+    assert compare(a, b, "compress-bits") == []
     ref = ["reference", "--top-k", 16, "--tail-samples", 8, *small, "-q"]
-    _ok(_single([*ref, "--out", work / "smol-ref1.safetensors"], work))
-    _ok(_ranks([*ref, "--out", work / "smol-ref2.safetensors"], work))
-    r1, r2 = _reference_record(work / "smol-ref1.safetensors"), _reference_record(work / "smol-ref2.safetensors")
-    assert r1["tensors"] == r2["tensors"]
-    gate = ["gate", "--reference", work / "smol-ref1.safetensors", "--scheme", "int4-g128", "--max-kl-mean", 0.5,
+    _same_reference(work, "smol-ref", ref)
+    gate = ["gate", "--reference", work / "smol-ref-1.safetensors", "--scheme", "int4-g128", "--max-kl-mean", 0.5,
             "--device", "cpu"]  # fmt: skip
-    a, b, _ = _pair(work, "smol-gate", gate)
+    a, b = _both(work, "smol-gate", gate, tables=False)
     assert compare(a, b, "gate") == []
     mi = ["mutual-info", "--lengths", "8,16,32", "--blocks", 4, "--batch-tokens", 64, "--bootstrap", 50, "--device", "cpu"]
-    a, b, _ = _pair(work, "smol-mi", mi)
+    a, b = _both(work, "smol-mi", mi, tables=False)
     assert compare(a, b, "mutual-info") == []
 
 
