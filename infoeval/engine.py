@@ -37,6 +37,7 @@ sequence at a time (``roles.linears_row_by_row``), so the numbers are the bits o
 
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -102,29 +103,56 @@ def _checked(logits: torch.Tensor, role: str, batch: Batch, on_forward, check: b
     return logits
 
 
+@dataclass
+class Clock:
+    """Where ``run``'s time went, in seconds: ``forward_s`` in the models (decoder blocks, heads, a variant's
+    dequantization, the finiteness check), ``reduce_s`` in the reducer's own work (the per-position statistics);
+    the rest is the engine's (columns, gathering). Measured on a CPU only (``measured``): on an accelerator the
+    kernels run asynchronously, and the host's times would not say where the device's time went."""
+
+    forward_s: float = 0.0
+    reduce_s: float = 0.0
+    measured: bool = False
+
+    @contextlib.contextmanager
+    def forward(self):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.forward_s += time.perf_counter() - t0
+
+    def timings(self, prefix: str = "eval_") -> dict[str, float]:
+        """{prefix + "forward_s", prefix + "statistics_s"} when measured, else nothing."""
+        return {f"{prefix}forward_s": self.forward_s, f"{prefix}statistics_s": self.reduce_s} if self.measured else {}
+
+
 class RoleLogits(Mapping):
     """``logits[role]``: that role's logits for the current batch, computed when asked (and again if asked again);
     with ``hidden`` (a shared batch's blocks' output per role, and this window's index in it) only the head runs."""
 
     def __init__(self, roles: Mapping[str, object], inputs: dict, batch: Batch, on_forward: Callable[[], None] | None,
-                 hidden: tuple[dict, int] | None = None, pool: LogitsPool | None = None, check: bool = True):  # fmt: skip
+                 hidden: tuple[dict, int] | None = None, pool: LogitsPool | None = None, check: bool = True,
+                 clock: Clock | None = None):  # fmt: skip
         self._roles, self._inputs, self._batch, self._on_forward, self._hidden = roles, inputs, batch, on_forward, hidden
-        self._pool, self._check = pool, check
+        self._pool, self._check, self._clock = pool, check, clock or Clock()
 
     def __getitem__(self, role: str) -> torch.Tensor:
+        with self._clock.forward():
+            return _checked(self._logits(role), role, self._batch, self._on_forward, self._check)
+
+    def _logits(self, role: str) -> torch.Tensor:
         if self._hidden is not None:
             states, k = self._hidden
             module, active = parts(self._roles[role])
             with active(), pooled_head(module, self._pool):
-                logits = module.get_output_embeddings()(states[role][k : k + 1, self._batch.keep])
-            return _checked(logits, role, self._batch, self._on_forward, self._check)
+                return module.get_output_embeddings()(states[role][k : k + 1, self._batch.keep])
         model = self._roles[role]
         device = model_device(model, next(iter(self._inputs.values())).device)
         if device not in self._inputs:
             self._inputs[device] = next(iter(self._inputs.values())).to(device)
         with pooled_head(parts(model)[0], self._pool):
-            logits = forward_logits(model, self._inputs[device], self._batch.keep)
-        return _checked(logits, role, self._batch, self._on_forward, self._check)
+            return forward_logits(model, self._inputs[device], self._batch.keep)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._roles)
@@ -142,8 +170,8 @@ class Step:
     logits: RoleLogits
 
 
-def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, prefix_id: int | None, device,
-           on_forward, pool: LogitsPool | None = None, check: bool = True) -> Iterator[Step]:  # fmt: skip
+def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, prefix_id: int | None, device, on_forward,
+           pool: LogitsPool | None = None, check: bool = True, clock: Clock | None = None) -> Iterator[Step]:  # fmt: skip
     """The reducer's steps of batch ``b``: one, or one per window of a shared batch (whose blocks run first, once
     per role; window by window instead where a role's model does not ``splits``)."""
     inputs = torch.cat([window_inputs(stream_ids, w, prefix_id) for w in b.windows]).to(device)
@@ -151,19 +179,20 @@ def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, pref
     # a model placed by accelerate (device_map) keeps its per-module hooks: it goes window by window
     if b.shared and all(model_device(m, device) == device and not getattr(m, "hf_device_map", None)
                         and splits(m, inputs[:1, :8]) for m, _ in split.values()):  # fmt: skip
-        hidden = {}
-        for role, (module, active) in split.items():
-            with active(), headless(module), linears_row_by_row(module):
-                hidden[role] = forward_logits(module, inputs, 0)  # (B, T, hidden): the head's inputs
-        heap.release_freed_memory()  # the blocks' activations are free and the heads' logits come next (heap.py)
+        hidden, clock = {}, clock or Clock()
+        with clock.forward():
+            for role, (module, active) in split.items():
+                with active(), headless(module), linears_row_by_row(module):
+                    hidden[role] = forward_logits(module, inputs, 0)  # (B, T, hidden): the head's inputs
+            heap.release_freed_memory()  # the blocks' activations are free and the heads' logits come next (heap.py)
         for k, w in enumerate(each_window(b)):
             targets = window_targets(stream_ids, w.windows[0])[None].to(device)
-            yield Step(w, targets, RoleLogits(roles, {}, w, on_forward, (hidden, k), pool, check))
+            yield Step(w, targets, RoleLogits(roles, {}, w, on_forward, (hidden, k), pool, check, clock))
         return
     for k, w in enumerate(each_window(b) if b.shared else [b]):
         w_inputs = inputs[k : k + 1] if b.shared else inputs  # a shared batch's windows share one length
         targets = torch.stack([window_targets(stream_ids, x) for x in w.windows]).to(device)
-        yield Step(w, targets, RoleLogits(roles, {device: w_inputs}, w, on_forward, pool=pool, check=check))
+        yield Step(w, targets, RoleLogits(roles, {device: w_inputs}, w, on_forward, pool=pool, check=check, clock=clock))
 
 
 @torch.inference_mode()
@@ -171,10 +200,12 @@ def run(
     roles: Mapping[str, object], stream_ids: torch.Tensor, batches: Sequence[Batch], prefix_id: int | None,
     reducer: Reducer, schema: Mapping[str, type] | None = None, nbytes: np.ndarray | None = None,
     on_forward: Callable[[], None] | None = None, n_rows: int | None = None, check_logits: bool = True,
+    clock: Clock | None = None,
 ) -> dict[str, np.ndarray]:  # fmt: skip
     """Evaluate every batch with the roles the reducer asks for; returns the columns (identity columns, ``bytes``
     when ``nbytes`` is given, and the reducer's). ``n_rows`` defaults to the rows of ``batches``. Every role's
     logits are checked finite, unless ``check_logits`` is False: the reducer then checks (``require_finite``).
+    A ``clock`` gets the seconds spent in the models and in the reducer (``Clock``; this rank's, under a launcher).
 
     Under a launcher (``distributed.launched()``) this rank evaluates its share of the batches and the rows of
     all ranks are gathered, so every rank returns the same columns as one process would."""
@@ -184,13 +215,18 @@ def run(
     parallel = distributed.launched()
     heap.steady_heap()  # every pass allocates the same activations: keep their pages (heap.py)
     done, error, pool = [], None, LogitsPool()
+    clock = clock if clock is not None else Clock()
+    clock.measured = device.type == "cpu"
     try:
         for b in distributed.shard(batches) if parallel else batches:
-            for step in _steps(roles, stream_ids, b, prefix_id, device, on_forward, pool, check_logits):
+            for step in _steps(roles, stream_ids, b, prefix_id, device, on_forward, pool, check_logits, clock):
                 part = identity_columns(step.batch, stream_ids)
                 if nbytes is not None:
                     part["bytes"] = np.concatenate([nbytes[w.target_slice] for w in step.batch.windows])
+                forward_s, t0 = clock.forward_s, time.perf_counter()
                 part |= as_numpy(reducer(step))
+                # the reducer's own time: less the forward passes it asked for
+                clock.reduce_s += time.perf_counter() - t0 - (clock.forward_s - forward_s)
                 if parallel:
                     done.append((step.batch.rows, part))
                 else:

@@ -87,3 +87,40 @@ def test_roles_run_only_when_asked_and_non_finite_logits_fail():
     assert used.calls == 3 and unused.calls == 0
     with pytest.raises(RuntimeFailure, match="m produced non-finite logits in window 0"):
         engine.run({"m": ToyLM(poison=True)}, stream, engine.plan(rolling_windows(20, 8)), None, _nll)
+
+
+class SlowLM(ToyLM):
+    """A ToyLM whose every forward pass takes at least ``seconds``."""
+
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds = seconds
+
+    def forward(self, *args, **kw):
+        import time
+
+        time.sleep(self.seconds)
+        return super().forward(*args, **kw)
+
+
+def test_the_clock_splits_the_time_between_the_forwards_and_the_reducer():
+    import time
+
+    stream = torch.arange(20) % 11
+    batches = engine.plan(rolling_windows(20, 8))  # 3 windows
+    forward, work = 0.2, 0.1
+
+    def slow_reducer(step):
+        out = _nll(step)  # asks for the logits: a forward pass inside the reducer, which is not the reducer's time
+        time.sleep(work)
+        return out
+
+    clock = engine.Clock()
+    t0 = time.perf_counter()
+    engine.run({"m": SlowLM(forward)}, stream, batches, None, slow_reducer, clock=clock)
+    wall = time.perf_counter() - t0
+    assert clock.measured and clock.forward_s + clock.reduce_s <= wall
+    assert clock.forward_s >= 3 * forward
+    assert 3 * work <= clock.reduce_s < 3 * work + 3 * forward / 2  # counting the forwards in would give ≥ 0.9 s
+    assert clock.timings() == {"eval_forward_s": clock.forward_s, "eval_statistics_s": clock.reduce_s}
+    assert engine.Clock().timings() == {}  # not measured: nothing to report

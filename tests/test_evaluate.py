@@ -400,6 +400,8 @@ def test_max_tokens_caps_scored_tokens_and_bytes(tiny_llama_dir, text_file):
     assert result["reference"]["bytes"] == n_bytes
     assert cols.reference["position"].tolist() == list(range(1, n + 1))
     assert result["reference"]["bits_per_byte"] == pytest.approx(cols.reference["nll"].astype(float).sum() / LN2 / n_bytes)
+    t = result["timings"]  # the loop's time split between the forward passes and the statistics (on a CPU)
+    assert 0 < t["eval_forward_s"] and 0 < t["eval_statistics_s"] and t["eval_forward_s"] + t["eval_statistics_s"] <= t["eval_s"]
 
 
 # --------------------------------------------------------------------------------------- (f) scheme ordering
@@ -514,3 +516,5 @@ def test_compress_bits_pipeline(tiny_llama_dir, text_file, protocol, ctx):
     sizes = {r["method"]: r["bytes"] for r in result["compressors"]}
     assert sizes == _direct_sizes(data)
     assert result["model_over_xz"] == pytest.approx(ref["total_bits"] / (8 * sizes["xz -9"]), rel=1e-12)
+    t = result["timings"]
+    assert 0 < t["eval_forward_s"] and 0 < t["eval_statistics_s"] and t["eval_forward_s"] + t["eval_statistics_s"] <= t["eval_s"]

@@ -69,15 +69,16 @@ def lockstep_reducer(variant_names: Sequence[str]) -> engine.Reducer:
 
 
 def run_lockstep(model, stream: TokenStream, windows: Sequence[Window], variants: Sequence[QuantizedVariant] = (),
-                 bos_id: int | None = None, on_forward=None) -> CompareColumns:  # fmt: skip
-    """Evaluate the reference and every variant on every window, window by window."""
+                 bos_id: int | None = None, on_forward=None,
+                 clock: engine.Clock | None = None) -> CompareColumns:  # fmt: skip
+    """Evaluate the reference and every variant on every window, window by window (``clock``: ``engine.run``'s)."""
     roles = {REFERENCE: model, **{v.name: WithVariant(model, v) for v in variants}}
     schema = {**REF_COLUMNS, **{f"{v.name}/{k}": t for v in variants for k, t in VARIANT_COLUMNS.items()}}
     names = [v.name for v in variants]
     # with SHARED_TOKENS > ctx the variants' blocks see several windows at a time and dequantize once per batch
     batches = engine.plan_shared(windows, SHARED_TOKENS) if variants else engine.plan(windows)
     cols = engine.run(roles, stream.ids, batches, bos_id, lockstep_reducer(names), schema, stream.nbytes, on_forward,
-                      check_logits=False)  # fmt: skip
+                      check_logits=False, clock=clock)  # fmt: skip
     return CompareColumns({k: cols[k] for k in REF_COLUMNS},
                           {n: {k: cols[f"{n}/{k}"] for k in VARIANT_COLUMNS} for n in names})  # fmt: skip
 
@@ -116,11 +117,13 @@ def _protocol_metrics(p: Prepared, cols: CompareColumns) -> dict | None:
     return protocol_figures(p.protocol.name, p.protocol.layout, p.documents, cols.reference, nll)
 
 
-def _evaluate(p: Prepared, variants, rep: Reporter) -> tuple[CompareColumns, float]:
-    """The lockstep run under a progress bar; returns the columns and the seconds it took."""
+def _evaluate(p: Prepared, variants, rep: Reporter) -> tuple[CompareColumns, dict[str, float]]:
+    """The lockstep run under a progress bar; returns the columns and its timings: eval_s, and on a CPU how much of
+    it the forward passes and the statistics took (``engine.Clock``)."""
+    clock = engine.Clock()
     with progress(rep, len(p.windows) * (1 + len(variants)), f"{len(p.windows)} windows × {1 + len(variants)} models") as bar:
-        cols = run_lockstep(p.loaded.model, p.stream, p.windows, variants, p.protocol.prefix_id, bar.step)
-    return cols, bar.seconds
+        cols = run_lockstep(p.loaded.model, p.stream, p.windows, variants, p.protocol.prefix_id, bar.step, clock)
+    return cols, {"eval_s": bar.seconds, **clock.timings()}
 
 
 def _start_ahead(ms: ModelSettings, vs: VariantSettings, schemes) -> quant_ahead.Ahead | None:
@@ -155,8 +158,8 @@ def quantize_compare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, vs
     finally:
         if ahead is not None:
             ahead.release()
-    cols, eval_s = _evaluate(p, variants, rep)
-    timings = {**p.timings, "quantize_s": quantize_s, "quantize_ahead_s": ahead.child_s if ahead else 0.0, "eval_s": eval_s}
+    cols, eval_timings = _evaluate(p, variants, rep)
+    timings = {**p.timings, "quantize_s": quantize_s, "quantize_ahead_s": ahead.child_s if ahead else 0.0, **eval_timings}
     result = CompareResult(
         p.provenance("quantize-compare"), timings,
         reference=reference_metrics(cols.reference),
@@ -187,7 +190,7 @@ def compress_bits(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: 
 
     rep = rep or Reporter()
     p = prepare(ms, ts, ws, rep)
-    cols, eval_s = _evaluate(p, [], rep)
+    cols, eval_timings = _evaluate(p, [], rep)
     ref = reference_metrics(cols.reference)
     data = scored_bytes(p)
     if len(data) != ref["bytes"]:
@@ -200,7 +203,7 @@ def compress_bits(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: 
         rep.stage("arithmetic coding (round trip)")
         rows.append(arithmetic_coded_row(p.loaded, data, ws.ctx, rep))
     xz_bits = next(r["bits"] for r in rows if r["method"] == "xz -9")
-    result = CompressResult(p.provenance("compress-bits"), {**p.timings, "eval_s": eval_s}, reference=ref,
+    result = CompressResult(p.provenance("compress-bits"), {**p.timings, **eval_timings}, reference=ref,
                             compressors=tuple(rows), model_over_xz=ref["total_bits"] / xz_bits if xz_bits else None,
                             protocol_metrics=_protocol_metrics(p, cols))  # fmt: skip
     return result, cols
