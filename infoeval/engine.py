@@ -132,10 +132,10 @@ class RoleLogits(Mapping):
     with ``hidden`` (a shared batch's blocks' output per role, and this window's index in it) only the head runs."""
 
     def __init__(self, roles: Mapping[str, object], inputs: dict, batch: Batch, on_forward: Callable[[], None] | None,
-                 hidden: tuple[dict, int] | None = None, pool: LogitsPool | None = None, check: bool = True,
-                 clock: Clock | None = None):  # fmt: skip
+                 hidden: tuple[dict, int] | None = None, pool: LogitsPool | None = None, check: bool = True, *,
+                 clock: Clock):  # fmt: skip
         self._roles, self._inputs, self._batch, self._on_forward, self._hidden = roles, inputs, batch, on_forward, hidden
-        self._pool, self._check, self._clock = pool, check, clock or Clock()
+        self._pool, self._check, self._clock = pool, check, clock
 
     def __getitem__(self, role: str) -> torch.Tensor:
         with self._clock.forward():
@@ -171,7 +171,7 @@ class Step:
 
 
 def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, prefix_id: int | None, device, on_forward,
-           pool: LogitsPool | None = None, check: bool = True, clock: Clock | None = None) -> Iterator[Step]:  # fmt: skip
+           pool: LogitsPool | None, check: bool, clock: Clock) -> Iterator[Step]:  # fmt: skip
     """The reducer's steps of batch ``b``: one, or one per window of a shared batch (whose blocks run first, once
     per role; window by window instead where a role's model does not ``splits``)."""
     inputs = torch.cat([window_inputs(stream_ids, w, prefix_id) for w in b.windows]).to(device)
@@ -179,7 +179,7 @@ def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, pref
     # a model placed by accelerate (device_map) keeps its per-module hooks: it goes window by window
     if b.shared and all(model_device(m, device) == device and not getattr(m, "hf_device_map", None)
                         and splits(m, inputs[:1, :8]) for m, _ in split.values()):  # fmt: skip
-        hidden, clock = {}, clock or Clock()
+        hidden = {}
         with clock.forward():
             for role, (module, active) in split.items():
                 with active(), headless(module), linears_row_by_row(module):
@@ -187,7 +187,7 @@ def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, pref
             heap.release_freed_memory()  # the blocks' activations are free and the heads' logits come next (heap.py)
         for k, w in enumerate(each_window(b)):
             targets = window_targets(stream_ids, w.windows[0])[None].to(device)
-            yield Step(w, targets, RoleLogits(roles, {}, w, on_forward, (hidden, k), pool, check, clock))
+            yield Step(w, targets, RoleLogits(roles, {}, w, on_forward, (hidden, k), pool, check, clock=clock))
         return
     for k, w in enumerate(each_window(b) if b.shared else [b]):
         w_inputs = inputs[k : k + 1] if b.shared else inputs  # a shared batch's windows share one length

@@ -3,6 +3,8 @@ batches fills exactly its own rows with the numbers of a full run)."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -97,15 +99,11 @@ class SlowLM(ToyLM):
         self.seconds = seconds
 
     def forward(self, *args, **kw):
-        import time
-
         time.sleep(self.seconds)
         return super().forward(*args, **kw)
 
 
 def test_the_clock_splits_the_time_between_the_forwards_and_the_reducer():
-    import time
-
     stream = torch.arange(20) % 11
     batches = engine.plan(rolling_windows(20, 8))  # 3 windows
     forward, work = 0.2, 0.1

@@ -388,6 +388,11 @@ def test_metrics_equal_their_definitions(compared, text_file, model_name, scheme
         assert summary["sqnr_db_min"] == min(sq) and summary["sqnr_db_mean"] == pytest.approx(np.mean(sq))
 
 
+def _check_eval_split(t: dict) -> None:
+    """The loop's time split between the forward passes and the statistics (on a CPU), within eval_s."""
+    assert 0 < t["eval_forward_s"] and 0 < t["eval_statistics_s"] and t["eval_forward_s"] + t["eval_statistics_s"] <= t["eval_s"]
+
+
 def test_max_tokens_caps_scored_tokens_and_bytes(tiny_llama_dir, text_file):
     """--max-tokens N scores tokens 1 … N; the bytes are the UTF-8 bytes of the text those N tokens cover."""
     n = 100
@@ -400,8 +405,7 @@ def test_max_tokens_caps_scored_tokens_and_bytes(tiny_llama_dir, text_file):
     assert result["reference"]["bytes"] == n_bytes
     assert cols.reference["position"].tolist() == list(range(1, n + 1))
     assert result["reference"]["bits_per_byte"] == pytest.approx(cols.reference["nll"].astype(float).sum() / LN2 / n_bytes)
-    t = result["timings"]  # the loop's time split between the forward passes and the statistics (on a CPU)
-    assert 0 < t["eval_forward_s"] and 0 < t["eval_statistics_s"] and t["eval_forward_s"] + t["eval_statistics_s"] <= t["eval_s"]
+    _check_eval_split(result["timings"])
 
 
 # --------------------------------------------------------------------------------------- (f) scheme ordering
@@ -516,5 +520,4 @@ def test_compress_bits_pipeline(tiny_llama_dir, text_file, protocol, ctx):
     sizes = {r["method"]: r["bytes"] for r in result["compressors"]}
     assert sizes == _direct_sizes(data)
     assert result["model_over_xz"] == pytest.approx(ref["total_bits"] / (8 * sizes["xz -9"]), rel=1e-12)
-    t = result["timings"]
-    assert 0 < t["eval_forward_s"] and 0 < t["eval_statistics_s"] and t["eval_forward_s"] + t["eval_statistics_s"] <= t["eval_s"]
+    _check_eval_split(result["timings"])
