@@ -30,9 +30,10 @@ window's own forward pass computes them (its head on the same rows), which ``spl
 a few tokens; a model whose forward does more after its head (a logit soft-cap, a scale) fails the check and its
 windows go through one by one. Between the blocks and the heads the heap's free pages go back to the OS (one
 ``heap.release_freed_memory`` per batch), so the activations the blocks freed do not stay resident under the
-logits. The blocks see a batch of B sequences, but every Linear layer multiplies one
-sequence at a time (``roles.linears_row_by_row``), so the numbers are the bits of window-by-window forward passes
-(tested: a BLAS blocks one product of B·T rows differently from B products of T rows).
+logits. The blocks see a batch of B sequences, and every Linear layer gives the bits of one
+sequence at a time (``roles.linears_row_by_row``: one product of the batch where that was checked to give them,
+else one product per sequence; a BLAS may block B·T rows differently), so the numbers are the bits of
+window-by-window forward passes.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from infoeval.errors import RuntimeFailure
 from infoeval.models import load_model
 from infoeval.quant import apply
 from infoeval.quant.schemes import parse_scheme
+from infoeval import roles
 from infoeval.roles import linears_row_by_row
 from infoeval.tokens import TokenStream
 from infoeval.windows import Window, llamacpp_windows, rolling_windows
@@ -163,11 +164,60 @@ def test_row_by_row_linears_are_the_bits_of_one_sequence_at_a_time(dtype, bias):
         alone = [[torch.nn.functional.linear(t[k : k + 1], lin.weight, lin.bias) for k in range(3)] for t in (x, strided)]
         with linears_row_by_row(holder):
             batched = [lin(x), lin(strided), lin(x[:1])]
+            assert torch.equal(lin(x), batched[0])  # the second batch of a shape: after the check
     for got, want in zip(batched, alone):
         assert got.dtype == dtype and got.shape == (3, 17, 24)
         assert torch.equal(got, torch.cat(want))
     assert torch.equal(batched[2], alone[0][0])
     assert "forward" not in vars(lin)  # the plain forward is back after the block
+
+
+def _emulated_blas(monkeypatch, blocks_the_batch_differently: bool) -> list[int]:
+    """``roles``' linear replaced by a BLAS whose one product of a batch gives exactly the per-sequence bits, or
+    one whose batched products are off by about an ulp (blocked differently); returns the batch size of each call."""
+    monkeypatch.setattr(roles, "_SAME_BITS", {})
+    calls = []
+
+    def linear(x, w, b=None):
+        calls.append(x.shape[0] if x.dim() == 3 else 1)
+        if x.dim() < 3 or x.shape[0] == 1:
+            return torch.nn.functional.linear(x, w, b)
+        out = torch.cat([torch.nn.functional.linear(x[k : k + 1], w, b) for k in range(x.shape[0])])
+        return out * (1 + 2**-22) if blocks_the_batch_differently else out
+
+    monkeypatch.setattr(roles, "_linear", linear)
+    return calls
+
+
+@pytest.mark.parametrize("differs", [False, True])
+def test_a_batch_goes_as_one_product_only_where_that_product_gave_the_bits_of_one_sequence_at_a_time(monkeypatch,
+                                                                                                     differs):  # fmt: skip
+    """The first batch of a shape goes sequence by sequence and is checked against one product of the batch; later
+    batches of that shape go as one product where it gave the very bits, and sequence by sequence where it did not."""
+    calls = _emulated_blas(monkeypatch, differs)
+    torch.manual_seed(7)
+    w, b = torch.randn(24, 40), torch.randn(24)
+    inputs = [torch.randn(3, 17, 40) for _ in range(3)]
+    for x in inputs:
+        got = roles.batched_linear(x, w, b)
+        assert torch.equal(got, torch.cat([torch.nn.functional.linear(x[k : k + 1], w, b) for k in range(3)]))
+    # one check on the first batch; then one product per batch where it agreed, none where it did not
+    assert calls == ([3] if differs else [3, 3, 3])
+    assert list(roles._SAME_BITS.values()) == [not differs]
+
+
+def test_the_check_is_made_again_for_another_shape_or_thread_count(monkeypatch):
+    calls = _emulated_blas(monkeypatch, False)
+    w = torch.randn(24, 40)
+    threads = torch.get_num_threads()
+    for shape, n in [((3, 17, 40), threads), ((3, 17, 40), threads), ((2, 17, 40), threads), ((3, 17, 40), threads + 1)]:
+        torch.set_num_threads(n)
+        try:
+            roles.batched_linear(torch.randn(shape), w, None)
+        finally:
+            torch.set_num_threads(threads)
+    assert calls == [3, 3, 2, 3] and len(roles._SAME_BITS) == 3  # checked, used, checked (a new shape), checked
+    assert roles.batched_linear(torch.randn(1, 5, 40), w, None).shape == (1, 5, 24) and calls[-1] == 1  # one sequence
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
