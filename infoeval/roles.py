@@ -87,14 +87,14 @@ def linears_row_by_row(model: torch.nn.Module):
     for the batch."""
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and "forward" not in vars(m)]
 
-    def one_by_one(mod: torch.nn.Linear):
+    def batched(mod: torch.nn.Linear):
         def forward(x: torch.Tensor) -> torch.Tensor:
             return batched_linear(x, mod.weight, mod.bias)  # read at call time: a variant's pre-hook swaps them in
 
         return forward
 
     for mod in linears:
-        mod.forward = one_by_one(mod)
+        mod.forward = batched(mod)
     try:
         yield model
     finally:
