@@ -41,6 +41,8 @@ class Group:
     backend: str | None = None
     gathered_bytes: int = 0
     gathered_rows: int = 0
+    encodings_made: int = 0  # quantized (layer, scheme) pairs this rank encoded for every rank (quant/rank_share.py)
+    encodings_received: int = 0  # … and received from the other ranks
 
     @property
     def main(self) -> bool:
@@ -48,7 +50,8 @@ class Group:
 
     def to_json(self) -> dict:
         return {"world_size": self.world_size, "backend": self.backend, "gathered_bytes": self.gathered_bytes,
-                "gathered_rows": self.gathered_rows}  # fmt: skip
+                "gathered_rows": self.gathered_rows, "encodings_made": self.encodings_made,
+                "encodings_received": self.encodings_received}  # fmt: skip
 
 
 _GROUP: Group | None = None
@@ -119,10 +122,11 @@ def share(total: int) -> int:
     return -(-total // w)
 
 
-def gather(payload: list, error: BaseException | None, rows: int = 0) -> list[list]:
+def gather(payload: list, error: BaseException | None, rows: int = 0, counted: bool = True) -> list[list]:
     """Every rank's ``payload`` (a list of picklable items), in rank order, on every rank. When any rank reports an
     ``error``, every rank raises the same RuntimeFailure naming the first failing rank. ``rows``: how many
-    per-position rows the gather completes (counted, with the bytes rank 0 received, for the provenance)."""
+    per-position rows the gather completes (counted, with the bytes rank 0 received, for the provenance, unless
+    ``counted`` is False: what is not columns)."""
     import torch.distributed as dist
 
     g = group()
@@ -133,7 +137,7 @@ def gather(payload: list, error: BaseException | None, rows: int = 0) -> list[li
     if failed:
         r, msg = failed[0]
         raise RankFailure(f"rank {r} of {g.world_size} failed: {msg}")
-    if g.main:
+    if g.main and counted:
         g.gathered_bytes += sum(len(pickle.dumps(e, protocol=pickle.HIGHEST_PROTOCOL)) for e in everyone[1:])
         g.gathered_rows += rows
     return [p for _, p in everyone]

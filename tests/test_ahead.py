@@ -28,28 +28,11 @@ from infoeval.quant.apply import build_variants
 from infoeval.quant.primitives import signal_power, sqnr_db, fake_quantize
 from infoeval.quant.schemes import parse_schemes
 from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from variant_checks import FIELDS, same_variants
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not os.sys.platform.startswith("linux"), reason="Linux fork only")
 
 SCHEMES = parse_schemes("int8-channel,int4-g128,int4-channel,int8-g24-asym,int3-g20,int2-channel-asym,int5-g16,int6-channel")
-FIELDS = ("codes", "scale", "zero", "negative_zeros")
-
-
-def _same_variants(a, b) -> None:
-    assert [v.name for v in a] == [v.name for v in b]
-    for va, vb in zip(a, b):
-        assert va.weights.keys() == vb.weights.keys()
-        for name, pa in va.weights.items():
-            pb = vb.weights[name]
-            for f in FIELDS:
-                ta, tb = getattr(pa, f), getattr(pb, f)
-                assert (ta is None) == (tb is None), (va.name, name, f)
-                if ta is not None:
-                    assert ta.dtype == tb.dtype and ta.shape == tb.shape and torch.equal(ta, tb), (va.name, name, f)
-            assert (pa.shape, pa.dtype, pa.bits, pa.group_size, pa.symmetric) == (pb.shape, pb.dtype, pb.bits, pb.group_size, pb.symmetric)
-        assert [r.as_dict() for r in va.layers] == [r.as_dict() for r in vb.layers], va.name  # SQNR exactly
-
-
 def _model(folder, dtype=torch.float32):
     return load_model(str(folder), torch.device("cpu"), dtype).model
 
@@ -66,7 +49,7 @@ def test_child_encodings_equal_in_process(tiny_llama_dir, dtype):
     finally:
         ahead.close()
     assert ahead.done and len(ahead.done) == len(ahead.tensors)  # the child finished every block weight
-    _same_variants(alone, both)
+    same_variants(alone, both)
     for v in both:  # the child's layers lie in its scheme's one shared buffer
         storages = {pw.codes.untyped_storage().data_ptr() for pw in v.weights.values()}
         assert storages == {ahead.shared.buffers[v.name].untyped_storage().data_ptr()}
@@ -93,7 +76,7 @@ def test_changed_weight_and_exclude_encoded_here(tiny_llama_dir):
     finally:
         ahead.close()
     assert f"{excluded}.weight" not in ahead.tensors and ahead.checked[f"{changed}.weight"] is False
-    _same_variants(alone, both)
+    same_variants(alone, both)
     buffer = ahead.shared.buffers[SCHEMES[0].name]
     assert both[0].weights[changed].codes.untyped_storage().data_ptr() != buffer.untyped_storage().data_ptr()  # here
     assert both[0].weights[names[2]].codes.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()  # child
@@ -121,7 +104,7 @@ def test_failed_or_stopped_child(tiny_llama_dir, monkeypatch, fault):
     assert len(ahead.done) < len(ahead.tensors)
     if fault == "fail":
         assert ahead.done == {}
-    _same_variants(alone, both)
+    same_variants(alone, both)
 
 
 def test_not_started_where_it_does_not_apply(tiny_llama_dir, tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ from infoeval.compare import pipeline as compare_pipeline
 from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.gate.limits import parse_limits
 from infoeval.gate.pipeline import GateSettings, build_reference, run_gate
+from machine import fingerprint
 from tiny_models import as_json, requires_smollm2
 
 pytestmark = [pytest.mark.slow, requires_smollm2]
@@ -92,14 +93,30 @@ PINNED = {
     "int4-g128": (0.72869922, 0.72612506, 0.63408190, 309, 38.255918, False),
     "int4-channel": (0.81058957, 0.81277684, 0.70017587, 285, 44.194491, False),
 }
+# A CPU of other arithmetic (tests/machine.py) rounds the log-probs otherwise: the exact figures and the PPL move by
+# ≤ 4e-5 relative, within PIN_REL, but a few tail samples and top-64 sets fall otherwise, which moved the gated KL
+# and its lower bound by up to 1.3e-3 (AVX-512 kernels, 2026-12-02) and 3.8e-3 (the same machine with
+# ATEN_CPU_CAPABILITY=avx2) relative. So the three KL figures are pinned per machine where known (fingerprint →
+# scheme → exact, gated, lower; one and two threads gave the very same values there), and elsewhere the gated
+# figures are compared within SAMPLED_REL.
+PINNED_BY_MACHINE = {
+    "3d6fe4d9cda6c7bb": {"int8-channel": (0.003074051414, 0.003068311033, 0.002453692162),
+                         "int4-g128": (0.7286994795, 0.7265209444, 0.634083556),
+                         "int4-channel": (0.8105896453, 0.8138202519, 0.700176924)},
+}  # fmt: skip
+SAMPLED_REL = 1e-2
 
 
 def test_pinned_figures(reference, exact, gated):
+    own = PINNED_BY_MACHINE.get(fingerprint())
     for scheme, (kl_exact, kl_gated, kl_lower, top1, ppl, passed) in PINNED.items():
         e, g = exact[scheme], gated[scheme]["metrics"]
+        if own is not None:
+            kl_exact, kl_gated, kl_lower = own[scheme]
+        sampled = PIN_REL if own is not None else SAMPLED_REL
         assert e["kl_mean"] == pytest.approx(kl_exact, rel=PIN_REL), (scheme, e["kl_mean"])
-        assert g["kl_mean"] == pytest.approx(kl_gated, rel=PIN_REL), (scheme, g["kl_mean"])
-        assert g["kl_lower_mean"] == pytest.approx(kl_lower, rel=PIN_REL), (scheme, g["kl_lower_mean"])
+        assert g["kl_mean"] == pytest.approx(kl_gated, rel=sampled), (scheme, g["kl_mean"])
+        assert g["kl_lower_mean"] == pytest.approx(kl_lower, rel=sampled), (scheme, g["kl_lower_mean"])
         assert e["top1"] == g["top1"] == pytest.approx(top1 / 512, rel=1e-12), (scheme, e["top1"], g["top1"])
         assert e["ppl"] == pytest.approx(ppl, rel=PIN_REL) and g["ppl"] == pytest.approx(ppl, rel=PIN_REL), (scheme, e["ppl"], g["ppl"])
         assert gated[scheme]["passed"] is passed

@@ -20,6 +20,7 @@ from infoeval.metrics import reference_metrics, variant_metrics
 from infoeval.prepare import Prepared, Reporter, prepare, progress
 from infoeval.protocol_metrics import protocol_figures
 from infoeval.quant import ahead as quant_ahead
+from infoeval.quant import rank_share
 from infoeval.quant.apply import QuantizedVariant, WithVariant, build_variants
 from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_schemes
@@ -148,16 +149,18 @@ def quantize_compare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, vs
     rep = rep or Reporter()
     schemes = parse_schemes(vs.schemes) if vs.schemes or not vs.recipes else []  # fail on a bad scheme before loading
     recipes = [read_recipe(r) for r in vs.recipes]
-    ahead = _start_ahead(ms, vs, schemes)
+    ahead, share = _start_ahead(ms, vs, schemes), None
     try:
         p = prepare(ms, ts, ws, rep)
         rep.stage("quantizing")
         t0 = time.perf_counter()
-        variants = build_variants(p.loaded.model, schemes, recipes, vs.include, vs.exclude, ahead)
+        share = rank_share.start(p.loaded.model, p.loaded.info, schemes, vs.include, vs.exclude)  # under a launcher
+        variants = build_variants(p.loaded.model, schemes, recipes, vs.include, vs.exclude, ahead or share)
         quantize_s = time.perf_counter() - t0
     finally:
-        if ahead is not None:
-            ahead.release()
+        for made in (ahead, share):
+            if made is not None:
+                made.release()
     cols, eval_timings = _evaluate(p, variants, rep)
     timings = {**p.timings, "quantize_s": quantize_s, "quantize_ahead_s": ahead.child_s if ahead else 0.0, **eval_timings}
     result = CompareResult(

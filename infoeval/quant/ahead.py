@@ -47,7 +47,7 @@ from infoeval.quant.apply import encode_with_sqnr
 from infoeval.quant.codes import PackedWeight
 from infoeval.quant.primitives import signal_power
 from infoeval.quant.schemes import Scheme
-from infoeval.quant.shared_layout import SharedLayout, field_sizes, mapping
+from infoeval.quant.shared_layout import SharedLayout, mapping, read, write
 
 _BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 _BLOCK = re.compile(r"\.\d+\.")
@@ -85,12 +85,7 @@ class Ahead:
             if self.stop_flag[0]:
                 break
             pw, sqnr = encode_with_sqnr(w, s, record["signal"])
-            parts = {"codes": pw.codes, "scale": pw.scale, "zero": pw.zero, "negative_zeros": pw.negative_zeros}
-            for field_, t in parts.items():
-                if t is not None:
-                    self.shared.view(s.name, key, field_, t.dtype, t.numel()).copy_(t.reshape(-1))
-            record["schemes"][s.name] = {"sqnr": sqnr, "codes_dtype": str(pw.codes.dtype),
-                                         "negative_zeros": None if pw.negative_zeros is None else pw.negative_zeros.numel()}  # fmt: skip
+            record["schemes"][s.name] = {"sqnr": sqnr, **write(self.shared.view(s.name, key), pw)}
         return record
 
     def _child(self, write_fd: int) -> None:
@@ -229,18 +224,7 @@ class Ahead:
         if record is None or scheme.name not in record["schemes"] or not self._same_bits(key, w):
             return None
         got = record["schemes"][scheme.name]
-        out_f, in_f = self.tensors[key].shape
-        sizes = field_sizes((out_f, in_f), scheme)  # bytes: codes are one byte each, scales four
-        codes_dtype = torch.int8 if got["codes_dtype"] == "torch.int8" else torch.uint8
-        view = lambda field_, dtype, count: self.shared.view(scheme.name, key, field_, dtype, count)  # noqa: E731
-        negative = got["negative_zeros"]
-        packed = PackedWeight(
-            codes=view("codes", codes_dtype, sizes["codes"]),
-            scale=view("scale", torch.float32, sizes["scale"] // 4).view(out_f, -1),
-            zero=None if scheme.symmetric else view("zero", torch.uint8, sizes["zero"]).view(out_f, -1),
-            negative_zeros=None if negative is None else view("negative_zeros", torch.int32, negative),
-            shape=(out_f, in_f), dtype=w.dtype, bits=scheme.bits, group_size=scheme.group_size, symmetric=scheme.symmetric,
-        )  # fmt: skip
+        packed = read(self.shared.view(scheme.name, key), self.tensors[key].shape, scheme, w.dtype, got)
         self.taken.add((scheme.name, key))
         return packed, got["sqnr"], record["signal"]
 

@@ -1,19 +1,22 @@
-"""Where a forked quantizer writes each encoded weight: fixed regions of one shared anonymous mapping per scheme
-(``quant/ahead.py``).
+"""Where a quantizer elsewhere writes each encoded weight: fixed regions of a flat byte buffer, laid out from the
+weights' shapes alone, so that the writer and the readers agree on them before anything is encoded: one shared
+anonymous mapping per scheme for a forked child (``quant/ahead.py``), one buffer per rank for the ranks
+(``quant/rank_share.py``).
 
 Every (scheme, weight) gets one region per stored field of ``codes._encode`` (codes, scales, zero points,
-and room for the most −0 positions an int8 weight may list), 64-byte aligned, laid out from the weights'
-shapes before the fork; the child writes them, the parent views them, and ``release`` hands back the
-pages of the regions nobody took.
+and room for the most −0 positions an int8 weight may list), 64-byte aligned. ``write`` copies an encoding
+into its regions and returns the record (codes dtype, −0 count) that ``read`` needs to view it back as a
+PackedWeight; ``SharedLayout.release`` hands back the pages of the regions nobody took.
 """
 
 from __future__ import annotations
 
 import mmap
+from collections.abc import Callable, Hashable
 
 import torch
 
-from infoeval.quant.codes import MAX_NEGATIVE_ZEROS
+from infoeval.quant.codes import MAX_NEGATIVE_ZEROS, PackedWeight
 from infoeval.quant.schemes import Scheme
 
 ALIGN = 64  # bytes between regions: a cache line, and a multiple of every element size
@@ -33,6 +36,56 @@ def field_sizes(shape: tuple[int, int], scheme: Scheme) -> dict[str, int]:
     return sizes
 
 
+def regions(fields: dict[Hashable, dict[str, int]]) -> tuple[dict[Hashable, dict[str, tuple[int, int]]], int]:
+    """Consecutive ``ALIGN``-aligned regions for the fields (field → bytes) of each key, in order: key → field →
+    (offset, bytes), and the bytes they span."""
+    layout, end = {}, 0
+    for key, sizes in fields.items():
+        layout[key] = {}
+        for field_, n in sizes.items():
+            layout[key][field_] = (end, n)
+            end += -(-n // ALIGN) * ALIGN
+    return layout, end
+
+
+View = Callable[[str, torch.dtype, int], torch.Tensor]  # (field, dtype, count) → the region's first count elements
+
+
+def region_view(buffer: torch.Tensor, fields: dict[str, tuple[int, int]]) -> View:
+    """The view function of one weight's regions (``fields``: field → (offset, bytes)) in a flat uint8 buffer."""
+
+    def view(field_: str, dtype: torch.dtype, count: int) -> torch.Tensor:
+        offset, _ = fields[field_]
+        return buffer[offset : offset + count * dtype.itemsize].view(dtype)
+
+    return view
+
+
+def write(view: View, pw: PackedWeight) -> dict:
+    """Copy an encoding's fields into its regions; returns what ``read`` needs besides the layout."""
+    parts = {"codes": pw.codes, "scale": pw.scale, "zero": pw.zero, "negative_zeros": pw.negative_zeros}
+    for field_, t in parts.items():
+        if t is not None:
+            view(field_, t.dtype, t.numel()).copy_(t.reshape(-1))
+    negative = None if pw.negative_zeros is None else pw.negative_zeros.numel()
+    return {"codes_dtype": str(pw.codes.dtype), "negative_zeros": negative}
+
+
+def read(view: View, shape: tuple[int, int], scheme: Scheme, dtype: torch.dtype, record: dict) -> PackedWeight:
+    """The PackedWeight ``write`` stored for a weight of ``shape`` and ``dtype``: views of its regions, no copy."""
+    out_f, in_f = shape
+    sizes = field_sizes(shape, scheme)  # bytes: codes are one byte each, scales four
+    codes_dtype = torch.int8 if record["codes_dtype"] == "torch.int8" else torch.uint8
+    negative = record["negative_zeros"]
+    return PackedWeight(
+        codes=view("codes", codes_dtype, sizes["codes"]),
+        scale=view("scale", torch.float32, sizes["scale"] // 4).view(out_f, -1),
+        zero=None if scheme.symmetric else view("zero", torch.uint8, sizes["zero"]).view(out_f, -1),
+        negative_zeros=None if negative is None else view("negative_zeros", torch.int32, negative),
+        shape=(out_f, in_f), dtype=dtype, bits=scheme.bits, group_size=scheme.group_size, symmetric=scheme.symmetric,
+    )  # fmt: skip
+
+
 def mapping(nbytes: int) -> tuple[mmap.mmap, torch.Tensor]:
     """A shared anonymous mapping, and a uint8 tensor over it: what a forked child writes there, the parent reads."""
     mapped = mmap.mmap(-1, max(nbytes, 1))
@@ -44,22 +97,15 @@ class SharedLayout:
 
     def __init__(self, shapes: dict[str, tuple[int, int]], schemes: list[Scheme]):
         self.layout: dict[tuple[str, str], dict[str, tuple[int, int]]] = {}  # (scheme, key) → field → (offset, bytes)
-        sizes = dict.fromkeys((s.name for s in schemes), 0)
-        for key, shape in shapes.items():
-            for s in schemes:
-                fields = {}
-                for field_, n in field_sizes(shape, s).items():
-                    fields[field_] = (sizes[s.name], n)
-                    sizes[s.name] += -(-n // ALIGN) * ALIGN
-                self.layout[s.name, key] = fields
         self.mappings, self.buffers = {}, {}
-        for name, n in sizes.items():
-            self.mappings[name], self.buffers[name] = mapping(n)
+        for s in schemes:
+            placed, n = regions({key: field_sizes(shape, s) for key, shape in shapes.items()})
+            self.layout |= {(s.name, key): fields for key, fields in placed.items()}
+            self.mappings[s.name], self.buffers[s.name] = mapping(n)
 
-    def view(self, scheme: str, key: str, field_: str, dtype: torch.dtype, count: int) -> torch.Tensor:
-        """The first ``count`` elements of ``dtype`` of a region."""
-        offset, _ = self.layout[scheme, key][field_]
-        return self.buffers[scheme][offset : offset + count * dtype.itemsize].view(dtype)
+    def view(self, scheme: str, key: str) -> View:
+        """The view function of the regions of (``scheme``, ``key``)."""
+        return region_view(self.buffers[scheme], self.layout[scheme, key])
 
     def release(self, taken: set[tuple[str, str]]) -> None:
         """Hand the whole pages inside the regions of every (scheme, key) not in ``taken`` back to the OS
