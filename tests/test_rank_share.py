@@ -10,7 +10,7 @@ torchrun, whose outputs equal one process's):
 * with 1, 2 and 3 ranks, for symmetric/asymmetric, channel/grouped (partial last group), 2–8 bits, in float32 and
   bfloat16: every stored field, SQNR and Σw² equal one process's, and a recipe's layers are taken where their
   scheme was shared and encoded here otherwise;
-* a weight that is not the tensor the share was made from, or another scheme of the same name, is not taken;
+* a weight that is not the tensor the share was made from, or a scheme it was not made with, is not taken;
 * without a launcher ``start`` does nothing.
 """
 
@@ -22,26 +22,21 @@ from variant_checks import same_variants
 
 from infoeval.models import load_model
 from infoeval.quant import rank_share
-from infoeval.quant.apply import build_variants, plan_layers
+from infoeval.quant.apply import build_variants
 from infoeval.quant.recipe import Recipe
 from infoeval.quant.schemes import Scheme, parse_scheme, parse_schemes
 
 SCHEMES = parse_schemes("int8-channel,int4-g128,int4-channel,int8-g24-asym,int3-g20,int2-channel-asym,int5-g16,int6-channel")
 
 
-def _weights(model) -> dict[str, torch.Tensor]:
-    modules = dict(model.named_modules())
-    return {name: modules[name].weight.detach() for name, selected, _ in plan_layers(model) if selected}
-
-
 def _simulated(model, schemes, world: int) -> rank_share.RankShare:
     """What ``start`` builds on every rank, with the ranks' encodings made one after the other here."""
-    weights = _weights(model)
+    weights = rank_share.selected_weights(model)
     owner = rank_share.owners({n: w.numel() for n, w in weights.items()}, world)
     placed = rank_share.layouts({n: tuple(w.shape) for n, w in weights.items()}, schemes, owner, world)
     buffers = [torch.empty(n, dtype=torch.uint8) for _, n in placed]
     made = [rank_share.encode_share(weights, schemes, layout, buf) for (layout, _), buf in zip(placed, buffers)]
-    return rank_share.RankShare(weights, schemes, buffers, [p for p, _ in placed], [m[0] for m in made], [m[1] for m in made])
+    return rank_share.RankShare(weights, buffers, [p for p, _ in placed], [m[0] for m in made], [m[1] for m in made])
 
 
 def test_owners_cover_every_layer_once_and_balance():
@@ -62,7 +57,7 @@ def test_owners_cover_every_layer_once_and_balance():
 
 def test_regions_do_not_overlap_and_hold_each_encoding(tiny_llama_dir):
     model = load_model(str(tiny_llama_dir), torch.device("cpu"), torch.float32).model
-    weights = _weights(model)
+    weights = rank_share.selected_weights(model)
     owner = rank_share.owners({n: w.numel() for n, w in weights.items()}, 2)
     placed = rank_share.layouts({n: tuple(w.shape) for n, w in weights.items()}, SCHEMES, owner, 2)
     assert sum(len(layout) for layout, _ in placed) == len(weights) * len(SCHEMES)
@@ -91,7 +86,7 @@ def test_only_the_tensor_and_scheme_it_was_made_from_are_taken(tiny_llama_dir):
     model = load_model(str(tiny_llama_dir), torch.device("cpu"), torch.float32).model
     schemes = parse_schemes("int4-g128")
     share = _simulated(model, schemes, 2)
-    name, w = next(iter(_weights(model).items()))
+    name, w = next(iter(rank_share.selected_weights(model).items()))
     assert share.take(name, schemes[0], w) is not None
     assert share.take(name, schemes[0], w.clone()) is None  # another tensor with the same values
     assert share.take(name, parse_scheme("int8-channel"), w) is None

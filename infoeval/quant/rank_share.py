@@ -71,18 +71,17 @@ def encode_share(weights: dict[str, torch.Tensor], schemes: list[Scheme], layout
 class RankShare:
     """Every rank's encodings, as ``apply.quantize_plan`` takes them (``take``)."""
 
-    def __init__(self, weights: dict[str, torch.Tensor], schemes: list[Scheme], buffers: list[torch.Tensor],
-                 placed: list[dict], records: list[dict], signals: list[dict]):  # fmt: skip
+    def __init__(self, weights: dict[str, torch.Tensor], buffers: list[torch.Tensor], placed: list[dict],
+                 records: list[dict], signals: list[dict]):  # fmt: skip
         self.pointers = {name: (w.data_ptr(), tuple(w.shape), w.dtype, w.device) for name, w in weights.items()}
-        self.schemes = {s.name: s for s in schemes}
         self.where = {key: (r, fields) for r, layout in enumerate(placed) for key, fields in layout.items()}
         self.buffers, self.records = buffers, {k: v for rec in records for k, v in rec.items()}
         self.signals = {k: v for sig in signals for k, v in sig.items()}
 
     def take(self, name: str, scheme: Scheme, w: torch.Tensor) -> tuple[PackedWeight, float, float] | None:
         """(stored weight, SQNR, Σw²) of layer ``name`` under ``scheme``, or None (not shared, or another tensor)."""
-        key = (name, scheme.name)
-        if key not in self.where or self.schemes.get(scheme.name) != scheme:
+        key = (name, scheme.name)  # a scheme's name spells all of it (bits, group, symmetry)
+        if key not in self.where:
             return None
         if self.pointers.get(name) != (w.data_ptr(), tuple(w.shape), w.dtype, w.device):
             return None
@@ -94,6 +93,13 @@ class RankShare:
     def release(self) -> None:
         """Drop this handle's buffers: the variants keep the views they took."""
         self.buffers, self.where = [], {}
+
+
+def selected_weights(model: torch.nn.Module, include=(), exclude=()) -> dict[str, torch.Tensor]:
+    """The 2-D weights of the Linear layers the schemes quantize (``apply.plan_layers``), by layer name."""
+    modules = dict(model.named_modules())
+    names = [name for name, selected, _ in plan_layers(model, list(include), list(exclude)) if selected]
+    return {name: modules[name].weight.detach() for name in names if modules[name].weight.dim() == 2}
 
 
 def _identity(info, weights: dict[str, torch.Tensor]) -> tuple | None:
@@ -113,9 +119,7 @@ def start(model: torch.nn.Module, info, schemes: list[Scheme], include=(), exclu
     import torch.distributed as dist
 
     g = distributed.group()
-    modules = dict(model.named_modules())
-    names = [name for name, selected, _ in plan_layers(model, list(include), list(exclude)) if selected]
-    weights = {name: modules[name].weight.detach() for name in names if modules[name].weight.dim() == 2}
+    weights = selected_weights(model, include, exclude)
     mine = _identity(info, weights)
     everyone = distributed.gather([mine], None, counted=False)
     if mine is None or any(e[0] != mine for e in everyone):
@@ -134,4 +138,4 @@ def start(model: torch.nn.Module, info, schemes: list[Scheme], include=(), exclu
     for r, buffer in enumerate(buffers):
         if buffer.numel():
             dist.broadcast(buffer, src=r)
-    return RankShare(weights, schemes, buffers, [p for p, _ in placed], [rec for rec, _ in got], [sig for _, sig in got])
+    return RankShare(weights, buffers, [p for p, _ in placed], [rec for rec, _ in got], [sig for _, sig in got])
