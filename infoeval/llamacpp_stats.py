@@ -25,11 +25,17 @@ Where infoeval differs from llama.cpp (the definitions above are the same; the i
     ln p ≤ −16; its NLL of base is that 16-bit value. infoeval's columns are float32 over the whole vocabulary.
   * "same top p" here is the ``top1`` column: the reference's top token is a top token of q, so exact float ties
     count as agreement (llama.cpp compares the first indices of the two maxima).
-  * means and SEs are computed in two passes (``stats.mean_se``), not from running Σx and Σx² (the same number
+  * means and SEs are computed in two passes (``stats.iid_mean_se``), not from running Σx and Σx² (the same number
     without the cancellation); an SE is NaN for n < 2 where llama.cpp prints 0 for n ≤ 10, and the block is
     computed for any n where llama.cpp prints it only from 100 tokens on.
   * Δp is computed in float64 from the float32 NLL columns (llama.cpp: expf in float32).
   * "share positive" (Δp > 0) is infoeval's; llama.cpp does not print it.
+
+The SEs above treat positions as independent, as llama.cpp does; ``kld_statistics`` returns them under
+``llamacpp_*`` names (and ``same_top_se``), so that ``--table llama.cpp`` prints llama.cpp's own ± and its
+figures stay comparable to ``llama-perplexity``. The same figures' SEs under their plain names
+(``ppl_ratio_se``, ``ppl_diff_se``, ``dp_se``, ``dp_rms_se``) are infoeval's batch means (``stats.se``, with
+``stats.mean_cov`` for the covariance), which allow for correlated neighbouring positions.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import math
 
 import numpy as np
 
-from infoeval.stats import mean_se
+from infoeval.stats import iid_se, mean_cov, se
 
 # (key suffix, llama.cpp's label, fraction) in llama.cpp's order; KLD omits the quartiles, Δp prints them
 KLD_PERCENTILES = (
@@ -104,15 +110,17 @@ def delta_p(nll_ref: np.ndarray, nll_var: np.ndarray) -> np.ndarray:
     return np.exp(-np.asarray(nll_var, dtype=np.float64)) - np.exp(-np.asarray(nll_ref, dtype=np.float64))
 
 
-def rms_se(x: np.ndarray) -> tuple[float, float]:
-    """llama.cpp's RMS and its SE: √(mean x²) and ½/RMS · SE(x²) (the delta method on √).
+def rms_se(x: np.ndarray, se_of=iid_se) -> tuple[float, float]:
+    """llama.cpp's RMS and its SE: √(mean x²) and ½/RMS · SE(x²) (the delta method on √); ``se_of`` the SE of a
+    mean (llama.cpp's sd/√n by default).
 
     >>> [round(v, 4) for v in rms_se(np.array([3.0, -4.0]))]  # √12.5; SE(x²) = 3.5
     [3.5355, 0.495]
     """
-    ms, ms_se = mean_se(np.asarray(x, dtype=np.float64) ** 2)
+    sq = np.asarray(x, dtype=np.float64) ** 2
+    ms = float(sq.mean()) if sq.size else math.nan
     rms = math.sqrt(ms) if ms == ms else math.nan
-    return rms, (0.5 / rms * ms_se if rms > 0 else math.nan)
+    return rms, (0.5 / rms * se_of(sq) if rms > 0 else math.nan)
 
 
 def cov_of_means(a: np.ndarray, b: np.ndarray) -> float:
@@ -132,28 +140,42 @@ def _percentiles(prefix: str, x: np.ndarray, table) -> dict[str, float]:
 
 
 def kld_statistics(nll_ref: np.ndarray, nll_var: np.ndarray, kl: np.ndarray, top1: np.ndarray) -> dict[str, float]:
-    """The numbers of llama.cpp's final block that infoeval's other metrics lack (mean KLD ± SE, ln PPL ratio ±
-    SE and top-1 are ``kl_mean``/``kl_se``, ``ln_ppl_ratio``/``_se`` and ``top1``): PPL ratio and difference
-    with SEs, the NLL correlation, KLD percentiles (llama.cpp's rule, on the float32 column), Δp mean ± SE, RMS ±
-    SE, percentiles and share positive, and same-top SE with n − 1."""
+    """The numbers of llama.cpp's final block that infoeval's other metrics lack (mean KLD, ln PPL ratio and
+    top-1 are ``kl_mean``, ``ln_ppl_ratio`` and ``top1``): PPL ratio and difference, the NLL correlation, KLD
+    percentiles (llama.cpp's rule, on the float32 column), Δp mean, RMS, percentiles and share positive. Their SEs
+    twice: llama.cpp's (``llamacpp_*``, ``same_top_se`` with n − 1), and infoeval's batch means under the plain
+    names (module docstring)."""
     nq, nr = np.asarray(nll_var, dtype=np.float64), np.asarray(nll_ref, dtype=np.float64)
-    (mq, sq), (mr, sr) = mean_se(nq), mean_se(nr)
-    cov = cov_of_means(nq, nr)
+    mq, mr = (float(nq.mean()), float(nr.mean())) if nq.size else (math.nan, math.nan)
     ppl_q, ppl_r, ratio = math.exp(mq), math.exp(mr), math.exp(mq - mr)  # NaN for n = 0
-    diff_var = (ppl_q * sq) ** 2 + (ppl_r * sr) ** 2 - 2 * ppl_q * ppl_r * cov
     dp = delta_p(nr, nq)
-    dp_mean, dp_se = mean_se(dp)
-    rms, rms_unc = rms_se(dp)
+    sq, sr, cov = iid_se(nq), iid_se(nr), cov_of_means(nq, nr)
     a, n = float(np.mean(top1)) if np.size(top1) else math.nan, np.size(top1)
+    naive = _ses(nq, nr, kl, dp, ppl_q, ppl_r, ratio, iid_se, cov_of_means)
+    honest = _ses(nq, nr, kl, dp, ppl_q, ppl_r, ratio, se, mean_cov)
     out = {
         "ln_ppl_cor": cov / (sq * sr) if sq > 0 and sr > 0 else math.nan,
-        "ppl_ratio_se": ratio * mean_se(nq - nr)[1],
+        "ppl_ratio_se": honest["ppl_ratio_se"],
         "ppl_diff": ppl_q - ppl_r,
-        "ppl_diff_se": math.sqrt(max(0.0, diff_var)) if diff_var == diff_var else math.nan,
+        "ppl_diff_se": honest["ppl_diff_se"],
         **_percentiles("kld", np.asarray(kl, dtype=np.float32), KLD_PERCENTILES),
-        "dp_mean": dp_mean, "dp_se": dp_se, "dp_rms": rms, "dp_rms_se": rms_unc,
+        "dp_mean": float(dp.mean()) if dp.size else math.nan, "dp_se": honest["dp_se"],
+        "dp_rms": rms_se(dp)[0], "dp_rms_se": honest["dp_rms_se"],
         "dp_positive": float((dp > 0).mean()) if dp.size else math.nan,
         **_percentiles("dp", dp, DP_PERCENTILES),
         "same_top_se": math.sqrt(a * (1 - a) / (n - 1)) if n > 1 else math.nan,
+        **{f"llamacpp_{k}": v for k, v in naive.items()},
     }  # fmt: skip
     return out
+
+
+def _ses(nq, nr, kl, dp, ppl_q, ppl_r, ratio, se_of, cov_of) -> dict[str, float]:
+    """The SEs of llama.cpp's block, with ``se_of`` the SE of a mean and ``cov_of`` the covariance of two means."""
+    sq, sr, cov = se_of(nq), se_of(nr), cov_of(nq, nr)
+    diff_var = (ppl_q * sq) ** 2 + (ppl_r * sr) ** 2 - 2 * ppl_q * ppl_r * cov
+    return {
+        "ppl_se": ppl_q * sq, "ppl_base_se": ppl_r * sr, "ln_ppl_ratio_se": se_of(nq - nr),
+        "ppl_ratio_se": ratio * se_of(nq - nr),
+        "ppl_diff_se": math.sqrt(max(0.0, diff_var)) if diff_var == diff_var else math.nan,
+        "kl_se": se_of(np.asarray(kl, dtype=np.float64)), "dp_se": se_of(dp), "dp_rms_se": rms_se(dp, se_of)[1],
+    }  # fmt: skip

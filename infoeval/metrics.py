@@ -2,9 +2,11 @@
 columns, result JSON and the gate's limit directions read it), and the aggregation of quantize-compare's
 per-position columns into its metrics.
 
-Standard errors treat scored positions as independent (as llama.cpp does); neighbouring positions are
-correlated, so the true uncertainty is somewhat larger. Quantiles interpolate linearly between order
-statistics (NumPy's default).
+Standard errors of means over positions are batch means over consecutive blocks in text order
+(``stats.se``), which allow for the correlation of neighbouring positions; ``se_block`` and ``se_blocks`` say
+how many positions per block and how many blocks. llama.cpp's own SEs (positions as independent) are the
+``llamacpp_*`` keys, for ``--table llama.cpp``. Quantiles interpolate linearly between order statistics (NumPy's
+default).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from infoeval.llamacpp_stats import DP_PERCENTILES, KLD_PERCENTILES, kld_statistics
-from infoeval.stats import LN2, quantile, se
+from infoeval.stats import LN2, quantile, se, se_blocks
 
 
 
@@ -31,6 +33,8 @@ METRICS: dict[str, Metric] = {
     "bytes": Metric("bytes", None, "UTF-8 bytes of the scored text"),
     "ppl": Metric("", False, "perplexity exp(mean NLL)"),
     "ppl_se": Metric("", None, "standard error of PPL (delta method: PPL · SE of mean NLL)"),
+    "se_block": Metric("positions", None, "positions per block of the batch-means standard errors, ⌊√n⌋"),
+    "se_blocks": Metric("blocks", None, "blocks behind each standard error (the gate uses Student's t below 10)"),
     "nll_mean": Metric("nats/token", False, "mean negative log-likelihood of the observed tokens"),
     "bits_per_token": Metric("bits/token", False, "mean NLL / ln 2"),
     "bits_per_byte": Metric("bits/byte", False, "Σ NLL / ln 2 / UTF-8 bytes of the scored text"),
@@ -50,8 +54,9 @@ METRICS: dict[str, Metric] = {
     "kl_p999": Metric("nats", False, "99.9th percentile of per-position KL"),
     "kl_max": Metric("nats", False, "largest per-position KL"),
     "top1": Metric("fraction", True, "top-1 agreement: the reference's top token is the variant's top token (ties count as agreement)"),
-    "top1_se": Metric("fraction", None, "standard error of top-1 agreement, √(a(1−a)/n)"),
+    "top1_se": Metric("fraction", None, "standard error of top-1 agreement (batch means of the 0/1 column)"),
     "rkl_mean": Metric("nats", False, "mean reverse KL(variant ‖ reference)"),
+    "rkl_se": Metric("nats", None, "standard error of mean reverse KL"),
     "tv_mean": Metric("", False, "mean total variation ½Σ|p − q| (1 − TV is the speculative acceptance)"),
     "bits_per_byte_delta": Metric("bits/byte", False, "variant bits/byte − reference bits/byte"),
     "bits_per_byte_delta_se": Metric("bits/byte", None, "paired standard error of the bits/byte difference"),
@@ -72,24 +77,29 @@ def _rank(key: str, fraction: float) -> str:
 
 METRICS |= {
     "ln_ppl_cor": Metric("", None, "Cor(ln(PPL(Q)), ln(PPL(base))): Pearson's r of per-token NLL variant vs reference" + _LLAMA),
-    "ppl_ratio_se": Metric("", None, "standard error of PPL_variant / PPL_reference, ratio · SE(Δ ln PPL)" + _LLAMA),
+    "ppl_ratio_se": Metric("", None, "standard error of PPL_variant / PPL_reference, ratio · SE(Δ ln PPL)"),
     "ppl_diff": Metric("", False, "PPL_variant − PPL_reference"),
-    "ppl_diff_se": Metric("", None, "standard error of PPL_variant − PPL_reference, with their covariance" + _LLAMA),
+    "ppl_diff_se": Metric("", None, "standard error of PPL_variant − PPL_reference, with their covariance"),
     **{f"kld_{k}": Metric("nats", False, f"{_rank(k, f)} of per-position KL(reference ‖ variant)" + _LLAMA)
        for k, _, f in KLD_PERCENTILES},
     "dp_mean": Metric("", None, "mean Δp = q(y) − p(y), the observed token's probability under the variant minus the reference's"),
     "dp_se": Metric("", None, "standard error of mean Δp"),
     "dp_rms": Metric("", False, "RMS Δp = √(mean Δp²)"),
-    "dp_rms_se": Metric("", None, "standard error of RMS Δp, ½/RMS · SE(Δp²)" + _LLAMA),
+    "dp_rms_se": Metric("", None, "standard error of RMS Δp, ½/RMS · SE(Δp²)"),
     "dp_positive": Metric("fraction", None, "share of positions with Δp > 0 (the variant gives the observed token more probability)"),
     **{f"dp_{k}": Metric("", None, f"{_rank(k, f)} of per-position Δp" + _LLAMA) for k, _, f in DP_PERCENTILES},
+    **{f"llamacpp_{k}": Metric(u, None, f"llama.cpp's {d}, positions treated as independent (sd/√n)" + _LLAMA) for k, u, d in (
+        ("ppl_se", "", "SE of the variant's PPL"), ("ppl_base_se", "", "SE of the reference's PPL"),
+        ("ln_ppl_ratio_se", "nats", "SE of Δ ln PPL"), ("ppl_ratio_se", "", "SE of the PPL ratio"),
+        ("ppl_diff_se", "", "SE of the PPL difference"), ("kl_se", "nats", "SE of mean KLD"),
+        ("dp_se", "", "SE of mean Δp"), ("dp_rms_se", "", "SE of RMS Δp"))},
     "same_top_se": Metric("fraction", None, "standard error of top-1 agreement as llama.cpp's 'Same top p', √(a(1−a)/(n−1))"),
 }  # fmt: skip
 
 
 ACCEPT_METRICS: dict[str, Metric] = {
     "alpha": Metric("fraction", True, "acceptance rate α = mean over positions of β = Σₓ min(p(x), q(x)) = 1 − TV(p, q)"),
-    "alpha_se": Metric("fraction", None, "standard error of α, sd(β)/√n"),
+    "alpha_se": Metric("fraction", None, "standard error of α (batch means of β over positions)"),
     "kl_mean": Metric("nats", False, "mean KL(p‖q) over positions"),
     "kl_se": Metric("nats", None, "standard error of mean KL"),
     "tv_mean": Metric("", False, "mean total variation ½Σ|p − q| (= 1 − α)"),
@@ -184,6 +194,7 @@ def reference_metrics(ref: dict[str, np.ndarray]) -> dict[str, float]:
         "bytes": n_bytes,
         "ppl": ppl,
         "ppl_se": ppl * se(nll),
+        **se_blocks(nll.size),
         "nll_mean": mean,
         "bits_per_token": mean / LN2,
         "bits_per_byte": float(nll.sum() / LN2 / n_bytes) if n_bytes else float("nan"),
@@ -201,6 +212,7 @@ def variant_metrics(ref: dict[str, np.ndarray], var: dict[str, np.ndarray]) -> d
     diff = nll_v - nll_r
     kl = var["kl"].astype(np.float64)
     top1 = var["top1"].astype(np.float64)
+    rkl, tv = var["rkl"].astype(np.float64), var["tv"].astype(np.float64)
     n_bytes = int(ref["bytes"].sum())
     mean_v = float(nll_v.mean())
     ppl = math.exp(mean_v)
@@ -211,10 +223,12 @@ def variant_metrics(ref: dict[str, np.ndarray], var: dict[str, np.ndarray]) -> d
         "tokens": int(nll_v.size),
         "ppl": ppl,
         "ppl_se": ppl * se(nll_v),
+        **se_blocks(nll_v.size),
         "nll_mean": mean_v,
         "bits_per_token": mean_v / LN2,
         "bits_per_byte": bpb_v,
         "bits_per_byte_delta": bpb_v - bpb_r,
+        "bits_per_byte_delta_se": se(diff) * diff.size / LN2 / n_bytes if n_bytes else float("nan"),
         "ln_ppl_ratio": float(diff.mean()),
         "ln_ppl_ratio_se": se(diff),
         "ppl_ratio": math.exp(float(diff.mean())),
@@ -226,8 +240,10 @@ def variant_metrics(ref: dict[str, np.ndarray], var: dict[str, np.ndarray]) -> d
         "kl_p999": quantile(kl, 0.999),
         "kl_max": float(kl.max()),
         "top1": a,
-        "top1_se": math.sqrt(a * (1 - a) / top1.size) if top1.size else float("nan"),
-        "rkl_mean": float(var["rkl"].astype(np.float64).mean()),
-        "tv_mean": float(var["tv"].astype(np.float64).mean()),
+        "top1_se": se(top1),
+        "rkl_mean": float(rkl.mean()),
+        "rkl_se": se(rkl),
+        "tv_mean": float(tv.mean()),
+        "tv_se": se(tv),
         **kld_statistics(nll_r, nll_v, var["kl"], var["top1"]),
     }

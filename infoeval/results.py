@@ -28,8 +28,9 @@ import torch
 
 from infoeval import __version__, distributed
 from infoeval.metrics import definitions
+from infoeval.stats import SE_METHOD
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: batch-means standard errors (``standard_errors``), llama.cpp's under llamacpp_*
 _PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "gguf", "accelerate", "typer", "rich")
 
 
@@ -101,7 +102,7 @@ class Result:
         return jsonable({
             "schema": f"infoeval/{self.provenance.command}/{SCHEMA_VERSION}", **own,
             "provenance": self.provenance.to_json(), "timings": dict(self.timings),
-            "metric_definitions": definitions(self.FAMILY),
+            "metric_definitions": definitions(self.FAMILY), "standard_errors": SE_METHOD,
         })  # fmt: skip
 
 

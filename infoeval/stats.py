@@ -1,9 +1,17 @@
 """Aggregates of per-position numbers: mean ± standard error, quantiles, Pinsker's check, Pearson's r, and
-Pearson's χ² goodness-of-fit test; the one ``LN2`` (nats → bits).
+Pearson's χ² goodness-of-fit test; Student's t quantile; the one ``LN2`` (nats → bits).
 
-Standard errors treat positions as independent (as llama.cpp does); neighbouring positions are correlated, so
-the true uncertainty is somewhat larger. Quantiles interpolate linearly between order statistics (NumPy's
-default).
+Standard errors of a mean over a text's positions (``se``, ``mean_se``, ``mean_cov``) allow for the
+correlation of neighbouring positions (a hard passage raises the KL of many consecutive tokens): they are
+**batch means** over consecutive blocks in text order (Flegal & Jones 2010; the non-overlapping batch-means
+estimator of MCMC output analysis). With n positions the block length is B = ⌊√n⌋ and the n positions are cut
+into G = ⌊n/B⌋ blocks of equal length (±1); the variance of the mean is the cluster-robust one with the blocks
+as clusters, G/(G−1) · Σ_g (S_g − n_g·x̄)² / n². For a stationary series whose autocorrelation dies out well
+within B it estimates the long-run variance σ²·(1 + 2Σ_{k≥1} ρ_k)/n; on independent positions it is the plain
+sd/√n within sampling noise (√(2/G) relative). ``iid_se``/``iid_mean_se`` are the plain sd/√n that treats
+positions as independent: llama.cpp's figures keep it (``llamacpp_*`` keys), and means over independent
+units (mutual-info's text blocks) use it. Quantiles interpolate linearly between order statistics (NumPy's
+default). docs/metrics.md says why this estimator and what it assumes.
 """
 
 from __future__ import annotations
@@ -14,14 +22,84 @@ import numpy as np
 
 LN2 = math.log(2.0)
 PINSKER_TOL = 1e-6  # nats: float32 rounding of KL summed over a 49k vocabulary is ~1e-7
+MIN_BLOCKS = 10  # below this many blocks the SE is itself too uncertain for a normal quantile: Student's t
+
+# what every result's JSON records about its standard errors (``standard_errors``)
+SE_METHOD = {
+    "estimator": "batch means",
+    "blocks": "consecutive positions in text order; block length B = floor(sqrt(n)), G = floor(n/B) blocks of "
+              "equal length (±1)",
+    "variance": "G/(G-1) * sum_g (S_g - n_g*mean)^2 / n^2 (cluster-robust, the blocks as clusters)",
+    "small_sample": f"with fewer than {MIN_BLOCKS} blocks the gate's bounds use Student's t with G-1 degrees of "
+                    "freedom; every metrics record gives its se_block and se_blocks",
+    "llamacpp": "keys named llamacpp_*_se and same_top_se are llama.cpp's own sd/sqrt(n) (positions as independent)",
+}
+
+
+def block_length(n: int) -> int:
+    """Positions per block of the batch-means SE: ⌊√n⌋ (1 for n < 4).
+
+    >>> block_length(8192), block_length(100), block_length(3)
+    (90, 10, 1)
+    """
+    return max(1, math.isqrt(max(int(n), 0)))
+
+
+def block_labels(n: int) -> np.ndarray:
+    """The block of each of n positions: G = ⌊n/B⌋ consecutive blocks whose lengths differ by at most one.
+
+    >>> block_labels(10).tolist()  # B = 3, G = 3 blocks of 4, 3, 3
+    [0, 0, 0, 0, 1, 1, 1, 2, 2, 2]
+    """
+    g = max(1, n // block_length(n)) if n else 0
+    return (np.arange(n, dtype=np.int64) * g) // max(n, 1)
+
+
+def mean_cov(x: np.ndarray, y: np.ndarray) -> float:
+    """Covariance of the two means x̄ and ȳ of paired per-position series (text order), by batch means:
+    G/(G−1) · Σ_g (S^x_g − n_g·x̄)(S^y_g − n_g·ȳ) / n². NaN for n < 2. ``mean_cov(x, x)`` is SE(x̄)².
+
+    >>> round(mean_cov(np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.0, 2.0, 3.0, 4.0])), 4)  # blocks {1,2}, {3,4}
+    1.0
+    """
+    x = np.asarray(x, dtype=np.float64).ravel()
+    y = np.asarray(y, dtype=np.float64).ravel()
+    if x.shape != y.shape:
+        raise ValueError(f"paired series differ in length: {x.size} vs {y.size}")
+    n = x.size
+    if n < 2:
+        return float("nan")
+    labels = block_labels(n)
+    g = int(labels[-1]) + 1
+    sizes = np.bincount(labels, minlength=g).astype(np.float64)
+    rx = np.bincount(labels, weights=x, minlength=g) - sizes * (x.sum() / n)
+    ry = np.bincount(labels, weights=y, minlength=g) - sizes * (y.sum() / n)
+    return float(g / (g - 1) * float(rx @ ry) / (n * n))
 
 
 def se(x: np.ndarray) -> float:
-    """Standard error of the mean, sd/√n (NaN for n < 2).
+    """Standard error of the mean of a per-position series in text order, by batch means (module docstring);
+    NaN for n < 2. On 4 positions: blocks of 2, and the SE of the two block means.
 
-    >>> round(se(np.array([1.0, 2.0, 3.0])), 4)
+    >>> round(se(np.array([1.0, 2.0, 3.0, 4.0])), 4)  # block means 1.5 and 3.5: sd/√2 = √2/√2
+    1.0
+    """
+    v = mean_cov(x, x)
+    return math.sqrt(max(v, 0.0)) if v == v else float("nan")
+
+
+def se_blocks(n: int) -> dict[str, int]:
+    """The block length and block count behind the SE of a mean over n positions (for the metrics records)."""
+    return {"se_block": block_length(n), "se_blocks": max(1, n // block_length(n)) if n else 0}
+
+
+def iid_se(x: np.ndarray) -> float:
+    """Standard error of the mean with positions treated as independent, sd/√n (NaN for n < 2).
+
+    >>> round(iid_se(np.array([1.0, 2.0, 3.0])), 4)
     0.5774
     """
+    x = np.asarray(x, dtype=np.float64)
     return float(np.std(x, ddof=1) / math.sqrt(x.size)) if x.size > 1 else float("nan")
 
 
@@ -30,12 +108,68 @@ def quantile(x: np.ndarray, q: float) -> float:
 
 
 def mean_se(x: np.ndarray) -> tuple[float, float]:
-    """Mean and its standard error sd/√n (positions treated as independent; NaN SE for n < 2)."""
-    x = np.asarray(x, dtype=np.float64)
+    """Mean and its batch-means standard error ``se`` (NaN SE for n < 2; NaN mean for n = 0)."""
+    x = np.asarray(x, dtype=np.float64).ravel()
     if x.size == 0:
         return float("nan"), float("nan")
-    se = float(np.std(x, ddof=1) / math.sqrt(x.size)) if x.size > 1 else float("nan")
-    return float(x.mean()), se
+    return float(x.mean()), se(x)
+
+
+def iid_mean_se(x: np.ndarray) -> tuple[float, float]:
+    """Mean and sd/√n, the SE of a mean over independent units (llama.cpp's, or mutual-info's blocks)."""
+    x = np.asarray(x, dtype=np.float64).ravel()
+    if x.size == 0:
+        return float("nan"), float("nan")
+    return float(x.mean()), iid_se(x)
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile: the t with P(T_df ≤ t) = p (df > 0, 0 < p < 1), by bisection on the CDF
+    I_{df/(df+t²)}(df/2, ½) (the regularized incomplete beta, as a continued fraction).
+
+    >>> round(t_quantile(0.95, 1), 4), round(t_quantile(0.95, 10), 4), round(t_quantile(0.975, 30), 4)
+    (6.3138, 1.8125, 2.0423)
+    """
+    if not (0.0 < p < 1.0) or not df > 0:
+        raise ValueError(f"t_quantile needs 0 < p < 1 and df > 0, got p={p}, df={df}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while _t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if _t_cdf(mid, df) < p else (lo, mid)
+        if hi - lo <= 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+def _t_cdf(t: float, df: float) -> float:
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta I_x(a, b) (Numerical Recipes' betai/betacf, modified Lentz)."""
+    if x <= 0.0 or x >= 1.0:
+        return 0.0 if x <= 0.0 else 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 500):
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)), -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return front * f / a
 
 
 def pinsker(tv: np.ndarray, kl: np.ndarray, tol: float = PINSKER_TOL) -> dict:

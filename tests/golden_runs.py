@@ -53,6 +53,17 @@ RENAMES: dict[str, list[tuple[str, str]]] = {
     "gate-llama": [("metrics_meta", "metric_definitions")],
     "quantize-llama": [("report/source_model", "report/provenance/model")],
 }
+# Schema 3: standard errors of means over positions are batch means (stats.se) instead of sd/√n, on purpose
+# (issue 36); the means do not move. In a record of an earlier schema, every leaf under a key ending in ``_se``
+# (values and their metric definitions) and a gate verdict's ``se`` and ``bound`` are not compared; llama.cpp's
+# sd/√n SEs moved to ``llamacpp_*`` keys, which such records lack.
+SE_SCHEMA = 3
+
+
+def se_moved(path: str) -> bool:
+    """Whether a leaf of a record written before schema 3 is a standard error (or a bound made from one)."""
+    parts = path.split("/")
+    return any(p.endswith("_se") for p in parts) or ("verdicts" in parts and parts[-1] in ("se", "bound", "judged"))
 
 
 def _sha(path: Path) -> str:
@@ -216,8 +227,11 @@ def compare(golden: dict, fresh: dict, name: str, rel: float = 0.0, renamed: boo
     (``machine.within_rounding``), and digests of bits (reference tensors, checkpoint files) are not compared."""
     golden = apply_renames(name, golden) if renamed else golden
     fresh_leaves = dict(leaves(fresh))
+    old_se = _schema_version(golden) < SE_SCHEMA
     diffs = []
     for path, want in leaves(golden):
+        if old_se and se_moved(path):
+            continue
         if path not in fresh_leaves:
             diffs.append(f"{name}: {path} missing (golden {want!r})")
             continue
@@ -232,6 +246,12 @@ def compare(golden: dict, fresh: dict, name: str, rel: float = 0.0, renamed: boo
         if not same:
             diffs.append(f"{name}: {path} golden {want!r} now {got!r}")
     return diffs
+
+
+def _schema_version(record: dict) -> int:
+    """The version of a record's result schema (``infoeval/<command>/<version>``; 0 when it has none)."""
+    tail = str(record.get("schema", "")).rsplit("/", 1)[-1] if isinstance(record, dict) else ""
+    return int(tail) if tail.isdigit() else 0
 
 
 def main(argv: list[str]) -> None:

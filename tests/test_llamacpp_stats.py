@@ -15,6 +15,7 @@ import pytest
 from infoeval import llamacpp_stats as ls
 from infoeval.llamacpp_report import block_lines
 from infoeval.metrics import METRICS, variant_metrics
+from infoeval.stats import mean_cov
 
 FRACTIONS = [f for _, _, f in ls.DP_PERCENTILES]
 
@@ -134,10 +135,23 @@ def test_block_matches_llama_cpp_running_sums_and_numpy():
     m = variant_metrics(ref, var)
     nq, nb = var["nll"].astype(np.float64), ref["nll"].astype(np.float64)
     want = _llama_cpp_block(nq, nb, var["kl"].astype(np.float64), ls.delta_p(nb, nq), r["top1"])
-    for key, value in want.items():
-        assert m[key] == pytest.approx(value, rel=1e-9), key
-    assert m["ln_ppl_cor"] == pytest.approx(np.corrcoef(nq, nb)[0, 1], rel=1e-12)
+    for key, value in want.items():  # llama.cpp's SEs (positions as independent) under their llamacpp_ names
+        name = f"llamacpp_{key}" if key.endswith("_se") and key != "same_top_se" else key
+        assert m[name] == pytest.approx(value, rel=1e-9), key
+    ppl_b = math.exp(nb.mean())
+    assert m["llamacpp_ppl_base_se"] == pytest.approx(ppl_b * np.std(nb, ddof=1) / math.sqrt(nb.size), rel=1e-9)
+    # the same figures' SEs under their plain names: batch means (stats.mean_cov, tested in test_standard_errors)
     dp = ls.delta_p(nb, nq)
+    bse = lambda x: math.sqrt(mean_cov(x, x))  # noqa: E731
+    assert m["ppl_se"] == pytest.approx(m["ppl"] * bse(nq), rel=1e-12)
+    assert m["ln_ppl_ratio_se"] == pytest.approx(bse(nq - nb), rel=1e-12)
+    assert m["ppl_ratio_se"] == pytest.approx(m["ppl_ratio"] * bse(nq - nb), rel=1e-12)
+    diff_var = (m["ppl"] * bse(nq)) ** 2 + (ppl_b * bse(nb)) ** 2 - 2 * m["ppl"] * ppl_b * mean_cov(nq, nb)
+    assert m["ppl_diff_se"] == pytest.approx(math.sqrt(diff_var), rel=1e-9)
+    assert m["dp_se"] == pytest.approx(bse(dp), rel=1e-12) and m["kl_se"] == pytest.approx(bse(var["kl"].astype(np.float64)), rel=1e-12)
+    assert m["dp_rms_se"] == pytest.approx(0.5 / m["dp_rms"] * bse(dp**2), rel=1e-12)
+    assert m["top1_se"] == pytest.approx(bse(r["top1"].astype(np.float64)), rel=1e-12)
+    assert m["ln_ppl_cor"] == pytest.approx(np.corrcoef(nq, nb)[0, 1], rel=1e-12)
     assert m["dp_positive"] == np.mean(dp > 0) and 0.3 < m["dp_positive"] < 0.7
     kl = var["kl"].astype(np.float64)
     for key, _, f in ls.KLD_PERCENTILES:
@@ -179,14 +193,14 @@ def test_block_lines_follow_llama_cpp_labels_and_formats():
     var = {"nll": r["nll_q"].astype(np.float32), "kl": r["kl"].astype(np.float32), "top1": r["top1"],
            "rkl": np.zeros(500, np.float32), "tv": np.zeros(500, np.float32)}  # fmt: skip
     m = variant_metrics(ref, var)
-    lines = block_lines(m, {"ppl": 10.0, "ppl_se": 0.25})
-    assert lines[:2] == ["====== Perplexity statistics ======", f"Mean PPL(Q)                   : {m['ppl']:10.6f} ± {m['ppl_se']:10.6f}"]
+    lines = block_lines(m | {"llamacpp_ppl_base_se": 0.25}, {"ppl": 10.0, "ppl_se": 0.5})  # llama.cpp's ± only
+    assert lines[:2] == ["====== Perplexity statistics ======", f"Mean PPL(Q)                   : {m['ppl']:10.6f} ± {m['llamacpp_ppl_se']:10.6f}"]
     assert lines[2] == "Mean PPL(base)                :  10.000000 ±   0.250000"
     assert f"Cor(ln(PPL(Q)), ln(PPL(base))): {100 * m['ln_ppl_cor']:6.2f}%" in lines
-    assert f"Mean    KLD: {m['kl_mean']:10.6f} ± {m['kl_se']:10.6f}" in lines
+    assert f"Mean    KLD: {m['kl_mean']:10.6f} ± {m['llamacpp_kl_se']:10.6f}" in lines and m["llamacpp_kl_se"] != m["kl_se"]
     assert f"99.9%   KLD: {m['kld_p999']:10.6f}" in lines and f"Median  KLD: {m['kld_median']:10.6f}" in lines
     assert f" 0.1%   Δp: {100 * m['dp_p001']:6.3f}%" in lines and f"75.0%   Δp: {100 * m['dp_p75']:6.3f}%" in lines
-    assert f"RMS Δp    : {100 * m['dp_rms']:6.3f} ± {100 * m['dp_rms_se']:5.3f} %" in lines
+    assert f"RMS Δp    : {100 * m['dp_rms']:6.3f} ± {100 * m['llamacpp_dp_rms_se']:5.3f} %" in lines
     assert f"Same top p: {100 * m['top1']:6.3f} ± {100 * m['same_top_se']:5.3f} %" in lines
     assert [line.split(" KLD")[0] for line in lines if " KLD:" in line] == [
         "Mean   ", "Maximum", "99.9%  ", "99.0%  ", "95.0%  ", "90.0%  ", "Median ", "10.0%  ", " 5.0%  ", " 1.0%  ", " 0.1%  ", "Minimum"]
@@ -228,7 +242,8 @@ def test_quantize_compare_prints_the_llama_cpp_block(tiny_runs):
         m = v["metrics"]
         start = next(i for i, line in enumerate(out) if line.startswith(f"### {v['name']} (Q) vs the reference (base)"))
         assert out[start + 1 : start + 1 + len(block_lines(m, data["reference"]))] == block_lines(m, data["reference"])
-        assert f"Mean PPL(base)                : {data['reference']['ppl']:10.6f} ± {data['reference']['ppl_se']:10.6f}" in out
+        assert f"Mean PPL(base)                : {data['reference']['ppl']:10.6f} ± {m['llamacpp_ppl_base_se']:10.6f}" in out
+        assert m["llamacpp_ppl_base_se"] != data["reference"]["ppl_se"]  # llama.cpp's ±, not the batch-means one
     pos = pd.read_csv(root / "qc.csv")
     np.testing.assert_allclose(pos["dp"], np.exp(-pos["nll"]) - np.exp(-pos["nll_ref"]), atol=1e-6)
     summary = pd.read_csv(root / "s.csv")

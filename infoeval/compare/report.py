@@ -10,6 +10,7 @@ from rich.table import Table
 from infoeval.llamacpp_report import print_block, scope_note
 from infoeval.llamacpp_stats import DP_PERCENTILES, KLD_PERCENTILES, delta_p
 from infoeval.report import fmt_num, fmt_pm, report_table, run_header
+from infoeval.stats import MIN_BLOCKS
 
 CSV_COLUMNS = [
     "variant", "bits", "group_size", "symmetric", "tokens", "bytes",
@@ -21,6 +22,9 @@ CSV_COLUMNS = [
     # llama-perplexity --kl-divergence's statistics (llamacpp_stats)
     "ppl_ratio_se", "ppl_diff", "ppl_diff_se", "ln_ppl_cor", *(f"kld_{k}" for k, _, _ in KLD_PERCENTILES),
     "dp_mean", "dp_se", "dp_rms", "dp_rms_se", "dp_positive", *(f"dp_{k}" for k, _, _ in DP_PERCENTILES), "same_top_se",
+    # schema 3: the batch-means SEs' blocks, more SEs, and llama.cpp's own sd/√n SEs
+    "se_block", "se_blocks", "rkl_se", "tv_se", "bits_per_byte_delta_se",
+    *(f"llamacpp_{k}" for k in ("ppl_se", "ppl_base_se", "ln_ppl_ratio_se", "ppl_ratio_se", "ppl_diff_se", "kl_se", "dp_se", "dp_rms_se")),
 ]  # fmt: skip
 
 
@@ -92,6 +96,15 @@ def compress_frame(result: dict) -> pd.DataFrame:
     return frame
 
 
+def se_note(metrics: dict) -> str:
+    """How the ± were made, for a table's caption: batch means over blocks of consecutive positions."""
+    b, g = metrics.get("se_block"), metrics.get("se_blocks")
+    if not b or not g:
+        return ""
+    few = "; few blocks: read it as rough" if g < MIN_BLOCKS else ""
+    return f", batch means over {g} blocks of {b} consecutive positions{few}"
+
+
 def reference_table(ref: dict, title: str = "Reference") -> Table:
     t = report_table(title, ["PPL", "bits/token", "bits/byte", "tokens", "bytes", "entropy P10", "P50", "P90 (bits)"], left=0)
     t.add_row(
@@ -104,7 +117,8 @@ def reference_table(ref: dict, title: str = "Reference") -> Table:
 def variants_tables(result: dict) -> list[Table]:
     """Two tables so each fits a 100-column terminal: likelihood and agreement, then the KL distribution."""
     a = report_table("Variants vs reference", ["scheme", "layers q/skip", "PPL", "PPL ratio", "Δ ln PPL", "top-1 agree", "Δ bits/byte"],
-                     "likelihood and agreement of each variant with the reference (± one standard error)", no_wrap=True)  # fmt: skip
+                     f"likelihood and agreement of each variant with the reference (± one standard error{se_note(result['reference'])})",
+                     no_wrap=True)  # fmt: skip
     k = report_table("Per-position KL", ["scheme", "mean KL", "P50", "P90", "P99", "P99.9", "max", "rev KL", "TV"],
                      "per-position KL(reference ‖ variant) in nats; means of reverse KL and TV", no_wrap=True)  # fmt: skip
     for v in result["variants"]:

@@ -4,7 +4,10 @@ A limit is ``max_<metric>`` or ``min_<metric>`` (aliases: ``max_bpb_increase`` =
 Limits on means are judged with their standard errors: by default a limit passes only when it holds at the
 one-sided confidence level (95 %: z = 1.645), i.e. for a max limit mean + z·SE ≤ max and for a min limit
 mean − z·SE ≥ min. The PPL ratio is judged through its log: exp(Δ ln PPL + z·SE) ≤ max. Quantiles (kl_p99 …)
-have no standard error here and are judged as point estimates. ``point=True`` judges every metric by its
+have no standard error here and are judged as point estimates. The SEs are batch means over blocks of
+consecutive positions (``stats.se``); with fewer than ``stats.MIN_BLOCKS`` blocks (``se_blocks`` in the metrics)
+the SE is itself uncertain and the bound uses Student's t quantile with blocks − 1 degrees of freedom instead
+of z. ``point=True`` judges every metric by its
 point estimate. A limit naming an unknown metric, or bounding a metric from the wrong side, is a usage error:
 a gate must fail closed, never pass on a typo.
 
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 
 from infoeval.errors import UsageError
 from infoeval.metrics import METRICS
+from infoeval.stats import MIN_BLOCKS, t_quantile
 
 # metric → (its standard error in the metrics dict, how the bound is formed)
 GATE_METRICS: dict[str, tuple[str | None, str]] = {
@@ -95,8 +99,21 @@ def z_value(confidence: float) -> float:
     return statistics.NormalDist().inv_cdf(confidence)
 
 
-def judge(limits: list[Limit], metrics: dict, confidence: float = DEFAULT_CONFIDENCE, point: bool = False) -> list[Verdict]:
+def quantile_for(confidence: float, blocks: int | None) -> tuple[float, str]:
+    """The one-sided quantile of the bounds and how it is named: z, or Student's t with blocks − 1 degrees of
+    freedom when the SEs rest on fewer than ``MIN_BLOCKS`` blocks (at least 2).
+
+    >>> [round(q, 3) for q, _ in (quantile_for(0.95, 90), quantile_for(0.95, 5))]
+    [1.645, 2.132]
+    """
     z = z_value(confidence)
+    if blocks is not None and 2 <= blocks < MIN_BLOCKS:
+        return t_quantile(confidence, blocks - 1), f"{confidence:.0%} one-sided bound (t, {blocks - 1} df)"
+    return z, f"{confidence:.0%} one-sided bound"
+
+
+def judge(limits: list[Limit], metrics: dict, confidence: float = DEFAULT_CONFIDENCE, point: bool = False) -> list[Verdict]:
+    z, named = quantile_for(confidence, metrics.get("se_blocks"))
     out = []
     for lim in limits:
         se_key, how = GATE_METRICS[lim.metric]
@@ -106,11 +123,9 @@ def judge(limits: list[Limit], metrics: dict, confidence: float = DEFAULT_CONFID
         if point or se is None or how == "point" or not math.isfinite(se):
             bound, judged = value, "point estimate"
         elif how == "log":
-            bound = math.exp(math.log(value) + sign * z * se)
-            judged = f"{confidence:.0%} one-sided bound"
+            bound, judged = math.exp(math.log(value) + sign * z * se), named
         else:
-            bound = value + sign * z * se
-            judged = f"{confidence:.0%} one-sided bound"
+            bound, judged = value + sign * z * se, named
         passed = math.isfinite(bound) and (bound <= lim.value if lim.side == "max" else bound >= lim.value)
         out.append(Verdict(lim, value, se, bound, judged, passed))
     return out

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from infoeval.infotheory import by_rows, chunk_rows, compact_divergences, entrop
 from infoeval.gate.limits import Limit, compare_baseline, judge
 from infoeval.gate.reference_file import Reference, read_reference, write_reference
 from infoeval.metrics import reference_metrics, variant_metrics
-from infoeval.stats import LN2, se
+from infoeval.stats import se
 from infoeval.model_files import BUILTIN
 from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.quant.apply import fake_quantize_, recipe_variant, swap_in
@@ -252,11 +251,7 @@ def run_gate(gs: GateSettings, ms: ModelSettings, rep: Reporter | None = None) -
 def _gate_metrics(ref_cols: dict, var: dict) -> dict:
     m = variant_metrics(ref_cols, var)
     lower = var["kl_lower"].astype(np.float64)
-    diff = var["nll"].astype(np.float64) - ref_cols["nll"].astype(np.float64)
-    n_bytes = int(ref_cols["bytes"].sum())
     m["kl_lower_mean"] = float(lower.mean())
     m["kl_lower_se"] = se(lower)
-    m["tv_se"] = se(var["tv"].astype(np.float64))
-    m["bits_per_byte_delta_se"] = se(diff) * diff.size / LN2 / n_bytes if n_bytes else math.nan
     m["reference_ppl"] = reference_metrics(ref_cols)["ppl"]
     return m

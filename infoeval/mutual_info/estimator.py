@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from infoeval import engine
-from infoeval.stats import LN2, mean_se
+from infoeval.stats import LN2, iid_mean_se
 from infoeval.errors import DataError, UsageError
 from infoeval.windows import Window
 
@@ -153,9 +153,9 @@ class LengthSummary:
     def row(self) -> dict:
         """The length's JSON/CSV numbers: I mean ± SE and the per-token view of Y, in bits."""
         m = self.length // 2
-        mi, mi_se = mean_se(self.mi_bits)
-        hy, hy_se = mean_se(self.marginal_bits / m)
-        hyx, hyx_se = mean_se(self.conditional_bits / m)
+        mi, mi_se = iid_mean_se(self.mi_bits)
+        hy, hy_se = iid_mean_se(self.marginal_bits / m)
+        hyx, hyx_se = iid_mean_se(self.conditional_bits / m)
         return {
             "length": self.length, "blocks": self.blocks, "mi_bits": mi, "mi_bits_se": mi_se,
             "mi_bits_sd": float(self.mi_bits.std(ddof=1)), "mi_bits_per_token": mi / m,

@@ -140,11 +140,11 @@ def summarize(cols: AcceptColumns, t: float, mode: str) -> dict:
 
 def top1_summary(cols: AcceptColumns) -> dict:
     m = cols.base["top1"]
-    a, _ = mean_se(m.astype(np.float64))
+    a, a_se = mean_se(m.astype(np.float64))
     lengths = run_lengths(m, cols.base["position"])
     return {
         "top1": a,
-        "top1_se": float(np.sqrt(a * (1 - a) / m.size)) if m.size else float("nan"),
+        "top1_se": a_se,
         "runs": int(lengths.size),
         "run_mean": float(lengths.mean()) if lengths.size else float("nan"),
         "run_max": int(lengths.max()) if lengths.size else 0,
