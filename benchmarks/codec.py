@@ -25,8 +25,8 @@ from infoeval.codec import core, segments
 from infoeval.codec.container import pack, unpack
 from infoeval.codec.pipeline import load, load_as
 from infoeval.compare.compressors import compress_all
-from infoeval.prepare import Reporter
-from infoeval.text import load_text
+from infoeval.input.prepare import Reporter
+from infoeval.input.text import load_text
 
 TF_ROWS = 4  # rows per teacher-forced forward pass (logits of 4 × 512 positions: 0.4 GB)
 

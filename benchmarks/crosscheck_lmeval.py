@@ -10,7 +10,7 @@
    ``model_files.gguf_cache_dir``), float32; lm-eval and infoeval load the very same files.
 3. The text as an lm-eval task of local files (``--include_path``; no hub): ``python-docs`` is one document
    (a JSONL line, ``doc_to_target: text``, lm-eval's default word and byte counts); ``wikitext-2`` is the
-   test file split into articles by ``infoeval.documents.wikitext_articles`` (the ``wikitext_document_level``
+   test file split into articles by ``infoeval.input.documents.wikitext_articles`` (the ``wikitext_document_level``
    split; the hub is not reachable here) with lm-eval's own ``preprocess_wikitext.py`` (detokenizer, counts).
 4. ``lm_eval --model hf --model_args pretrained=<folder>,max_length=<ctx>,dtype=float32 --device cpu`` and
    ``infoeval compress-bits --protocol lm-eval --documents …``; both figures side by side, their relative
@@ -60,7 +60,7 @@ def ensure_venv(path: Path) -> Path:
 
 def model_folder() -> Path:
     """The built-in SmolLM2 as a Hugging Face folder (converted once, cached)."""
-    from infoeval.model_files import BUILTIN, builtin_gguf, gguf_cache_dir, sha256_file
+    from infoeval.models.files import BUILTIN, builtin_gguf, gguf_cache_dir, sha256_file
 
     gguf = builtin_gguf(next(iter(BUILTIN)))
     return gguf_cache_dir(gguf, sha256_file(gguf))
@@ -73,14 +73,14 @@ def write_task(folder: Path, text: str, venv_py: Path, data_dir: str | None, max
     data = folder / "docs.jsonl"
     metrics = "metric_list:\n" + "".join(f"  - metric: {m}\n" for m in FIGURES)
     if text == "python-docs":
-        from infoeval.text import python_docs
+        from infoeval.input.text import python_docs
 
         data.write_text(json.dumps({"text": python_docs()[:max_chars]}, ensure_ascii=False) + "\n", encoding="utf-8")
         target = "doc_to_target: text\n"
         options = ["--documents", str(data)]
     else:
-        from infoeval.documents import wikitext_articles
-        from infoeval.text import load_text
+        from infoeval.input.documents import wikitext_articles
+        from infoeval.input.text import load_text
 
         pages = wikitext_articles(load_text(None, text, Path(data_dir) if data_dir else None).text)
         data.write_text("".join(json.dumps({"page": p}, ensure_ascii=False) + "\n" for p in pages), encoding="utf-8")

@@ -32,7 +32,7 @@ def child(mode: str, tokens: int, model: str, data_dir: str) -> dict:
 
     from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
     from infoeval.compare.pipeline import quantize_compare
-    from infoeval.prepare import Reporter, prepare
+    from infoeval.input.prepare import Reporter, prepare
 
     ms = ModelSettings(model=model)
     ts = TextSettings(dataset="wikitext-2", data_dir=Path(data_dir), max_tokens=tokens)
@@ -45,7 +45,7 @@ def child(mode: str, tokens: int, model: str, data_dir: str) -> dict:
                "kl_mean": {v["name"]: v["metrics"]["kl_mean"] for v in result["variants"]}}
     else:
         p = prepare(ms, ts, ws, Reporter())
-        from infoeval.windows import window_inputs
+        from infoeval.input.windows import window_inputs
 
         model_ = p.loaded.model
         t1 = time.perf_counter()

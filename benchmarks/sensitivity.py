@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from infoeval.prepare import Reporter, prepare
-from infoeval.results import write_json
+from infoeval.input.prepare import Reporter, prepare
+from infoeval.output.results import write_json
 from infoeval.sensitivity import sweep_prepared
 from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 

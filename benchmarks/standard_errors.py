@@ -1,4 +1,4 @@
-"""Benchmark: the standard errors quantize-compare prints (batch means, ``infoeval.stats.se``) against the plain
+"""Benchmark: the standard errors quantize-compare prints (batch means, ``infoeval.measure.stats.se``) against the plain
 per-position SE sd/√n (llama.cpp's) and the SE of the means of non-overlapping 256-position blocks in text
 order, on the built-in SmolLM2-135M, the three default schemes, 8,192 tokens of python-docs and of WikiText-2
 test (issue 36).
@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from infoeval.results import atomic_write_bytes, now_iso, versions
-from infoeval.stats import iid_se
+from infoeval.output.results import atomic_write_bytes, now_iso, versions
+from infoeval.measure.stats import iid_se
 
 METRICS = {"kl_mean": ("kl_se", "kl"), "top1": ("top1_se", "top1_match"), "ln_ppl_ratio": ("ln_ppl_ratio_se", None)}
 

@@ -1,6 +1,6 @@
 """Benchmark: the per-position statistics of quantize-compare (``reference_stats`` + ``compare`` of one variant)
 per window, the full-buffer way (the functions as they were before chunking, kept below) against the chunked
-``infoeval.infotheory`` at several chunk sizes.
+``infoeval.measure.infotheory`` at several chunk sizes.
 
     python benchmarks/stats.py [--rows 512,2048] [--vocab 49152] [--chunks 0,2,4,8,16,32,64] [--repeats 7]
                                [--threads N] [--model smollm2-135m] [--data-dir ../shared/data]
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import torch
 
-from infoeval import infotheory as it
-from infoeval.infotheory import nll
+from infoeval.measure import infotheory as it
+from infoeval.measure.infotheory import nll
 
 ROOT = Path(__file__).resolve().parents[1]
 

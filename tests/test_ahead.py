@@ -22,7 +22,7 @@ import torch
 
 from infoeval.compare.pipeline import quantize_compare
 from infoeval.models import load_model
-from infoeval.prepare import Reporter
+from infoeval.input.prepare import Reporter
 from infoeval.quant import ahead as quant_ahead
 from infoeval.quant.apply import build_variants
 from infoeval.quant.primitives import signal_power, sqnr_db, fake_quantize

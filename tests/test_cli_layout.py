@@ -19,7 +19,7 @@ from rich.text import Text
 from typer.testing import CliRunner
 
 from infoeval import cli
-from infoeval.report import RichReporter
+from infoeval.output.report import RichReporter
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -232,5 +232,5 @@ def test_report_modules_build_tables_through_report_table():
     import re
 
     root = Path(cli.__file__).resolve().parents[1]
-    for rel in ("report.py", "speculative/report.py", "gate/report.py", "mutual_info/report.py"):
+    for rel in ("output/report.py", "speculative/report.py", "gate/report.py", "mutual_info/report.py"):
         assert not re.search(r"(?<![A-Za-z])Table\(title", (root / rel).read_text(encoding="utf-8")), rel

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from infoeval.compare.report import compress_frame
-from infoeval.results import output_paths
+from infoeval.output.results import output_paths
 
 ENV = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"}
 

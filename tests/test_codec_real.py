@@ -7,7 +7,7 @@ import pytest
 from tiny_models import requires_smollm2
 
 from infoeval.codec.pipeline import CodecSettings, compress, decompress
-from infoeval.text import load_text
+from infoeval.input.text import load_text
 
 pytestmark = [pytest.mark.slow, requires_smollm2, pytest.mark.usefixtures("one_thread")]
 

@@ -27,7 +27,7 @@ from infoeval.cli import app
 from infoeval.cli.gate import _limits_from
 from infoeval.cli.options import _max_tokens
 from infoeval.quant.schemes import parse_schemes
-from infoeval.text import DATASETS
+from infoeval.input.text import DATASETS
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"

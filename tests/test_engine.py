@@ -11,7 +11,7 @@ import torch
 
 from infoeval import engine
 from infoeval.errors import RuntimeFailure
-from infoeval.windows import Window, rolling_windows
+from infoeval.input.windows import Window, rolling_windows
 
 
 class _Out:

@@ -22,7 +22,7 @@ import zstandard
 
 from tiny_models import as_json
 from infoeval.compare import pipeline as compare_pipeline
-from infoeval import prepare as runs
+from infoeval.input import prepare as runs
 from infoeval.compare.compressors import COMPRESSORS, compress_all
 from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.compare.pipeline import REF_COLUMNS, VARIANT_COLUMNS, run_lockstep

@@ -73,7 +73,7 @@ def test_default_limits_pass_int8_and_fail_int4_channel(gated):
 
 def test_gguf_file_candidate_is_the_reference_itself(reference):
     """A .gguf candidate (here the very GGUF the reference was built from) gates to KL ≈ 0, top-1 = 1."""
-    from infoeval.model_files import builtin_gguf
+    from infoeval.models.files import builtin_gguf
 
     result, _ = as_json(run_gate(GateSettings(reference[0], str(builtin_gguf("smollm2-135m")), None, DEFAULT), MODEL))
     m = result["metrics"]

@@ -1,4 +1,4 @@
-"""infoeval.infotheory against closed forms and a brute-force float64 loop.
+"""infoeval.measure.infotheory against closed forms and a brute-force float64 loop.
 
 Every quantity is checked against something computed independently: a per-element Python/float64 loop, torch's
 own ``kl_div``, a two-token closed form, or an inequality that holds for all distributions (Gibbs, Pinsker).
@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from infoeval import infotheory as it
+from infoeval.measure import infotheory as it
 
 # ---------------------------------------------------------------------------------------------- helpers
 

@@ -1,4 +1,4 @@
-"""llama.cpp's --kl-divergence statistics (infoeval/llamacpp_stats.py) against brute force, NumPy and a literal
+"""llama.cpp's --kl-divergence statistics (infoeval/measure/llamacpp_stats.py) against brute force, NumPy and a literal
 transcription of llama.cpp's running sums; the `--table llama.cpp` block printed by the CLI on a tiny model."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import sys
 import numpy as np
 import pytest
 
-from infoeval import llamacpp_stats as ls
-from infoeval.llamacpp_report import block_lines
-from infoeval.metrics import METRICS, variant_metrics
-from infoeval.stats import mean_cov
+from infoeval.measure import llamacpp_stats as ls
+from infoeval.output.llamacpp_report import block_lines
+from infoeval.measure.metrics import METRICS, variant_metrics
+from infoeval.measure.stats import mean_cov
 
 FRACTIONS = [f for _, _, f in ls.DP_PERCENTILES]
 

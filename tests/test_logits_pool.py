@@ -8,9 +8,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from infoeval import engine, logits_pool
-from infoeval.logits_pool import LogitsPool, pooled_head
-from infoeval.windows import rolling_windows
+from infoeval import engine
+from infoeval.engine import logits_pool
+from infoeval.engine.logits_pool import LogitsPool, pooled_head
+from infoeval.input.windows import rolling_windows
 
 
 class _Headed(torch.nn.Module):

@@ -16,7 +16,7 @@ from infoeval.mix import solve as solver
 from infoeval.mix.problem import Problem, Unit, build_problem, parse_budget, parse_sweep, split_windows
 from infoeval.quant.bits import layer_bits
 from infoeval.quant.schemes import parse_scheme
-from infoeval.windows import rolling_windows
+from infoeval.input.windows import rolling_windows
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

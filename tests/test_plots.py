@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infoeval import plots
+from infoeval.output import plots
 from infoeval.errors import UsageError
 
 ENV = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"}

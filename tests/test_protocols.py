@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from infoeval.compare.pipeline import compress_bits, quantize_compare
-from infoeval.documents import (
+from infoeval.input.documents import (
     count_words, gptq_text, hf_wikitext_rows, load_documents, wikitext_articles, wikitext_detokenizer,
 )  # fmt: skip
 from infoeval.errors import DataError, UsageError
-from infoeval.protocol_metrics import document_loglikelihoods, gptq_figures, lmeval_figures
+from infoeval.measure.protocol_metrics import document_loglikelihoods, gptq_figures, lmeval_figures
 from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.text import Text, load_text
+from infoeval.input.text import Text, load_text
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,16 +13,17 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from infoeval import blocks, engine
+from infoeval.engine import blocks
+from infoeval import engine
 from infoeval.errors import UsageError
-from infoeval.prepare import Reporter, prepare
+from infoeval.input.prepare import Reporter, prepare
 from infoeval.quant.primitives import fake_quantize
 from infoeval.quant.schemes import parse_scheme
 from infoeval.sensitivity import sweep_prepared
 from infoeval.sensitivity.ranking import average_ranks, spearman
 from infoeval.sensitivity.units import enumerate_units, split_globs
 from infoeval.settings import ModelSettings, TextSettings, WindowSettings
-from infoeval.windows import window_inputs, window_targets
+from infoeval.input.windows import window_inputs, window_targets
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 MAX_TOKENS, CTX = 300, 128

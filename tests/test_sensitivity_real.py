@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from infoeval.prepare import Reporter, prepare
+from infoeval.input.prepare import Reporter, prepare
 from infoeval.sensitivity import sweep_prepared
 from infoeval.sensitivity.ranking import spearman
 from infoeval.settings import ModelSettings, TextSettings, WindowSettings
-from infoeval.text import load_text
+from infoeval.input.text import load_text
 from tiny_models import requires_smollm2
 
 pytestmark = [pytest.mark.slow, requires_smollm2]

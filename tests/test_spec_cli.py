@@ -33,7 +33,7 @@ def _strict_json(path: Path):
     return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
 
 
-PLOT_AVAILABLE = importlib.util.find_spec("infoeval.plots") is not None and importlib.util.find_spec("matplotlib") is not None
+PLOT_AVAILABLE = importlib.util.find_spec("infoeval.output.plots") is not None and importlib.util.find_spec("matplotlib") is not None
 
 # errors found after the model is loaded: run in a subprocess like everything above
 ERRORS = {

@@ -16,7 +16,7 @@ from infoeval.models import load_model
 from infoeval.speculative.decode import plain_sample, speculative_sample, verify_drafts
 from infoeval.speculative.drafts import DraftSettings, build_draft, truncated
 from infoeval.speculative.generate import spec_decode
-from infoeval.stats import chi_square
+from infoeval.measure.stats import chi_square
 from infoeval.speculative.verify import theorem1_check
 
 CPU = torch.device("cpu")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from infoeval import infotheory as it
-from infoeval import stats as st
+from infoeval.measure import infotheory as it
+from infoeval.measure import stats as st
 from infoeval.speculative import theory as sm
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from infoeval.settings import ModelSettings, TextSettings, WindowSettings
-from infoeval.prepare import Reporter, prepare
+from infoeval.input.prepare import Reporter, prepare
 from infoeval.speculative import accept
 from infoeval.speculative.decode import speculative_sample
 from infoeval.speculative.drafts import DraftSettings, build_draft

@@ -22,7 +22,7 @@ import torch
 from infoeval.models import load_model
 from infoeval.speculative.decode import plain_sample, speculative_sample
 from infoeval.speculative.drafts import DraftSettings, build_draft
-from infoeval.stats import chi_square
+from infoeval.measure.stats import chi_square
 
 CPU = torch.device("cpu")
 PROMPT = "The dictionary maps keys"

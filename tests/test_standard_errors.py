@@ -1,4 +1,4 @@
-"""The standard error of a mean over a text's positions (``infoeval.stats``: batch means over blocks of ⌊√n⌋
+"""The standard error of a mean over a text's positions (``infoeval.measure.stats``: batch means over blocks of ⌊√n⌋
 consecutive positions) against brute force and closed forms: the formula written out with loops, equal blocks
 = the SE of the block means, coverage of 95 % intervals on AR(1) series with a known long-run variance (where
 sd/√n under-covers), i.i.d. series (where it equals sd/√n), Student's t quantiles, and the gate's switch to t
@@ -12,9 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from infoeval import stats
+from infoeval.measure import stats
 from infoeval.gate.limits import Limit, judge
-from infoeval.stats import block_labels, block_length, iid_se, mean_cov, mean_se, se, se_blocks, t_quantile
+from infoeval.measure.stats import block_labels, block_length, iid_se, mean_cov, mean_se, se, se_blocks, t_quantile
 
 
 def _brute_mean_cov(x, y):

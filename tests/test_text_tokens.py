@@ -1,4 +1,4 @@
-"""infoeval.tokens and infoeval.text.
+"""infoeval.input.tokens and infoeval.input.text.
 
 tokens.encode is checked with small offline tokenizers trained here (no download):
 * byte-level BPE without offset trimming — each token's bytes are known exactly (GPT-2 byte↔unicode map), so the
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from infoeval.errors import DataError, UsageError
-from infoeval.text import (
+from infoeval.input.text import (
     DATA_DIR_ENV,
     Text,
     load_text,
@@ -26,7 +26,7 @@ from infoeval.text import (
     read_text_file,
     strip_one_trailing_newline,
 )
-from infoeval.tokens import TokenStream, encode, truncate
+from infoeval.input.tokens import TokenStream, encode, truncate
 
 tokenizers = pytest.importorskip("tokenizers")
 transformers = pytest.importorskip("transformers")
@@ -262,7 +262,7 @@ def test_prefix_only_tokenization_short_text(byte_level):
 
 def test_prefix_only_tokenization_falls_back_when_cut_changes_ids(byte_level, monkeypatch):
     """When cutting at two points disagrees on the kept ids, the whole text is tokenized instead."""
-    import infoeval.tokens as tokens_mod
+    import infoeval.input.tokens as tokens_mod
 
     text = _long_text(3, 20_000)
     whole = encode(text, byte_level)
@@ -476,7 +476,7 @@ def test_listed_added_tokens_give_the_same_tokenizer(tmp_path, bos):
 
     from transformers import AutoTokenizer
 
-    from infoeval.model_files import list_added_tokens
+    from infoeval.models.files import list_added_tokens
     from tiny_models import build_tokenizer, tiny_text
 
     build_tokenizer(tmp_path / "plain", bos=bos)
@@ -500,8 +500,8 @@ def test_listed_added_tokens_smollm2(tmp_path):
 
     from transformers import AutoTokenizer
 
-    from infoeval.model_files import list_added_tokens, local_checkpoint
-    from infoeval.text import python_docs
+    from infoeval.models.files import list_added_tokens, local_checkpoint
+    from infoeval.input.text import python_docs
 
     folder = local_checkpoint("smollm2-135m")
     if folder is None:

@@ -1,4 +1,4 @@
-"""infoeval.windows: every target scored exactly once, by a logit that really predicts it, with the promised
+"""infoeval.input.windows: every target scored exactly once, by a logit that really predicts it, with the promised
 context; the llama.cpp chunk arithmetic; the error cases; describe()'s counts against a brute-force tally.
 
 The stream used is ``stream[i] = 1000 + i`` so a token id names its own position.
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from infoeval.errors import DataError, UsageError
-from infoeval.windows import (
+from infoeval.input.windows import (
     Window,
     describe,
     gptq_windows,

@@ -41,7 +41,7 @@ def compress(
     from infoeval.codec.pipeline import CodecSettings
     from infoeval.codec.pipeline import compress as run
     from infoeval.codec.report import print_compress
-    from infoeval.report import RichReporter
+    from infoeval.output.report import RichReporter
 
     cs = CodecSettings(model=model, ctx=ctx, group=group, device=device, dtype=dtype, fallback=fallback, verify=verify)
     result = run(file, output, cs, force, RichReporter(enabled=not quiet))
@@ -59,7 +59,7 @@ def decompress(
     """Give back the file a .iez file was made from, byte for byte (checked against its sha256)."""
     from infoeval.codec.pipeline import decompress as run
     from infoeval.codec.report import print_decompress
-    from infoeval.report import RichReporter
+    from infoeval.output.report import RichReporter
 
     result = run(file, output, model, force, RichReporter(enabled=not quiet))
     emit(result, paths={"json": json} if json else {}, tables=print_decompress, also_written=(str(output),))

@@ -54,7 +54,7 @@ def quantize_compare(
     KL(reference‖variant) mean and tails, top-1 agreement, reverse KL and TV on the same windows."""
     from infoeval.compare import pipeline
     from infoeval.compare.report import positions_frame, print_quantize_compare, print_quantize_compare_llamacpp, summary_frame
-    from infoeval.report import RichReporter
+    from infoeval.output.report import RichReporter
     from infoeval.settings import VariantSettings
 
     model = pick_model(context, model_arg, model)
@@ -70,7 +70,7 @@ def quantize_compare(
                              positions=positions, out_dir=out_dir, run_name=run_name)  # fmt: skip
 
     def draw(path):
-        from infoeval.plots import plot_quantize_compare
+        from infoeval.output.plots import plot_quantize_compare
 
         plot_quantize_compare(data, cols, path)
 
@@ -98,7 +98,7 @@ def compress_bits(
     same bytes (and, with --verify-coding, a real arithmetic-coded file of them)."""
     from infoeval.compare import pipeline
     from infoeval.compare.report import compress_frame, positions_frame, print_compress_bits
-    from infoeval.report import RichReporter
+    from infoeval.output.report import RichReporter
 
     model = pick_model(context, model_arg, model)
     ms, ts, ws = run.settings(model)
@@ -109,7 +109,7 @@ def compress_bits(
                              positions=positions, out_dir=out_dir, run_name=run_name)  # fmt: skip
 
     def draw(path):
-        from infoeval.plots import plot_compress_bits
+        from infoeval.output.plots import plot_compress_bits
 
         plot_compress_bits(data, cols, path)
 

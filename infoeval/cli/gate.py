@@ -79,7 +79,7 @@ def reference(
     log-probs, tail mass and tail samples per scored position, the token ids of every window, provenance."""
     from infoeval.gate.pipeline import build_reference
     from infoeval.gate.report import reference_summary_table
-    from infoeval.report import RichReporter
+    from infoeval.output.report import RichReporter
 
     model = pick_model(context, model_arg, model)
     ms, ts, ws = run.settings(model)
@@ -92,7 +92,7 @@ def _gate_positions(cols):
     """One row per scored position: both NLLs, the reference's entropy, KL (and its lower bound), TV, reverse KL, top-1."""
     import pandas as pd
 
-    from infoeval.llamacpp_stats import delta_p
+    from infoeval.measure.llamacpp_stats import delta_p
 
     ref, cand = cols["reference"], cols["variant"]
     return pd.DataFrame({
@@ -138,7 +138,7 @@ def gate(
     from infoeval.errors import EXIT_GATE_FAILED
     from infoeval.gate.pipeline import GateSettings, run_gate
     from infoeval.gate.report import gate_table, junit_xml, markdown as to_markdown, print_gate_llamacpp, summary_table
-    from infoeval.report import RichReporter
+    from infoeval.output.report import RichReporter
     from infoeval.settings import ModelSettings
 
     candidate = pick_model(context, candidate, model, "the candidate")
@@ -177,7 +177,7 @@ def quantize(
 ) -> None:
     """Write a fake-quantized checkpoint (safetensors, config, tokenizer, per-layer report) that transformers loads."""
     from infoeval.quant.export import quantize_checkpoint
-    from infoeval.report import stdout_console
+    from infoeval.output.report import stdout_console
     from infoeval.settings import ModelSettings
 
     ms = ModelSettings(model=pick_model(context, model_arg, model), device=device, dtype=dtype)

@@ -55,7 +55,7 @@ def kl_fit(
     paths = {k: v for k, v in (("json", json), ("csv", csv)) if v is not None}
 
     def draw(path):
-        from infoeval.plots import plot_kl_fit
+        from infoeval.output.plots import plot_kl_fit
 
         plot_kl_fit(data, path)
 

@@ -55,7 +55,7 @@ def mix(
     from infoeval.compare.report import positions_frame
     from infoeval.mix.pipeline import MixSettings, mix as run_mix
     from infoeval.mix.report import plot_mix, print_mix, summary_frame
-    from infoeval.report import RichReporter
+    from infoeval.output.report import RichReporter
 
     model = pick_model(context, model_arg, model)
     ms, ts, ws = run.settings(model)
@@ -81,7 +81,7 @@ def export_files(data: dict, sweep_json: dict | None, folder: Path, recipe_out: 
     if ex["compressed_tensors"]["config"] is not None:
         files[folder / "quantization_config.json"] = lambda: jsonlib.dumps(ex["compressed_tensors"]["config"], indent=2) + "\n"
     if sweep_json is not None:
-        from infoeval.results import _clean
+        from infoeval.output.results import _clean
 
         files[folder / "sensitivity.json"] = lambda: jsonlib.dumps(_clean(sweep_json), indent=2, ensure_ascii=False) + "\n"
     return files

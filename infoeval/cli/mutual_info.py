@@ -52,7 +52,7 @@ def mutual_info(
     from infoeval.mutual_info.estimator import parse_lengths
     from infoeval.mutual_info.pipeline import MISettings, check_settings, run_mutual_info
     from infoeval.mutual_info.report import mi_blocks_frame, mi_summary_frame, print_mutual_info
-    from infoeval.report import RichReporter
+    from infoeval.output.report import RichReporter
 
     model = pick_model(context, model_arg, model)
     ms, ts = run.model_text(model)
@@ -64,7 +64,7 @@ def mutual_info(
                              positions=positions, out_dir=out_dir, run_name=run_name)  # fmt: skip
 
     def draw(path):
-        from infoeval.plots import plot_mutual_info
+        from infoeval.output.plots import plot_mutual_info
 
         plot_mutual_info(data, path)
 

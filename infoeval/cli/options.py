@@ -16,7 +16,7 @@ import typer
 from infoeval.errors import UsageError
 from infoeval.models import DEFAULT_MODEL
 from infoeval.settings import DEFAULT_CTX, ModelSettings, TextSettings, WindowSettings, default_ctx
-from infoeval.text import DATASETS
+from infoeval.input.text import DATASETS
 
 # ---- defaults of the shared options (each command's signature uses these) ---------------------------------
 MODEL_DEFAULT = DEFAULT_MODEL
@@ -214,14 +214,14 @@ def run_options(windows: bool = True):
 # ---- where outputs go ------------------------------------------------------------------------------------
 def run_folder(command: str, model: str, source: str, run_name: str | None) -> Path:
     """results/<run-name>, the name given or made of the command, the model's name, the text's source and a stamp."""
-    from infoeval.prepare import default_run_name
+    from infoeval.input.prepare import default_run_name
 
     return Path("results") / (run_name or default_run_name(command, ModelSettings(model=model), source))
 
 
 def output_paths_for(command: str, *, model: str, source: str, csv, json, positions, out_dir, run_name) -> dict[str, Path]:
     """Paths of the JSON, summary CSV and positions CSV: those named, or all three in --out-dir or the run folder."""
-    from infoeval.results import output_paths
+    from infoeval.output.results import output_paths
 
     return output_paths(csv, json, positions, out_dir, run_folder(command, model, source, run_name))
 

@@ -22,9 +22,9 @@ def check_plot(plot: Path | None) -> None:
 
     if plot is None:
         return
-    if importlib.util.find_spec("infoeval.plots") is None:
-        raise UsageError("--plot needs infoeval.plots, which this installation lacks")
-    from infoeval.plots import require
+    if importlib.util.find_spec("infoeval.output.plots") is None:
+        raise UsageError("--plot needs infoeval.output.plots, which this installation lacks")
+    from infoeval.output.plots import require
 
     require(plot)
 
@@ -44,8 +44,8 @@ def emit(
     """Write the result JSON and CSVs named in ``paths`` (``summary`` and ``positions`` build the frames, only when
     wanted), then each extra file (path → its text), then the plot (``draw(plot)``); print the tables
     (``tables(console, data)``) on stdout and the files written on stderr. Returns the result's JSON dict."""
-    from infoeval.report import stdout_console
-    from infoeval.results import atomic_write_bytes, write_outputs
+    from infoeval.output.report import stdout_console
+    from infoeval.output.results import atomic_write_bytes, write_outputs
 
     data = as_json(result)
     if not distributed.is_main():  # under a launcher rank 0 writes and prints; the others stay silent

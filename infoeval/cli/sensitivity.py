@@ -46,7 +46,7 @@ def sensitivity(
     the original on the same windows: mean KL ± SE, P99, top-1 agreement, Δ ln PPL ± SE, ranked; with the
     diagonal-Fisher proxy and how well it ranks the units (Spearman ρ)."""
     from infoeval.quant.schemes import parse_schemes
-    from infoeval.report import RichReporter
+    from infoeval.output.report import RichReporter
     from infoeval.sensitivity import sweep
     from infoeval.sensitivity.report import print_sensitivity, summary_frame
     from infoeval.sensitivity.units import KINDS, split_globs

@@ -71,7 +71,7 @@ def spec_accept(
     acceptance by target-entropy quartile, top-1 runs and expected tokens per target call, at each temperature."""
     import pandas as pd
 
-    from infoeval.report import RichReporter
+    from infoeval.output.report import RichReporter
     from infoeval.speculative.accept import SUMMARY_COLUMNS, parse_temperatures, plot_acceptance, positions_frame, spec_accept, summary_rows
     from infoeval.speculative.drafts import DraftSettings
     from infoeval.speculative.report import print_spec_accept
@@ -116,7 +116,7 @@ def spec_decode(
 ) -> None:
     """Speculative sampling with KV caches (draft proposes γ tokens, the target verifies them in one pass) against
     plain sampling from the target: acceptance, tokens per target call, wall time and speed-up."""
-    from infoeval.report import RichReporter
+    from infoeval.output.report import RichReporter
     from infoeval.settings import ModelSettings
     from infoeval.speculative.drafts import DraftSettings
     from infoeval.speculative.generate import rounds_frame, spec_decode, summary_frame
@@ -154,7 +154,7 @@ def distill(
     tail mass, and the norm of the soft gradient with and without the T² factor."""
     import pandas as pd
 
-    from infoeval.report import RichReporter
+    from infoeval.output.report import RichReporter
     from infoeval.speculative.accept import parse_temperatures
     from infoeval.speculative.distill import SUMMARY_COLUMNS, distill, positions_frame
     from infoeval.speculative.drafts import DraftSettings

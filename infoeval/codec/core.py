@@ -23,7 +23,7 @@ from infoeval.codec import environment, segments, stepping
 from infoeval.codec.container import Archive, BadFile, DamagedPayload, ids_crc
 from infoeval.codec.frequencies import PRECISION, bucket_width
 from infoeval.errors import DataError, UsageError
-from infoeval.prepare import Reporter, progress
+from infoeval.input.prepare import Reporter, progress
 
 FALLBACKS = ("xz", "refuse")
 

@@ -18,10 +18,10 @@ from infoeval.codec import core, environment
 from infoeval.codec.container import DamagedPayload, pack, unpack
 from infoeval.codec.summary import rate, summarize
 from infoeval.errors import DataError, RuntimeFailure, UsageError
-from infoeval.model_files import BUILTIN
+from infoeval.models.files import BUILTIN
 from infoeval.models import load_model, resolve_device, resolve_dtype
-from infoeval.prepare import Reporter
-from infoeval.results import Result, atomic_write_bytes, provenance
+from infoeval.input.prepare import Reporter
+from infoeval.output.results import Result, atomic_write_bytes, provenance
 from infoeval.settings import DEFAULT_MODEL
 
 

@@ -9,7 +9,7 @@ from infoeval.codec.container import pack, unpack
 from infoeval.codec.pipeline import load_as
 from infoeval.engine import model_device
 from infoeval.errors import RuntimeFailure
-from infoeval.prepare import Reporter
+from infoeval.input.prepare import Reporter
 
 GROUP = 32
 

@@ -15,19 +15,19 @@ import numpy as np
 
 from infoeval import distributed, engine
 from infoeval.errors import RuntimeFailure
-from infoeval.infotheory import Workspace, compare, reference_stats
-from infoeval.metrics import reference_metrics, variant_metrics
-from infoeval.prepare import Prepared, Reporter, prepare, progress
-from infoeval.protocol_metrics import protocol_figures
+from infoeval.measure.infotheory import Workspace, compare, reference_stats
+from infoeval.measure.metrics import reference_metrics, variant_metrics
+from infoeval.input.prepare import Prepared, Reporter, prepare, progress
+from infoeval.measure.protocol_metrics import protocol_figures
 from infoeval.quant import ahead as quant_ahead
 from infoeval.quant import rank_share
 from infoeval.quant.apply import QuantizedVariant, WithVariant, build_variants
 from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_schemes
-from infoeval.results import Result
+from infoeval.output.results import Result
 from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.tokens import TokenStream
-from infoeval.windows import Window
+from infoeval.input.tokens import TokenStream
+from infoeval.input.windows import Window
 
 REFERENCE = "reference"
 REF_COLUMNS = {**engine.IDENTITY, "bytes": np.int64, "nll": np.float32, "entropy": np.float32, "argmax": np.int64}
@@ -130,7 +130,7 @@ def _evaluate(p: Prepared, variants, rep: Reporter) -> tuple[CompareColumns, dic
 def _start_ahead(ms: ModelSettings, vs: VariantSettings, schemes) -> quant_ahead.Ahead | None:
     """A forked child quantizing the checkpoint while this process loads it (``quant/ahead.py``), where it can:
     a local checkpoint evaluated on this process's CPU, with no device map and outside a launcher."""
-    from infoeval.model_files import local_checkpoint
+    from infoeval.models.files import local_checkpoint
     from infoeval.models import resolve_device, resolve_dtype
 
     if not schemes or ms.device_map or distributed.launched():

@@ -7,10 +7,10 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from infoeval.llamacpp_report import print_block, scope_note
-from infoeval.llamacpp_stats import DP_PERCENTILES, KLD_PERCENTILES, delta_p
-from infoeval.report import fmt_num, fmt_pm, report_table, run_header
-from infoeval.stats import MIN_BLOCKS
+from infoeval.output.llamacpp_report import print_block, scope_note
+from infoeval.measure.llamacpp_stats import DP_PERCENTILES, KLD_PERCENTILES, delta_p
+from infoeval.output.report import fmt_num, fmt_pm, report_table, run_header
+from infoeval.measure.stats import MIN_BLOCKS
 
 CSV_COLUMNS = [
     "variant", "bits", "group_size", "symmetric", "tokens", "bytes",

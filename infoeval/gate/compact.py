@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from infoeval.infotheory import tail_logmass
+from infoeval.measure.infotheory import tail_logmass
 
 DEFAULT_TOP_K = 64
 DEFAULT_TAIL_SAMPLES = 128

@@ -22,8 +22,8 @@ import statistics
 from dataclasses import dataclass
 
 from infoeval.errors import UsageError
-from infoeval.metrics import METRICS
-from infoeval.stats import MIN_BLOCKS, t_quantile
+from infoeval.measure.metrics import METRICS
+from infoeval.measure.stats import MIN_BLOCKS, t_quantile
 
 # metric → (its standard error in the metrics dict, how the bound is formed)
 GATE_METRICS: dict[str, tuple[str | None, str]] = {

@@ -16,18 +16,18 @@ from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import DataError, UsageError
 from infoeval import engine
 from infoeval.gate.compact import CompactDist, compact
-from infoeval.infotheory import by_rows, chunk_rows, compact_divergences, entropy, log_softmax
+from infoeval.measure.infotheory import by_rows, chunk_rows, compact_divergences, entropy, log_softmax
 from infoeval.gate.limits import Limit, compare_baseline, judge
 from infoeval.gate.reference_file import Reference, read_reference, write_reference
-from infoeval.metrics import reference_metrics, variant_metrics
-from infoeval.stats import se
-from infoeval.model_files import BUILTIN
+from infoeval.measure.metrics import reference_metrics, variant_metrics
+from infoeval.measure.stats import se
+from infoeval.models.files import BUILTIN
 from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.quant.apply import fake_quantize_, recipe_variant, swap_in
 from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_scheme
-from infoeval.results import SCHEMA_VERSION, Result, provenance
-from infoeval.prepare import Reporter, prepare, progress
+from infoeval.output.results import SCHEMA_VERSION, Result, provenance
+from infoeval.input.prepare import Reporter, prepare, progress
 
 
 def vocab_fingerprint(tokenizer) -> str:

@@ -38,7 +38,7 @@ import torch
 from infoeval import distributed
 from infoeval.errors import DataError
 from infoeval.gate.compact import CompactDist
-from infoeval.windows import Window
+from infoeval.input.windows import Window
 
 FORMAT = "infoeval/reference"
 FORMAT_VERSION = 1

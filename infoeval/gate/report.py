@@ -8,9 +8,9 @@ from pathlib import Path
 
 from rich.table import Table
 
-from infoeval.llamacpp_report import print_block, scope_note
-from infoeval.report import report_table
-from infoeval.results import atomic_write_bytes
+from infoeval.output.llamacpp_report import print_block, scope_note
+from infoeval.output.report import report_table
+from infoeval.output.results import atomic_write_bytes
 
 
 def _num(x, digits: int = 4) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from infoeval.results import Result, provenance
+from infoeval.output.results import Result, provenance
 from infoeval.errors import UsageError
 
 DIRECTIONS = ("forward", "reverse")

@@ -18,17 +18,17 @@ import torch
 
 from infoeval.compare.pipeline import CompareColumns, run_lockstep
 from infoeval.errors import DataError, UsageError
-from infoeval.metrics import reference_metrics, variant_metrics
+from infoeval.measure.metrics import reference_metrics, variant_metrics
 from infoeval.mix import export
 from infoeval.mix.problem import build_problem, load_sensitivity, parse_budget, parse_sweep, split_windows
 from infoeval.mix.result import MixResult, measured_row, solution_row, target_row, unit_rows
 from infoeval.mix.solve import as_budget, check_budgets, solve
-from infoeval.prepare import Prepared, Reporter, prepare, progress
+from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.quant.apply import decoder_prefix, plan_layers, quantize_plan, quantize_variant
 from infoeval.quant.recipe import Recipe, recipe_toml
 from infoeval.quant.schemes import SchemeError, parse_scheme, parse_schemes
 from infoeval.settings import ModelSettings, TextSettings, WindowSettings
-from infoeval.windows import describe
+from infoeval.input.windows import describe
 
 DEFAULT_MIX_SCHEMES = "int3-g128-asym,int4-g128,int4-g128-asym,int5-g128-asym,int8-channel"
 KINDS = ("linear", "block", "type")

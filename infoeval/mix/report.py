@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from rich.console import Console
 
-from infoeval.report import fmt_num, fmt_pm, report_table, run_header
+from infoeval.output.report import fmt_num, fmt_pm, report_table, run_header
 
 CSV_COLUMNS = ["name", "kind", "bits_per_weight", "budgets", "predicted_kl", "measured_kl", "measured_kl_se", "additivity",
                "kl_p99", "top1", "ln_ppl_ratio", "ln_ppl_ratio_se", "ppl", "tokens"]  # fmt: skip
@@ -77,7 +77,7 @@ def print_mix(console: Console, result: dict) -> None:
 def plot_mix(result: dict, path: Path) -> None:
     """Measured and predicted mean KL against stored bits per weight: the mixes as a curve, the uniform schemes as
     points (log KL axis)."""
-    from infoeval.plots import _figure, _save, _subject
+    from infoeval.output.plots import _figure, _save, _subject
 
     fig, (ax,) = _figure(1)
     rows = sorted(result["measured"], key=lambda r: r["bits_per_weight"])

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from infoeval.mix.problem import Problem
 from infoeval.mix.solve import Choice
-from infoeval.results import Result
+from infoeval.output.results import Result
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 
 from infoeval import engine
-from infoeval.stats import LN2, iid_mean_se
+from infoeval.measure.stats import LN2, iid_mean_se
 from infoeval.errors import DataError, UsageError
-from infoeval.windows import Window
+from infoeval.input.windows import Window
 
 MODEL = "the model"
 DEFAULT_LENGTHS = "16,32,64,128,256,512,1024,2048"

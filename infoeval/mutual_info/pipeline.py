@@ -14,8 +14,8 @@ from infoeval.mutual_info.estimator import (
     check_max_positions, estimate, forwards_needed, parse_lengths,
 )
 from infoeval.mutual_info.powerlaw import fit_with_ci
-from infoeval.prepare import Reporter, prepare, progress
-from infoeval.results import Result, provenance
+from infoeval.input.prepare import Reporter, prepare, progress
+from infoeval.output.results import Result, provenance
 from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 
 

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from infoeval.model_files import SafetensorsTensor, checkpoint_tensors
+from infoeval.models.files import SafetensorsTensor, checkpoint_tensors
 from infoeval.quant.apply import encode_with_sqnr
 from infoeval.quant.codes import PackedWeight
 from infoeval.quant.primitives import signal_power

@@ -23,7 +23,7 @@ from infoeval.quant.packed import check_packable, save_pack_quantized
 from infoeval.quant.apply import quantize_variant, recipe_variant, swap_in
 from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_scheme
-from infoeval.results import provenance
+from infoeval.output.results import provenance
 
 REPORT_FILE = "infoeval-quantization.json"
 

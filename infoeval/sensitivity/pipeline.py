@@ -20,11 +20,12 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from infoeval import blocks, engine
+from infoeval.engine import blocks
+from infoeval import engine
 from infoeval.errors import RuntimeFailure
-from infoeval.infotheory import Workspace, compare, reference_stats
-from infoeval.metrics import reference_metrics
-from infoeval.prepare import Prepared, Reporter, prepare, progress
+from infoeval.measure.infotheory import Workspace, compare, reference_stats
+from infoeval.measure.metrics import reference_metrics
+from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.quant import codes
 from infoeval.quant.apply import LayerReport, QuantizedVariant, WithVariant, decoder_prefix
 from infoeval.quant.schemes import Scheme, parse_schemes

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from infoeval import plots
+from infoeval.output import plots
 
 
 def series(data: dict, scheme: str) -> dict[str, list[dict]]:

@@ -23,10 +23,11 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from infoeval import blocks, engine
+from infoeval.engine import blocks
+from infoeval import engine
 from infoeval.quant import codes
 from infoeval.quant.codes import PackedWeight
-from infoeval.windows import Window, window_inputs
+from infoeval.input.windows import Window, window_inputs
 
 METHOD = ("diagonal Fisher: ½ · (1/n) Σ F_ii Δw_i² (nats/token), F_ii from the squared gradient of Σ −ln p(y) "
           "over each window's positions with y drawn from the reference (one backward pass per window)")  # fmt: skip

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from infoeval.stats import pearson
+from infoeval.measure.stats import pearson
 
 
 def average_ranks(x) -> np.ndarray:

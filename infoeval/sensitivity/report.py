@@ -6,7 +6,7 @@ import pandas as pd
 from rich import box
 from rich.console import Console
 
-from infoeval.report import fmt_num, fmt_pm, report_table, run_header
+from infoeval.output.report import fmt_num, fmt_pm, report_table, run_header
 
 COLUMNS = ("unit", "kind", "scheme", "n_weights", "kl_mean", "kl_se", "kl_p99", "top1", "dln_ppl", "dln_ppl_se", "proxy",
            "start_block", "depth", "layers")  # fmt: skip

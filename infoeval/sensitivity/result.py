@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infoeval.metrics import METRICS, Metric
-from infoeval.results import Result
-from infoeval.stats import mean_se, quantile
+from infoeval.measure.metrics import METRICS, Metric
+from infoeval.output.results import Result
+from infoeval.measure.stats import mean_se, quantile
 
 UNIT_METRICS: dict[str, Metric] = {
     "n_weights": Metric("weights", None, "weights the unit quantizes"),

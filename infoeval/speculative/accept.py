@@ -19,12 +19,12 @@ import numpy as np
 from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
 from infoeval.models import resolve_device, resolve_dtype
-from infoeval.results import Result
-from infoeval.prepare import Prepared, Reporter, prepare, progress
+from infoeval.output.results import Result
+from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.speculative.drafts import DraftSettings, build_draft
-from infoeval.infotheory import by_rows, chunk_rows, log_softmax_t, position_stats, top1_match
+from infoeval.measure.infotheory import by_rows, chunk_rows, log_softmax_t, position_stats, top1_match
 from infoeval.speculative.theory import entropy_quartiles, expected_tokens_table, run_length_table, run_lengths
-from infoeval.stats import LN2, mean_se, pearson, pinsker
+from infoeval.measure.stats import LN2, mean_se, pearson, pinsker
 from infoeval.speculative.pairs import base_of, run_paired
 
 GAMMAS = tuple(range(1, 9))
@@ -222,10 +222,10 @@ def positions_frame(cols: AcceptColumns):
 
 
 def plot_acceptance(result: dict, cols: AcceptColumns, path) -> None:
-    """β against the target's entropy (bits) at T = 1 (both models), drawn by ``infoeval.plots``."""
+    """β against the target's entropy (bits) at T = 1 (both models), drawn by ``infoeval.output.plots``."""
     from pathlib import Path
 
-    from infoeval.plots import plot_acceptance_by_entropy
+    from infoeval.output.plots import plot_acceptance_by_entropy
 
     t, mode = (1.0, "both") if 1.0 in result["temperatures"] else cols.conditions[0]
     s = cols.stats[key(t, mode)]

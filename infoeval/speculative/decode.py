@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from infoeval.engine import CachedModel, crop_to
-from infoeval.infotheory import log_softmax_t
+from infoeval.measure.infotheory import log_softmax_t
 
 
 def verify_drafts(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, generator: torch.Generator) -> tuple[int, int | None]:

@@ -26,13 +26,13 @@ import torch
 
 from infoeval.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
-from infoeval.infotheory import nll
+from infoeval.measure.infotheory import nll
 from infoeval.models import resolve_device, resolve_dtype
-from infoeval.results import Result
-from infoeval.prepare import Reporter, prepare, progress
+from infoeval.output.results import Result
+from infoeval.input.prepare import Reporter, prepare, progress
 from infoeval.speculative.drafts import DraftSettings, build_draft
-from infoeval.infotheory import by_rows, chunk_rows, log_softmax_t
-from infoeval.stats import LN2, mean_se
+from infoeval.measure.infotheory import by_rows, chunk_rows, log_softmax_t
+from infoeval.measure.stats import LN2, mean_se
 from infoeval.speculative.pairs import base_of, run_paired
 
 TERMS = ("hard_ce", "kl", "t2_kl", "loss", "soft_ce", "teacher_entropy", "teacher_tail_mass", "grad_norm", "t2_grad_norm")

@@ -13,8 +13,8 @@ import torch
 from infoeval.settings import ModelSettings
 from infoeval.errors import UsageError
 from infoeval.models import load_model, resolve_device, resolve_dtype
-from infoeval.results import Result, provenance
-from infoeval.prepare import Reporter, progress
+from infoeval.output.results import Result, provenance
+from infoeval.input.prepare import Reporter, progress
 from infoeval.speculative.decode import Generation, plain_sample, speculative_sample
 from infoeval.speculative.drafts import DraftSettings, build_draft
 from infoeval.speculative.theory import break_even_alpha, expected_tokens

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from infoeval import engine
-from infoeval.prepare import Prepared
+from infoeval.input.prepare import Prepared
 
 TARGET, OTHER = "the target", "the draft"
 PairReducer = Callable[[slice, torch.Tensor, torch.Tensor, torch.Tensor], Mapping[str, torch.Tensor]]

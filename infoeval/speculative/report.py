@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from infoeval.report import fmt_num, fmt_pm, report_table, run_header
+from infoeval.output.report import fmt_num, fmt_pm, report_table, run_header
 
 
 def _table(title: str, columns: list[str], caption: str | None = None, left: int = 1) -> Table:

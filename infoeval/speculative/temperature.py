@@ -19,8 +19,8 @@ import torch
 from infoeval.engine import last_logits
 
 from infoeval.errors import UsageError
-from infoeval.results import Result, provenance
-from infoeval.stats import LN2
+from infoeval.output.results import Result, provenance
+from infoeval.measure.stats import LN2
 
 
 @dataclass(frozen=True)

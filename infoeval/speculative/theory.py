@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from infoeval.stats import mean_se
+from infoeval.measure.stats import mean_se
 
 
 

@@ -23,8 +23,8 @@ import torch
 from infoeval.engine import last_logits
 
 from infoeval.speculative.decode import verify_drafts
-from infoeval.infotheory import log_softmax_t
-from infoeval.stats import chi_square
+from infoeval.measure.infotheory import log_softmax_t
+from infoeval.measure.stats import chi_square
 
 MIN_EXPECTED = 5.0
 MAX_CELLS = 60

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infoeval.llamacpp_stats import DP_PERCENTILES, KLD_PERCENTILES, kld_statistics
-from infoeval.stats import LN2, quantile, se, se_blocks
+from infoeval.measure.llamacpp_stats import DP_PERCENTILES, KLD_PERCENTILES, kld_statistics
+from infoeval.measure.stats import LN2, quantile, se, se_blocks
 
 
 
@@ -66,7 +66,7 @@ METRICS: dict[str, Metric] = {
 }
 
 
-# llama-perplexity --kl-divergence's final block (definitions: infoeval/llamacpp_stats.py)
+# llama-perplexity --kl-divergence's final block (definitions: infoeval/measure/llamacpp_stats.py)
 _LLAMA = " (llama.cpp's definition; see llamacpp_stats)"
 _RANK = {"max": "largest", "median": "median", "min": "smallest"}  # the others: percentiles
 

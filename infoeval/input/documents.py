@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infoeval.errors import DataError
-from infoeval.text import Text, load_text
+from infoeval.input.text import Text, load_text
 
 WIKITEXT_DATASETS = ("wikitext-2", "wikitext-2-valid")
 

@@ -50,7 +50,7 @@ def _figure(ncols: int = 1):
 
 
 def _save(fig, path: Path) -> None:
-    from infoeval.results import atomic_write_bytes
+    from infoeval.output.results import atomic_write_bytes
 
     path = Path(path)
     _check_path(path)

@@ -27,8 +27,8 @@ import pandas as pd
 import torch
 
 from infoeval import __version__, distributed
-from infoeval.metrics import definitions
-from infoeval.stats import SE_METHOD
+from infoeval.measure.metrics import definitions
+from infoeval.measure.stats import SE_METHOD
 
 SCHEMA_VERSION = 3  # 3: batch-means standard errors (``standard_errors``), llama.cpp's under llamacpp_*
 _PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "gguf", "accelerate", "typer", "rich")

@@ -48,13 +48,13 @@ import numpy as np
 import torch
 
 from infoeval import distributed, heap
-from infoeval.batches import Batch, each_window, plan, plan_shared  # noqa: F401  (plan, plan_shared: re-exported)
-from infoeval.columns import IDENTITY, Columns, as_numpy, identity_columns
+from infoeval.engine.batches import Batch, each_window, plan, plan_shared  # noqa: F401  (plan, plan_shared: re-exported)
+from infoeval.engine.columns import IDENTITY, Columns, as_numpy, identity_columns
 from infoeval.errors import RuntimeFailure
-from infoeval.kvcache import cache_kw, crop_to, new_cache  # noqa: F401  (crop_to, new_cache: re-exported)
-from infoeval.logits_pool import LogitsPool, pooled_head
-from infoeval.roles import headless, linears_row_by_row, model_device, parts
-from infoeval.windows import window_inputs, window_targets
+from infoeval.engine.kvcache import cache_kw, crop_to, new_cache  # noqa: F401  (crop_to, new_cache: re-exported)
+from infoeval.engine.logits_pool import LogitsPool, pooled_head
+from infoeval.engine.roles import headless, linears_row_by_row, model_device, parts
+from infoeval.input.windows import window_inputs, window_targets
 
 Reducer = Callable[["Step"], Mapping[str, "torch.Tensor | np.ndarray"]]
 

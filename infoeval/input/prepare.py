@@ -17,13 +17,13 @@ from types import MappingProxyType
 from infoeval import distributed
 from infoeval.errors import UsageError
 from infoeval.models import LoadedModel, load_model, resolve_device, resolve_dtype
-from infoeval.results import Provenance, provenance
+from infoeval.output.results import Provenance, provenance
 from infoeval.settings import ModelSettings, TextSettings, WindowSettings
-from infoeval.documents import gptq_text, load_documents
-from infoeval.text import Text, load_text, strip_one_trailing_newline
-from infoeval.tokens import TokenStream, encode, truncate
-from infoeval.protocols import Cut, DocumentLayout, gptq_cut, lmeval_cut, lmeval_prefix
-from infoeval.windows import Window, describe, llamacpp_windows, rolling_windows
+from infoeval.input.documents import gptq_text, load_documents
+from infoeval.input.text import Text, load_text, strip_one_trailing_newline
+from infoeval.input.tokens import TokenStream, encode, truncate
+from infoeval.input.protocols import Cut, DocumentLayout, gptq_cut, lmeval_cut, lmeval_prefix
+from infoeval.input.windows import Window, describe, llamacpp_windows, rolling_windows
 
 
 class Reporter:

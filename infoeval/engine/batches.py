@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from infoeval.windows import Window
+from infoeval.input.windows import Window
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from infoeval.windows import window_targets
+from infoeval.input.windows import window_targets
 
 IDENTITY = {"window": np.int32, "position": np.int64, "token_id": np.int64, "context": np.int32}
 

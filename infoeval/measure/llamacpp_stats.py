@@ -44,7 +44,7 @@ import math
 
 import numpy as np
 
-from infoeval.stats import iid_se, mean_cov, se
+from infoeval.measure.stats import iid_se, mean_cov, se
 
 # (key suffix, llama.cpp's label, fraction) in llama.cpp's order; KLD omits the quartiles, Δp prints them
 KLD_PERCENTILES = (

@@ -19,7 +19,7 @@ import torch
 
 from infoeval import distributed
 from infoeval.errors import DeviceError, ModelLoadError, UsageError
-from infoeval.model_files import (
+from infoeval.models.files import (
     cached_sha256,
     gguf_cache_dir,
     gguf_file,

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from infoeval.documents import Documents, count_words
+from infoeval.input.documents import Documents, count_words
 from infoeval.errors import UsageError
-from infoeval.tokens import TokenStream, default_special_tokens, text_tokens
-from infoeval.windows import Window, gptq_windows, lmeval_windows
+from infoeval.input.tokens import TokenStream, default_special_tokens, text_tokens
+from infoeval.input.windows import Window, gptq_windows, lmeval_windows
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from infoeval.stats import LN2
+from infoeval.measure.stats import LN2
 
 LMEVAL_FIGURES = ("word_perplexity", "byte_perplexity", "bits_per_byte")
 GPTQ_FIGURES = ("ppl",)

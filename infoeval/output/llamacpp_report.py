@@ -22,7 +22,7 @@ import math
 
 from rich.console import Console
 
-from infoeval.llamacpp_stats import DP_PERCENTILES, KLD_PERCENTILES
+from infoeval.measure.llamacpp_stats import DP_PERCENTILES, KLD_PERCENTILES
 
 
 def _f(fmt: str, *values) -> str:

@@ -18,7 +18,7 @@ import contextlib
 
 import torch
 
-from infoeval.roles import linear_into
+from infoeval.engine.roles import linear_into
 
 MAX_BUFFERS = 4  # more logits alive at once than this: fresh tensors for the others
 
