@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def child(mode: str, tokens: int, model: str, data_dir: str) -> dict:
     import torch
 
-    from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+    from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
     from infoeval.compare.pipeline import quantize_compare
     from infoeval.input.prepare import Reporter, prepare
 

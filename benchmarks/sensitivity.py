@@ -26,7 +26,7 @@ import torch
 from infoeval.input.prepare import Reporter, prepare
 from infoeval.output.results import write_json
 from infoeval.sensitivity import sweep_prepared
-from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
 
 def _args():

@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from infoeval.output.results import atomic_write_bytes, now_iso, versions
+from infoeval.input.provenance import now_iso, versions
+from infoeval.output.results import atomic_write_bytes
 from infoeval.measure.stats import iid_se
 
 METRICS = {"kl_mean": ("kl_se", "kl"), "top1": ("top1_se", "top1_match"), "ln_ppl_ratio": ("ln_ppl_ratio_se", None)}

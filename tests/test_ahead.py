@@ -27,7 +27,7 @@ from infoeval.quant import ahead as quant_ahead
 from infoeval.quant.apply import build_variants
 from infoeval.quant.primitives import signal_power, sqnr_db, fake_quantize
 from infoeval.quant.schemes import parse_schemes
-from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from variant_checks import FIELDS, same_variants
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not os.sys.platform.startswith("linux"), reason="Linux fork only")

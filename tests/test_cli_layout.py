@@ -34,7 +34,7 @@ ENTRY = {
     "compress-bits": ("infoeval.compare.pipeline", "compress_bits", []),
     "reference": ("infoeval.gate.pipeline", "build_reference", []),
     "gate": ("infoeval.gate.pipeline", "run_gate", []),
-    "quantize": ("infoeval.quant.export", "quantize_checkpoint", []),
+    "quantize": ("infoeval.gate.checkpoint", "quantize_checkpoint", []),
     "spec-accept": ("infoeval.speculative.accept", "spec_accept", ["--draft-layers", "1"]),
     "spec-decode": ("infoeval.speculative.generate", "spec_decode", ["--draft-layers", "1"]),
     "distill": ("infoeval.speculative.distill", "distill", ["--student-layers", "1"]),
@@ -71,7 +71,7 @@ def _invoke(args: list[str], calls: list) -> tuple:
 
 def _model_of(call: tuple) -> str:
     """The model spec inside the recorded arguments (a ModelSettings, or GateSettings' candidate)."""
-    from infoeval.settings import ModelSettings
+    from infoeval.input.settings import ModelSettings
 
     return next(a.model for a in call[0] if isinstance(a, ModelSettings))
 

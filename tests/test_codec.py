@@ -173,7 +173,7 @@ def test_refused_fallback_and_bad_input_exit_2(tiny_llama_dir, tmp_path, monkeyp
 
 def test_compress_bits_verify_coding_adds_a_measured_row(tiny_llama_dir):
     from infoeval.compare.pipeline import compress_bits
-    from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+    from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
     ms, ts, ws = ModelSettings(model=str(tiny_llama_dir)), TextSettings(max_tokens=300), WindowSettings(ctx=64)
     result, _ = compress_bits(ms, ts, ws, verify_coding=True)

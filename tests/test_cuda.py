@@ -8,7 +8,7 @@ import torch
 
 from tiny_models import as_json, requires_cuda
 
-from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.compare.pipeline import quantize_compare
 
 

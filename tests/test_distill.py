@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tiny_models import as_json
-from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
 from infoeval.models import load_model
 from infoeval.speculative import distill as dmod

@@ -24,7 +24,7 @@ from tiny_models import as_json
 from infoeval.compare import pipeline as compare_pipeline
 from infoeval.input import prepare as runs
 from infoeval.compare.compressors import COMPRESSORS, compress_all
-from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.compare.pipeline import REF_COLUMNS, VARIANT_COLUMNS, run_lockstep
 from infoeval.models import load_model
 from infoeval.quant.apply import fake_quantize_, quantize_variant

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tiny_models import as_json
-from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import DataError, UsageError
 from infoeval.gate.limits import parse_limits
 from infoeval.gate.reference_file import read_reference
@@ -158,7 +158,7 @@ def test_quantize_roundtrip_same_logits(tiny_llama_dir, tmp_path):
     """quantize → AutoModelForCausalLM.from_pretrained → the same logits as in-memory fake quantization."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from infoeval.quant.export import quantize_checkpoint, saved_scheme
+    from infoeval.gate.checkpoint import quantize_checkpoint, saved_scheme
 
     out = tmp_path / "q"
     info = quantize_checkpoint(ModelSettings(str(tiny_llama_dir), "cpu", "float32"), "int4-g32", out, include=("lm_head",))
@@ -182,7 +182,7 @@ def test_pack_quantized_roundtrip_same_logits(tiny_llama_dir, tmp_path):
     pytest.importorskip("compressed_tensors")
     from transformers import AutoModelForCausalLM
 
-    from infoeval.quant.export import quantize_checkpoint
+    from infoeval.gate.checkpoint import quantize_checkpoint
 
     ms = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
     info = quantize_checkpoint(ms, "int4-g32", tmp_path / "p", fmt="pack-quantized")

@@ -53,3 +53,78 @@ def test_no_package_named_like_a_test_folder_or_a_stdlib_module():
 def test_one_ln2():
     hits = [_rel(p) for p in SOURCES if re.search(r"^LN2\s*=", p.read_text(encoding="utf-8"), re.MULTILINE)]
     assert hits == ["infoeval/measure/stats.py"]
+
+
+# ---- stages: the tree shows the data flow ------------------------------------------------------------------
+# In data-flow order. A module may import from its own stage and from stages before it, never from a later one
+# (module-level and function-level imports alike). ``infoeval`` itself (``__version__``) is open to all.
+STAGES: list[tuple[str, set[str]]] = [
+    ("core", {"errors", "distributed", "heap"}),  # failures and exit codes; ranks; the process's allocator
+    ("input", {"input", "models", "quant"}),  # settings, text → tokens → windows, provenance; models and variants
+    ("engine", {"engine"}),  # the one window loop: batches, columns, roles, logits, caches
+    ("measure", {"measure"}),  # per-position information theory, aggregates, SEs, the metric registry
+    ("output", {"output"}),  # results, tables, llama.cpp's block, plots
+    ("commands", {"codec", "compare", "gate", "klfit", "mix", "mutual_info", "sensitivity", "speculative"}),
+    ("cli", {"cli", "__main__"}),
+]
+LOOSE_MODULES = {"__init__", "__main__", "errors", "distributed", "heap"}  # at most 6
+PACKAGES = set().union(*(units for _, units in STAGES)) - {m for m in LOOSE_MODULES}
+
+
+def _unit(module: str) -> str:
+    """The stage unit of a dotted module name: its top-level package or loose module under ``infoeval``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "infoeval"
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, imported infoeval module) of every import in a source file, at any depth."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] == "infoeval":
+            names = [f"infoeval.{a.name}" for a in node.names] if node.module == "infoeval" else [node.module]
+            out += [(node.lineno, n) for n in names]
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "infoeval"]
+    return out
+
+
+def stage_violations(sources: list[Path], root: Path = PACKAGE.parent) -> list[str]:
+    """Every import of a later stage, as 'file:line imports module (stage a → stage b)'; ``root`` holds the
+    ``infoeval`` folder of the sources."""
+    rank = {unit: i for i, (_, units) in enumerate(STAGES) for unit in units}
+    bad = []
+    for p in sources:
+        rel = p.relative_to(root)
+        own = _unit(".".join(rel.with_suffix("").parts))
+        for line, module in _imports(p):
+            other = _unit(module)
+            if other in rank and own in rank and rank[other] > rank[own]:
+                bad.append(f"{rel}:{line} imports {module} ({STAGES[rank[own]][0]} → {STAGES[rank[other]][0]})")
+    return bad
+
+
+def test_a_stage_imports_only_from_stages_before_it():
+    assert not stage_violations(SOURCES), "\n".join(stage_violations(SOURCES))
+
+
+def test_every_unit_has_a_stage_and_the_top_level_holds_few_modules():
+    loose = {p.stem for p in PACKAGE.glob("*.py")}
+    assert loose == LOOSE_MODULES and len(loose) <= 6, loose
+    packages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert packages == PACKAGES, packages ^ PACKAGES
+    staged = set().union(*(units for _, units in STAGES))
+    assert (loose | packages) - {"__init__"} <= staged
+
+
+def test_the_stage_check_catches_a_later_import(tmp_path):
+    # a deliberate bad import in a measure module (beside a good one and a lazy bad one): measure may import the
+    # input stage, not the output stage
+    bad = tmp_path / "infoeval" / "measure" / "probe.py"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("from infoeval.output.results import Result\nfrom infoeval.input import text\n\n\n"
+                   "def f():\n    from infoeval import compare\n", encoding="utf-8")  # fmt: skip
+    assert stage_violations([bad], tmp_path) == [
+        "infoeval/measure/probe.py:1 imports infoeval.output.results (measure → output)",
+        "infoeval/measure/probe.py:6 imports infoeval.compare (measure → commands)",
+    ]

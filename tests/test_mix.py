@@ -147,7 +147,7 @@ def test_split_windows_is_disjoint():
 @pytest.fixture(scope="module")
 def mixed(tiny_llama_dir, tmp_path_factory):
     from infoeval.mix.pipeline import MixSettings, mix
-    from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+    from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
     settings = (ModelSettings(str(tiny_llama_dir), device="cpu"), TextSettings(max_tokens=512), WindowSettings(ctx=128))
     mx = MixSettings(schemes="int3-g64,int4-g64,int8-channel", budget="int4-g64", by="linear", sweep="3.5:5:0.5", sweep_tokens=256)
@@ -166,7 +166,7 @@ def test_mix_measures_held_out_tokens_after_the_sweep(mixed):
 
 def test_mix_uniform_points_equal_quantize_compare(mixed):
     from infoeval.compare.pipeline import quantize_compare
-    from infoeval.settings import VariantSettings
+    from infoeval.input.settings import VariantSettings
 
     settings, mx, data, _, _, _ = mixed
     qc, _ = quantize_compare(*settings, VariantSettings(schemes=mx.schemes))
@@ -194,7 +194,7 @@ def test_mix_rows_are_consistent(mixed):
 
 def test_recipe_round_trip_gives_the_measured_numbers_again(mixed):
     from infoeval.compare.pipeline import quantize_compare
-    from infoeval.settings import VariantSettings
+    from infoeval.input.settings import VariantSettings
 
     settings, _, data, _, _, tmp = mixed
     main = data["solutions"][0]["variant"]

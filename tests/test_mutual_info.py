@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from infoeval.settings import ModelSettings, TextSettings
+from infoeval.input.settings import ModelSettings, TextSettings
 from infoeval.errors import DataError, UsageError
 from infoeval.models import load_model
 from infoeval.mutual_info.estimator import (

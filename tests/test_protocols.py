@@ -18,7 +18,7 @@ from infoeval.input.documents import (
 )  # fmt: skip
 from infoeval.errors import DataError, UsageError
 from infoeval.measure.protocol_metrics import document_loglikelihoods, gptq_figures, lmeval_figures
-from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.input.text import Text, load_text
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -17,7 +17,7 @@ import torch
 
 from infoeval.compare import pipeline as compare_pipeline
 from infoeval.input import prepare as runs
-from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.compare.pipeline import run_lockstep
 from tiny_models import as_json, requires_smollm2
 

@@ -188,7 +188,7 @@ def test_bad_recipes_exit_2_with_one_line(command, text, message, tiny_llama_dir
               "quantize": [tiny_llama_dir, "--recipe", recipe, "--out", tmp_path / "q"]}[command]  # fmt: skip
     if command == "gate":
         from infoeval.gate.pipeline import build_reference
-        from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+        from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
         build_reference(ModelSettings(str(tiny_llama_dir)), TextSettings(max_tokens=64), WindowSettings(ctx=32), tmp_path / "missing.safetensors", 8, 4)
     code, out, err = _main([command, *common], monkeypatch, capsys)
@@ -201,8 +201,8 @@ def test_bad_recipes_exit_2_with_one_line(command, text, message, tiny_llama_dir
 def test_quantize_recipe_writes_the_mixed_weights(tiny_llama_dir, tmp_path, llama):
     from safetensors.torch import load_file
 
-    from infoeval.quant.export import quantize_checkpoint, saved_scheme
-    from infoeval.settings import ModelSettings
+    from infoeval.gate.checkpoint import quantize_checkpoint, saved_scheme
+    from infoeval.input.settings import ModelSettings
 
     path = tmp_path / "mixed.toml"
     write_recipe(path, _recipe(default=parse_scheme("int4-g32"), units=(("model.layers.0.*", parse_scheme("int8-channel")),)))
@@ -257,7 +257,7 @@ def test_gate_recipe_judges_the_mix(tiny_llama_dir, tmp_path):
     from infoeval.compare.pipeline import quantize_compare
     from infoeval.gate.limits import parse_limits
     from infoeval.gate.pipeline import GateSettings, build_reference, run_gate
-    from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+    from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 
     ms, ts, ws = ModelSettings(str(tiny_llama_dir), device="cpu"), TextSettings(max_tokens=128), WindowSettings(ctx=64)
     path = tmp_path / "mixed.toml"
@@ -275,7 +275,7 @@ def test_gate_recipe_judges_the_mix(tiny_llama_dir, tmp_path):
 
 def test_one_scheme_recipe_gives_the_plain_schemes_numbers(tiny_qwen3_dir, tmp_path):
     from infoeval.compare.pipeline import quantize_compare
-    from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+    from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 
     path = tmp_path / "same.toml"
     path.write_text('[recipe]\ndefault = "int4-g64"\n', encoding="utf-8")  # partial last groups on every Qwen3 layer

@@ -22,7 +22,7 @@ from infoeval.quant.schemes import parse_scheme
 from infoeval.sensitivity import sweep_prepared
 from infoeval.sensitivity.ranking import average_ranks, spearman
 from infoeval.sensitivity.units import enumerate_units, split_globs
-from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.windows import window_inputs, window_targets
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -12,7 +12,7 @@ import pytest
 from infoeval.input.prepare import Reporter, prepare
 from infoeval.sensitivity import sweep_prepared
 from infoeval.sensitivity.ranking import spearman
-from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.text import load_text
 from tiny_models import requires_smollm2
 

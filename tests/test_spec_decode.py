@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tiny_models import as_json
-from infoeval.settings import ModelSettings
+from infoeval.input.settings import ModelSettings
 from infoeval.errors import UsageError
 from infoeval.models import load_model
 from infoeval.speculative.decode import plain_sample, speculative_sample, verify_drafts

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.prepare import Reporter, prepare
 from infoeval.speculative import accept
 from infoeval.speculative.decode import speculative_sample

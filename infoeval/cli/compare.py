@@ -55,7 +55,7 @@ def quantize_compare(
     from infoeval.compare import pipeline
     from infoeval.compare.report import positions_frame, print_quantize_compare, print_quantize_compare_llamacpp, summary_frame
     from infoeval.output.report import RichReporter
-    from infoeval.settings import VariantSettings
+    from infoeval.input.settings import VariantSettings
 
     model = pick_model(context, model_arg, model)
     ms, ts, ws = run.settings(model)

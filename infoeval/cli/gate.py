@@ -139,7 +139,7 @@ def gate(
     from infoeval.gate.pipeline import GateSettings, run_gate
     from infoeval.gate.report import gate_table, junit_xml, markdown as to_markdown, print_gate_llamacpp, summary_table
     from infoeval.output.report import RichReporter
-    from infoeval.settings import ModelSettings
+    from infoeval.input.settings import ModelSettings
 
     candidate = pick_model(context, candidate, model, "the candidate")
     overrides = {"max_kl_mean": max_kl_mean, "max_kl_p99": max_kl_p99, "min_top1": min_top1,
@@ -176,9 +176,9 @@ def quantize(
     config: ConfigOpt = None,
 ) -> None:
     """Write a fake-quantized checkpoint (safetensors, config, tokenizer, per-layer report) that transformers loads."""
-    from infoeval.quant.export import quantize_checkpoint
+    from infoeval.gate.checkpoint import quantize_checkpoint
     from infoeval.output.report import stdout_console
-    from infoeval.settings import ModelSettings
+    from infoeval.input.settings import ModelSettings
 
     ms = ModelSettings(model=pick_model(context, model_arg, model), device=device, dtype=dtype)
     if recipe is not None and getattr(context.get_parameter_source("scheme"), "name", "") != "DEFAULT":

@@ -15,7 +15,7 @@ import typer
 
 from infoeval.errors import UsageError
 from infoeval.models import DEFAULT_MODEL
-from infoeval.settings import DEFAULT_CTX, ModelSettings, TextSettings, WindowSettings, default_ctx
+from infoeval.input.settings import DEFAULT_CTX, ModelSettings, TextSettings, WindowSettings, default_ctx
 from infoeval.input.text import DATASETS
 
 # ---- defaults of the shared options (each command's signature uses these) ---------------------------------

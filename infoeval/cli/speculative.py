@@ -117,7 +117,7 @@ def spec_decode(
     """Speculative sampling with KV caches (draft proposes γ tokens, the target verifies them in one pass) against
     plain sampling from the target: acceptance, tokens per target call, wall time and speed-up."""
     from infoeval.output.report import RichReporter
-    from infoeval.settings import ModelSettings
+    from infoeval.input.settings import ModelSettings
     from infoeval.speculative.drafts import DraftSettings
     from infoeval.speculative.generate import rounds_frame, spec_decode, summary_frame
     from infoeval.speculative.report import print_spec_decode

@@ -21,8 +21,9 @@ from infoeval.errors import DataError, RuntimeFailure, UsageError
 from infoeval.models.files import BUILTIN
 from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.input.prepare import Reporter
-from infoeval.output.results import Result, atomic_write_bytes, provenance
-from infoeval.settings import DEFAULT_MODEL
+from infoeval.input.provenance import provenance
+from infoeval.output.results import Result, atomic_write_bytes
+from infoeval.input.settings import DEFAULT_MODEL
 
 
 @dataclass(frozen=True)

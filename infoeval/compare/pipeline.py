@@ -25,7 +25,7 @@ from infoeval.quant.apply import QuantizedVariant, WithVariant, build_variants
 from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_schemes
 from infoeval.output.results import Result
-from infoeval.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.input.tokens import TokenStream
 from infoeval.input.windows import Window
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import DataError, UsageError
 from infoeval import engine
 from infoeval.gate.compact import CompactDist, compact
@@ -26,7 +26,8 @@ from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.quant.apply import fake_quantize_, recipe_variant, swap_in
 from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_scheme
-from infoeval.output.results import SCHEMA_VERSION, Result, provenance
+from infoeval.input.provenance import provenance
+from infoeval.output.results import SCHEMA_VERSION, Result
 from infoeval.input.prepare import Reporter, prepare, progress
 
 

@@ -17,8 +17,8 @@ from types import MappingProxyType
 from infoeval import distributed
 from infoeval.errors import UsageError
 from infoeval.models import LoadedModel, load_model, resolve_device, resolve_dtype
-from infoeval.output.results import Provenance, provenance
-from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.input.provenance import Provenance, provenance
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.documents import gptq_text, load_documents
 from infoeval.input.text import Text, load_text, strip_one_trailing_newline
 from infoeval.input.tokens import TokenStream, encode, truncate

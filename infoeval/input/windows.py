@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import torch
 
 from infoeval.errors import DataError, UsageError
-from infoeval.settings import check_window_options
+from infoeval.input.settings import check_window_options
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
-from infoeval.output.results import Result, provenance
+from infoeval.input.provenance import provenance
+from infoeval.output.results import Result
 from infoeval.errors import UsageError
 
 DIRECTIONS = ("forward", "reverse")

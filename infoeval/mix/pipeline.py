@@ -27,7 +27,7 @@ from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.quant.apply import decoder_prefix, plan_layers, quantize_plan, quantize_variant
 from infoeval.quant.recipe import Recipe, recipe_toml
 from infoeval.quant.schemes import SchemeError, parse_scheme, parse_schemes
-from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.windows import describe
 
 DEFAULT_MIX_SCHEMES = "int3-g128-asym,int4-g128,int4-g128-asym,int5-g128-asym,int8-channel"

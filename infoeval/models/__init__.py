@@ -25,7 +25,7 @@ from infoeval.models.files import (
     gguf_file,
     weights_digest,
 )
-from infoeval.settings import DEFAULT_MODEL
+from infoeval.input.settings import DEFAULT_MODEL
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,

@@ -15,8 +15,9 @@ from infoeval.mutual_info.estimator import (
 )
 from infoeval.mutual_info.powerlaw import fit_with_ci
 from infoeval.input.prepare import Reporter, prepare, progress
-from infoeval.output.results import Result, provenance
-from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.input.provenance import provenance
+from infoeval.output.results import Result
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
 
 @dataclass(frozen=True)

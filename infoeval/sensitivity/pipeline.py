@@ -33,7 +33,7 @@ from infoeval.sensitivity import proxy as fisher
 from infoeval.sensitivity.ranking import spearman
 from infoeval.sensitivity.result import SensitivityResult, unit_metrics
 from infoeval.sensitivity.units import Unit, enumerate_units
-from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
 REFERENCE = "reference"
 CHECK = "check"  # the last block alone, from its captured input, on the first window: must equal the reference

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infoeval.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
 from infoeval.models import resolve_device, resolve_dtype
 from infoeval.output.results import Result

@@ -10,10 +10,11 @@ import time
 
 import torch
 
-from infoeval.settings import ModelSettings
+from infoeval.input.settings import ModelSettings
 from infoeval.errors import UsageError
 from infoeval.models import load_model, resolve_device, resolve_dtype
-from infoeval.output.results import Result, provenance
+from infoeval.input.provenance import provenance
+from infoeval.output.results import Result
 from infoeval.input.prepare import Reporter, progress
 from infoeval.speculative.decode import Generation, plain_sample, speculative_sample
 from infoeval.speculative.drafts import DraftSettings, build_draft

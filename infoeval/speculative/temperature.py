@@ -19,7 +19,8 @@ import torch
 from infoeval.engine import last_logits
 
 from infoeval.errors import UsageError
-from infoeval.output.results import Result, provenance
+from infoeval.input.provenance import provenance
+from infoeval.output.results import Result
 from infoeval.measure.stats import LN2
 
 

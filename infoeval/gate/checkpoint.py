@@ -16,14 +16,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from infoeval.settings import ModelSettings
+from infoeval.input.settings import ModelSettings
 from infoeval.errors import UsageError
 from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.quant.packed import check_packable, save_pack_quantized
 from infoeval.quant.apply import quantize_variant, recipe_variant, swap_in
 from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_scheme
-from infoeval.output.results import provenance
+from infoeval.input.provenance import provenance
 
 REPORT_FILE = "infoeval-quantization.json"
 
