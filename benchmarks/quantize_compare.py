@@ -34,17 +34,17 @@ def child(mode: str, tokens: int, model: str, data_dir: str) -> dict:
     from infoeval.compare.pipeline import quantize_compare
     from infoeval.input.prepare import Reporter, prepare
 
-    ms = ModelSettings(model=model)
-    ts = TextSettings(dataset="wikitext-2", data_dir=Path(data_dir), max_tokens=tokens)
-    ws = WindowSettings(ctx=512)
+    model_settings = ModelSettings(model=model)
+    text_settings = TextSettings(dataset="wikitext-2", data_dir=Path(data_dir), max_tokens=tokens)
+    window_settings = WindowSettings(ctx=512)
     t0 = time.perf_counter()
     if mode == "compare":
-        result = quantize_compare(ms, ts, ws, VariantSettings(), Reporter())[0].to_json()
+        result = quantize_compare(model_settings, text_settings, window_settings, VariantSettings(), Reporter())[0].to_json()
         wall = time.perf_counter() - t0
         out = {"wall_s": wall, "timings": result["timings"], "scored_tokens": result["reference"]["tokens"],
                "kl_mean": {v["name"]: v["metrics"]["kl_mean"] for v in result["variants"]}}
     else:
-        p = prepare(ms, ts, ws, Reporter())
+        p = prepare(model_settings, text_settings, window_settings, Reporter())
         from infoeval.input.windows import window_inputs
 
         model_ = p.loaded.model

@@ -65,21 +65,21 @@ def _dot(a, b, ws):
     return torch.mul(a, b, out=ws.get("tmp", a)).sum(-1)
 
 
-def old_reference_stats(logits, targets, ws: OldWorkspace) -> OldRefStats:
-    lp = torch.ops.aten._log_softmax.out(logits.float(), -1, False, out=ws.get("ref_lp", logits))
-    p = torch.exp(lp, out=ws.get("ref_p", logits))
-    return OldRefStats(lp=lp, p=p, entropy=-_dot(p, lp, ws), argmax=lp.argmax(-1), nll=nll(lp, targets))
+def old_reference_stats(logits, targets, workspace: OldWorkspace) -> OldRefStats:
+    lp = torch.ops.aten._log_softmax.out(logits.float(), -1, False, out=workspace.get("ref_lp", logits))
+    p = torch.exp(lp, out=workspace.get("ref_p", logits))
+    return OldRefStats(lp=lp, p=p, entropy=-_dot(p, lp, workspace), argmax=lp.argmax(-1), nll=nll(lp, targets))
 
 
-def old_compare(ref: OldRefStats, logits, targets, ws: OldWorkspace) -> dict[str, torch.Tensor]:
-    lq = torch.ops.aten._log_softmax.out(logits.float(), -1, False, out=ws.get("var_lq", logits))
-    q = torch.exp(lq, out=ws.get("var_q", logits))
-    entropy_q = -_dot(q, lq, ws)
+def old_compare(ref: OldRefStats, logits, targets, workspace: OldWorkspace) -> dict[str, torch.Tensor]:
+    lq = torch.ops.aten._log_softmax.out(logits.float(), -1, False, out=workspace.get("var_lq", logits))
+    q = torch.exp(lq, out=workspace.get("var_q", logits))
+    entropy_q = -_dot(q, lq, workspace)
     out_nll = nll(lq, targets)
     top1 = lq.gather(-1, ref.argmax.reshape(-1, 1)).reshape(-1) >= lq.amax(-1)
     lq.sub_(ref.lp)
-    kl = -_dot(ref.p, lq, ws)
-    rkl = _dot(q, lq, ws)
+    kl = -_dot(ref.p, lq, workspace)
+    rkl = _dot(q, lq, workspace)
     q.sub_(ref.p).abs_()
     tv = 0.5 * q.sum(-1)
     return {"nll": out_nll, "kl": kl, "rkl": rkl, "tv": tv, "entropy": entropy_q, "top1": top1}

@@ -175,12 +175,12 @@ def test_compress_bits_verify_coding_adds_a_measured_row(tiny_llama_dir):
     from infoeval.compare.pipeline import compress_bits
     from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
-    ms, ts, ws = ModelSettings(model=str(tiny_llama_dir)), TextSettings(max_tokens=300), WindowSettings(ctx=64)
-    result, _ = compress_bits(ms, ts, ws, verify_coding=True)
+    model_settings, text_settings, window_settings = ModelSettings(model=str(tiny_llama_dir)), TextSettings(max_tokens=300), WindowSettings(ctx=64)
+    result, _ = compress_bits(model_settings, text_settings, window_settings, verify_coding=True)
     row = next(r for r in result.compressors if r["method"] == "arithmetic-coded")
     assert row["round_trip"] and row["payload_bits"] <= 1.001 * row["ideal_bits"] + 16
     assert row["bits"] == 8 * row["bytes"] and row["tokens"] > 250
-    plain, _ = compress_bits(ms, ts, ws)
+    plain, _ = compress_bits(model_settings, text_settings, window_settings)
     assert "arithmetic-coded" not in {r["method"] for r in plain.compressors}
 
 

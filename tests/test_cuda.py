@@ -16,9 +16,9 @@ from infoeval.compare.pipeline import quantize_compare
 def test_cuda_matches_cpu(tiny_llama_dir, tiny_text, tmp_path):
     path = tmp_path / "t.txt"
     path.write_text(tiny_text, encoding="utf-8")
-    ts, ws, vs = TextSettings(text=path), WindowSettings(ctx=64), VariantSettings(schemes="int8-channel,int4-g32")
-    cpu, cpu_cols = as_json(quantize_compare(ModelSettings(str(tiny_llama_dir), "cpu", "float32"), ts, ws, vs))
-    gpu, gpu_cols = as_json(quantize_compare(ModelSettings(str(tiny_llama_dir), "cuda", "float32"), ts, ws, vs))
+    text_settings, window_settings, variant_settings = TextSettings(text=path), WindowSettings(ctx=64), VariantSettings(schemes="int8-channel,int4-g32")
+    cpu, cpu_cols = as_json(quantize_compare(ModelSettings(str(tiny_llama_dir), "cpu", "float32"), text_settings, window_settings, variant_settings))
+    gpu, gpu_cols = as_json(quantize_compare(ModelSettings(str(tiny_llama_dir), "cuda", "float32"), text_settings, window_settings, variant_settings))
     assert gpu["provenance"]["device"].startswith("cuda")
     np.testing.assert_allclose(gpu_cols.reference["nll"], cpu_cols.reference["nll"], atol=1e-3)
     for name in cpu_cols.variants:

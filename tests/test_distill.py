@@ -80,9 +80,9 @@ CTX, MAX_TOKENS, TEMPS = 48, 120, (1.0, 2.0, 4.0)
 def run(tiny_llama_dir, tiny_text, tmp_path_factory):
     path = tmp_path_factory.mktemp("distill") / "t.txt"
     path.write_text(tiny_text, encoding="utf-8")
-    ms = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
-    ds = DraftSettings(layers=1, role="student")
-    return as_json(dmod.distill(ms, TextSettings(path, max_tokens=MAX_TOKENS), WindowSettings(CTX), ds, TEMPS, 0.1))
+    model_settings = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
+    draft_settings = DraftSettings(layers=1, role="student")
+    return as_json(dmod.distill(model_settings, TextSettings(path, max_tokens=MAX_TOKENS), WindowSettings(CTX), draft_settings, TEMPS, 0.1))
 
 
 def test_pipeline_against_brute_force(run, tiny_llama_dir, tiny_text):

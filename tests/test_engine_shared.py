@@ -71,7 +71,7 @@ def test_a_shared_batch_dequantizes_each_layer_once(tiny_llama_dir, monkeypatch)
     variant = apply.quantize_variant(model, parse_scheme("int4-g32"))
     calls = []
     original = apply.DequantBuffers.dequantize
-    monkeypatch.setattr(apply.DequantBuffers, "dequantize", lambda self, pw: calls.append(pw) or original(self, pw))
+    monkeypatch.setattr(apply.DequantBuffers, "dequantize", lambda self, packed: calls.append(packed) or original(self, packed))
     forwards = []
     windows = rolling_windows(len(stream), 40)  # 4 windows of 40 inputs
     reducer = compare_pipeline.lockstep_reducer([variant.name])
@@ -87,8 +87,8 @@ def test_a_shared_batch_gives_the_heaps_free_pages_back_between_the_blocks_and_t
     variant = apply.quantize_variant(model, parse_scheme("int4-g32"))
     events = []
     monkeypatch.setattr(engine.heap, "release_freed_memory", lambda: events.append("trim") or True)
-    monkeypatch.setattr(apply.DequantBuffers, "dequantize", lambda self, pw, f=apply.DequantBuffers.dequantize:
-                        events.append("blocks") or f(self, pw))  # fmt: skip
+    monkeypatch.setattr(apply.DequantBuffers, "dequantize", lambda self, packed, f=apply.DequantBuffers.dequantize:
+                        events.append("blocks") or f(self, packed))  # fmt: skip
     reducer = compare_pipeline.lockstep_reducer([variant.name])
     roles = {"reference": model, variant.name: apply.WithVariant(model, variant)}
     windows = rolling_windows(len(stream), 40)  # 4 windows of 40 inputs: 2 shared batches of 2

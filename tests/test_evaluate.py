@@ -220,9 +220,9 @@ def compared(request, tiny_llama_dir, tiny_qwen3_dir, text_file):
         key = (model_name, schemes, include, ctx, stride)
         if key not in cache:
             model_dir = {"tiny_llama_dir": tiny_llama_dir, "tiny_qwen3_dir": tiny_qwen3_dir}[model_name]
-            ms, ts, ws = _settings(model_dir, text_file, ctx=ctx, stride=stride)
-            result, cols = as_json(compare_pipeline.quantize_compare(ms, ts, ws, VariantSettings(schemes, include, ())))
-            p = runs.prepare(ms, ts, ws, runs.Reporter())
+            model_settings, text_settings, window_settings = _settings(model_dir, text_file, ctx=ctx, stride=stride)
+            result, cols = as_json(compare_pipeline.quantize_compare(model_settings, text_settings, window_settings, VariantSettings(schemes, include, ())))
+            p = runs.prepare(model_settings, text_settings, window_settings, runs.Reporter())
             cache[key] = (result, cols, p)
         return cache[key]
 
@@ -416,8 +416,8 @@ def test_max_tokens_caps_scored_tokens_and_bytes(tiny_llama_dir, text_file):
 @pytest.mark.parametrize("model_name", ["tiny_llama_dir", "tiny_qwen3_dir"])
 def test_fewer_bits_more_kl(request, text_file, model_name):
     """int8-channel < int4-channel < int2-channel in mean KL (and the reverse in top-1 agreement)."""
-    ms, ts, ws = _settings(request.getfixturevalue(model_name), text_file, ctx=64, max_tokens=600)
-    result, _ = as_json(compare_pipeline.quantize_compare(ms, ts, ws, VariantSettings("int2-channel,int8-channel,int4-channel")))
+    model_settings, text_settings, window_settings = _settings(request.getfixturevalue(model_name), text_file, ctx=64, max_tokens=600)
+    result, _ = as_json(compare_pipeline.quantize_compare(model_settings, text_settings, window_settings, VariantSettings("int2-channel,int8-channel,int4-channel")))
     m = {v["name"]: v["metrics"] for v in result["variants"]}
     kl = [m[s]["kl_mean"] for s in ("int8-channel", "int4-channel", "int2-channel")]
     top1 = [m[s]["top1"] for s in ("int8-channel", "int4-channel", "int2-channel")]
@@ -513,9 +513,9 @@ def test_compressor_sizes_equal_direct_calls(text_file):
 @pytest.mark.parametrize("protocol,ctx", [("rolling", 64), ("llama.cpp", 64)])
 def test_compress_bits_pipeline(tiny_llama_dir, text_file, protocol, ctx):
     """compress_bits: the model's total bits are Σ NLL / ln 2 and the compressors ran on exactly the scored bytes."""
-    ms, ts, ws = _settings(tiny_llama_dir, text_file, ctx=ctx, protocol=protocol)
-    result, cols = as_json(compare_pipeline.compress_bits(ms, ts, ws))
-    data = compare_pipeline.scored_bytes(runs.prepare(ms, ts, ws, runs.Reporter()))
+    model_settings, text_settings, window_settings = _settings(tiny_llama_dir, text_file, ctx=ctx, protocol=protocol)
+    result, cols = as_json(compare_pipeline.compress_bits(model_settings, text_settings, window_settings))
+    data = compare_pipeline.scored_bytes(runs.prepare(model_settings, text_settings, window_settings, runs.Reporter()))
     if protocol == "rolling":
         assert data == text_file.read_bytes()
     ref = result["reference"]

@@ -36,8 +36,8 @@ def ref_file(tmp_path_factory, tiny_llama_dir, tiny_text):
 
 
 def _gate(ref, candidate=None, scheme=None, limits=LAX, **kw):
-    gs = GateSettings(ref, candidate, scheme, tuple(parse_limits(limits)), **kw)
-    return as_json(run_gate(gs, ModelSettings(candidate or "", "cpu", "float32")))
+    gate_settings = GateSettings(ref, candidate, scheme, tuple(parse_limits(limits)), **kw)
+    return as_json(run_gate(gate_settings, ModelSettings(candidate or "", "cpu", "float32")))
 
 
 def test_reference_file_contents(ref_file):
@@ -184,9 +184,9 @@ def test_pack_quantized_roundtrip_same_logits(tiny_llama_dir, tmp_path):
 
     from infoeval.gate.checkpoint import quantize_checkpoint
 
-    ms = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
-    info = quantize_checkpoint(ms, "int4-g32", tmp_path / "p", fmt="pack-quantized")
-    quantize_checkpoint(ms, "int4-g32", tmp_path / "f")
+    model_settings = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
+    info = quantize_checkpoint(model_settings, "int4-g32", tmp_path / "p", fmt="pack-quantized")
+    quantize_checkpoint(model_settings, "int4-g32", tmp_path / "f")
     assert info["format"] == "pack-quantized"
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "p", dtype=torch.float32).eval()
     ref = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
@@ -199,4 +199,4 @@ def test_pack_quantized_roundtrip_same_logits(tiny_llama_dir, tmp_path):
     for scheme, words in [("int8-channel", "symmetric int4 schemes only"), ("int4-g48", "not a multiple of 48"),
                           ("int4-g32-asym", "symmetric int4 schemes only")]:  # fmt: skip
         with pytest.raises(UsageError, match=words):
-            quantize_checkpoint(ms, scheme, tmp_path / scheme, fmt="pack-quantized")
+            quantize_checkpoint(model_settings, scheme, tmp_path / scheme, fmt="pack-quantized")

@@ -465,11 +465,11 @@ def test_closed_forms_hold_in_chunks(monkeypatch, size):
 def test_workspace_buffers_are_chunk_sized(monkeypatch):
     """The statistics of 100 rows hold buffers of one chunk (at most CHUNK_ROWS + 1 rows), not of the window."""
     monkeypatch.setattr(it, "CHUNK_ROWS", 8)
-    ws = it.Workspace()
+    workspace = it.Workspace()
     lg = _logits(100, 300, 2.0, seed=24)
     t = torch.zeros(100, dtype=torch.long)
-    it.compare(it.reference_stats(lg, t, ws), lg + 1.0, t, ws)
-    assert ws._buffers and all(b.shape[0] <= 9 for b in ws._buffers.values())
+    it.compare(it.reference_stats(lg, t, workspace), lg + 1.0, t, workspace)
+    assert workspace._buffers and all(b.shape[0] <= 9 for b in workspace._buffers.values())
 
 
 def test_position_stats_by_rows_equal_the_whole_window():
@@ -517,18 +517,18 @@ def test_every_reducer_gives_the_whole_windows_columns_in_3_row_chunks(monkeypat
     from infoeval.speculative.drafts import DraftSettings
 
     (tmp_path / "t.txt").write_text(tiny_text, encoding="utf-8")
-    ms, ts = st.ModelSettings(str(tiny_llama_dir), "cpu", "float32"), st.TextSettings(tmp_path / "t.txt", max_tokens=100)
-    ws = st.WindowSettings(40)
+    model_settings, text_settings = st.ModelSettings(str(tiny_llama_dir), "cpu", "float32"), st.TextSettings(tmp_path / "t.txt", max_tokens=100)
+    window_settings = st.WindowSettings(40)
 
     def run(rows: int) -> dict:
         monkeypatch.setattr(it, "CHUNK_ROWS", rows)
         ref = tmp_path / f"ref{rows}.safetensors"
-        build_reference(ms, ts, ws, ref, top_k=8, tail_samples=5, seed=1)
-        gate = run_gate(GateSettings(ref, None, "int4-g32", tuple(parse_limits({"min_top1": 0.0}))), ms)[1]
-        return _arrays({"compare": quantize_compare(ms, ts, ws, st.VariantSettings("int4-g32,int8-channel"))[1],
+        build_reference(model_settings, text_settings, window_settings, ref, top_k=8, tail_samples=5, seed=1)
+        gate = run_gate(GateSettings(ref, None, "int4-g32", tuple(parse_limits({"min_top1": 0.0}))), model_settings)[1]
+        return _arrays({"compare": quantize_compare(model_settings, text_settings, window_settings, st.VariantSettings("int4-g32,int8-channel"))[1],
                         "reference": read_reference(ref).dist, "gate": gate,
-                        "accept": accept.spec_accept(ms, ts, ws, DraftSettings(layers=1), (0.5, 1.0))[1],
-                        "distill": distill.distill(ms, ts, ws, DraftSettings(layers=1, role="student"), (2.0,), 0.1)[1]})  # fmt: skip
+                        "accept": accept.spec_accept(model_settings, text_settings, window_settings, DraftSettings(layers=1), (0.5, 1.0))[1],
+                        "distill": distill.distill(model_settings, text_settings, window_settings, DraftSettings(layers=1, role="student"), (2.0,), 0.1)[1]})  # fmt: skip
 
     chunked, whole = run(3), run(10**6)
     assert len(whole) > 40 and chunked.keys() == whole.keys()

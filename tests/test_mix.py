@@ -150,9 +150,9 @@ def mixed(tiny_llama_dir, tmp_path_factory):
     from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
     settings = (ModelSettings(str(tiny_llama_dir), device="cpu"), TextSettings(max_tokens=512), WindowSettings(ctx=128))
-    mx = MixSettings(schemes="int3-g64,int4-g64,int8-channel", budget="int4-g64", by="linear", sweep="3.5:5:0.5", sweep_tokens=256)
-    result, cols, sweep_json = mix(*settings, mx)
-    return settings, mx, result.to_json(), cols, sweep_json, tmp_path_factory.mktemp("mix")
+    mix_settings = MixSettings(schemes="int3-g64,int4-g64,int8-channel", budget="int4-g64", by="linear", sweep="3.5:5:0.5", sweep_tokens=256)
+    result, cols, sweep_json = mix(*settings, mix_settings)
+    return settings, mix_settings, result.to_json(), cols, sweep_json, tmp_path_factory.mktemp("mix")
 
 
 def test_mix_measures_held_out_tokens_after_the_sweep(mixed):

@@ -205,9 +205,9 @@ def test_batched_scoring_matches_brute_force(tiny_llama):
 def tiny_run(tiny_llama_dir, tiny_text, tmp_path_factory):
     path = tmp_path_factory.mktemp("mi") / "tiny.txt"
     path.write_text(tiny_text, encoding="utf-8")
-    ms = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
+    model_settings = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
     s = MISettings(lengths=(8, 16, 32), blocks=6, bootstrap=200)
-    return path, as_json(run_mutual_info(ms, TextSettings(text=path), s)), ms
+    return path, as_json(run_mutual_info(model_settings, TextSettings(text=path), s)), model_settings
 
 
 def test_pipeline_records_blocks_and_their_positions(tiny_run, tiny_llama):

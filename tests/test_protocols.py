@@ -211,9 +211,9 @@ def test_lmeval_differs_from_rolling_only_in_the_filled_last_window(tiny_qwen3_d
     last window, which lm-eval fills with earlier tokens (more context, so different numbers there)."""
     path = tmp_path / "t.txt"
     path.write_text(tiny_text, encoding="utf-8")
-    ms, ts = ModelSettings(model=str(tiny_qwen3_dir)), TextSettings(text=path, max_tokens=None)
-    _, roll = compress_bits(ms, ts, WindowSettings(ctx=64, protocol="rolling"))
-    _, lm = compress_bits(ms, ts, WindowSettings(ctx=64, protocol="lm-eval"))
+    model_settings, text_settings = ModelSettings(model=str(tiny_qwen3_dir)), TextSettings(text=path, max_tokens=None)
+    _, roll = compress_bits(model_settings, text_settings, WindowSettings(ctx=64, protocol="rolling"))
+    _, lm = compress_bits(model_settings, text_settings, WindowSettings(ctx=64, protocol="lm-eval"))
     r, m = roll.reference, lm.reference
     assert r["position"].tolist() == m["position"].tolist() and r["token_id"].tolist() == m["token_id"].tolist()
     last = m["window"] == m["window"].max()

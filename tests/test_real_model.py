@@ -84,9 +84,9 @@ def test_per_position_information_inequalities(real_run):
 def test_llamacpp_protocol_on_the_real_model():
     """ctx 128: each chunk scores 128 − 1 − 64 = 63 tokens; SmolLM2's GGUF adds no BOS; NLL equals brute force."""
     ctx, max_tokens = 128, 130  # → 2 chunks
-    ws = WindowSettings(ctx, None, "llama.cpp")
-    ts = TextSettings(max_tokens=max_tokens)
-    result, cols = as_json(compare_pipeline.compress_bits(MODEL, ts, ws))
+    window_settings = WindowSettings(ctx, None, "llama.cpp")
+    text_settings = TextSettings(max_tokens=max_tokens)
+    result, cols = as_json(compare_pipeline.compress_bits(MODEL, text_settings, window_settings))
     pr = result["provenance"]["protocol"]
     chunks = max_tokens // (ctx - 1 - ctx // 2)
     assert pr["windows"] == chunks == 2
@@ -95,7 +95,7 @@ def test_llamacpp_protocol_on_the_real_model():
     assert result["provenance"]["model"]["gguf_add_bos"] is False
     assert cols.reference["position"].tolist() == [k * ctx + j + 1 for k in range(chunks) for j in range(ctx // 2, ctx - 1)]
 
-    p = runs.prepare(MODEL, ts, ws, runs.Reporter())
+    p = runs.prepare(MODEL, text_settings, window_settings, runs.Reporter())
     ids = p.stream.ids
     nll = []
     with torch.no_grad():

@@ -259,13 +259,13 @@ def test_gate_recipe_judges_the_mix(tiny_llama_dir, tmp_path):
     from infoeval.gate.pipeline import GateSettings, build_reference, run_gate
     from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 
-    ms, ts, ws = ModelSettings(str(tiny_llama_dir), device="cpu"), TextSettings(max_tokens=128), WindowSettings(ctx=64)
+    model_settings, text_settings, window_settings = ModelSettings(str(tiny_llama_dir), device="cpu"), TextSettings(max_tokens=128), WindowSettings(ctx=64)
     path = tmp_path / "mixed.toml"
     write_recipe(path, _recipe(default=parse_scheme("int4-g32"), units=(("model.layers.1.*", parse_scheme("int3-g64")),)))
-    build_reference(ms, ts, ws, tmp_path / "ref.safetensors", 16, 8)
-    gs = GateSettings(tmp_path / "ref.safetensors", None, None, tuple(parse_limits({"max_kl_mean": 10.0})), recipe=path)
-    result, _ = run_gate(gs, ModelSettings("", device="cpu"))
-    qc, _ = quantize_compare(ms, ts, ws, VariantSettings(schemes="", recipes=(path,)))
+    build_reference(model_settings, text_settings, window_settings, tmp_path / "ref.safetensors", 16, 8)
+    gate_settings = GateSettings(tmp_path / "ref.safetensors", None, None, tuple(parse_limits({"max_kl_mean": 10.0})), recipe=path)
+    result, _ = run_gate(gate_settings, ModelSettings("", device="cpu"))
+    qc, _ = quantize_compare(model_settings, text_settings, window_settings, VariantSettings(schemes="", recipes=(path,)))
     assert result.candidate["quantization"]["scheme"]["mixed"] is True
     assert result.metrics["ppl"] == pytest.approx(qc.variants[0].metrics["ppl"], rel=1e-6)
     assert result.metrics["top1"] == qc.variants[0].metrics["top1"]

@@ -30,8 +30,8 @@ def text_file(tmp_path_factory, tiny_text):
 
 
 def _run(model_dir, text_file, ds, temps=TEMPS):
-    ms = ModelSettings(str(model_dir), "cpu", "float32")
-    return as_json(accept.spec_accept(ms, TextSettings(text_file, max_tokens=MAX_TOKENS), WindowSettings(CTX), ds, temps))
+    model_settings = ModelSettings(str(model_dir), "cpu", "float32")
+    return as_json(accept.spec_accept(model_settings, TextSettings(text_file, max_tokens=MAX_TOKENS), WindowSettings(CTX), ds, temps))
 
 
 @pytest.fixture(scope="module")

@@ -148,8 +148,8 @@ def test_theorem1_monte_carlo(llama):
 
 # ------------------------------------------------------------------------------------------ the pipeline
 def test_spec_decode_pipeline(tiny_llama_dir):
-    ms = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
-    result, spec = as_json(spec_decode(ms, DraftSettings(layers=1), "The dictionary", 3, 24, 1.0, 5, repeats=2))
+    model_settings = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
+    result, spec = as_json(spec_decode(model_settings, DraftSettings(layers=1), "The dictionary", 3, 24, 1.0, 5, repeats=2))
     s, p = result["speculative"], result["plain"]
     assert s["new_tokens"] == p["new_tokens"] == 24 and p["target_calls"] == 24
     assert s["tokens_per_target_call"] == pytest.approx(24 / s["target_calls"])

@@ -43,8 +43,8 @@ def compress(
     from infoeval.codec.report import print_compress
     from infoeval.output.report import RichReporter
 
-    cs = CodecSettings(model=model, ctx=ctx, group=group, device=device, dtype=dtype, fallback=fallback, verify=verify)
-    result = run(file, output, cs, force, RichReporter(enabled=not quiet))
+    codec_settings = CodecSettings(model=model, ctx=ctx, group=group, device=device, dtype=dtype, fallback=fallback, verify=verify)
+    result = run(file, output, codec_settings, force, RichReporter(enabled=not quiet))
     emit(result, paths={"json": json} if json else {}, tables=print_compress, also_written=(str(output),))
 
 

@@ -58,15 +58,15 @@ def quantize_compare(
     from infoeval.input.settings import VariantSettings
 
     model = pick_model(context, model_arg, model)
-    ms, ts, ws = run.settings(model)
+    model_settings, text_settings, window_settings = run.settings(model)
     if recipe and getattr(context.get_parameter_source("schemes"), "name", "") == "DEFAULT":
         schemes = ""  # --recipe alone: only the recipes' variants
-    vs = VariantSettings(schemes=schemes, include=tuple(include or ()), exclude=tuple(exclude or ()), recipes=tuple(recipe or ()))
+    variant_settings = VariantSettings(schemes=schemes, include=tuple(include or ()), exclude=tuple(exclude or ()), recipes=tuple(recipe or ()))
     check_plot(plot)  # before the long run
     tables = print_quantize_compare_llamacpp if check_table(table) == "llama.cpp" else print_quantize_compare
-    result, cols = pipeline.quantize_compare(ms, ts, ws, vs, RichReporter(enabled=not quiet))
+    result, cols = pipeline.quantize_compare(model_settings, text_settings, window_settings, variant_settings, RichReporter(enabled=not quiet))
     data = as_json(result)
-    paths = output_paths_for("quantize-compare", model=ms.model, source=text_source(data), csv=csv, json=json,
+    paths = output_paths_for("quantize-compare", model=model_settings.model, source=text_source(data), csv=csv, json=json,
                              positions=positions, out_dir=out_dir, run_name=run_name)  # fmt: skip
 
     def draw(path):
@@ -101,11 +101,11 @@ def compress_bits(
     from infoeval.output.report import RichReporter
 
     model = pick_model(context, model_arg, model)
-    ms, ts, ws = run.settings(model)
+    model_settings, text_settings, window_settings = run.settings(model)
     check_plot(plot)  # before the long run
-    result, cols = pipeline.compress_bits(ms, ts, ws, RichReporter(enabled=not quiet), verify_coding=verify_coding)
+    result, cols = pipeline.compress_bits(model_settings, text_settings, window_settings, RichReporter(enabled=not quiet), verify_coding=verify_coding)
     data = as_json(result)
-    paths = output_paths_for("compress-bits", model=ms.model, source=text_source(data), csv=csv, json=json,
+    paths = output_paths_for("compress-bits", model=model_settings.model, source=text_source(data), csv=csv, json=json,
                              positions=positions, out_dir=out_dir, run_name=run_name)  # fmt: skip
 
     def draw(path):

@@ -82,8 +82,8 @@ def reference(
     from infoeval.output.report import RichReporter
 
     model = pick_model(context, model_arg, model)
-    ms, ts, ws = run.settings(model)
-    info = as_json(build_reference(ms, ts, ws, out, top_k, tail_samples, seed, RichReporter(enabled=not quiet)))
+    model_settings, text_settings, window_settings = run.settings(model)
+    info = as_json(build_reference(model_settings, text_settings, window_settings, out, top_k, tail_samples, seed, RichReporter(enabled=not quiet)))
     emit(info, paths={}, tables=lambda console, data: console.print(reference_summary_table(data)),
          also_written=(f"{out} ({info['file_bytes']:,} bytes)",))  # fmt: skip
 
@@ -144,11 +144,11 @@ def gate(
     candidate = pick_model(context, candidate, model, "the candidate")
     overrides = {"max_kl_mean": max_kl_mean, "max_kl_p99": max_kl_p99, "min_top1": min_top1,
                  "max_ppl_ratio": max_ppl_ratio, "max_bpb_increase": max_bpb_increase}  # fmt: skip
-    gs = GateSettings(reference, candidate, scheme, _limits_from(limits, overrides), confidence, point, baseline, baseline_tolerance,
+    gate_settings = GateSettings(reference, candidate, scheme, _limits_from(limits, overrides), confidence, point, baseline, baseline_tolerance,
                       recipe)  # fmt: skip
-    ms = ModelSettings(model=candidate or "", device=device, dtype=dtype, device_map=device_map)
+    model_settings = ModelSettings(model=candidate or "", device=device, dtype=dtype, device_map=device_map)
     llama = check_table(table) == "llama.cpp"
-    result, cols = run_gate(gs, ms, RichReporter(enabled=not quiet))
+    result, cols = run_gate(gate_settings, model_settings, RichReporter(enabled=not quiet))
     data = as_json(result)
     name = data["candidate"]["spec"] + (f"-{scheme}" if scheme else f"-{recipe.stem}" if recipe else "")
     paths = output_paths_for("gate", model=name, source="reference", csv=csv, json=json, positions=positions, out_dir=out_dir,
@@ -180,10 +180,10 @@ def quantize(
     from infoeval.output.report import stdout_console
     from infoeval.input.settings import ModelSettings
 
-    ms = ModelSettings(model=pick_model(context, model_arg, model), device=device, dtype=dtype)
+    model_settings = ModelSettings(model=pick_model(context, model_arg, model), device=device, dtype=dtype)
     if recipe is not None and getattr(context.get_parameter_source("scheme"), "name", "") != "DEFAULT":
         raise UsageError("--scheme and --recipe both say how to quantize; give one")
-    info = as_json(quantize_checkpoint(ms, scheme, out, tuple(include or ()), tuple(exclude or ()), force, format, recipe))
+    info = as_json(quantize_checkpoint(model_settings, scheme, out, tuple(include or ()), tuple(exclude or ()), force, format, recipe))
     stdout_console().print(
         f"wrote {info['out']} ({info['format']}): {info['scheme']}, {info['layers_quantized']} layers quantized, {info['layers_skipped']} "
         f"skipped, SQNR min {info['sqnr_db_min']:.2f} dB / mean {info['sqnr_db_mean']:.2f} dB"

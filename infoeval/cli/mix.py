@@ -58,13 +58,13 @@ def mix(
     from infoeval.output.report import RichReporter
 
     model = pick_model(context, model_arg, model)
-    ms, ts, ws = run.settings(model)
-    mx = MixSettings(schemes=schemes, budget=budget_bits, by=by, sensitivity=tuple(sensitivity or ()), sweep=sweep,
+    model_settings, text_settings, window_settings = run.settings(model)
+    mix_settings = MixSettings(schemes=schemes, budget=budget_bits, by=by, sensitivity=tuple(sensitivity or ()), sweep=sweep,
                      sweep_tokens=sweep_tokens, block_cache=not no_block_cache)  # fmt: skip
     check_plot(plot)  # before the long run
-    result, cols, sweep_json = run_mix(ms, ts, ws, mx, RichReporter(enabled=not quiet))
+    result, cols, sweep_json = run_mix(model_settings, text_settings, window_settings, mix_settings, RichReporter(enabled=not quiet))
     data = as_json(result)
-    paths = output_paths_for("mix", model=ms.model, source=text_source(data), csv=csv, json=json, positions=positions,
+    paths = output_paths_for("mix", model=model_settings.model, source=text_source(data), csv=csv, json=json, positions=positions,
                              out_dir=out_dir, run_name=run_name)  # fmt: skip
     emit(data, paths=paths, summary=lambda: summary_frame(data), positions=lambda: positions_frame(cols.reference, cols.variants),
          plot=plot, draw=lambda path: plot_mix(data, path), tables=print_mix,

@@ -55,12 +55,12 @@ def mutual_info(
     from infoeval.output.report import RichReporter
 
     model = pick_model(context, model_arg, model)
-    ms, ts = run.model_text(model)
+    model_settings, text_settings = run.model_text(model)
     s = MISettings(parse_lengths(lengths), blocks, batch_tokens, bootstrap, seed, prefix)
     check_settings(s)
     check_plot(plot)  # before the long run
-    data = as_json(run_mutual_info(ms, ts, s, RichReporter(enabled=not quiet)))
-    paths = output_paths_for("mutual-info", model=ms.model, source=text_source(data), csv=csv, json=json,
+    data = as_json(run_mutual_info(model_settings, text_settings, s, RichReporter(enabled=not quiet)))
+    paths = output_paths_for("mutual-info", model=model_settings.model, source=text_source(data), csv=csv, json=json,
                              positions=positions, out_dir=out_dir, run_name=run_name)  # fmt: skip
 
     def draw(path):

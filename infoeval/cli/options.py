@@ -162,10 +162,10 @@ class RunOptions:
 
     def settings(self, model: str) -> tuple[ModelSettings, TextSettings, WindowSettings]:
         """The model, the text and the scoring windows of a run."""
-        ms, ts = self.model_text(model)
-        ts = dataclasses.replace(ts, documents=self.documents, document_field=self.document_field)
+        model_settings, text_settings = self.model_text(model)
+        text_settings = dataclasses.replace(text_settings, documents=self.documents, document_field=self.document_field)
         ctx = self.ctx if self.ctx is not None else default_ctx(self.protocol)
-        return ms, ts, WindowSettings(ctx=ctx, stride=self.stride, protocol=self.protocol, prefix=self.prefix)
+        return model_settings, text_settings, WindowSettings(ctx=ctx, stride=self.stride, protocol=self.protocol, prefix=self.prefix)
 
 
 def _param(name: str, annotation, default) -> inspect.Parameter:

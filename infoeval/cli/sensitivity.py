@@ -56,13 +56,13 @@ def sensitivity(
     if by not in KINDS:
         raise UsageError(f"--by '{by}' is not allowed; use one of {', '.join(KINDS)}")
     model = pick_model(context, model_arg, model)
-    ms, ts, ws = run.settings(model)
+    model_settings, text_settings, window_settings = run.settings(model)
     schemes = parse_schemes(scheme)  # fail on a bad scheme before loading anything
     check_plot(plot)
-    result = sweep(ms, ts, ws, schemes, by=by, units=split_globs(units), block_cache=block_cache, proxy=proxy,
-                   seed=seed, rep=RichReporter(enabled=not quiet))  # fmt: skip
+    result = sweep(model_settings, text_settings, window_settings, schemes, by=by, units=split_globs(units), block_cache=block_cache, proxy=proxy,
+                   seed=seed, reporter=RichReporter(enabled=not quiet))  # fmt: skip
     data = as_json(result)
-    paths = output_paths_for("sensitivity", model=ms.model, source=text_source(data), csv=csv, json=json,
+    paths = output_paths_for("sensitivity", model=model_settings.model, source=text_source(data), csv=csv, json=json,
                              positions=None, out_dir=out_dir, run_name=run_name)  # fmt: skip
     paths.pop("positions", None)
 

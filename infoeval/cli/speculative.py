@@ -79,10 +79,10 @@ def spec_accept(
     temps = parse_temperatures(temperature)
     check_plot(plot)
     model = pick_model(context, target, model, "the target")
-    ms, ts, ws = run.settings(model)
-    result, cols = spec_accept(ms, ts, ws, DraftSettings(draft, draft_scheme, draft_layers), temps, RichReporter(enabled=not quiet))
+    model_settings, text_settings, window_settings = run.settings(model)
+    result, cols = spec_accept(model_settings, text_settings, window_settings, DraftSettings(draft, draft_scheme, draft_layers), temps, RichReporter(enabled=not quiet))
     data = as_json(result)
-    paths = output_paths_for("spec-accept", model=ms.model, source=text_source(data), csv=csv, json=json, positions=positions,
+    paths = output_paths_for("spec-accept", model=model_settings.model, source=text_source(data), csv=csv, json=json, positions=positions,
                              out_dir=out_dir, run_name=run_name)  # fmt: skip
     emit(data, paths=paths, summary=lambda: pd.DataFrame(summary_rows(data)).reindex(columns=SUMMARY_COLUMNS),
          positions=lambda: positions_frame(cols), plot=plot, draw=lambda path: plot_acceptance(data, cols, path),
@@ -122,11 +122,11 @@ def spec_decode(
     from infoeval.speculative.generate import rounds_frame, spec_decode, summary_frame
     from infoeval.speculative.report import print_spec_decode
 
-    ms = ModelSettings(model=pick_model(context, target, model, "the target"), device=device, dtype=dtype, device_map=device_map)
-    result, spec = spec_decode(ms, DraftSettings(draft, draft_scheme, draft_layers), prompt, gamma, max_new_tokens, temperature,
+    model_settings = ModelSettings(model=pick_model(context, target, model, "the target"), device=device, dtype=dtype, device_map=device_map)
+    result, spec = spec_decode(model_settings, DraftSettings(draft, draft_scheme, draft_layers), prompt, gamma, max_new_tokens, temperature,
                                seed, repeats, verify, RichReporter(enabled=not quiet))  # fmt: skip
     data = as_json(result)
-    paths = output_paths_for("spec-decode", model=ms.model, source="prompt", csv=csv, json=json, positions=positions,
+    paths = output_paths_for("spec-decode", model=model_settings.model, source="prompt", csv=csv, json=json, positions=positions,
                              out_dir=out_dir, run_name=run_name)  # fmt: skip
     emit(data, paths=paths, summary=lambda: summary_frame(data), positions=lambda: rounds_frame(spec), tables=print_spec_decode)
 
@@ -162,11 +162,11 @@ def distill(
 
     temps = parse_temperatures(temperature, "--T")
     model = pick_model(context, teacher, model, "the teacher")
-    ms, ts, ws = run.settings(model)
-    ds = DraftSettings(student, student_scheme, student_layers, role="student")
-    result, cols = distill(ms, ts, ws, ds, temps, alpha, RichReporter(enabled=not quiet))
+    model_settings, text_settings, window_settings = run.settings(model)
+    draft_settings = DraftSettings(student, student_scheme, student_layers, role="student")
+    result, cols = distill(model_settings, text_settings, window_settings, draft_settings, temps, alpha, RichReporter(enabled=not quiet))
     data = as_json(result)
-    paths = output_paths_for("distill", model=ms.model, source=text_source(data), csv=csv, json=json, positions=positions,
+    paths = output_paths_for("distill", model=model_settings.model, source=text_source(data), csv=csv, json=json, positions=positions,
                              out_dir=out_dir, run_name=run_name)  # fmt: skip
     emit(data, paths=paths, summary=lambda: pd.DataFrame(data["rows"]).reindex(columns=SUMMARY_COLUMNS),
          positions=lambda: positions_frame(cols), tables=print_distill)  # fmt: skip

@@ -59,10 +59,10 @@ def _fallback(raw: bytes, reason: str, fallback: str) -> tuple[Archive, Coding]:
 
 
 def encode_bytes(raw: bytes, loaded, device, ctx: int, group: int, load_as: str, fallback: str = "xz",
-                 rep: Reporter | None = None) -> tuple[Archive, Coding]:  # fmt: skip
+                 reporter: Reporter | None = None) -> tuple[Archive, Coding]:  # fmt: skip
     """The archive of ``raw`` coded with the loaded model, and what it cost."""
-    rep = rep or Reporter()
-    rep.stage("tokenizing")
+    reporter = reporter or Reporter()
+    reporter.stage("tokenizing")
     tok = segments.tokenize_exactly(raw, loaded.tokenizer)
     if tok.ids is None:
         return _fallback(raw, tok.reason, fallback)
@@ -75,7 +75,7 @@ def encode_bytes(raw: bytes, loaded, device, ctx: int, group: int, load_as: str,
     runs = segments.groups(len(segs), group)
     streams, crcs, ideal, code = [], [], 0.0, 0.0
     t0 = time.perf_counter()
-    with progress(rep, sum(len(segs[r[0]]) for r in runs), f"compressing {len(tok.ids):,} tokens") as bar:
+    with progress(reporter, sum(len(segs[r[0]]) for r in runs), f"compressing {len(tok.ids):,} tokens") as bar:
         for run in runs:
             data, coded = stepping.encode_group(loaded.model, [segs[i] for i in run], header["start_id"],
                                                 header["exactness"]["vocab"], bar.step)  # fmt: skip
@@ -101,12 +101,12 @@ def threads(n: int):
         torch.set_num_threads(before)
 
 
-def _decode_groups(archive: Archive, loaded, rep: Reporter) -> list[np.ndarray]:
+def _decode_groups(archive: Archive, loaded, reporter: Reporter) -> list[np.ndarray]:
     h = archive.header
     lengths = archive.lengths()
     runs = [archive.group_segments(g) for g in range(len(archive.streams))]
     out: list[np.ndarray] = []
-    with threads(int(h["exactness"]["threads"])), progress(rep, sum(lengths[r[0]] for r in runs), "decompressing") as bar:
+    with threads(int(h["exactness"]["threads"])), progress(reporter, sum(lengths[r[0]] for r in runs), "decompressing") as bar:
         for g, run in enumerate(runs):
             try:
                 coded = stepping.decode_group(loaded.model, archive.streams[g], [lengths[i] for i in run], int(h["start_id"]),
@@ -121,9 +121,9 @@ def _decode_groups(archive: Archive, loaded, rep: Reporter) -> list[np.ndarray]:
     return out
 
 
-def decode_archive(archive: Archive, crcs: tuple[int, ...], loaded, rep: Reporter | None = None) -> bytes:
+def decode_archive(archive: Archive, crcs: tuple[int, ...], loaded, reporter: Reporter | None = None) -> bytes:
     """The original bytes, checked against every checksum; ``loaded`` may be None for files that need no model."""
-    rep = rep or Reporter()
+    reporter = reporter or Reporter()
     damaged = archive.damaged_groups(crcs)
     if damaged:
         names = [i for g in damaged for i in archive.group_segments(g)] if archive.header["mode"] == "model" else []
@@ -138,7 +138,7 @@ def decode_archive(archive: Archive, crcs: tuple[int, ...], loaded, rep: Reporte
         expected = len(segments.groups(len(archive.lengths()), int(archive.header["group"])))
         if expected != len(archive.streams):
             raise BadFile(f"the header implies {expected} groups, the table has {len(archive.streams)}")
-        ids = _decode_groups(archive, loaded, rep) if archive.streams else []
+        ids = _decode_groups(archive, loaded, reporter) if archive.streams else []
         raw = segments.decode_ids(loaded.tokenizer, np.concatenate(ids)) if ids else b""
     original = archive.header["original"]
     if len(raw) != original["bytes"] or hashlib.sha256(raw).hexdigest() != original["sha256"]:

@@ -92,10 +92,10 @@ def refuse_overwrite(src: Path, dst: Path, force: bool) -> None:
         raise UsageError(f"'{dst}' exists; --force overwrites it")
 
 
-def load(spec: str, device: str, dtype: str, rep: Reporter):
+def load(spec: str, device: str, dtype: str, reporter: Reporter):
     """The model on its device, and the seconds loading took."""
     dev = resolve_device(device)
-    rep.stage(f"loading {spec}")
+    reporter.stage(f"loading {spec}")
     t0 = time.perf_counter()
     loaded = load_model(spec, dev, resolve_dtype(dtype, dev))
     return loaded, dev, time.perf_counter() - t0
@@ -106,11 +106,11 @@ def load_as(info) -> str:
     return info.spec if info.kind == "hub" or info.spec.lower() in BUILTIN else info.path
 
 
-def verify(blob: bytes, raw: bytes, loaded, rep: Reporter) -> float:
+def verify(blob: bytes, raw: bytes, loaded, reporter: Reporter) -> float:
     """Decode ``blob`` in memory and compare it with ``raw``; the seconds decoding took."""
     t0 = time.perf_counter()
     try:
-        back = core.decode_archive(*unpack(blob), loaded, rep)
+        back = core.decode_archive(*unpack(blob), loaded, reporter)
     except DamagedPayload as e:
         raise RuntimeFailure(f"verification failed, nothing written: {e}") from None
     if back != raw:
@@ -118,15 +118,15 @@ def verify(blob: bytes, raw: bytes, loaded, rep: Reporter) -> float:
     return time.perf_counter() - t0
 
 
-def compress(src: Path, dst: Path, cs: CodecSettings, force: bool = False, rep: Reporter | None = None) -> CompressResult:
+def compress(src: Path, dst: Path, codec_settings: CodecSettings, force: bool = False, reporter: Reporter | None = None) -> CompressResult:
     """Compress ``src`` into ``dst`` (see the module's docstring)."""
-    rep = rep or Reporter()
+    reporter = reporter or Reporter()
     raw = read_input(src)
     refuse_overwrite(src, dst, force)
-    loaded, device, load_s = load(cs.model, cs.device, cs.dtype, rep)
-    archive, coding = core.encode_bytes(raw, loaded, device, cs.ctx, cs.group, load_as(loaded.info), cs.fallback, rep)
+    loaded, device, load_s = load(codec_settings.model, codec_settings.device, codec_settings.dtype, reporter)
+    archive, coding = core.encode_bytes(raw, loaded, device, codec_settings.ctx, codec_settings.group, load_as(loaded.info), codec_settings.fallback, reporter)
     blob = pack(archive)
-    verify_s = verify(blob, raw, loaded, rep) if cs.verify else None
+    verify_s = verify(blob, raw, loaded, reporter) if codec_settings.verify else None
     atomic_write_bytes(Path(dst), blob)
     fields = summarize(raw, blob, archive, coding, verify_s)
     fields["input"] |= {"path": str(src)}
@@ -139,19 +139,19 @@ def _device_of(exactness: dict) -> str:
     return "cpu" if exactness["device"] == "cpu" else exactness["device"].split(":")[0]
 
 
-def decompress(src: Path, dst: Path, model: str | None = None, force: bool = False, rep: Reporter | None = None) -> DecompressResult:
+def decompress(src: Path, dst: Path, model: str | None = None, force: bool = False, reporter: Reporter | None = None) -> DecompressResult:
     """Decompress ``src`` into ``dst`` (see the module's docstring)."""
-    rep = rep or Reporter()
+    reporter = reporter or Reporter()
     data = read_input(src)
     archive, crcs = unpack(data)
     refuse_overwrite(src, dst, force)
     loaded, load_s, forced = None, 0.0, []
     if archive.header["mode"] == "model" and archive.streams:
         env = archive.header["exactness"]
-        loaded, device, load_s = load(model or archive.header["model"]["load"], _device_of(env), env["dtype"], rep)
+        loaded, device, load_s = load(model or archive.header["model"]["load"], _device_of(env), env["dtype"], reporter)
         forced = environment.check(env, environment.environment(loaded, device, int(env["threads"])), force)
     t0 = time.perf_counter()
-    raw = core.decode_archive(archive, crcs, loaded, rep)
+    raw = core.decode_archive(archive, crcs, loaded, reporter)
     seconds = time.perf_counter() - t0
     atomic_write_bytes(Path(dst), raw)
     tokens = int(archive.header.get("tokens", 0))

@@ -14,14 +14,14 @@ from infoeval.input.prepare import Reporter
 GROUP = 32
 
 
-def arithmetic_coded_row(loaded, data: bytes, ctx: int, rep: Reporter | None = None) -> dict:
+def arithmetic_coded_row(loaded, data: bytes, ctx: int, reporter: Reporter | None = None) -> dict:
     """Compress ``data`` with the loaded model (segments of ``ctx`` tokens), decompress it, compare, and return a
     compressor row: the .iez file's bytes, bits and bits per byte, plus its payload and ideal bits."""
     archive, coding = core.encode_bytes(data, loaded, model_device(loaded.model), ctx, GROUP, load_as(loaded.info),
-                                        "xz", rep)  # fmt: skip
+                                        "xz", reporter)  # fmt: skip
     blob = pack(archive)
     t0 = time.perf_counter()
-    if core.decode_archive(*unpack(blob), loaded, rep) != data:
+    if core.decode_archive(*unpack(blob), loaded, reporter) != data:
         raise RuntimeFailure("--verify-coding: the arithmetic-coded round trip did not give the bytes back")
     return {
         "method": "arithmetic-coded" if archive.header["mode"] == "model" else "arithmetic-coded (xz fallback)",

@@ -53,15 +53,15 @@ def lockstep_reducer(variant_names: Sequence[str]) -> engine.Reducer:
     """Reference statistics, then each variant against them, window by window (buffers reused across windows).
     Each model's entropies are checked finite, which they are exactly when its logits are (``engine.run`` leaves
     the check to this reducer: one pass over the logits fewer per model and window)."""
-    ws = Workspace()
+    workspace = Workspace()
 
     def reduce(step: engine.Step) -> dict:
         targets = step.targets[0]
-        ref = reference_stats(step.logits[REFERENCE][0], targets, ws)
+        ref = reference_stats(step.logits[REFERENCE][0], targets, workspace)
         engine.require_finite(ref.entropy, REFERENCE, step.batch)
         out = {"nll": ref.nll, "entropy": ref.entropy, "argmax": ref.argmax}
         for name in variant_names:
-            columns = compare(ref, step.logits[name][0], targets, ws)
+            columns = compare(ref, step.logits[name][0], targets, workspace)
             engine.require_finite(columns["entropy"], name, step.batch)
             out |= {f"{name}/{k}": v for k, v in columns.items()}
         return out
@@ -118,50 +118,50 @@ def _protocol_metrics(p: Prepared, cols: CompareColumns) -> dict | None:
     return protocol_figures(p.protocol.name, p.protocol.layout, p.documents, cols.reference, nll)
 
 
-def _evaluate(p: Prepared, variants, rep: Reporter) -> tuple[CompareColumns, dict[str, float]]:
+def _evaluate(p: Prepared, variants, reporter: Reporter) -> tuple[CompareColumns, dict[str, float]]:
     """The lockstep run under a progress bar; returns the columns and its timings: eval_s, and on a CPU how much of
     it the forward passes and the statistics took (``engine.Clock``)."""
     clock = engine.Clock()
-    with progress(rep, len(p.windows) * (1 + len(variants)), f"{len(p.windows)} windows × {1 + len(variants)} models") as bar:
+    with progress(reporter, len(p.windows) * (1 + len(variants)), f"{len(p.windows)} windows × {1 + len(variants)} models") as bar:
         cols = run_lockstep(p.loaded.model, p.stream, p.windows, variants, p.protocol.prefix_id, bar.step, clock)
     return cols, {"eval_s": bar.seconds, **clock.timings()}
 
 
-def _start_ahead(ms: ModelSettings, vs: VariantSettings, schemes) -> quant_ahead.Ahead | None:
+def _start_ahead(model_settings: ModelSettings, variant_settings: VariantSettings, schemes) -> quant_ahead.Ahead | None:
     """A forked child quantizing the checkpoint while this process loads it (``quant/ahead.py``), where it can:
     a local checkpoint evaluated on this process's CPU, with no device map and outside a launcher."""
     from infoeval.models.files import local_checkpoint
     from infoeval.models import resolve_device, resolve_dtype
 
-    if not schemes or ms.device_map or distributed.launched():
+    if not schemes or model_settings.device_map or distributed.launched():
         return None
     try:
-        device = resolve_device(ms.device)
+        device = resolve_device(model_settings.device)
         if device.type != "cpu":
             return None
-        return quant_ahead.start(local_checkpoint(ms.model), schemes, resolve_dtype(ms.dtype, device), vs.exclude)
+        return quant_ahead.start(local_checkpoint(model_settings.model), schemes, resolve_dtype(model_settings.dtype, device), variant_settings.exclude)
     except Exception:  # noqa: BLE001  (a bad setting is reported by prepare, as without the child)
         return None
 
 
-def quantize_compare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, vs: VariantSettings,
-                     rep: Reporter | None = None) -> tuple[CompareResult, CompareColumns]:  # fmt: skip
-    rep = rep or Reporter()
-    schemes = parse_schemes(vs.schemes) if vs.schemes or not vs.recipes else []  # fail on a bad scheme before loading
-    recipes = [read_recipe(r) for r in vs.recipes]
-    ahead, share = _start_ahead(ms, vs, schemes), None
+def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, variant_settings: VariantSettings,
+                     reporter: Reporter | None = None) -> tuple[CompareResult, CompareColumns]:  # fmt: skip
+    reporter = reporter or Reporter()
+    schemes = parse_schemes(variant_settings.schemes) if variant_settings.schemes or not variant_settings.recipes else []  # fail on a bad scheme before loading
+    recipes = [read_recipe(r) for r in variant_settings.recipes]
+    ahead, share = _start_ahead(model_settings, variant_settings, schemes), None
     try:
-        p = prepare(ms, ts, ws, rep)
-        rep.stage("quantizing")
+        p = prepare(model_settings, text_settings, window_settings, reporter)
+        reporter.stage("quantizing")
         t0 = time.perf_counter()
-        share = rank_share.start(p.loaded.model, p.loaded.info, schemes, vs.include, vs.exclude)  # under a launcher
-        variants = build_variants(p.loaded.model, schemes, recipes, vs.include, vs.exclude, ahead or share)
+        share = rank_share.start(p.loaded.model, p.loaded.info, schemes, variant_settings.include, variant_settings.exclude)  # under a launcher
+        variants = build_variants(p.loaded.model, schemes, recipes, variant_settings.include, variant_settings.exclude, ahead or share)
         quantize_s = time.perf_counter() - t0
     finally:
         for made in (ahead, share):
             if made is not None:
                 made.release()
-    cols, eval_timings = _evaluate(p, variants, rep)
+    cols, eval_timings = _evaluate(p, variants, reporter)
     timings = {**p.timings, "quantize_s": quantize_s, "quantize_ahead_s": ahead.child_s if ahead else 0.0, **eval_timings}
     result = CompareResult(
         p.provenance("quantize-compare"), timings,
@@ -185,26 +185,26 @@ def scored_bytes(p: Prepared) -> bytes:
     return b"".join(pieces)
 
 
-def compress_bits(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Reporter | None = None,
+def compress_bits(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, reporter: Reporter | None = None,
                   verify_coding: bool = False) -> tuple[CompressResult, CompareColumns]:  # fmt: skip
     """The model's code length and each compressor's on the scored bytes; with ``verify_coding`` also the size of
     a real arithmetic-coded file of those bytes, measured by a round trip (``codec.verify``)."""
     from infoeval.compare.compressors import compress_all
 
-    rep = rep or Reporter()
-    p = prepare(ms, ts, ws, rep)
-    cols, eval_timings = _evaluate(p, [], rep)
+    reporter = reporter or Reporter()
+    p = prepare(model_settings, text_settings, window_settings, reporter)
+    cols, eval_timings = _evaluate(p, [], reporter)
     ref = reference_metrics(cols.reference)
     data = scored_bytes(p)
     if len(data) != ref["bytes"]:
         raise RuntimeFailure(f"internal error: {len(data)} scored bytes gathered, {ref['bytes']} counted")
-    rep.stage("compressing")
+    reporter.stage("compressing")
     rows = compress_all(data)
     if verify_coding:
         from infoeval.codec.verify import arithmetic_coded_row
 
-        rep.stage("arithmetic coding (round trip)")
-        rows.append(arithmetic_coded_row(p.loaded, data, ws.ctx, rep))
+        reporter.stage("arithmetic coding (round trip)")
+        rows.append(arithmetic_coded_row(p.loaded, data, window_settings.ctx, reporter))
     xz_bits = next(r["bits"] for r in rows if r["method"] == "xz -9")
     result = CompressResult(p.provenance("compress-bits"), {**p.timings, **eval_timings}, reference=ref,
                             compressors=tuple(rows), model_over_xz=ref["total_bits"] / xz_bits if xz_bits else None,

@@ -31,7 +31,7 @@ REPORT_FILE = "infoeval-quantization.json"
 FORMATS = ("fake", "pack-quantized")
 
 
-def quantize_checkpoint(ms: ModelSettings, scheme_name: str, out: Path, include=(), exclude=(), force: bool = False,
+def quantize_checkpoint(model_settings: ModelSettings, scheme_name: str, out: Path, include=(), exclude=(), force: bool = False,
                         fmt: str = "fake", recipe: Path | None = None) -> dict:
     """Load, quantize, save to ``out`` atomically (a temp folder renamed at the end). ``fmt`` "fake" stores the
     dequantized weights; "pack-quantized" real int4 codes (compressed-tensors). ``recipe``: a recipe file (a scheme
@@ -45,8 +45,8 @@ def quantize_checkpoint(ms: ModelSettings, scheme_name: str, out: Path, include=
     out = Path(out)
     if out.exists() and not force:
         raise UsageError(f"output folder '{out}' already exists; choose another --out or pass --force")
-    device = resolve_device(ms.device)
-    loaded = load_model(ms.model, device, resolve_dtype(ms.dtype, device), ms.device_map)
+    device = resolve_device(model_settings.device)
+    loaded = load_model(model_settings.model, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map)
     packed = check_packable(loaded.model, scheme, include, exclude) if fmt == "pack-quantized" else None
     if mix is None:
         variant = quantize_variant(loaded.model, scheme, include, exclude)  # the report (SQNR); weights not swapped yet

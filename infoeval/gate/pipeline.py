@@ -104,13 +104,13 @@ def window_seed(seed: int, window: int) -> int:
 
 
 @torch.inference_mode()
-def build_reference(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, out: Path, top_k: int, tail_samples: int,
-                    seed: int = 0, rep: Reporter | None = None) -> ReferenceResult:
+def build_reference(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, out: Path, top_k: int, tail_samples: int,
+                    seed: int = 0, reporter: Reporter | None = None) -> ReferenceResult:
     """One pass of the reference model over the windows → the compact reference file at ``out``."""
     if top_k < 1 or tail_samples < 0:
         raise UsageError(f"--top-k {top_k} / --tail-samples {tail_samples} not allowed; top-k ≥ 1 and tail-samples ≥ 0")
-    rep = rep or Reporter()
-    p = prepare(ms, ts, ws, rep)
+    reporter = reporter or Reporter()
+    p = prepare(model_settings, text_settings, window_settings, reporter)
     model = p.loaded.model
     gen = torch.Generator(device=engine.model_device(model)).manual_seed(seed)
 
@@ -126,7 +126,7 @@ def build_reference(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, out
         size = chunk_rows(z) if gen.device.type == "cpu" else z.shape[0]
         return by_rows(z.shape[0], lambda r: _compact_rows(z[r], targets[r], top_k, tail_samples, gen), size)
 
-    with progress(rep, len(p.windows), f"reference: {len(p.windows)} windows") as bar:
+    with progress(reporter, len(p.windows), f"reference: {len(p.windows)} windows") as bar:
         cols = engine.run({REFERENCE: model}, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id, reduce,
                           REFERENCE_SCHEMA, p.stream.nbytes, bar.step)  # fmt: skip
     vocab = seen.get("vocab") or model.get_output_embeddings().weight.shape[0]  # a rank may have had no window
@@ -169,15 +169,15 @@ class GateSettings:
             raise UsageError("--scheme and --recipe both quantize the candidate; give one")
 
 
-def _load_candidate(gs: GateSettings, ms: ModelSettings, ref: Reference):
-    spec = gs.candidate or _reference_model_spec(ref.meta["provenance"]["model"])
-    device = resolve_device(ms.device)
-    loaded = load_model(spec, device, resolve_dtype(ms.dtype, device), ms.device_map)
+def _load_candidate(gate_settings: GateSettings, model_settings: ModelSettings, ref: Reference):
+    spec = gate_settings.candidate or _reference_model_spec(ref.meta["provenance"]["model"])
+    device = resolve_device(model_settings.device)
+    loaded = load_model(spec, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map)
     report = None
-    if gs.scheme:
-        report = fake_quantize_(loaded.model, parse_scheme(gs.scheme)).summary()
-    elif gs.recipe:
-        variant = recipe_variant(loaded.model, read_recipe(gs.recipe))
+    if gate_settings.scheme:
+        report = fake_quantize_(loaded.model, parse_scheme(gate_settings.scheme)).summary()
+    elif gate_settings.recipe:
+        variant = recipe_variant(loaded.model, read_recipe(gate_settings.recipe))
         swap_in(loaded.model, variant)
         report = variant.summary()
     fp = vocab_fingerprint(loaded.tokenizer)
@@ -209,14 +209,14 @@ def _baseline_metrics(path: Path) -> dict:
 
 
 @torch.inference_mode()
-def run_gate(gs: GateSettings, ms: ModelSettings, rep: Reporter | None = None) -> tuple[GateResult, dict]:
+def run_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporter: Reporter | None = None) -> tuple[GateResult, dict]:
     """Run the candidate on the reference's windows; returns (result dict, per-position columns)."""
-    rep = rep or Reporter()
-    ref = read_reference(gs.reference)
-    baseline = _baseline_metrics(gs.baseline) if gs.baseline else None
-    rep.stage("loading candidate")
+    reporter = reporter or Reporter()
+    ref = read_reference(gate_settings.reference)
+    baseline = _baseline_metrics(gate_settings.baseline) if gate_settings.baseline else None
+    reporter.stage("loading candidate")
     t0 = time.perf_counter()
-    spec, loaded, qreport = _load_candidate(gs, ms, ref)
+    spec, loaded, qreport = _load_candidate(gate_settings, model_settings, ref)
     load_s = time.perf_counter() - t0
     prefix_id = ref.meta["provenance"]["protocol"]["prefix_id"]
 
@@ -226,24 +226,24 @@ def run_gate(gs: GateSettings, ms: ModelSettings, rep: Reporter | None = None) -
             raise DataError(f"the candidate has {z.shape[1]} output logits, the reference {ref.meta['vocab_size']}: different vocabularies")
         return by_rows(z.shape[0], lambda r: _gate_rows(ref, z[r], slice(a + r.start, a + r.stop)), chunk_rows(z))
 
-    with progress(rep, len(ref.windows), f"candidate: {len(ref.windows)} windows") as bar:
+    with progress(reporter, len(ref.windows), f"candidate: {len(ref.windows)} windows") as bar:
         cols = engine.run({CANDIDATE: loaded.model}, ref.stream_ids, engine.plan(ref.windows), prefix_id, reduce,
                           {"top1": np.bool_}, on_forward=bar.step)  # fmt: skip
     var = {k: cols[k] for k in ("nll", *GATE_COLUMNS)}
     ref_cols = {"nll": (-ref.target_logp).numpy(), "bytes": ref.nbytes.numpy(), "entropy": ref.entropy.numpy()}
     metrics = _gate_metrics(ref_cols, var)
-    verdicts = judge(list(gs.limits), metrics, gs.confidence, gs.point)
-    base_rows = compare_baseline(metrics, baseline, [v.limit.metric for v in verdicts], gs.baseline_tolerance) if baseline else []
+    verdicts = judge(list(gate_settings.limits), metrics, gate_settings.confidence, gate_settings.point)
+    base_rows = compare_baseline(metrics, baseline, [v.limit.metric for v in verdicts], gate_settings.baseline_tolerance) if baseline else []
     passed = all(v.passed for v in verdicts) and all(r["passed"] for r in base_rows)
     result = GateResult(
         provenance(
-            "gate", model=loaded.info, reference_file=str(gs.reference), reference_provenance=ref.meta["provenance"],
-            top_k=ref.meta["top_k"], tail_samples=ref.meta["tail_samples"], confidence=gs.confidence, point=gs.point,
+            "gate", model=loaded.info, reference_file=str(gate_settings.reference), reference_provenance=ref.meta["provenance"],
+            top_k=ref.meta["top_k"], tail_samples=ref.meta["tail_samples"], confidence=gate_settings.confidence, point=gate_settings.point,
         ),
         {"load_s": load_s, "eval_s": bar.seconds}, passed=passed, verdicts=tuple(v.as_dict() for v in verdicts),
-        baseline={"file": str(gs.baseline), "rows": base_rows} if baseline else None, metrics=metrics,
+        baseline={"file": str(gate_settings.baseline), "rows": base_rows} if baseline else None, metrics=metrics,
         reference=ref.meta["reference"],
-        candidate={"spec": spec, "model": loaded.info.to_json(), "scheme": gs.scheme or (f"recipe {gs.recipe}" if gs.recipe else None),
+        candidate={"spec": spec, "model": loaded.info.to_json(), "scheme": gate_settings.scheme or (f"recipe {gate_settings.recipe}" if gate_settings.recipe else None),
                    "quantization": qreport},
     )  # fmt: skip
     return result, {"reference": ref_cols, "variant": var}

@@ -112,102 +112,102 @@ def _resolve_prefix(policy: str, protocol: str, loaded: LoadedModel) -> tuple[in
     return tid, f"{policy.upper()} (--prefix {policy})"
 
 
-def _windows(stream: TokenStream, ts: TextSettings, ws: WindowSettings) -> tuple[TokenStream, list[Window], str]:
+def _windows(stream: TokenStream, text_settings: TextSettings, window_settings: WindowSettings) -> tuple[TokenStream, list[Window], str]:
     """Cut the stream by the protocol; returns the (possibly truncated) stream, the windows and the rule in words."""
-    if ws.protocol == "rolling":
-        if ts.max_tokens is not None:
-            stream = truncate(stream, ts.max_tokens + 1)
-        windows = rolling_windows(len(stream), ws.ctx, ws.stride)
+    if window_settings.protocol == "rolling":
+        if text_settings.max_tokens is not None:
+            stream = truncate(stream, text_settings.max_tokens + 1)
+        windows = rolling_windows(len(stream), window_settings.ctx, window_settings.stride)
         rule = (
-            f"rolling: windows of at most {ws.ctx} tokens every {ws.stride or ws.ctx} tokens; each window scores the "
+            f"rolling: windows of at most {window_settings.ctx} tokens every {window_settings.stride or window_settings.ctx} tokens; each window scores the "
             f"targets not scored before (the last logit predicts the token after the window); stream token 0 is context only"
         )
         return stream, windows, rule
-    per_chunk = ws.ctx - 1 - ws.ctx // 2
+    per_chunk = window_settings.ctx - 1 - window_settings.ctx // 2
     max_chunks = None
-    if ts.max_tokens is not None:
-        max_chunks = ts.max_tokens // per_chunk
+    if text_settings.max_tokens is not None:
+        max_chunks = text_settings.max_tokens // per_chunk
         if max_chunks < 1:
-            raise UsageError(f"--max-tokens {ts.max_tokens} is fewer than the {per_chunk} tokens one llama.cpp chunk scores")
-    windows = llamacpp_windows(len(stream), ws.ctx, stream.prefix_id is not None, max_chunks)
+            raise UsageError(f"--max-tokens {text_settings.max_tokens} is fewer than the {per_chunk} tokens one llama.cpp chunk scores")
+    windows = llamacpp_windows(len(stream), window_settings.ctx, stream.prefix_id is not None, max_chunks)
     rule = (
-        f"llama.cpp: {len(windows)} non-overlapping chunks of {ws.ctx} tokens (last partial chunk dropped), "
-        f"first token of each chunk replaced by BOS when BOS is added, tokens {ws.ctx // 2 + 1}…{ws.ctx - 1} of "
+        f"llama.cpp: {len(windows)} non-overlapping chunks of {window_settings.ctx} tokens (last partial chunk dropped), "
+        f"first token of each chunk replaced by BOS when BOS is added, tokens {window_settings.ctx // 2 + 1}…{window_settings.ctx - 1} of "
         f"each chunk scored; one trailing newline stripped from the text"
     )
     return stream, windows, rule
 
 
-def _tokens_needed(ts: TextSettings, ws: WindowSettings, has_prefix: bool) -> int | None:
+def _tokens_needed(text_settings: TextSettings, window_settings: WindowSettings, has_prefix: bool) -> int | None:
     """How many text tokens (after the prefix token) the windows can use; None means all of them."""
-    if ts.max_tokens is None:
+    if text_settings.max_tokens is None:
         return None
-    if ws.protocol == "rolling":
-        return ts.max_tokens + 1 - has_prefix  # scored targets + the first token, which is context only
-    per_chunk = ws.ctx - 1 - ws.ctx // 2
-    chunks = max(2, ts.max_tokens // per_chunk)  # llama.cpp refuses texts shorter than two chunks
-    return chunks * ws.ctx - has_prefix
+    if window_settings.protocol == "rolling":
+        return text_settings.max_tokens + 1 - has_prefix  # scored targets + the first token, which is context only
+    per_chunk = window_settings.ctx - 1 - window_settings.ctx // 2
+    chunks = max(2, text_settings.max_tokens // per_chunk)  # llama.cpp refuses texts shorter than two chunks
+    return chunks * window_settings.ctx - has_prefix
 
 
-def _protocol_cut(text, docs, loaded: LoadedModel, ts: TextSettings, ws: WindowSettings) -> Cut:
+def _protocol_cut(text, docs, loaded: LoadedModel, text_settings: TextSettings, window_settings: WindowSettings) -> Cut:
     tok, info = loaded.tokenizer, loaded.info.tokenizer
-    if ws.protocol == "lm-eval":
-        return lmeval_cut(docs, tok, lmeval_prefix(ws.prefix, info.bos_id, info.eos_id), ws.ctx, ts.max_tokens)
-    return gptq_cut(text.text, tok, ws.prefix, info.bos_id, info.eos_id, ws.ctx, ts.max_tokens)
+    if window_settings.protocol == "lm-eval":
+        return lmeval_cut(docs, tok, lmeval_prefix(window_settings.prefix, info.bos_id, info.eos_id), window_settings.ctx, text_settings.max_tokens)
+    return gptq_cut(text.text, tok, window_settings.prefix, info.bos_id, info.eos_id, window_settings.ctx, text_settings.max_tokens)
 
 
-def _prepare_cut(text, docs, loaded: LoadedModel, ts: TextSettings, ws: WindowSettings, rep: Reporter, timings: dict) -> Prepared:
+def _prepare_cut(text, docs, loaded: LoadedModel, text_settings: TextSettings, window_settings: WindowSettings, reporter: Reporter, timings: dict) -> Prepared:
     """The lm-eval and gptq protocols: the whole text tokenized (document by document for lm-eval)."""
-    rep.stage("tokenizing")
+    reporter.stage("tokenizing")
     t0 = time.perf_counter()
-    cut = _protocol_cut(text, docs, loaded, ts, ws)
+    cut = _protocol_cut(text, docs, loaded, text_settings, window_settings)
     timings["tokenize_s"] = time.perf_counter() - t0
-    whole = bool(cut.summary["complete"]) or ws.protocol == "gptq"
+    whole = bool(cut.summary["complete"]) or window_settings.protocol == "gptq"
     protocol = WindowProtocol(
-        name=ws.protocol, ctx=ws.ctx, stride=ws.ctx, prefix=ws.prefix, prefix_token=cut.prefix_token,
-        prefix_id=cut.prefix_id, rule=cut.rule, max_tokens=ts.max_tokens, text_tokens=cut.text_tokens if whole else None,
-        tokenized="the whole text" if whole else f"documents up to the first {ts.max_tokens:,} tokens",
+        name=window_settings.protocol, ctx=window_settings.ctx, stride=window_settings.ctx, prefix=window_settings.prefix, prefix_token=cut.prefix_token,
+        prefix_id=cut.prefix_id, rule=cut.rule, max_tokens=text_settings.max_tokens, text_tokens=cut.text_tokens if whole else None,
+        tokenized="the whole text" if whole else f"documents up to the first {text_settings.max_tokens:,} tokens",
         tokenizer=loaded.info.tokenizer.source, **describe(cut.windows, len(cut.stream)), layout=cut.summary,
     )  # fmt: skip
     return Prepared(loaded, text, cut.stream, tuple(cut.windows), protocol, MappingProxyType(timings), cut.layout)
 
 
-def _load(ts: TextSettings, ws: WindowSettings):
+def _load(text_settings: TextSettings, window_settings: WindowSettings):
     """The text (and lm-eval's documents) as the protocol reads it."""
-    if ts.documents is not None and ws.protocol != "lm-eval":
-        raise UsageError(f"--documents works with --protocol lm-eval only (not {ws.protocol})")
-    if ws.protocol == "lm-eval":
-        return load_documents(ts.text, ts.dataset, ts.data_dir, ts.documents, ts.document_field)
-    text = load_text(ts.text, ts.dataset, ts.data_dir)
-    if ws.protocol == "llama.cpp":
+    if text_settings.documents is not None and window_settings.protocol != "lm-eval":
+        raise UsageError(f"--documents works with --protocol lm-eval only (not {window_settings.protocol})")
+    if window_settings.protocol == "lm-eval":
+        return load_documents(text_settings.text, text_settings.dataset, text_settings.data_dir, text_settings.documents, text_settings.document_field)
+    text = load_text(text_settings.text, text_settings.dataset, text_settings.data_dir)
+    if window_settings.protocol == "llama.cpp":
         text = strip_one_trailing_newline(text)
-    return (gptq_text(text) if ws.protocol == "gptq" else text), None
+    return (gptq_text(text) if window_settings.protocol == "gptq" else text), None
 
 
-def prepare(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, rep: Reporter) -> Prepared:
+def prepare(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, reporter: Reporter) -> Prepared:
     """Load text and model, tokenize, and cut the stream into windows."""
     timings = {}
-    text, docs = _load(ts, ws)
-    device = resolve_device(ms.device)
-    dtype = resolve_dtype(ms.dtype, device)
-    rep.stage(f"loading {ms.model}")
+    text, docs = _load(text_settings, window_settings)
+    device = resolve_device(model_settings.device)
+    dtype = resolve_dtype(model_settings.dtype, device)
+    reporter.stage(f"loading {model_settings.model}")
     t0 = time.perf_counter()
-    loaded = load_model(ms.model, device, dtype, ms.device_map)
+    loaded = load_model(model_settings.model, device, dtype, model_settings.device_map)
     timings["load_s"] = time.perf_counter() - t0
-    if ws.protocol in ("lm-eval", "gptq"):
-        return _prepare_cut(text, docs, loaded, ts, ws, rep, timings)
-    prefix_id, prefix_desc = _resolve_prefix(ws.prefix, ws.protocol, loaded)
-    rep.stage("tokenizing")
+    if window_settings.protocol in ("lm-eval", "gptq"):
+        return _prepare_cut(text, docs, loaded, text_settings, window_settings, reporter, timings)
+    prefix_id, prefix_desc = _resolve_prefix(window_settings.prefix, window_settings.protocol, loaded)
+    reporter.stage("tokenizing")
     t0 = time.perf_counter()
-    limit = _tokens_needed(ts, ws, prefix_id is not None)
+    limit = _tokens_needed(text_settings, window_settings, prefix_id is not None)
     stream = encode(text.text, loaded.tokenizer, prefix_id, limit)
     timings["tokenize_s"] = time.perf_counter() - t0
     n_text = len(stream) - (prefix_id is not None)
     whole = limit is None or n_text < limit  # otherwise only a prefix of the text was tokenized
-    stream, windows, rule = _windows(stream, ts, ws)
+    stream, windows, rule = _windows(stream, text_settings, window_settings)
     protocol = WindowProtocol(
-        name=ws.protocol, ctx=ws.ctx, stride=ws.stride or ws.ctx, prefix=ws.prefix, prefix_token=prefix_desc,
-        prefix_id=prefix_id, rule=rule, max_tokens=ts.max_tokens, text_tokens=n_text if whole else None,
+        name=window_settings.protocol, ctx=window_settings.ctx, stride=window_settings.stride or window_settings.ctx, prefix=window_settings.prefix, prefix_token=prefix_desc,
+        prefix_id=prefix_id, rule=rule, max_tokens=text_settings.max_tokens, text_tokens=n_text if whole else None,
         tokenized="the whole text" if whole else f"a prefix of the text, enough for the first {limit:,} tokens",
         tokenizer=loaded.info.tokenizer.source, **describe(windows, len(stream)),
     )  # fmt: skip
@@ -222,20 +222,20 @@ class Bar:
 
 
 @contextlib.contextmanager
-def progress(rep: Reporter, total: int, text: str):
+def progress(reporter: Reporter, total: int, text: str):
     """A progress bar of ``total`` steps around an evaluation loop; yields a ``Bar`` whose ``seconds`` is the
     loop's wall time once the block ends."""
-    bar = Bar(rep.advance)
-    rep.start(distributed.share(total), text)  # under a launcher rank 0's bar counts its own share
+    bar = Bar(reporter.advance)
+    reporter.start(distributed.share(total), text)  # under a launcher rank 0's bar counts its own share
     t0 = time.perf_counter()
     try:
         yield bar
     finally:
-        rep.stop()
+        reporter.stop()
         bar.seconds = time.perf_counter() - t0
 
 
-def default_run_name(command: str, ms: ModelSettings, p_text: str) -> str:
-    model = re.sub(r"[^A-Za-z0-9._-]+", "-", ms.model.rstrip("/").split("/")[-1]).strip("-")[:40]
+def default_run_name(command: str, model_settings: ModelSettings, p_text: str) -> str:
+    model = re.sub(r"[^A-Za-z0-9._-]+", "-", model_settings.model.rstrip("/").split("/")[-1]).strip("-")[:40]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return f"{command}-{model}-{p_text}-{stamp}"

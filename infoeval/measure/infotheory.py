@@ -129,27 +129,27 @@ class RefStats:
         return _rebuild(self.logits[rows], self.max[rows, None], self.log_sum[rows, None], out)
 
 
-def _chunks(ws: Workspace, like: torch.Tensor, roles: tuple[str, ...], *columns: torch.Tensor):
+def _chunks(workspace: Workspace, like: torch.Tensor, roles: tuple[str, ...], *columns: torch.Tensor):
     """Per chunk of rows (``chunk_rows``): the chunk buffers of ``roles`` and the chunk of every column (views,
     split once per window: a torch call per chunk and column would cost more than the arithmetic)."""
     sizes = [r.stop - r.start for r in row_chunks(like.shape[0], chunk_rows(like))]
-    full = [ws.get(role, max(sizes), like) for role in roles]
+    full = [workspace.get(role, max(sizes), like) for role in roles]
     for size, *parts in zip(sizes, *(c.split(sizes) for c in columns)):
         yield (full if size == len(full[0]) else [b[:size] for b in full]), *parts
 
 
-def reference_stats(logits: torch.Tensor, targets: torch.Tensor, ws: Workspace | None = None) -> RefStats:
+def reference_stats(logits: torch.Tensor, targets: torch.Tensor, workspace: Workspace | None = None) -> RefStats:
     """The reference's per-row numbers, a chunk of rows at a time (log p in a chunk buffer): Σ p log p, log p(y),
     the max logit, and the max of log p in each block of BLOCK tokens. The max of log p is (max − max) − log_sum
     = −log_sum exactly; its first index (argmax) lies in the first block holding it, whose log p are rebuilt (an
     index-tracking reduction over V costs ~10× an amax). Sums are torch.sum's cascade (rounding ~log V·ε, where a
     bmm dot's ~V·ε is ≈1e-3 nats at V = 49k); finite logits give finite log p (no nan_to_num)."""
-    ws = ws if ws is not None else Workspace()
+    workspace = workspace if workspace is not None else Workspace()
     (n, v), dev = logits.shape, logits.device
     plogp, logp_y, z_max = torch.empty(3, n, device=dev)
     blocks = torch.empty(n, -(-v // BLOCK), device=dev)  # max log p per block; the last one may be shorter
     full = v // BLOCK * BLOCK
-    for (lp, p), z, y, *out in _chunks(ws, logits, ("ref_lp", "ref_p"), logits, targets[:, None], plogp,
+    for (lp, p), z, y, *out in _chunks(workspace, logits, ("ref_lp", "ref_p"), logits, targets[:, None], plogp,
                                        logp_y[:, None], z_max, blocks[:, : v // BLOCK, None], blocks[:, -1]):  # fmt: skip
         z = z.float()
         torch.ops.aten._log_softmax.out(z, -1, False, out=lp)
@@ -167,18 +167,18 @@ def reference_stats(logits: torch.Tensor, targets: torch.Tensor, ws: Workspace |
     return RefStats(logits=logits, max=z_max, log_sum=-top, entropy=-plogp, argmax=argmax, nll=-logp_y)
 
 
-def compare(ref: RefStats, logits: torch.Tensor, targets: torch.Tensor, ws: Workspace | None = None) -> dict[str, torch.Tensor]:
+def compare(ref: RefStats, logits: torch.Tensor, targets: torch.Tensor, workspace: Workspace | None = None) -> dict[str, torch.Tensor]:
     """Per-position columns of a variant against the reference, in nats.
 
     Returns nll, kl (KL(p‖q)), rkl (KL(q‖p)), tv, entropy (of q) and top1 (argmax p is a top token of q; ties count
     as agreement). Neither ``ref`` nor ``logits`` is modified. Computed a chunk of rows at a time in four chunk
     buffers, each reused once spent; the reference's log p rebuilt per chunk."""
-    ws = ws if ws is not None else Workspace()
+    workspace = workspace if workspace is not None else Workspace()
     n, dev = logits.shape[0], logits.device
     qlogq, pd, qd, tv, top = torch.empty(5, n, device=dev)  # Σ q log q, Σ p·d, Σ q·d (d = log q − log p), Σ |q − p|, max log q
     picked = torch.empty(n, 2, device=dev)  # log q of the observed token and of the reference's top token
     columns = (logits, ref.logits, ref.max[:, None], ref.log_sum[:, None], torch.stack([targets, ref.argmax], 1), picked)
-    for (lq, q, lp, p), zq, zp, z_max, log_sum, ids, g, *sums in _chunks(ws, logits, ("var_lq", "var_q", "ref_lp", "ref_p"),
+    for (lq, q, lp, p), zq, zp, z_max, log_sum, ids, g, *sums in _chunks(workspace, logits, ("var_lq", "var_q", "ref_lp", "ref_p"),
                                                                          *columns, qlogq, pd, qd, tv, top):  # fmt: skip
         torch.ops.aten._log_softmax.out(zq.float(), -1, False, out=lq)
         torch.exp(lq, out=q)

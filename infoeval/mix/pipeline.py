@@ -71,15 +71,15 @@ def _linear_shapes(model) -> dict[str, tuple[int, ...]]:
     return {n: tuple(m.weight.shape) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
 
 
-def _check_budgets_early(model, shapes, mx: MixSettings, schemes, extra) -> None:
+def _check_budgets_early(model, shapes, mix_settings: MixSettings, schemes, extra) -> None:
     """Before the sweep: every budget reachable with the units' cheapest schemes (the costs need only the
     layer shapes, not the KLs), so an impossible budget fails in seconds, not after minutes of sweeping."""
     from infoeval.sensitivity.units import enumerate_units
 
     rows = [{"unit": u.name, "kind": u.kind, "layers": list(u.layers), "scheme": s.name, "kl_mean": 0.0}
-            for u in enumerate_units(model, mx.by) for s in schemes]  # fmt: skip
+            for u in enumerate_units(model, mix_settings.by) for s in schemes]  # fmt: skip
     problem = build_problem(rows, schemes, shapes)
-    budget, _ = parse_budget(mx.budget, problem)
+    budget, _ = parse_budget(mix_settings.budget, problem)
     check_budgets(problem.cost, problem.weights, [budget, *extra])
 
 
@@ -96,12 +96,12 @@ def _span(windows) -> dict:
             "tokens": sum(w.n_scored for w in windows)}  # fmt: skip
 
 
-def _sensitivity(p: Prepared, ts: TextSettings, mx: MixSettings, schemes, rep: Reporter) -> tuple[Prepared, list, dict, dict]:
+def _sensitivity(p: Prepared, text_settings: TextSettings, mix_settings: MixSettings, schemes, reporter: Reporter) -> tuple[Prepared, list, dict, dict]:
     """(the measured part of ``p``, unit rows, the sweep's JSON or None, the held-out record)."""
     from infoeval.sensitivity import sweep_prepared
 
-    if mx.sensitivity:
-        rows, meta = load_sensitivity(mx.sensitivity)
+    if mix_settings.sensitivity:
+        rows, meta = load_sensitivity(mix_settings.sensitivity)
         sha = p.text.sha256
         overlap = any(m["provenance"].get("text", {}).get("sha256") == sha and not m.get("split") for m in meta)
         held = {"measured": _span(p.windows), "sweep": [{"file": m["file"], "split": m["split"]} for m in meta],
@@ -109,15 +109,15 @@ def _sensitivity(p: Prepared, ts: TextSettings, mx: MixSettings, schemes, rep: R
                 "note": "the sensitivity file was measured on this same text; its tokens may overlap the measured ones"
                 if overlap else "the sensitivity file comes from another text or a held-out split"}  # fmt: skip
         return p, rows, None, held
-    measured, swept = split_windows(p.windows, ts.max_tokens)
+    measured, swept = split_windows(p.windows, text_settings.max_tokens)
     if not swept or not measured:
-        raise DataError(f"the text has no tokens after the {ts.max_tokens:,} measured ones for the sweep; use a longer text or a smaller --max-tokens")
+        raise DataError(f"the text has no tokens after the {text_settings.max_tokens:,} measured ones for the sweep; use a longer text or a smaller --max-tokens")
     span = {"measured": _span(measured), "sweep": _span(swept)}
     note = f"sweep on stream tokens {span['sweep']['first_target']}…{span['sweep']['last_target']}, after the measured ones"
-    sens = sweep_prepared(_subset(p, swept, note, mx.sweep_tokens), schemes, mx.by, block_cache=mx.block_cache, proxy=False, rep=rep)
+    sens = sweep_prepared(_subset(p, swept, note, mix_settings.sweep_tokens), schemes, mix_settings.by, block_cache=mix_settings.block_cache, proxy=False, reporter=reporter)
     data = sens.to_json() | {"held_out_split": span}
     held = span | {"overlap_possible": False, "note": "the sweep read the tokens right after the measured ones"}
-    return _subset(p, measured, "measured windows: the first --max-tokens tokens", ts.max_tokens), data["units"], data, held
+    return _subset(p, measured, "measured windows: the first --max-tokens tokens", text_settings.max_tokens), data["units"], data, held
 
 
 def _check_coverage(problem, model) -> None:
@@ -137,13 +137,13 @@ def _variant(model, problem, picks, name: str):
     return quantize_plan(model, plan, problem.schemes[counts.index(max(counts))], label=name)
 
 
-def _measure(p: Prepared, specs: list, rep: Reporter) -> tuple[CompareColumns, float]:
+def _measure(p: Prepared, specs: list, reporter: Reporter) -> tuple[CompareColumns, float]:
     """Every variant of ``specs`` ((name, build)) on p's windows, ``VARIANTS_PER_PASS`` at a time."""
     cols, seconds = None, 0.0
     for i in range(0, len(specs), VARIANTS_PER_PASS):
         chunk = [build() for _, build in specs[i : i + VARIANTS_PER_PASS]]
         n = len(p.windows) * (1 + len(chunk))
-        with progress(rep, n, f"{len(p.windows)} held-out windows × {1 + len(chunk)} models") as bar:
+        with progress(reporter, n, f"{len(p.windows)} held-out windows × {1 + len(chunk)} models") as bar:
             got = run_lockstep(p.loaded.model, p.stream, p.windows, chunk, p.protocol.prefix_id, bar.step)
         seconds += bar.seconds
         cols = got if cols is None else CompareColumns(cols.reference, {**cols.variants, **got.variants})
@@ -165,31 +165,31 @@ def _exports(p: Prepared, problem, picks, name: str, budget) -> dict:
             "llama_cpp": export.tensor_types(assignment, widths), "compressed_tensors": export.config_groups(assignment, widths, linears)}  # fmt: skip
 
 
-def mix(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, mx: MixSettings,
-        rep: Reporter | None = None) -> tuple[MixResult, CompareColumns, dict | None]:  # fmt: skip
+def mix(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, mix_settings: MixSettings,
+        reporter: Reporter | None = None) -> tuple[MixResult, CompareColumns, dict | None]:  # fmt: skip
     """Solve and measure; returns the result, the held-out columns and the sweep's JSON (None with --sensitivity)."""
-    rep = rep or Reporter()
-    schemes = parse_schemes(mx.schemes)
-    extra = parse_sweep(mx.sweep) if mx.sweep else []
-    if not mx.sensitivity and ts.max_tokens is None:
+    reporter = reporter or Reporter()
+    schemes = parse_schemes(mix_settings.schemes)
+    extra = parse_sweep(mix_settings.sweep) if mix_settings.sweep else []
+    if not mix_settings.sensitivity and text_settings.max_tokens is None:
         raise UsageError("mix sweeps the tokens after the measured ones: give --max-tokens N (not 'all'), or --sensitivity FILE")
-    run_ts = ts if mx.sensitivity else dataclasses.replace(ts, max_tokens=ts.max_tokens + mx.sweep_tokens)
-    p_all = prepare(ms, run_ts, ws, rep)
+    run_ts = text_settings if mix_settings.sensitivity else dataclasses.replace(text_settings, max_tokens=text_settings.max_tokens + mix_settings.sweep_tokens)
+    p_all = prepare(model_settings, run_ts, window_settings, reporter)
     shapes = _linear_shapes(p_all.loaded.model)
-    if not mx.sensitivity:
-        _check_budgets_early(p_all.loaded.model, shapes, mx, schemes, extra)
-    p, rows, sweep_json, held = _sensitivity(p_all, ts, mx, schemes, rep)
+    if not mix_settings.sensitivity:
+        _check_budgets_early(p_all.loaded.model, shapes, mix_settings, schemes, extra)
+    p, rows, sweep_json, held = _sensitivity(p_all, text_settings, mix_settings, schemes, reporter)
     model = p.loaded.model
     problem = build_problem(rows, schemes, shapes)
     _check_coverage(problem, model)
-    budget, budget_scheme = parse_budget(mx.budget, problem)
+    budget, budget_scheme = parse_budget(mix_settings.budget, problem)
     t0 = time.perf_counter()
     choices = solve(problem.kl, problem.cost, problem.weights, [budget, *extra])
     solve_s = time.perf_counter() - t0
-    return _finish(p, problem, choices, budget_scheme, mx, sweep_json, held, rep, solve_s)
+    return _finish(p, problem, choices, budget_scheme, mix_settings, sweep_json, held, reporter, solve_s)
 
 
-def _finish(p, problem, choices, budget_scheme, mx, sweep_json, held, rep, solve_s):
+def _finish(p, problem, choices, budget_scheme, mix_settings, sweep_json, held, reporter, solve_s):
     model = p.loaded.model
     U = len(problem.units)
     entries = {}  # picks → (name, kind, bits, budgets)
@@ -202,22 +202,22 @@ def _finish(p, problem, choices, budget_scheme, mx, sweep_json, held, rep, solve
         names.append(e[0])
     specs = [(e[0], (lambda k=k, e=e: quantize_variant(model, problem.schemes[k[0]]) if e[1] == "uniform"
                      else _variant(model, problem, k, e[0]))) for k, e in entries.items()]  # fmt: skip
-    cols, eval_s = _measure(p, specs, rep)
+    cols, eval_s = _measure(p, specs, reporter)
     measured = [measured_row(e[0], e[1], e[2], problem.predicted(k), variant_metrics(cols.reference, cols.variants[e[0]]), e[3])
                 for k, e in entries.items()]  # fmt: skip
     main = choices[0]
     # the units' own kind: with --sensitivity the files decide it, whatever --by says
-    by = mx.by if sweep_json else ",".join(dict.fromkeys(u.kind for u in problem.units))
+    by = mix_settings.by if sweep_json else ",".join(dict.fromkeys(u.kind for u in problem.units))
     result = MixResult(
         p.provenance("mix", schemes=[s.name for s in problem.schemes], by=by), {**p.timings, "solve_s": solve_s, "eval_s": eval_s,
         **({f"sweep_{k}": v for k, v in sweep_json["timings"].items() if k not in p.timings} if sweep_json else {})},
-        settings={"schemes": [s.name for s in problem.schemes], "by": by, "budget": mx.budget, "budget_bits": float(main.budget_bits),
-                  "budget_fraction": str(main.budget_bits), "sweep": mx.sweep, "sweep_tokens": mx.sweep_tokens,
+        settings={"schemes": [s.name for s in problem.schemes], "by": by, "budget": mix_settings.budget, "budget_bits": float(main.budget_bits),
+                  "budget_fraction": str(main.budget_bits), "sweep": mix_settings.sweep, "sweep_tokens": mix_settings.sweep_tokens,
                   "bits_accounting": "stored bits per quantized weight: codes + fp16 scales (+ b-bit zero points); quant/bits.py"},
         held_out=held, reference=reference_metrics(cols.reference), units=tuple(unit_rows(problem)),
         solutions=tuple(solution_row(problem, c, n) for c, n in zip(choices, names)), measured=tuple(measured),
         target=target_row(measured, names[0], budget_scheme), exports=_exports(p, problem, main.picks, names[0], main.budget_bits),
-        sensitivity={"source": "sweep" if sweep_json else [str(f) for f in mx.sensitivity], "by": by,
+        sensitivity={"source": "sweep" if sweep_json else [str(f) for f in mix_settings.sensitivity], "by": by,
                      "reference": sweep_json["reference"] if sweep_json else None},
     )  # fmt: skip
     return result, cols, sweep_json

@@ -74,13 +74,13 @@ def _block_rows(summaries: list[LengthSummary], nbytes: np.ndarray) -> list[dict
     return rows
 
 
-def run_mutual_info(ms: ModelSettings, ts: TextSettings, s: MISettings, rep: Reporter | None = None) -> MutualInfoResult:
+def run_mutual_info(model_settings: ModelSettings, text_settings: TextSettings, s: MISettings, reporter: Reporter | None = None) -> MutualInfoResult:
     """Load model and text, score the blocks of every length, fit I(L) ≈ A·L^β."""
-    rep = rep or Reporter()
+    reporter = reporter or Reporter()
     check_settings(s)
     need = s.blocks * max(s.lengths)
-    cap = need if ts.max_tokens is None else min(ts.max_tokens, need)
-    p = prepare(ms, dataclasses.replace(ts, max_tokens=cap), WindowSettings(ctx=max(s.lengths), prefix=s.prefix), rep)
+    cap = need if text_settings.max_tokens is None else min(text_settings.max_tokens, need)
+    p = prepare(model_settings, dataclasses.replace(text_settings, max_tokens=cap), WindowSettings(ctx=max(s.lengths), prefix=s.prefix), reporter)
     start_id = p.protocol.prefix_id
     if start_id is None:
         raise DataError("the tokenizer has neither a BOS nor an EOS token; mutual-info needs a start token to score Y alone")
@@ -90,12 +90,12 @@ def run_mutual_info(ms: ModelSettings, ts: TextSettings, s: MISettings, rep: Rep
     counts = blocks_per_length(int(text_ids.shape[0]), s.lengths, s.blocks)
     check_blocks(counts, int(text_ids.shape[0]))
     seconds: dict[int, float] = {}
-    with progress(rep, forwards_needed(counts, s.batch_tokens), f"{sum(counts.values())} blocks × 2 passes, {len(counts)} lengths") as bar:
+    with progress(reporter, forwards_needed(counts, s.batch_tokens), f"{sum(counts.values())} blocks × 2 passes, {len(counts)} lengths") as bar:
         summaries = estimate(p.loaded.model, text_ids, start_id, s.lengths, s.blocks, s.batch_tokens, bar.step,
                              lambda length, sec: seconds.__setitem__(length, sec))  # fmt: skip
-    rep.stage("bootstrapping the fit")
+    reporter.stage("bootstrapping the fit")
     fit = fit_with_ci(list(s.lengths), [x.mi_bits for x in summaries], s.bootstrap, s.seed)
-    rep.stop()
+    reporter.stop()
     rows = []
     for x in summaries:
         law = fit.get("fit")
@@ -107,7 +107,7 @@ def run_mutual_info(ms: ModelSettings, ts: TextSettings, s: MISettings, rep: Rep
         "name": "mutual-info",
         "rule": RULE,
         "prefix": s.prefix, "prefix_token": p.protocol.prefix_token, "prefix_id": start_id,
-        "max_tokens": ts.max_tokens, "tokens_available": int(text_ids.shape[0]), "text_tokens": p.protocol.text_tokens,
+        "max_tokens": text_settings.max_tokens, "tokens_available": int(text_ids.shape[0]), "text_tokens": p.protocol.text_tokens,
         "tokenized": p.protocol.tokenized, "tokenizer": p.protocol.tokenizer,
         "blocks_requested": s.blocks, "blocks": {str(k): v for k, v in counts.items()}, "max_positions": max_positions,
     }  # fmt: skip

@@ -199,14 +199,14 @@ class DequantBuffers:
                 with torch.inference_mode(False):  # a normal tensor: writable in and out of inference mode
                     self.buffers[key] = torch.empty(n, dtype=key[2], device=key[1])
 
-    def dequantize(self, pw: PackedWeight) -> torch.Tensor:
+    def dequantize(self, packed: PackedWeight) -> torch.Tensor:
         """ŵ as a view of the shared buffers (valid until the next call); ``reserve`` its variant first."""
-        dev, bufs = pw.device, self.buffers
-        w = codes.dequantize_into(pw, bufs["f32", dev, torch.float32], bufs.get(("i16", dev, torch.int16)),
+        dev, bufs = packed.device, self.buffers
+        w = codes.dequantize_into(packed, bufs["f32", dev, torch.float32], bufs.get(("i16", dev, torch.int16)),
                                   bufs.get(("u8", dev, torch.uint8)))  # fmt: skip
-        if pw.dtype == torch.float32:
+        if packed.dtype == torch.float32:
             return w
-        return bufs["out", dev, pw.dtype][: pw.numel].view(pw.shape).copy_(w)
+        return bufs["out", dev, packed.dtype][: packed.numel].view(packed.shape).copy_(w)
 
 
 _BUFFERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

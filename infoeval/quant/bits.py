@@ -82,10 +82,10 @@ def average_bits(pairs: Iterable[tuple[Scheme, tuple[int, int]]]) -> Fraction:
     return Fraction(total, weights)
 
 
-def packed_bits(pw) -> int:
+def packed_bits(packed) -> int:
     """Bits a ``codes.PackedWeight`` would store in a checkpoint, counted from its tensors: its code bytes
     (nibbles for 2–4 bits, bytes for 5–8; without the in-memory list of −0 positions), one float16 per scale,
     and b bits per zero point. Equals ``layer_bits`` for schemes of 4 or 8 bits, whose codes fill their
     storage exactly (an even number of weights for 4 bits)."""
-    zeros = 0 if pw.zero is None else pw.zero.numel() * pw.bits
-    return pw.codes.numel() * pw.codes.element_size() * 8 + pw.scale.numel() * SCALE_BITS + zeros
+    zeros = 0 if packed.zero is None else packed.zero.numel() * packed.bits
+    return packed.codes.numel() * packed.codes.element_size() * 8 + packed.scale.numel() * SCALE_BITS + zeros

@@ -161,14 +161,14 @@ def encode_dequantized(w: torch.Tensor, scheme: Scheme) -> tuple[PackedWeight, t
     return pw, w_hat if pw.dtype == torch.float32 else w_hat.to(pw.dtype)
 
 
-def scratch_sizes(pw: PackedWeight) -> dict[tuple[str, torch.dtype], int]:
+def scratch_sizes(packed: PackedWeight) -> dict[tuple[str, torch.dtype], int]:
     """Elements of each flat scratch buffer (kind, dtype) ``dequantize_into`` needs: float32 always (the
     result), int16 for sign-magnitude codes, uint8 for nibbles."""
-    n = pw.numel
+    n = packed.numel
     sizes = {("f32", torch.float32): n}
-    if pw.sign_magnitude:
+    if packed.sign_magnitude:
         sizes["i16", torch.int16] = n
-    if pw.nibbles:
+    if packed.nibbles:
         sizes["u8", torch.uint8] = n
     return sizes
 
@@ -185,54 +185,54 @@ def _per_block_(op, w: torch.Tensor, t: torch.Tensor, g: int) -> None:
     op(w[:, full * g :], t[:, full:])
 
 
-def _signed_to_f32(pw: PackedWeight, f32: torch.Tensor, i16: torch.Tensor, u8: torch.Tensor | None) -> float:
+def _signed_to_f32(packed: PackedWeight, f32: torch.Tensor, i16: torch.Tensor, u8: torch.Tensor | None) -> float:
     """Sign-magnitude codes → f32 as float16 subnormals ±|q|·2^−k; returns 2^k."""
-    n = pw.numel
-    if pw.nibbles:
-        h = pw.codes.numel()
-        torch.bitwise_left_shift(pw.codes, 4, out=u8[:h])  # low nibble → bits 4–7
+    n = packed.numel
+    if packed.nibbles:
+        h = packed.codes.numel()
+        torch.bitwise_left_shift(packed.codes, 4, out=u8[:h])  # low nibble → bits 4–7
         i16[:h].copy_(u8[:h].view(torch.int8))  # sign-extends bit 7 into bit 15
-        i16[h:n].copy_(pw.codes[: n - h].view(torch.int8))
+        i16[h:n].copy_(packed.codes[: n - h].view(torch.int8))
         i16[:n].bitwise_and_(_SIGN_MAG_4)
         f32.copy_(i16[:n].view(torch.float16))
         return 2.0**20
-    i16[:n].copy_(pw.codes.view(torch.int8))
+    i16[:n].copy_(packed.codes.view(torch.int8))
     i16[:n].bitwise_and_(_SIGN_MAG_8)
     f32.copy_(i16[:n].view(torch.float16))
     return 2.0**24
 
 
-def dequantize_into(pw: PackedWeight, f32: torch.Tensor, i16: torch.Tensor | None = None,
+def dequantize_into(packed: PackedWeight, f32: torch.Tensor, i16: torch.Tensor | None = None,
                     u8: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """ŵ in float32, written into the flat buffer ``f32`` (≥ n elements; i16 and u8 as ``scratch_sizes``);
     returns the contiguous (out, in) view of its first n elements."""
-    n = pw.numel
+    n = packed.numel
     flat = f32[:n]
-    w = flat.view(pw.shape)
-    if pw.sign_magnitude:
-        k = _signed_to_f32(pw, flat, i16, u8)
-        _per_block_(torch.Tensor.mul_, w, pw.scale * k, pw.group)
+    w = flat.view(packed.shape)
+    if packed.sign_magnitude:
+        k = _signed_to_f32(packed, flat, i16, u8)
+        _per_block_(torch.Tensor.mul_, w, packed.scale * k, packed.group)
         return w
-    if pw.symmetric:  # int8 codes
-        flat.copy_(pw.codes)
-        _per_block_(torch.Tensor.mul_, w, pw.scale, pw.group)
-        if pw.negative_zeros.numel():
-            flat[pw.negative_zeros] = -0.0
+    if packed.symmetric:  # int8 codes
+        flat.copy_(packed.codes)
+        _per_block_(torch.Tensor.mul_, w, packed.scale, packed.group)
+        if packed.negative_zeros.numel():
+            flat[packed.negative_zeros] = -0.0
         return w
-    if pw.nibbles:
-        h = pw.codes.numel()
-        torch.bitwise_and(pw.codes, 15, out=u8[:h])
-        torch.bitwise_right_shift(pw.codes[: n - h], 4, out=u8[h:n])
+    if packed.nibbles:
+        h = packed.codes.numel()
+        torch.bitwise_and(packed.codes, 15, out=u8[:h])
+        torch.bitwise_right_shift(packed.codes[: n - h], 4, out=u8[h:n])
         flat.copy_(u8[:n])
     else:
-        flat.copy_(pw.codes)
-    _per_block_(torch.Tensor.sub_, w, pw.zero.to(torch.float32), pw.group)  # q − z: exact small integers
-    _per_block_(torch.Tensor.mul_, w, pw.scale, pw.group)
+        flat.copy_(packed.codes)
+    _per_block_(torch.Tensor.sub_, w, packed.zero.to(torch.float32), packed.group)  # q − z: exact small integers
+    _per_block_(torch.Tensor.mul_, w, packed.scale, packed.group)
     return w
 
 
-def dequantize(pw: PackedWeight) -> torch.Tensor:
+def dequantize(packed: PackedWeight) -> torch.Tensor:
     """ŵ as a new contiguous (out, in) tensor of the weight's dtype, equal to ``fake_quantize(w, scheme)``."""
-    bufs = {kind: torch.empty(n, dtype=dtype, device=pw.device) for (kind, dtype), n in scratch_sizes(pw).items()}
-    w = dequantize_into(pw, bufs["f32"], bufs.get("i16"), bufs.get("u8"))
-    return w if pw.dtype == torch.float32 else w.to(pw.dtype)
+    bufs = {kind: torch.empty(n, dtype=dtype, device=packed.device) for (kind, dtype), n in scratch_sizes(packed).items()}
+    w = dequantize_into(packed, bufs["f32"], bufs.get("i16"), bufs.get("u8"))
+    return w if packed.dtype == torch.float32 else w.to(packed.dtype)

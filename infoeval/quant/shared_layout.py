@@ -61,14 +61,14 @@ def region_view(buffer: torch.Tensor, fields: dict[str, tuple[int, int]]) -> Vie
     return view
 
 
-def write(view: View, pw: PackedWeight) -> dict:
+def write(view: View, packed: PackedWeight) -> dict:
     """Copy an encoding's fields into its regions; returns what ``read`` needs besides the layout."""
-    parts = {"codes": pw.codes, "scale": pw.scale, "zero": pw.zero, "negative_zeros": pw.negative_zeros}
+    parts = {"codes": packed.codes, "scale": packed.scale, "zero": packed.zero, "negative_zeros": packed.negative_zeros}
     for field_, t in parts.items():
         if t is not None:
             view(field_, t.dtype, t.numel()).copy_(t.reshape(-1))
-    negative = None if pw.negative_zeros is None else pw.negative_zeros.numel()
-    return {"codes_dtype": str(pw.codes.dtype), "negative_zeros": negative}
+    negative = None if packed.negative_zeros is None else packed.negative_zeros.numel()
+    return {"codes_dtype": str(packed.codes.dtype), "negative_zeros": negative}
 
 
 def read(view: View, shape: tuple[int, int], scheme: Scheme, dtype: torch.dtype, record: dict) -> PackedWeight:

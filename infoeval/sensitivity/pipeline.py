@@ -65,7 +65,7 @@ def _roles(model, jobs, block_cache: bool, n_layers: int) -> dict:
 
 def reducer(keys: Sequence[str], check: bool) -> engine.Reducer:
     """Reference statistics, then each job against them; on the first batch the block path is checked."""
-    ws = Workspace()
+    workspace = Workspace()
     first = []
 
     def reduce(step: engine.Step) -> dict:
@@ -76,32 +76,32 @@ def reducer(keys: Sequence[str], check: bool) -> engine.Reducer:
             if not torch.allclose(step.logits[CHECK], ref_logits, rtol=CHECK_TOL, atol=CHECK_TOL):
                 raise RuntimeFailure("the forward from a captured block input differs from the model's own forward "
                                      "for this architecture; run with --no-block-cache")  # fmt: skip
-        ref = reference_stats(ref_logits[0], t, ws)
+        ref = reference_stats(ref_logits[0], t, workspace)
         out = {"ref/nll": ref.nll, "ref/entropy": ref.entropy}
         for key in keys:
-            c = compare(ref, step.logits[key][0], t, ws)
+            c = compare(ref, step.logits[key][0], t, workspace)
             out |= {f"{key}/kl": c["kl"], f"{key}/top1": c["top1"], f"{key}/nll": c["nll"]}
         return out
 
     return reduce
 
 
-def measure(p: Prepared, jobs: dict, block_cache: bool, rep: Reporter) -> tuple[dict[str, np.ndarray], float]:
+def measure(p: Prepared, jobs: dict, block_cache: bool, reporter: Reporter) -> tuple[dict[str, np.ndarray], float]:
     """Per-position columns of the reference and of every job; the seconds the sweep took."""
     model = p.loaded.model
     n_layers = len(blocks.decoder(model).layers) if block_cache else 0
     roles = _roles(model, jobs, block_cache, n_layers)
     batches = engine.plan(p.windows)
     total = len(batches) * (1 + len(jobs)) + block_cache  # + the check of the block path on the first window
-    with progress(rep, total, f"{len(batches)} windows × {1 + len(jobs)} forwards") as bar:
+    with progress(reporter, total, f"{len(batches)} windows × {1 + len(jobs)} forwards") as bar:
         cols = engine.run(roles, p.stream.ids, batches, p.protocol.prefix_id, reducer(list(jobs), block_cache),
                           nbytes=p.stream.nbytes, on_forward=bar.step)  # fmt: skip
     return cols, bar.seconds
 
 
-def _proxy(p: Prepared, units, packed, seed: int, rep: Reporter) -> tuple[dict, float]:
+def _proxy(p: Prepared, units, packed, seed: int, reporter: Reporter) -> tuple[dict, float]:
     batches = engine.plan(p.windows)
-    with progress(rep, len(batches), f"proxy: {len(batches)} backward passes") as bar:
+    with progress(reporter, len(batches), f"proxy: {len(batches)} backward passes") as bar:
         sums = fisher.fisher_sums(p.loaded.model, p.stream.ids, p.windows, p.protocol.prefix_id, packed, seed, bar.step)
     return sums, bar.seconds
 
@@ -113,22 +113,22 @@ def layers_run_fraction(units: Sequence[Unit], n_layers: int) -> float:
 
 def sweep_prepared(p: Prepared, schemes: str | Sequence[Scheme], by: str = "type", units: Sequence[str] = (),
                    block_cache: bool = True, proxy: bool = True, seed: int = 0,
-                   rep: Reporter | None = None) -> SensitivityResult:  # fmt: skip
+                   reporter: Reporter | None = None) -> SensitivityResult:  # fmt: skip
     """The sweep on an already prepared model and text (see ``sweep``)."""
-    rep = rep or Reporter()
+    reporter = reporter or Reporter()
     schemes = parse_schemes(schemes) if isinstance(schemes, str) else list(schemes)
     model = p.loaded.model
     chosen = enumerate_units(model, by, units)
-    rep.stage("quantizing")
+    reporter.stage("quantizing")
     t0 = time.perf_counter()
     packed = pack_layers(model, chosen, schemes)
     jobs = {f"u{i}": (u, unit_variant(model, u, s, packed[s.name]))
             for i, (u, s) in enumerate((u, s) for u in chosen for s in schemes)}  # fmt: skip
     quantize_s = time.perf_counter() - t0
     cpu0 = time.process_time()
-    cols, sweep_s = measure(p, jobs, block_cache, rep)
+    cols, sweep_s = measure(p, jobs, block_cache, reporter)
     sweep_cpu_s = time.process_time() - cpu0  # all threads' CPU seconds: steadier than wall time on a busy machine
-    sums, proxy_s = _proxy(p, chosen, packed, seed, rep) if proxy else (None, 0.0)
+    sums, proxy_s = _proxy(p, chosen, packed, seed, reporter) if proxy else (None, 0.0)
     n = int(cols["ref/nll"].size)
     rows = [unit_metrics(u, v, cols, key, n, fisher.unit_proxy(sums[v.name], u.layers, n) if sums else None)
             for key, (u, v) in jobs.items()]  # fmt: skip
@@ -157,9 +157,9 @@ def proxy_summary(rows: Sequence[dict], schemes: Sequence[Scheme]) -> dict:
             "median_ratio": float(np.median(ratios)) if ratios else None}  # proxy / direct KL: its calibration
 
 
-def sweep(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, schemes: str | Sequence[Scheme], by: str = "type",
+def sweep(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, schemes: str | Sequence[Scheme], by: str = "type",
           units: Sequence[str] = (), block_cache: bool = True, proxy: bool = True, seed: int = 0,
-          rep: Reporter | None = None) -> SensitivityResult:  # fmt: skip
+          reporter: Reporter | None = None) -> SensitivityResult:  # fmt: skip
     """One model load; every unit (``by`` linear, block or type; ``units`` globs keep some) quantized alone with
     each scheme and measured on the windows of the text: mean KL ± SE, P99, top-1 agreement, Δ ln PPL ± SE, and
     (``proxy``) the diagonal-Fisher proxy with its Spearman ρ against the direct KL. Bad options fail before the
@@ -167,5 +167,5 @@ def sweep(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, schemes: str 
     if by not in ("linear", "block", "type"):
         enumerate_units(None, by)  # raises the usage error
     parsed = parse_schemes(schemes) if isinstance(schemes, str) else list(schemes)
-    p = prepare(ms, ts, ws, rep or Reporter())
-    return sweep_prepared(p, parsed, by, units, block_cache, proxy, seed, rep)
+    p = prepare(model_settings, text_settings, window_settings, reporter or Reporter())
+    return sweep_prepared(p, parsed, by, units, block_cache, proxy, seed, reporter)

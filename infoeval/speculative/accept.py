@@ -152,17 +152,17 @@ def top1_summary(cols: AcceptColumns) -> dict:
     }
 
 
-def spec_accept(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, ds: DraftSettings, temps: tuple[float, ...],
-                rep: Reporter | None = None) -> tuple[AcceptResult, AcceptColumns]:  # fmt: skip
-    rep = rep or Reporter()
-    ds.check()  # before the slow load
-    p = prepare(ms, ts, ws, rep)
-    rep.stage("building the draft")
+def spec_accept(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, draft_settings: DraftSettings, temps: tuple[float, ...],
+                reporter: Reporter | None = None) -> tuple[AcceptResult, AcceptColumns]:  # fmt: skip
+    reporter = reporter or Reporter()
+    draft_settings.check()  # before the slow load
+    p = prepare(model_settings, text_settings, window_settings, reporter)
+    reporter.stage("building the draft")
     t0 = time.perf_counter()
-    device = resolve_device(ms.device)
-    draft = build_draft(p.loaded, ds, device, resolve_dtype(ms.dtype, device), ms.device_map)
+    device = resolve_device(model_settings.device)
+    draft = build_draft(p.loaded, draft_settings, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map)
     draft_s = time.perf_counter() - t0
-    with progress(rep, 2 * len(p.windows), f"{len(p.windows)} windows × (target + draft)") as bar:
+    with progress(reporter, 2 * len(p.windows), f"{len(p.windows)} windows × (target + draft)") as bar:
         cols = evaluate_windows(p, draft, temps, bar.step)
     result = AcceptResult(
         p.provenance("spec-accept", draft=draft.info), {**p.timings, "draft_s": draft_s, "eval_s": bar.seconds},

@@ -143,16 +143,16 @@ def parse_alpha(alpha: float) -> float:
     return float(alpha)
 
 
-def distill(ms: ModelSettings, ts: TextSettings, ws: WindowSettings, ds: DraftSettings, temps: tuple[float, ...], alpha: float,
-            rep: Reporter | None = None) -> tuple[DistillResult, DistillColumns]:  # fmt: skip
-    rep = rep or Reporter()
+def distill(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, draft_settings: DraftSettings, temps: tuple[float, ...], alpha: float,
+            reporter: Reporter | None = None) -> tuple[DistillResult, DistillColumns]:  # fmt: skip
+    reporter = reporter or Reporter()
     alpha = parse_alpha(alpha)
-    ds.check()
-    p = prepare(ms, ts, ws, rep)
-    rep.stage("building the student")
-    device = resolve_device(ms.device)
-    student = build_draft(p.loaded, ds, device, resolve_dtype(ms.dtype, device), ms.device_map)
-    with progress(rep, 2 * len(p.windows), f"{len(p.windows)} windows × (teacher + student)") as bar:
+    draft_settings.check()
+    p = prepare(model_settings, text_settings, window_settings, reporter)
+    reporter.stage("building the student")
+    device = resolve_device(model_settings.device)
+    student = build_draft(p.loaded, draft_settings, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map)
+    with progress(reporter, 2 * len(p.windows), f"{len(p.windows)} windows × (teacher + student)") as bar:
         cols, check = _evaluate(p, student, temps, alpha, bar.step)
     result = DistillResult(
         p.provenance("distill", student=student.info), {**p.timings, "eval_s": bar.seconds},

@@ -139,31 +139,31 @@ def _count(modules) -> int:
     return n
 
 
-def build_draft(target: LoadedModel, ds: DraftSettings, device: torch.device, dtype: torch.dtype, device_map=None) -> Draft:
-    """The draft/student described by ``ds`` for ``target`` (see the module docstring)."""
-    ds.check()
-    if ds.kind == "model":
+def build_draft(target: LoadedModel, draft_settings: DraftSettings, device: torch.device, dtype: torch.dtype, device_map=None) -> Draft:
+    """The draft/student described by ``draft_settings`` for ``target`` (see the module docstring)."""
+    draft_settings.check()
+    if draft_settings.kind == "model":
         try:
-            other = load_model(ds.model, device, dtype, device_map)
+            other = load_model(draft_settings.model, device, dtype, device_map)
         except ModelLoadError as e:
-            raise ModelLoadError(f"--{ds.role}: {e}") from None
-        _check_same_tokenizer(target, other, ds.role)
-        info = {"kind": "model", "spec": ds.model, "model": other.info.to_json(), "n_parameters": other.info.n_parameters}
+            raise ModelLoadError(f"--{draft_settings.role}: {e}") from None
+        _check_same_tokenizer(target, other, draft_settings.role)
+        info = {"kind": "model", "spec": draft_settings.model, "model": other.info.to_json(), "n_parameters": other.info.n_parameters}
         return Draft(other.model, None, info, other.tokenizer)
-    if ds.kind == "scheme":
-        variant = quantize_variant(target.model, parse_scheme(ds.scheme))
+    if draft_settings.kind == "scheme":
+        variant = quantize_variant(target.model, parse_scheme(draft_settings.scheme))
         summary = variant.summary()
         info = {"kind": "scheme", "scheme": variant.name, "quantization": summary,
                 "n_parameters": target.info.n_parameters, "description": f"the target fake-quantized with {variant.name}"}  # fmt: skip
         return Draft(target.model, variant, info, target.tokenizer)
     depth = n_layers(target.model)
     try:
-        model = truncated(target.model, ds.layers)
+        model = truncated(target.model, draft_settings.layers)
     except UsageError as e:
-        raise UsageError(str(e).replace("--draft-layers", f"--{ds.role}-layers")) from None
+        raise UsageError(str(e).replace("--draft-layers", f"--{draft_settings.role}-layers")) from None
     info = {
-        "kind": "layers", "layers": ds.layers, "of_layers": depth, "n_parameters": _count([model]),
-        "description": f"the target's first {ds.layers} of {depth} decoder layers, then its final norm and head (shared weights)",
+        "kind": "layers", "layers": draft_settings.layers, "of_layers": depth, "n_parameters": _count([model]),
+        "description": f"the target's first {draft_settings.layers} of {depth} decoder layers, then its final norm and head (shared weights)",
     }  # fmt: skip
     return Draft(model, None, info, target.tokenizer)
 

@@ -69,14 +69,14 @@ def _gen_dict(g: Generation, walls: list[float], tokenizer, n_prompt: int) -> di
     }
 
 
-def _timed_runs(target, draft, prompt_ids, gamma, max_new, temperature, seed, repeats, rep: Reporter):
+def _timed_runs(target, draft, prompt_ids, gamma, max_new, temperature, seed, repeats, reporter: Reporter):
     """A warm-up of both loops, then ``repeats`` alternating timed runs of each; returns the last generations and
     every run's wall time."""
-    rep.stage("warming up")
+    reporter.stage("warming up")
     plain_sample(target, prompt_ids, min(4, max_new), temperature, torch.Generator().manual_seed(seed + 1))
     speculative_sample(target, draft, prompt_ids, gamma, min(4, max_new), temperature, torch.Generator().manual_seed(seed + 1))
     walls = {"plain": [], "speculative": []}
-    with progress(rep, 2 * repeats, f"plain and speculative sampling, {max_new} tokens × {repeats}") as bar:
+    with progress(reporter, 2 * repeats, f"plain and speculative sampling, {max_new} tokens × {repeats}") as bar:
         for _ in range(repeats):  # alternate, so that a slower or busier moment hits both alike
             plain = plain_sample(target, prompt_ids, max_new, temperature, torch.Generator().manual_seed(seed))
             walls["plain"].append(plain.wall_s)
@@ -87,17 +87,17 @@ def _timed_runs(target, draft, prompt_ids, gamma, max_new, temperature, seed, re
     return plain, spec, walls
 
 
-def spec_decode(ms: ModelSettings, ds: DraftSettings, prompt: str, gamma: int, max_new: int, temperature: float,
-                seed: int, repeats: int = 1, verify: int = 0, rep: Reporter | None = None) -> tuple[DecodeResult, Generation]:  # fmt: skip
-    rep = rep or Reporter()
+def spec_decode(model_settings: ModelSettings, draft_settings: DraftSettings, prompt: str, gamma: int, max_new: int, temperature: float,
+                seed: int, repeats: int = 1, verify: int = 0, reporter: Reporter | None = None) -> tuple[DecodeResult, Generation]:  # fmt: skip
+    reporter = reporter or Reporter()
     check_options(gamma, max_new, temperature, repeats, verify)
-    ds.check()
-    device = resolve_device(ms.device)
-    dtype = resolve_dtype(ms.dtype, device)
-    rep.stage(f"loading {ms.model}")
+    draft_settings.check()
+    device = resolve_device(model_settings.device)
+    dtype = resolve_dtype(model_settings.dtype, device)
+    reporter.stage(f"loading {model_settings.model}")
     t0 = time.perf_counter()
-    loaded = load_model(ms.model, device, dtype, ms.device_map)
-    draft = build_draft(loaded, ds, device, dtype, ms.device_map)
+    loaded = load_model(model_settings.model, device, dtype, model_settings.device_map)
+    draft = build_draft(loaded, draft_settings, device, dtype, model_settings.device_map)
     timings = {"load_s": time.perf_counter() - t0}
     ids = loaded.tokenizer(prompt).input_ids
     if not ids:
@@ -105,7 +105,7 @@ def spec_decode(ms: ModelSettings, ds: DraftSettings, prompt: str, gamma: int, m
     prompt_ids = torch.tensor(ids, device=device)
     target = loaded.model
 
-    plain, spec, walls = _timed_runs(target, draft, prompt_ids, gamma, max_new, temperature, seed, repeats, rep)
+    plain, spec, walls = _timed_runs(target, draft, prompt_ids, gamma, max_new, temperature, seed, repeats, reporter)
     n_prompt = len(ids)
     res_plain = _gen_dict(plain, walls["plain"], loaded.tokenizer, n_prompt)
     res_spec = _gen_dict(spec, walls["speculative"], loaded.tokenizer, n_prompt)
@@ -117,11 +117,11 @@ def spec_decode(ms: ModelSettings, ds: DraftSettings, prompt: str, gamma: int, m
     e = expected_tokens(alpha, gamma)
     verified = None
     if verify:
-        rep.stage(f"Theorem 1: {verify} samples per sampler")
+        reporter.stage(f"Theorem 1: {verify} samples per sampler")
         t0 = time.perf_counter()
         verified = theorem1_check(target, draft, prompt_ids, temperature, verify, (1, gamma) if gamma > 1 else (1,), seed)
         timings["verify_s"] = time.perf_counter() - t0
-        rep.stop()
+        reporter.stop()
     prompt_info = {"text": prompt, "tokens": n_prompt, "sha256": hashlib.sha256(prompt.encode("utf-8")).hexdigest()}
     result = DecodeResult(
         provenance("spec-decode", model=loaded.info, draft=draft.info, prompt=prompt_info), timings,
