@@ -1,3 +1,3 @@
 """infoeval: information-theoretic measurements of quantized, distilled and draft language models."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
