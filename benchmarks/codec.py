@@ -14,11 +14,11 @@ machine). Round trips are checked byte for byte.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 
 import torch
+from _record import add_save, emit  # benchmarks/_record.py
 
 from infoeval import engine
 from infoeval.codec import core, segments
@@ -118,6 +118,7 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=48, help="tokens of the one-forward-per-token baseline")
+    add_save(ap)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     loaded, device, _ = load(a.model, "cpu", "float32", Reporter())
@@ -126,7 +127,7 @@ def main() -> None:
     for name in a.texts.split(","):
         raw = prefix_bytes(load_text(None, name, None).text, a.bytes)
         out["texts"][name] = measure(loaded, device, raw, a.ctx, a.group, a.steps)
-    print(json.dumps(out, indent=2))
+    emit(__file__, out, a.save, args=a)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 import venv
+
+from _record import add_save, emit  # benchmarks/_record.py
 from importlib import metadata
 from pathlib import Path
 
@@ -158,6 +160,7 @@ def main() -> None:
     ap.add_argument("--venv", type=Path, default=DEFAULT_VENV)
     ap.add_argument("--keep", type=Path, default=None,
                     help="keep the task, lm-eval's and infoeval's outputs here (finished runs of the same text found there are reused)")
+    add_save(ap)
     args = ap.parse_args()
     py = ensure_venv(args.venv)
     folder = model_folder()
@@ -169,7 +172,8 @@ def main() -> None:
         theirs = run_lm_eval(py, folder, work / "task", ctx, work / f"lm_eval-{ctx}")
         ours = run_infoeval(options, ctx, work / f"infoeval-{ctx}.json")
         runs.append({"ctx": ctx, "lm_eval": theirs, "infoeval": ours, **compare(ours, theirs)})
-    print(json.dumps({"text": args.text, "max_chars": args.max_chars, "model": str(folder), "requirements": requirements(), "runs": runs}, indent=1))
+    emit(__file__, {"text": args.text, "max_chars": args.max_chars, "model": str(folder), "requirements": requirements(), "runs": runs}, args.save,
+         args=args, indent=1)
     if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)
 

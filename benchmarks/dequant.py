@@ -17,6 +17,8 @@ import time
 
 import torch
 
+from _record import add_save, emit  # benchmarks/_record.py
+
 from infoeval.models import load_model
 from infoeval.quant.apply import WithVariant, dequant_buffers, quantize_variant
 from infoeval.quant.primitives import fake_quantize
@@ -89,6 +91,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--schemes", default="int8-channel,int4-g128,int4-g32-asym")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    add_save(ap)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -98,7 +101,7 @@ def main() -> None:
            "threads": torch.get_num_threads(), "repeats": args.repeats, "schemes": {}}  # fmt: skip
     for name in args.schemes.split(","):
         out["schemes"][name] = bench_scheme(model, name, ids, args.repeats)
-    print(json.dumps(out, indent=1))
+    emit(__file__, out, args.save, args=args, indent=1)
 
 
 if __name__ == "__main__":

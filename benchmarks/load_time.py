@@ -16,6 +16,8 @@ import sys
 import tempfile
 import time
 
+from _record import add_save, emit  # benchmarks/_record.py
+
 
 def child(model: str) -> dict:
     t0 = time.perf_counter()
@@ -40,6 +42,7 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--child")
+    add_save(ap)
     a = ap.parse_args()
     if a.child:
         print(json.dumps(child(a.child)))
@@ -48,14 +51,14 @@ def main() -> None:
         cold = run(a.model, cache)
         warm = [run(a.model, cache) for _ in range(a.repeats)]
     best = min(w["load_s"] for w in warm)
-    print(json.dumps({
+    emit(__file__, {
         "benchmark": "load_time",
         "model": a.model,
         "cold_load_s": round(cold["load_s"], 2),
         "warm_load_s": [round(w["load_s"], 2) for w in warm],
         "import_s": round(min(w["import_s"] for w in warm), 2),
         "cold_over_warm": round(cold["load_s"] / best, 1),
-    }, indent=2))
+    }, a.save, args=a)
 
 
 if __name__ == "__main__":

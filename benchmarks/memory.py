@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _record import add_save, emit  # benchmarks/_record.py
+
 ROOT = Path(__file__).resolve().parents[1]
 THREE = "int8-channel,int4-g128,int4-channel"
 EIGHT = "int8-channel,int8-g128,int8-channel-asym,int4-g128,int4-channel,int4-g32,int4-g64-asym,int4-g128-asym"
@@ -62,6 +64,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=None, help="default: the built-in model")
     ap.add_argument("--cases", default=",".join(CASES))
+    add_save(ap)
     a = ap.parse_args()
     runs = {name: measure(CASES[name], a.model) for name in a.cases.split(",")}
     out = {"benchmark": "memory", "model": a.model or "built-in default", "runs": runs}
@@ -73,7 +76,7 @@ def main() -> None:
         growth = runs["schemes8"]["peak_rss_mib"] - runs["schemes3"]["peak_rss_mib"]
         out["growth_3_to_8_schemes_mib"] = round(growth, 1)
         out["growth_meets_target"] = growth <= 0.4 * 1024
-    print(json.dumps(out, indent=2))
+    emit(__file__, out, a.save, args=a)
 
 
 if __name__ == "__main__":

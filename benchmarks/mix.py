@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _record import add_save, emit  # benchmarks/_record.py
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 0.7
 
@@ -56,9 +58,10 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--sweep-tokens", type=int, default=2048)
     ap.add_argument("--sweep", default=None, help="budgets START:STOP:STEP for the KL-vs-bits curve")
+    add_save(ap)
     a = ap.parse_args()
     runs = [run(by, a) for by in a.by.split(",")]
-    print(json.dumps({"target_ratio": TARGET, "runs": runs}, indent=2))
+    emit(__file__, {"target_ratio": TARGET, "runs": runs}, a.save, args=a)
 
 
 if __name__ == "__main__":

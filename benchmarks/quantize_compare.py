@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from _record import add_save, emit  # benchmarks/_record.py
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -73,6 +75,7 @@ def main() -> None:
     ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--repeats", type=int, default=2, help="pairs of runs per size; the fastest of each kind counts")
     ap.add_argument("--child", choices=["compare", "plain"])
+    add_save(ap)
     a = ap.parse_args()
     if a.child:
         print(json.dumps(child(a.child, int(a.tokens), a.model, a.data_dir)))
@@ -122,7 +125,7 @@ def main() -> None:
     }
     if len(runs) >= 2:
         out["peak_rss_growth"] = round(runs[-1]["peak_rss_mib"] / runs[0]["peak_rss_mib"], 3)
-    print(json.dumps(out, indent=2))
+    emit(__file__, out, a.save, args=a)
 
 
 if __name__ == "__main__":

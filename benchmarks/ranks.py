@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _record import add_save, emit  # benchmarks/_record.py
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -53,6 +55,7 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="default: the built-in model")
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--repeats", type=int, default=1)
+    add_save(ap)
     a = ap.parse_args()
     args = ["quantize-compare", *(["--model", a.model] if a.model else []), "--ctx", "512", "--max-tokens", str(a.tokens)]
     walls: dict[str, list[float]] = {"process": [], "ranks": []}
@@ -78,7 +81,7 @@ def main() -> None:
         "gathered_bytes_per_scored_position": round(par["gathered_bytes"] / max(1, par["gathered_rows"]), 1),
         "all_walls_s": {k: [round(w, 2) for w in v] for k, v in walls.items()},
     }
-    print(json.dumps(out, indent=2))
+    emit(__file__, out, a.save, args=a)
 
 
 if __name__ == "__main__":

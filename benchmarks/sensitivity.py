@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import torch
+from _record import add_save, emit  # benchmarks/_record.py
 
 from infoeval.input.prepare import Reporter, prepare
 from infoeval.output.results import write_json
@@ -40,6 +41,7 @@ def _args():
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out-dir", type=Path, default=None)
     ap.add_argument("--no-plain", action="store_true", help="only the cached sweep")
+    add_save(ap)
     return ap.parse_args()
 
 
@@ -73,7 +75,7 @@ def main() -> None:
                     "max_kl_difference": max(abs(x["kl_mean"] - y["kl_mean"]) for x, y in zip(cached["units"], plain["units"]))}  # fmt: skip
         out["runs"][by] = row
         print(json.dumps({by: row}), flush=True)
-    print(json.dumps(out, indent=2))
+    emit(__file__, out, a.save, args=a)
 
 
 if __name__ == "__main__":

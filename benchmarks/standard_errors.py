@@ -3,8 +3,7 @@ per-position SE sd/√n (llama.cpp's) and the SE of the means of non-overlapping
 order, on the built-in SmolLM2-135M, the three default schemes, 8,192 tokens of python-docs and of WikiText-2
 test (issue 36).
 
-    python benchmarks/standard_errors.py [--corpora python-docs,wikitext-2] [--max-tokens 8192] [--block 256]
-                                         [--out benchmarks/results/standard_errors.json]
+    python benchmarks/standard_errors.py [--corpora python-docs,wikitext-2] [--max-tokens 8192] [--block 256] [--save]
     python benchmarks/standard_errors.py --markdown benchmarks/results/standard_errors.json   # the docs' table
 
 Each corpus is one default ``infoeval quantize-compare --positions P --json R`` run (~2 minutes on 2 cores);
@@ -27,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from infoeval.input.provenance import now_iso, versions
-from infoeval.output.results import atomic_write_bytes
+from _record import add_save, emit  # benchmarks/_record.py
+
 from infoeval.measure.stats import iid_se
 
 METRICS = {"kl_mean": ("kl_se", "kl"), "top1": ("top1_se", "top1_match"), "ln_ppl_ratio": ("ln_ppl_ratio_se", None)}
@@ -67,6 +66,7 @@ def run_corpus(corpus: str, max_tokens: int, folder: Path) -> tuple[dict, pd.Dat
 def markdown(record: dict) -> str:
     """The table of docs/metrics.md from a saved record."""
     block = record["settings"]["block"]
+    record = record["figures"]
     lines = [f"| corpus | variant | metric | mean | sd/√n | batch means | block-{block} | batch / block | sd/√n / block |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for corpus, c in record["corpora"].items():
@@ -81,22 +81,18 @@ def main() -> None:
     ap.add_argument("--corpora", default="python-docs,wikitext-2")
     ap.add_argument("--max-tokens", type=int, default=8192)
     ap.add_argument("--block", type=int, default=256)
-    ap.add_argument("--out", type=Path, default=None)
+    add_save(ap)
     ap.add_argument("--markdown", type=Path, default=None, help="print the table of a saved record and stop")
     args = ap.parse_args()
     if args.markdown:
         print(markdown(json.loads(args.markdown.read_text(encoding="utf-8"))))
         return
-    out = {"benchmark": "standard_errors", "date": now_iso(), "versions": versions(),
-           "settings": {"corpora": args.corpora, "max_tokens": args.max_tokens, "block": args.block}, "corpora": {}}  # fmt: skip
+    out = {"benchmark": "standard_errors", "corpora": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for corpus in args.corpora.split(","):
             result, positions = run_corpus(corpus, args.max_tokens, Path(tmp))
             out["corpora"][corpus] = {"text": result["provenance"]["text"], "rows": corpus_rows(result, positions, args.block)}
-    data = json.dumps(out, indent=1, ensure_ascii=False) + "\n"
-    if args.out:
-        atomic_write_bytes(args.out, data.encode())
-    print(data, end="")
+    emit(__file__, out, args.save, args=args)
 
 
 if __name__ == "__main__":

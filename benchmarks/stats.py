@@ -32,6 +32,8 @@ from pathlib import Path
 
 import torch
 
+from _record import add_save, emit  # benchmarks/_record.py
+
 from infoeval.measure import infotheory as it
 from infoeval.measure.infotheory import nll
 
@@ -193,6 +195,7 @@ def main() -> None:
     ap.add_argument("--model", default="", help="real logits from this model (e.g. smollm2-135m) instead of synthetic")
     ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    add_save(ap)
     a = ap.parse_args()
     if a.child:
         mode, n, chunk = a.child.split(",")
@@ -204,7 +207,7 @@ def main() -> None:
     out = {"benchmark": "stats", "logits": a.model or "synthetic", "torch_threads": a.threads,
            "chunk_bytes": it.CHUNK_BYTES, "seconds": "per window: reference_stats + compare of one variant",
            "runs": runs}  # fmt: skip
-    print(json.dumps(out, indent=2))
+    emit(__file__, out, a.save, args=a)
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ STAGES: list[tuple[str, set[str]]] = [
     ("input", {"input", "models", "quant"}),  # settings, text → tokens → windows, provenance; models and variants
     ("engine", {"engine"}),  # the one window loop: batches, columns, roles, logits, caches
     ("measure", {"measure"}),  # per-position information theory, aggregates, SEs, the metric registry
-    ("output", {"output"}),  # results, tables, llama.cpp's block, plots
+    ("output", {"output", "schemas"}),  # results, tables, llama.cpp's block, plots; the results' JSON Schemas
     ("commands", {"codec", "compare", "gate", "klfit", "mix", "mutual_info", "sensitivity", "speculative"}),
     ("cli", {"cli", "__main__"}),
 ]

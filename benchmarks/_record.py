@@ -1,0 +1,162 @@
+"""Benchmark results as data: the one helper behind every ``benchmarks/*.py --save``.
+
+    from _record import add_save, emit
+    add_save(parser)                      # the --save flag
+    emit(__file__, out, args.save)        # prints the JSON as before; with --save also writes the record
+
+With ``--save`` the record goes to ``benchmarks/results/<name>.json`` (``name`` = the script's stem), written
+atomically (a temporary file in the same folder, then ``os.replace``). The record holds the figures the script
+prints (``figures``) and what they depend on: the command line, the parsed settings, the machine (CPU model,
+core count, GPU if any), torch's thread count, package versions, the UTC date and the script's wall seconds.
+``scripts/performance_page.py`` turns these files into ``docs/performance.md``.
+
+Only the standard library is imported at module level (torch and infoeval are imported when a record is made), so
+importing this module does not disturb what a script measures (``load_time.py`` times its own imports).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).resolve().parent / "results"
+REQUIRED = ("benchmark", "command", "settings", "machine", "torch_threads", "versions", "date", "wall_s", "figures")
+MACHINE_KEYS = ("cpu", "cores", "usable_cores", "memory_gib", "gpu", "os")
+_STARTED = time.perf_counter()  # about when the script started (it imports this module first)
+_HIDDEN = ("save", "child")  # settings that are not settings of the measurement
+
+
+def add_save(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--save", action="store_true",
+                        help="also write the JSON, with the command line, machine, versions and date, to "
+                             "benchmarks/results/<script>.json")  # fmt: skip
+    return parser
+
+
+def _relative(value):
+    """Paths inside the repository's parent folder written relative to the repository (no absolute paths)."""
+    text = str(value) if isinstance(value, Path) else value
+    if isinstance(text, str) and os.path.isabs(text) and text.startswith(str(ROOT.parent)):
+        return os.path.relpath(text, ROOT)
+    return text
+
+
+def command_line(script: str | Path, argv: list[str] | None = None) -> str:
+    """The command as run from the repository root: ``python benchmarks/<script>.py ARGS``."""
+    args = sys.argv[1:] if argv is None else argv
+    return shlex.join(["python", f"benchmarks/{Path(script).name}", *(str(_relative(a)) for a in args)])
+
+
+def settings(args: argparse.Namespace | dict | None) -> dict:
+    """The parsed options (defaults included), JSON-ready."""
+    if args is None:
+        return {}
+    items = vars(args) if isinstance(args, argparse.Namespace) else dict(args)
+    out = {}
+    for key, value in items.items():
+        if key in _HIDDEN:
+            continue
+        value = _relative(value)
+        out[key] = value if isinstance(value, (str, int, float, bool, type(None), list)) else str(value)
+    return out
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.lower().startswith(("model name", "hardware", "cpu model")):
+                return " ".join(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def machine() -> dict:
+    """CPU model, logical cores (all, and usable by this process), memory, GPU name (None without CUDA), OS."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count()
+    gpu = None
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = torch.cuda.get_device_name(0)
+    except Exception:  # noqa: BLE001 - a broken CUDA setup is "no GPU" for the record
+        gpu = None
+    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "usable_cores": usable, "memory_gib": _memory_gib(),
+            "gpu": gpu, "os": f"{platform.system()} {platform.machine()}"}  # fmt: skip
+
+
+def record(name: str, figures: dict, *, script: str | Path | None = None, args=None, argv: list[str] | None = None,
+           wall_s: float | None = None) -> dict:  # fmt: skip
+    """The record of one benchmark run: the figures and what they were measured with."""
+    import torch
+
+    from infoeval.input.provenance import now_iso, versions
+
+    return {
+        "benchmark": name,
+        "command": command_line(script or f"{name}.py", argv),
+        "settings": settings(args),
+        "machine": machine(),
+        "torch_threads": torch.get_num_threads(),
+        "versions": versions(),
+        "date": now_iso(),
+        "wall_s": round(time.perf_counter() - _STARTED if wall_s is None else wall_s, 1),
+        "figures": figures,
+    }
+
+
+def write_atomic(path: Path, data: dict) -> Path:
+    """``data`` as JSON at ``path``: a temporary file in the same folder, then ``os.replace`` (never half a file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 is not what a file of the repository should have
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def save(script: str | Path, figures: dict, *, args=None, results_dir: Path | None = None,
+         argv: list[str] | None = None) -> Path:  # fmt: skip
+    """Write ``<results_dir>/<script stem>.json`` (default ``benchmarks/results``); returns its path."""
+    name = Path(script).stem
+    rec = record(name, figures, script=script, args=args, argv=argv)
+    return write_atomic(Path(results_dir or RESULTS) / f"{name}.json", rec)
+
+
+def emit(script: str | Path, figures: dict, save_it: bool, *, args=None, indent: int | None = 2) -> None:
+    """Print the figures as JSON (what every script did before ``--save``); with ``save_it`` also write the record."""
+    print(json.dumps(figures, indent=indent), flush=True)
+    if save_it:
+        path = save(script, figures, args=args)
+        print(f"saved {os.path.relpath(path, ROOT)}", file=sys.stderr)
