@@ -22,7 +22,6 @@ import os
 import platform
 import shlex
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -128,21 +127,10 @@ def record(name: str, figures: dict, *, script: str | Path | None = None, args=N
 
 
 def write_atomic(path: Path, data: dict) -> Path:
-    """``data`` as JSON at ``path``: a temporary file in the same folder, then ``os.replace`` (never half a file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 is not what a file of the repository should have
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """``data`` as JSON at ``path``, written by the package's atomic writer (never half a file)."""
+    from infoeval.output.results import atomic_write_bytes
+
+    atomic_write_bytes(Path(path), (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
     return path
 
 

@@ -145,6 +145,10 @@ def explicit(cli_runs):
 def test_explicit_outputs_written_and_nothing_else(explicit):
     cwd = explicit["cwd"]
     assert _listing(cwd) == {"out", "out/s.csv", "out/r.json", "out/p.csv"}  # no results/ folder, no temp files
+    umask = os.umask(0o022)
+    os.umask(umask)
+    modes = {oct((cwd / f).stat().st_mode & 0o777) for f in ("out/s.csv", "out/r.json", "out/p.csv")}
+    assert modes == {oct(0o666 & ~umask)}  # what a plain open() gives, not the temporary file's 0o600
     assert "Reference" in explicit["proc"].stdout
     assert all(s in explicit["proc"].stdout for s in SCHEMES)
     assert "Traceback" not in explicit["proc"].stderr

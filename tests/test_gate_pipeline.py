@@ -51,6 +51,10 @@ def test_reference_file_contents(ref_file):
     assert (ref.target_logp <= 0).all() and (ref.entropy >= 0).all()
     assert info["bytes_per_position"] < 0.01 * info["llama_cpp_bytes_per_position"] * 49152 / info["vocab_size"]
     assert ref.meta["provenance"]["text"]["sha256"] and ref.meta["tokenizer_fingerprint"]
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # a plain open()'s mode, not the temporary file's 0o600
+    assert [p.name for p in out.parent.iterdir() if p.name.startswith(".")] == []  # no temporary file left
 
 
 def test_reference_model_against_itself_is_exact(ref_file, tiny_llama_dir):

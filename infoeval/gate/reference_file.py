@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +37,7 @@ from infoeval import distributed
 from infoeval.errors import DataError
 from infoeval.gate.compact import CompactDist
 from infoeval.input.windows import Window
+from infoeval.output.results import atomic_path
 
 FORMAT = "infoeval/reference"
 FORMAT_VERSION = 1
@@ -102,17 +101,9 @@ def write_reference(path: Path, ref: Reference, vocab_size: int) -> int:
     tensors = to_tensors(ref, vocab_size)
     meta = {**ref.meta, "format": FORMAT, "format_version": FORMAT_VERSION, "vocab_size": vocab_size}
     meta["tensor_sha256"] = {k: _digest(v) for k, v in sorted(tensors.items())}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata={"infoeval": json.dumps(meta, sort_keys=True)})
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path.stat().st_size
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata={"infoeval": json.dumps(meta, sort_keys=True)})
+    return Path(path).stat().st_size
 
 
 def read_reference(path: Path) -> Reference:

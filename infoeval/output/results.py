@@ -8,12 +8,13 @@ always holds values.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -70,19 +71,33 @@ def _clean(obj):
     return obj
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside ``path`` and rename it into place: never a half-written file."""
+_UMASK = os.umask(0o022)  # read once (os.umask can only be read by setting it), and put back at once
+os.umask(_UMASK)
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary file beside ``path`` to write, renamed into place when the block ends without an error and
+    removed when it raises: never a half-written file. It gets the mode a plain ``open`` would give ``path``
+    (0o666 less the umask), not mkstemp's private 0o600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # after the write: a writer may put a new file in its place
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """``data`` at ``path``, through ``atomic_path``."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def write_json(path: Path, result) -> None:
