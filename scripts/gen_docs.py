@@ -270,7 +270,7 @@ def result_types() -> dict[str, type]:
 
 
 # Keys a command writes only in some modes (left out of ``required``).
-OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {}
+OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {"gate": ("sequential",)}
 
 # Commands that write no result JSON, and why (the schema page says so).
 NO_RESULT_JSON = {
@@ -306,6 +306,8 @@ FIELD_NOTES: dict[str, dict[str, str]] = {
         "metrics": "the candidate's metrics against the reference file (metric name → value)",
         "reference": "the reference's own metrics, from the reference file",
         "candidate": "what was gated: its spec, scheme, model and quantization report",
+        "sequential": "`gate --sequential` only: the decision, the stopping window, tokens used of the budget, the saving, "
+                      "α on each side, the visiting order, and per limit its window stream and confidence-sequence bounds",
     },
     "spec-accept": {
         "notation": "which distribution is p and which q",

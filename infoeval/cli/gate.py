@@ -38,6 +38,14 @@ ConfidenceOpt = Annotated[float, typer.Option(help="One-sided confidence at whic
 PointOpt = Annotated[bool, typer.Option("--point", help="Compare point estimates instead of confidence bounds.")]
 BaselineOpt = Annotated[Optional[Path], typer.Option(help="Earlier `gate` result JSON: fail when a metric got worse than it.")]
 BaselineToleranceOpt = Annotated[float, typer.Option(help="Relative tolerance for --baseline.")]
+SequentialOpt = Annotated[bool, typer.Option("--sequential", help="Visit windows in a fixed seeded order and stop as soon as the verdict is certain (anytime-valid confidence sequences).")]
+AlphaOpt = Annotated[float, typer.Option(help="--sequential: the error level of the verdict, in (0, 0.5): P(false PASS) ≤ alpha and P(false FAIL) ≤ alpha.")]
+MinTokensOpt = Annotated[int, typer.Option(help="--sequential: decide nothing before this many scored positions.")]
+MaxTokensOpt = Annotated[Optional[int], typer.Option(help="--sequential: the budget in scored positions (default: the whole reference).", show_default=False)]
+OrderOpt = Annotated[str, typer.Option(help="--sequential: the windows' visiting order, seeded (a permutation fixed by --order-seed) or text.")]
+OrderSeedOpt = Annotated[int, typer.Option(help="--sequential: the seed of the visiting order.")]
+UndecidedOpt = Annotated[str, typer.Option(help="--sequential: the verdict when the budget runs out undecided: fail, or pass (then the fixed-budget verdict).")]
+RoundOpt = Annotated[int, typer.Option(help="--sequential: windows evaluated between two decisions (the verdict does not depend on it).")]
 JunitOpt = Annotated[Optional[Path], typer.Option(help="Write JUnit XML here (one testcase per limit).")]
 MarkdownOpt = Annotated[Optional[Path], typer.Option(help="Write a markdown summary here (e.g. $GITHUB_STEP_SUMMARY).")]
 QuantSchemeOpt = Annotated[str, typer.Option(help="Scheme: int<bits>-channel | int<bits>-g<N> [-asym].")]
@@ -96,9 +104,31 @@ def _gate_positions(cols):
 
     ref, cand = cols["reference"], cols["variant"]
     return pd.DataFrame({
-        "position": range(len(cand["nll"])), "nll_reference": ref["nll"], "nll_candidate": cand["nll"],
+        "position": cols.get("rows", range(len(cand["nll"]))), "nll_reference": ref["nll"], "nll_candidate": cand["nll"],
         "entropy_reference": ref["entropy"], **{k: cand[k] for k in ("kl", "kl_lower", "tv", "rkl")},
         "top1_match": cand["top1"].astype("int8"), "dp": delta_p(ref["nll"], cand["nll"])})  # fmt: skip
+
+
+SEQUENTIAL_OPTIONS = ("alpha", "min_tokens", "max_tokens", "order", "order_seed", "undecided", "round_windows")
+
+
+def _no_sequential_options(context: typer.Context) -> None:
+    """An option of the sequential gate given without --sequential is a usage error, not silently ignored."""
+    given = [n for n in SEQUENTIAL_OPTIONS if getattr(context.get_parameter_source(n), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")]
+    if given:
+        raise UsageError(f"--{given[0].replace('_', '-')} needs --sequential")
+
+
+def _run(context: typer.Context, gate_settings, model_settings, seq: tuple | None, reporter):
+    """The fixed gate, or with ``seq`` (the --sequential options in SequentialSettings' order) the sequential one."""
+    if seq is None:
+        from infoeval.gate.pipeline import run_gate
+
+        _no_sequential_options(context)
+        return run_gate(gate_settings, model_settings, reporter)
+    from infoeval.gate.sequential_gate import SequentialSettings, run_sequential_gate
+
+    return run_sequential_gate(gate_settings, SequentialSettings(*seq), model_settings, reporter)
 
 
 def gate(
@@ -118,6 +148,14 @@ def gate(
     point: PointOpt = False,
     baseline: BaselineOpt = None,
     baseline_tolerance: BaselineToleranceOpt = 0.05,
+    sequential: SequentialOpt = False,
+    alpha: AlphaOpt = 0.05,
+    min_tokens: MinTokensOpt = 0,
+    max_tokens: MaxTokensOpt = None,
+    order: OrderOpt = "seeded",
+    order_seed: OrderSeedOpt = 0,
+    undecided: UndecidedOpt = "fail",
+    round_windows: RoundOpt = 1,
     junit: JunitOpt = None,
     markdown: MarkdownOpt = None,
     device: DeviceOpt = DEVICE_DEFAULT,
@@ -133,31 +171,38 @@ def gate(
     config: ConfigOpt = None,
 ) -> None:
     """Run only the candidate on the reference's token ids and check it against limits: exit 0 pass, 1 fail."""
-    import pandas as pd
-
     from infoeval.errors import EXIT_GATE_FAILED
-    from infoeval.gate.pipeline import GateSettings, run_gate
-    from infoeval.gate.report import gate_table, junit_xml, markdown as to_markdown, print_gate_llamacpp, summary_table
+    from infoeval.gate.pipeline import GateSettings
     from infoeval.output.report import RichReporter
     from infoeval.input.settings import ModelSettings
 
     candidate = pick_model(context, candidate, model, "the candidate")
     overrides = {"max_kl_mean": max_kl_mean, "max_kl_p99": max_kl_p99, "min_top1": min_top1,
                  "max_ppl_ratio": max_ppl_ratio, "max_bpb_increase": max_bpb_increase}  # fmt: skip
-    gate_settings = GateSettings(reference, candidate, scheme, _limits_from(limits, overrides), confidence, point, baseline, baseline_tolerance,
-                      recipe)  # fmt: skip
+    gate_settings = GateSettings(reference, candidate, scheme, _limits_from(limits, overrides), confidence, point, baseline, baseline_tolerance, recipe)
     model_settings = ModelSettings(model=candidate or "", device=device, dtype=dtype, device_map=device_map)
     llama = check_table(table) == "llama.cpp"
-    result, cols = run_gate(gate_settings, model_settings, RichReporter(enabled=not quiet))
+    seq = (alpha, min_tokens, max_tokens, order, order_seed, undecided, round_windows) if sequential else None
+    result, cols = _run(context, gate_settings, model_settings, seq, RichReporter(enabled=not quiet))
     data = as_json(result)
     name = data["candidate"]["spec"] + (f"-{scheme}" if scheme else f"-{recipe.stem}" if recipe else "")
     paths = output_paths_for("gate", model=name, source="reference", csv=csv, json=json, positions=positions, out_dir=out_dir,
                              run_name=run_name)  # fmt: skip
-    extras = {path: make for path, make in ((junit, lambda: junit_xml(data)), (markdown, lambda: to_markdown(data))) if path}
-    emit(data, paths=paths, summary=lambda: pd.DataFrame(data["verdicts"]), positions=lambda: _gate_positions(cols), extras=extras,
-         tables=print_gate_llamacpp if llama else lambda console, d: (console.print(summary_table(d)), console.print(gate_table(d))))  # fmt: skip
+    _emit_gate(data, cols, paths, {junit: "junit", markdown: "markdown"}, llama)
     if not data["passed"]:
         raise typer.Exit(EXIT_GATE_FAILED)
+
+
+def _emit_gate(data: dict, cols: dict, paths: dict, extra_paths: dict, llama: bool) -> None:
+    """Write the gate's result files (JSON, CSVs, JUnit, markdown) and print its tables."""
+    import pandas as pd
+
+    from infoeval.gate.report import gate_table, junit_xml, markdown, print_gate_llamacpp, summary_table
+
+    makers = {"junit": lambda: junit_xml(data), "markdown": lambda: markdown(data)}
+    extras = {path: makers[kind] for path, kind in extra_paths.items() if path}
+    emit(data, paths=paths, summary=lambda: pd.DataFrame(data["verdicts"]), positions=lambda: _gate_positions(cols), extras=extras,
+         tables=print_gate_llamacpp if llama else lambda console, d: (console.print(summary_table(d)), console.print(gate_table(d))))  # fmt: skip
 
 
 def quantize(

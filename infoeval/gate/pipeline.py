@@ -91,7 +91,15 @@ class GateResult(Result):
     metrics: dict[str, float]
     reference: dict[str, float]
     candidate: dict
+    sequential: dict | None = None  # gate --sequential: the stop, tokens used of the budget, the bounds (sequential_gate.py)
     FAMILY = "gate"
+
+    def to_json(self) -> dict:
+        """The fixed gate's JSON has no ``sequential`` key: the same record as before the sequential gate."""
+        out = super().to_json()
+        if out.get("sequential") is None:
+            out.pop("sequential", None)
+        return out
 
 
 def window_seed(seed: int, window: int) -> int:
@@ -212,13 +220,34 @@ def _baseline_metrics(path: Path) -> dict:
 def run_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporter: Reporter | None = None) -> tuple[GateResult, dict]:
     """Run the candidate on the reference's windows; returns (result dict, per-position columns)."""
     reporter = reporter or Reporter()
+    ref, baseline, candidate, load_s = open_gate(gate_settings, model_settings, reporter)
+    with progress(reporter, len(ref.windows), f"candidate: {len(ref.windows)} windows") as bar:
+        cols = engine.run({CANDIDATE: candidate[1].model}, ref.stream_ids, engine.plan(ref.windows), ref.meta["provenance"]["protocol"]["prefix_id"],
+                          gate_reducer(ref), {"top1": np.bool_}, on_forward=bar.step)  # fmt: skip
+    var = {k: cols[k] for k in ("nll", *GATE_COLUMNS)}
+    ref_cols = reference_columns(ref)
+    metrics = gate_metrics(ref_cols, var)
+    verdicts = judge(list(gate_settings.limits), metrics, gate_settings.confidence, gate_settings.point)
+    base_rows = compare_baseline(metrics, baseline, [v.limit.metric for v in verdicts], gate_settings.baseline_tolerance) if baseline else []
+    passed = all(v.passed for v in verdicts) and all(r["passed"] for r in base_rows)
+    result = gate_result(gate_settings, ref, candidate, {"load_s": load_s, "eval_s": bar.seconds}, passed,
+                         tuple(v.as_dict() for v in verdicts), base_rows, metrics)  # fmt: skip
+    return result, {"reference": ref_cols, "variant": var}
+
+
+def open_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporter: Reporter):
+    """The reference, the baseline's metrics (or None), the loaded candidate (spec, loaded, quantization report)
+    and its load time."""
     ref = read_reference(gate_settings.reference)
     baseline = _baseline_metrics(gate_settings.baseline) if gate_settings.baseline else None
     reporter.stage("loading candidate")
     t0 = time.perf_counter()
-    spec, loaded, qreport = _load_candidate(gate_settings, model_settings, ref)
-    load_s = time.perf_counter() - t0
-    prefix_id = ref.meta["provenance"]["protocol"]["prefix_id"]
+    candidate = _load_candidate(gate_settings, model_settings, ref)
+    return ref, baseline, candidate, time.perf_counter() - t0
+
+
+def gate_reducer(ref: Reference):
+    """The engine's reducer of a gate: the candidate's per-position columns against the reference's rows."""
 
     def reduce(step: engine.Step) -> dict:
         z, a = step.logits[CANDIDATE][0], step.batch.rows.start
@@ -226,30 +255,34 @@ def run_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporte
             raise DataError(f"the candidate has {z.shape[1]} output logits, the reference {ref.meta['vocab_size']}: different vocabularies")
         return by_rows(z.shape[0], lambda r: _gate_rows(ref, z[r], slice(a + r.start, a + r.stop)), chunk_rows(z))
 
-    with progress(reporter, len(ref.windows), f"candidate: {len(ref.windows)} windows") as bar:
-        cols = engine.run({CANDIDATE: loaded.model}, ref.stream_ids, engine.plan(ref.windows), prefix_id, reduce,
-                          {"top1": np.bool_}, on_forward=bar.step)  # fmt: skip
-    var = {k: cols[k] for k in ("nll", *GATE_COLUMNS)}
-    ref_cols = {"nll": (-ref.target_logp).numpy(), "bytes": ref.nbytes.numpy(), "entropy": ref.entropy.numpy()}
-    metrics = _gate_metrics(ref_cols, var)
-    verdicts = judge(list(gate_settings.limits), metrics, gate_settings.confidence, gate_settings.point)
-    base_rows = compare_baseline(metrics, baseline, [v.limit.metric for v in verdicts], gate_settings.baseline_tolerance) if baseline else []
-    passed = all(v.passed for v in verdicts) and all(r["passed"] for r in base_rows)
-    result = GateResult(
+    return reduce
+
+
+def reference_columns(ref: Reference) -> dict:
+    """The reference's per-position columns the metrics read: NLL, bytes, entropy."""
+    return {"nll": (-ref.target_logp).numpy(), "bytes": ref.nbytes.numpy(), "entropy": ref.entropy.numpy()}
+
+
+def gate_result(gate_settings: GateSettings, ref: Reference, candidate: tuple, timings: dict, passed: bool, verdicts: tuple,
+                base_rows: list, metrics: dict, sequential: dict | None = None) -> GateResult:  # fmt: skip
+    """The gate's result record (``sequential``: the block of a sequential gate, else None)."""
+    spec, loaded, qreport = candidate
+    return GateResult(
         provenance(
             "gate", model=loaded.info, reference_file=str(gate_settings.reference), reference_provenance=ref.meta["provenance"],
             top_k=ref.meta["top_k"], tail_samples=ref.meta["tail_samples"], confidence=gate_settings.confidence, point=gate_settings.point,
         ),
-        {"load_s": load_s, "eval_s": bar.seconds}, passed=passed, verdicts=tuple(v.as_dict() for v in verdicts),
-        baseline={"file": str(gate_settings.baseline), "rows": base_rows} if baseline else None, metrics=metrics,
+        timings, passed=passed, verdicts=verdicts,
+        baseline={"file": str(gate_settings.baseline), "rows": base_rows} if gate_settings.baseline else None, metrics=metrics,
         reference=ref.meta["reference"],
         candidate={"spec": spec, "model": loaded.info.to_json(), "scheme": gate_settings.scheme or (f"recipe {gate_settings.recipe}" if gate_settings.recipe else None),
                    "quantization": qreport},
+        sequential=sequential,
     )  # fmt: skip
-    return result, {"reference": ref_cols, "variant": var}
 
 
-def _gate_metrics(ref_cols: dict, var: dict) -> dict:
+def gate_metrics(ref_cols: dict, var: dict) -> dict:
+    """The candidate's metrics against the reference's columns, with the KL lower bound's mean and SE."""
     m = variant_metrics(ref_cols, var)
     lower = var["kl_lower"].astype(np.float64)
     m["kl_lower_mean"] = float(lower.mean())

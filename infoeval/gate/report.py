@@ -43,9 +43,40 @@ def verdict_rows(result: dict) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
+def sequential_rows(result: dict) -> list[tuple[str, str, str, str, str, str]]:
+    """--sequential: (check, value ± SE on the positions used, the CS bound at the stop, limit, the sequential
+    decision, the fixed-budget verdict on the positions used) per limit."""
+    fixed = {v["limit"]: v for v in result["verdicts"]}
+    rows = []
+    for r in result["sequential"]["limits"]:
+        v = fixed[r["limit"]]
+        bound = f"{'≥' if r['side'] == 'min' else '≤'} {_num(r['pass_bound'])}" if r["pass_bound"] is not None else "–"
+        rows.append((r["metric"], _value(v), bound, f"{_rel(v)} {_num(r['threshold'])}", r["decision"].upper(),
+                     "PASS" if v["passed"] else "FAIL"))  # fmt: skip
+    return rows
+
+
+def sequential_line(result: dict) -> str:
+    """One sentence: the decision, the stopping window, tokens used of the budget and the saving."""
+    q = result["sequential"]
+    return (f"sequential: {q['decision']} at window {q['stopped_at_window']} of {q['windows_budget']} "
+            f"({q['tokens_used']:,} of {q['tokens_budget']:,} positions, saving {100 * q['saving']:.0f} %; "
+            f"α = {q['alpha']:g}: every limit at {q['alpha_pass']:g} to pass, {q['alpha_fail_per_limit']:g} each to fail)")  # fmt: skip
+
+
+def _sequential_table(result: dict, verdict: str, cand: str) -> Table:
+    t = report_table(f"Gate (sequential): {verdict}", ["check", "value ± SE", "CS bound at stop", "limit", "sequential", "fixed-budget"],
+                     f"candidate {cand}; {sequential_line(result)}")  # fmt: skip
+    for row in sequential_rows(result):
+        t.add_row(*row, style="red" if row[4] == "FAIL" else None)
+    return t
+
+
 def gate_table(result: dict) -> Table:
     verdict = "[bold green]PASS[/]" if result["passed"] else "[bold red]FAIL[/]"
     cand = result["candidate"]["spec"] + (f" + {result['candidate']['scheme']}" if result["candidate"]["scheme"] else "")
+    if result.get("sequential"):
+        return _sequential_table(result, verdict, cand)
     t = report_table(f"Gate: {verdict}", ["check", "value ± SE", "judged", "limit", "verdict"], f"candidate {cand}")
     for row in verdict_rows(result):
         style = None if row[-1] == "PASS" else "red"
@@ -86,9 +117,23 @@ def reference_summary_table(info: dict) -> Table:
     return t
 
 
+def _sequential_junit_rows(result: dict) -> list[tuple[str, str, str, str, str]]:
+    """--sequential as JUnit rows: a limit fails when it failed with confidence, or when the gate failed undecided
+    at the budget; a limit still undecided when another one failed is skipped."""
+    q, rows = result["sequential"], []
+    for check, value, bound, limit, decision, fixed in sequential_rows(result):
+        if decision == "UNDECIDED":
+            decision = "SKIP" if q["decision"] == "fail" else ("PASS" if result["passed"] else "FAIL")
+        rows.append((check, value, f"CS {bound}, {decision.lower()} ({q['decision']}; fixed-budget {fixed})", limit, decision))
+    for r in (result.get("baseline") or {}).get("rows", []):
+        rows.append((f"{r['metric']} vs baseline", _num(r["value"]), _num(r["value"]),
+                     f"baseline {_num(r['baseline'])} ± {r['tolerance']:.0%}", "PASS" if r["passed"] else "FAIL"))
+    return rows
+
+
 def junit_xml(result: dict) -> bytes:
     """One <testcase> per limit (and per baseline comparison); failures carry the numbers."""
-    rows = verdict_rows(result)
+    rows = _sequential_junit_rows(result) if result.get("sequential") else verdict_rows(result)
     suite = ET.Element("testsuite", name="infoeval gate", tests=str(len(rows)),
                        failures=str(sum(1 for r in rows if r[-1] == "FAIL")), errors="0")
     cand = result["candidate"]["spec"] + (f" + {result['candidate']['scheme']}" if result["candidate"]["scheme"] else "")
@@ -98,6 +143,15 @@ def junit_xml(result: dict) -> bytes:
             ET.SubElement(case, "failure", message=f"{check} = {value}; judged {judged}; limit {limit}").text = (
                 f"candidate {cand}: {check} = {value}, judged {judged}, limit {limit}"
             )
+        elif verdict == "SKIP":
+            ET.SubElement(case, "skipped", message=f"{check}: undecided when another limit failed; {judged}")
+    if result.get("sequential"):
+        suite.set("skipped", str(sum(1 for r in rows if r[-1] == "SKIP")))
+        props = ET.Element("properties")
+        suite.insert(0, props)
+        q = result["sequential"]
+        for key in ("decision", "stopped_at_window", "windows_budget", "tokens_used", "tokens_budget", "saving", "alpha"):
+            ET.SubElement(props, "property", name=f"sequential.{key}", value=str(q[key]))
     root = ET.Element("testsuites", name="infoeval", tests=suite.get("tests"), failures=suite.get("failures"))
     root.append(suite)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
@@ -117,7 +171,12 @@ def markdown(result: dict) -> str:
         "| check | value ± SE | judged | limit | verdict |",
         "|---|---:|---:|---:|:---:|",
     ]
-    lines += [f"| {c} | {v} | {j} | {lim} | {'✅' if ok == 'PASS' else '❌'} |" for c, v, j, lim, ok in verdict_rows(result)]
+    if result.get("sequential"):
+        lines[-2:] = [sequential_line(result) + ".", "", "| check | value ± SE | CS bound at stop | limit | sequential | fixed-budget |",
+                      "|---|---:|---:|---:|:---:|:---:|"]  # fmt: skip
+        lines += [f"| {' | '.join(row)} |" for row in sequential_rows(result)]
+    else:
+        lines += [f"| {c} | {v} | {j} | {lim} | {'✅' if ok == 'PASS' else '❌'} |" for c, v, j, lim, ok in verdict_rows(result)]
     lines += ["", f"PPL {_num(r['ppl'], 3)} → {_num(m['ppl'], 3)}; KL lower bound {_num(m['kl_lower_mean'])} nats; "
               f"TV {_num(m['tv_mean'])}.", ""]
     return "\n".join(lines)

@@ -1,0 +1,165 @@
+"""`gate --sequential`: the candidate runs on the reference's windows in a seeded order, in rounds, and stops as
+soon as every limit holds with confidence (PASS) or one is broken with confidence (FAIL), judged by anytime-valid
+confidence sequences on window-level observations (``limit_streams``, ``infoeval.measure.stopping``); else at the
+budget, with the fixed gate's verdict on the positions seen, labelled "undecided at budget".
+
+The model is loaded once; each round is one ``engine.run`` over the round's windows (under a launcher split
+between the ranks and gathered), so every rank holds the same observations and takes the same decision, and the
+decision after window t uses windows 1 … t only: the verdict and the stopping window do not depend on the world
+size or the round size. At the full budget the numbers are the fixed gate's exactly (the same windows, each
+run alone, the columns in the reference's order)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from infoeval import engine
+from infoeval.errors import UsageError
+from infoeval.gate.limit_streams import Plan, limit_stream, window_columns
+from infoeval.gate.limits import compare_baseline, judge
+from infoeval.gate.pipeline import (
+    CANDIDATE,
+    GATE_COLUMNS,
+    GateResult,
+    GateSettings,
+    gate_metrics,
+    gate_reducer,
+    gate_result,
+    open_gate,
+    reference_columns,
+)
+from infoeval.input.prepare import Reporter, progress
+from infoeval.measure.sequential import FAIL, PASS
+from infoeval.measure.stopping import (
+    ORDERS,
+    SequentialRule,
+    budget_count,
+    run_rounds,
+    visit_order,
+)
+from infoeval.input.settings import ModelSettings
+
+DECISIONS = {PASS: "pass", FAIL: "fail", 0: "undecided"}
+METHOD = ("Lai's t-mixture confidence sequence on window-level observations (running intersection); PASS when every "
+          "limit's upper bound at alpha holds (intersection-union), FAIL when one limit's lower bound at alpha/k breaks "
+          "it (union bound), for a stream with a floor also by the exact capital test, each half of alpha/k")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SequentialSettings:
+    alpha: float = 0.05
+    min_tokens: int = 0
+    max_tokens: int | None = None  # the budget; None: every position of the reference
+    order: str = "seeded"
+    seed: int = 0
+    undecided: str = "fail"  # the verdict when the budget runs out undecided: fail, or pass (the fixed verdict then)
+    round_windows: int = 1
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.alpha, (int, float)) and 0.0 < self.alpha < 0.5):
+            raise UsageError(f"--alpha {self.alpha} is not allowed; give an error level in (0, 0.5), e.g. 0.05")
+        if self.min_tokens < 0 or (self.max_tokens is not None and self.max_tokens < 1):
+            raise UsageError(f"--min-tokens {self.min_tokens} / --max-tokens {self.max_tokens}: min ≥ 0 and max ≥ 1")
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise UsageError(f"--min-tokens {self.min_tokens} is more than --max-tokens {self.max_tokens}")
+        if self.order not in ORDERS:
+            raise UsageError(f"--order {self.order!r} is not allowed; give one of {', '.join(ORDERS)}")
+        if self.undecided not in ("fail", "pass"):
+            raise UsageError(f"--undecided {self.undecided!r} is not allowed; give fail or pass")
+        if self.round_windows < 1:
+            raise UsageError(f"--round-windows {self.round_windows} is not allowed; a round holds at least one window")
+
+
+def sequential_rule(streams: list, seq: SequentialSettings, windows: int) -> SequentialRule:
+    """The rule for these limits over a plan of ``windows`` windows."""
+    return SequentialRule(tuple(s.stream for s in streams), seq.alpha, windows, min_tokens=seq.min_tokens)
+
+
+@torch.inference_mode()
+def run_sequential_gate(gate_settings: GateSettings, seq: SequentialSettings, model_settings: ModelSettings,
+                        reporter: Reporter | None = None) -> tuple[GateResult, dict]:  # fmt: skip
+    """Run the candidate window by window in the visiting order until the verdict is known; returns (result,
+    per-position columns of the windows used, in the reference's order)."""
+    if gate_settings.point:
+        raise UsageError("--sequential judges confidence sequences; it cannot be combined with --point")
+    reporter = reporter or Reporter()
+    ref, baseline, candidate, load_s = open_gate(gate_settings, model_settings, reporter)
+    batches = engine.plan(ref.windows)
+    tokens = np.array([b.rows.stop - b.rows.start for b in batches])
+    if seq.max_tokens is None and seq.min_tokens > ref.n:
+        raise UsageError(f"--min-tokens {seq.min_tokens} is more than the reference's {ref.n} positions")
+    ref_cols = reference_columns(ref)
+    streams = [limit_stream(lim, Plan.of(tokens, int(ref_cols["bytes"].sum()))) for lim in gate_settings.limits]
+    order = visit_order(len(batches), seq.seed, seq.order)
+    budget = budget_count(tokens[order], seq.max_tokens)
+    rule = sequential_rule(streams, seq, len(batches))
+    var: dict = {}
+    reduce, prefix_id = gate_reducer(ref), ref.meta["provenance"]["protocol"]["prefix_id"]
+
+    def evaluate(idx: np.ndarray) -> list:
+        part = engine.run({CANDIDATE: candidate[1].model}, ref.stream_ids, [batches[i] for i in idx], prefix_id, reduce,
+                          {"top1": np.bool_}, on_forward=bar.step, n_rows=ref.n)  # fmt: skip
+        for k in ("nll", *GATE_COLUMNS):
+            var.setdefault(k, np.zeros_like(part[k]))
+            for i in idx:
+                var[k][batches[i].rows] = part[k][batches[i].rows]
+        return [[s.observe(window_columns(ref_cols, var, batches[i].rows)) for s in streams] for i in idx]
+
+    with progress(reporter, budget, f"candidate: up to {budget} of {len(batches)} windows, sequential") as bar:
+        outcome, obs = run_rounds(evaluate, order, budget, seq.round_windows, rule, tokens[order])
+    used = np.sort(order[: outcome.used])
+    rows = np.concatenate([np.arange(batches[i].rows.start, batches[i].rows.stop) for i in used])
+    var_used = {k: v[rows] for k, v in var.items()}
+    ref_used = {k: v[rows] for k, v in ref_cols.items()}
+    metrics = gate_metrics(ref_used, var_used)
+    verdicts = judge(list(gate_settings.limits), metrics, gate_settings.confidence, False)
+    base_rows = compare_baseline(metrics, baseline, [v.limit.metric for v in verdicts], gate_settings.baseline_tolerance) if baseline else []
+    fixed_ok = all(v.passed for v in verdicts)
+    decided = outcome.decision == PASS or (outcome.decision == 0 and fixed_ok and seq.undecided == "pass")
+    report = sequential_report(seq, rule, streams, outcome, obs, order, tokens, fixed_ok)
+    result = gate_result(gate_settings, ref, candidate, {"load_s": load_s, "eval_s": bar.seconds}, decided and all(r["passed"] for r in base_rows),
+                         tuple(v.as_dict() for v in verdicts), base_rows, metrics, report)  # fmt: skip
+    return result, {"reference": ref_used, "variant": var_used, "rows": rows}
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def limit_rows(rule: SequentialRule, streams: list, obs: np.ndarray) -> list[dict]:
+    """Per limit at the stopping window: the stream, its CS, the bounds in the metric's units, the decision."""
+    rows = []
+    for s, st, x in zip(streams, rule.states(obs), obs.T):
+        lim = s.limit
+        rows.append({
+            "limit": lim.key, "metric": lim.metric, "side": lim.side, "threshold": lim.value, "observation": s.observation,
+            "stream_limit": s.stream.limit, "stream_mean": float(x.mean()), "stream_lower": _finite(st.lower[-1]),
+            "stream_upper": _finite(st.upper[-1]),
+            # the bound that proves a PASS (upper for a max limit, lower for top-1) and the one that proves a FAIL
+            "pass_bound": _finite(s.to_metric(st.upper[-1])), "fail_bound": _finite(s.to_metric(st.lower[-1])),
+            "log_capital": None if st.log_capital is None else _finite(st.log_capital[-1]),
+            "decision": DECISIONS[int(st.decision[-1])],
+        })  # fmt: skip
+    return rows
+
+
+def sequential_report(seq: SequentialSettings, rule: SequentialRule, streams: list, outcome, obs: np.ndarray,
+                      order: np.ndarray, tokens: np.ndarray, fixed_ok: bool) -> dict:  # fmt: skip
+    """The result's ``sequential`` block: the stop, tokens used of the budget, the saving, every limit's bounds."""
+    in_order = tokens[order]
+    used, budget = int(in_order[: outcome.used].sum()), int(in_order[: outcome.budget].sum())
+    decision = DECISIONS[outcome.decision] if outcome.decision else "undecided at budget"
+    return {
+        "decision": decision, "fixed_verdict_passed": fixed_ok, "undecided": seq.undecided, "alpha": seq.alpha,
+        "alpha_pass": rule.levels()[0], "alpha_fail_per_limit": rule.levels()[1], "method": METHOD, "t_opt": rule.t_opt, "order": seq.order, "seed": seq.seed,
+        "round_windows": seq.round_windows, "rounds": outcome.rounds, "stopped_at_window": outcome.used,
+        "windows_used": outcome.used, "windows_evaluated": outcome.evaluated, "windows_budget": outcome.budget,
+        "windows_total": len(order), "tokens_used": used, "tokens_evaluated": int(in_order[: outcome.evaluated].sum()),
+        "tokens_budget": budget, "tokens_total": int(tokens.sum()), "min_tokens": seq.min_tokens,
+        "saving": 1.0 - used / budget if budget else 0.0, "visited": [int(i) for i in order[: outcome.evaluated]],
+        "limits": limit_rows(rule, streams, obs[: outcome.used]),
+    }  # fmt: skip
