@@ -270,7 +270,7 @@ def result_types() -> dict[str, type]:
 
 
 # Keys a command writes only in some modes (left out of ``required``).
-OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {"gate": ("sequential",)}
+OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {"gate": ("sequential",), "quantize-compare": ("until_se",), "compress-bits": ("until_se",)}
 
 # Commands that write no result JSON, and why (the schema page says so).
 NO_RESULT_JSON = {
@@ -292,11 +292,13 @@ FIELD_NOTES: dict[str, dict[str, str]] = {
         "reference": "the reference model's metrics (metric name → value)",
         "variants": "one entry per quantized variant: its name, metrics and quantization report",
         "protocol_metrics": "lm-eval's or GPTQ's own figures per model (`null` for the rolling and llama.cpp protocols)",
+        "until_se": "`--until-se` only: the target SE, whether it was reached, the SEs at the stop, windows and tokens used of the budget",
     },
     "compress-bits": {
         "reference": "the model's metrics on the text (total bits, bits/token, bits/byte, ...)",
         "compressors": "one row per compressor on the same bytes (gzip, bz2, xz, zstd, ...): bits and bits/byte",
         "model_over_xz": "the model's total bits / xz's (`null` without xz)",
+        "until_se": "`--until-se` only: the target SE, whether it was reached, the SEs at the stop, windows and tokens used of the budget",
         "protocol_metrics": "lm-eval's or GPTQ's own figures (`null` for rolling and llama.cpp)",
     },
     "gate": {

@@ -103,20 +103,6 @@ def test_kl_max_fails_at_once_and_passes_only_on_the_whole_plan():
     assert rule.decisions(np.ones((5, 1)), np.arange(5)).tolist() == [0, 0, 0, 0, PASS]
 
 
-def test_until_se_rule():
-    rng = np.random.default_rng(2)
-    obs = np.column_stack([rng.normal(1, 0.1, 200), rng.normal(5, 0.3, 200)])
-    rule = st.UntilSE(0.03)
-    d = rule.decisions(obs, np.arange(1, 201) * 100)
-    decision, t = st.first_decision(d)
-    se = rule.standard_errors(obs)
-    assert decision == PASS and (se[t - 1] <= 0.03).all() and not (se[t - 2] <= 0.03).all()
-    assert se[t - 1, 1] == pytest.approx(obs[:t, 1].std(ddof=1) / math.sqrt(t))
-    assert not st.UntilSE(1e9, min_tokens=10**9).decisions(obs, np.arange(200)).any()
-    outcome, _ = st.run_rounds(lambda idx: obs[idx], np.arange(200), 200, 8, rule, np.full(200, 100))
-    assert outcome.used == t and outcome.decision == PASS
-
-
 # ---- every limit's stream against brute force ----------------------------------------------------------------
 def _synthetic(seed=0, windows=(50, 64, 64, 37, 64)):
     rng = np.random.default_rng(seed)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -27,6 +27,25 @@ def check_table(table: str) -> str:
     return table
 
 
+UntilSeOpt = Annotated[Optional[float], typer.Option("--until-se", help="Run to a precision: windows of the whole text in a seeded order until the watched standard error is ≤ this; --max-tokens, when given, is then the budget.", show_default=False)]
+OrderSeedOpt = Annotated[int, typer.Option(help="--until-se: the seed of the windows' visiting order.")]
+
+
+def until_settings(context: typer.Context, until_se: float | None, order_seed: int, run: RunOptions):
+    """The run-to-a-precision settings (None without --until-se). The budget is --max-tokens only when given:
+    its default keeps a first run short, a precision run reads the whole text unless told otherwise."""
+    from infoeval.cli.options import parse_max_tokens
+    from infoeval.compare.until import UntilSettings
+    from infoeval.errors import UsageError
+
+    if until_se is None:
+        if getattr(context.get_parameter_source("order_seed"), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP"):
+            raise UsageError("--order-seed needs --until-se")
+        return None
+    given = getattr(context.get_parameter_source("max_tokens"), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")
+    return UntilSettings(until_se, parse_max_tokens(run.max_tokens) if given else None, order_seed)
+
+
 VerifyCodingOpt = Annotated[bool, typer.Option("--verify-coding", help="Also compress the scored bytes with the model and a range coder, decompress them, and report the real file's size (an 'arithmetic-coded' row).")]
 
 
@@ -44,6 +63,8 @@ def quantize_compare(
     positions: PositionsOpt = None,
     plot: PlotOpt = None,
     table: TableOpt = "default",
+    until_se: UntilSeOpt = None,
+    order_seed: OrderSeedOpt = 0,
     out_dir: OutDirOpt = None,
     run_name: RunNameOpt = None,
     quiet: QuietOpt = False,
@@ -64,7 +85,8 @@ def quantize_compare(
     variant_settings = VariantSettings(schemes=schemes, include=tuple(include or ()), exclude=tuple(exclude or ()), recipes=tuple(recipe or ()))
     check_plot(plot)  # before the long run
     tables = print_quantize_compare_llamacpp if check_table(table) == "llama.cpp" else print_quantize_compare
-    result, cols = pipeline.quantize_compare(model_settings, text_settings, window_settings, variant_settings, RichReporter(enabled=not quiet))
+    until = until_settings(context, until_se, order_seed, run)
+    result, cols = pipeline.quantize_compare(model_settings, text_settings, window_settings, variant_settings, RichReporter(enabled=not quiet), until)
     data = as_json(result)
     paths = output_paths_for("quantize-compare", model=model_settings.model, source=text_source(data), csv=csv, json=json,
                              positions=positions, out_dir=out_dir, run_name=run_name)  # fmt: skip
@@ -88,6 +110,8 @@ def compress_bits(
     json: JsonOpt = None,
     positions: PositionsOpt = None,
     plot: PlotOpt = None,
+    until_se: UntilSeOpt = None,
+    order_seed: OrderSeedOpt = 0,
     out_dir: OutDirOpt = None,
     run_name: RunNameOpt = None,
     quiet: QuietOpt = False,
@@ -103,7 +127,8 @@ def compress_bits(
     model = pick_model(context, model_arg, model)
     model_settings, text_settings, window_settings = run.settings(model)
     check_plot(plot)  # before the long run
-    result, cols = pipeline.compress_bits(model_settings, text_settings, window_settings, RichReporter(enabled=not quiet), verify_coding=verify_coding)
+    until = until_settings(context, until_se, order_seed, run)
+    result, cols = pipeline.compress_bits(model_settings, text_settings, window_settings, RichReporter(enabled=not quiet), verify_coding=verify_coding, until=until)
     data = as_json(result)
     paths = output_paths_for("compress-bits", model=model_settings.model, source=text_source(data), csv=csv, json=json,
                              positions=positions, out_dir=out_dir, run_name=run_name)  # fmt: skip

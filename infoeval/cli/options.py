@@ -123,7 +123,8 @@ def pick_model(context: typer.Context | None, positional: str | None, option: st
 
 
 # ---- settings --------------------------------------------------------------------------------------------
-def _max_tokens(value: str | int) -> int | None:
+def parse_max_tokens(value: str | int) -> int | None:
+    """--max-tokens: a positive integer, or 'all' (None)."""
     if str(value).strip().lower() == "all":
         return None
     try:
@@ -157,7 +158,7 @@ class RunOptions:
         """The model and the text of a run (for commands without scoring windows, e.g. mutual-info)."""
         return (
             ModelSettings(model=model, device=self.device, dtype=self.dtype, device_map=self.device_map),
-            TextSettings(text=self.text, dataset=self.dataset, data_dir=self.data_dir, max_tokens=_max_tokens(self.max_tokens)),
+            TextSettings(text=self.text, dataset=self.dataset, data_dir=self.data_dir, max_tokens=parse_max_tokens(self.max_tokens)),
         )
 
     def settings(self, model: str) -> tuple[ModelSettings, TextSettings, WindowSettings]:

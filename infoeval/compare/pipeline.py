@@ -7,6 +7,7 @@ per-position numbers are kept.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,9 @@ import numpy as np
 from infoeval import distributed, engine
 from infoeval.errors import RuntimeFailure
 from infoeval.measure.infotheory import Workspace, compare, reference_stats
-from infoeval.measure.metrics import reference_metrics, variant_metrics
+from infoeval.compare.until import UntilSettings, check_protocol, evaluate_until
+from infoeval.measure.metrics import bits_per_byte_se, reference_metrics, variant_metrics
+from infoeval.measure.stats import se
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.measure.protocol_metrics import protocol_figures
 from infoeval.quant import ahead as quant_ahead
@@ -47,6 +50,18 @@ class CompareColumns:
     @property
     def n(self) -> int:
         return int(self.reference["nll"].shape[0])
+
+    def slice(self, a: int, b: int) -> CompareColumns:
+        """Rows a … b−1 of every column."""
+        return CompareColumns({k: v[a:b] for k, v in self.reference.items()},
+                              {n: {k: v[a:b] for k, v in cols.items()} for n, cols in self.variants.items()})  # fmt: skip
+
+    @classmethod
+    def concat(cls, parts: Sequence[CompareColumns]) -> CompareColumns:
+        """The rows of ``parts`` one after the other."""
+        first = parts[0]
+        return cls({k: np.concatenate([q.reference[k] for q in parts]) for k in first.reference},
+                   {n: {k: np.concatenate([q.variants[n][k] for q in parts]) for k in cols} for n, cols in first.variants.items()})  # fmt: skip
 
 
 def lockstep_reducer(variant_names: Sequence[str]) -> engine.Reducer:
@@ -84,6 +99,12 @@ def run_lockstep(model, stream: TokenStream, windows: Sequence[Window], variants
                           {n: {k: cols[f"{n}/{k}"] for k in VARIANT_COLUMNS} for n in names})  # fmt: skip
 
 
+def _without_none(out: dict, key: str) -> dict:
+    if out.get(key) is None:
+        out.pop(key, None)
+    return out
+
+
 @dataclass(frozen=True)
 class VariantResult:
     name: str
@@ -98,7 +119,12 @@ class CompareResult(Result):
     reference: dict[str, float]
     variants: tuple[VariantResult, ...]
     protocol_metrics: dict | None = None  # the lm-eval / gptq protocol's own figures, per model
+    until_se: dict | None = None  # --until-se: the target, whether it was reached, the tokens it took (compare/until.py)
     FAMILY = "quantize-compare"
+
+    def to_json(self) -> dict:
+        """Without --until-se the JSON has no ``until_se`` key: the same record as before."""
+        return _without_none(super().to_json(), "until_se")
 
 
 @dataclass(frozen=True)
@@ -109,7 +135,12 @@ class CompressResult(Result):
     compressors: tuple[dict, ...]
     model_over_xz: float | None
     protocol_metrics: dict | None = None  # the lm-eval / gptq protocol's own figures
+    until_se: dict | None = None  # --until-se: the target, whether it was reached, the tokens it took (compare/until.py)
     FAMILY = "compress-bits"
+
+    def to_json(self) -> dict:
+        """Without --until-se the JSON has no ``until_se`` key: the same record as before."""
+        return _without_none(super().to_json(), "until_se")
 
 
 def _protocol_metrics(p: Prepared, cols: CompareColumns) -> dict | None:
@@ -118,13 +149,29 @@ def _protocol_metrics(p: Prepared, cols: CompareColumns) -> dict | None:
     return protocol_figures(p.protocol.name, p.protocol.layout, p.documents, cols.reference, nll)
 
 
-def _evaluate(p: Prepared, variants, reporter: Reporter) -> tuple[CompareColumns, dict[str, float]]:
-    """The lockstep run under a progress bar; returns the columns and its timings: eval_s, and on a CPU how much of
-    it the forward passes and the statistics took (``engine.Clock``)."""
-    clock = engine.Clock()
-    with progress(reporter, len(p.windows) * (1 + len(variants)), f"{len(p.windows)} windows × {1 + len(variants)} models") as bar:
-        cols = run_lockstep(p.loaded.model, p.stream, p.windows, variants, p.protocol.prefix_id, bar.step, clock)
-    return cols, {"eval_s": bar.seconds, **clock.timings()}
+def _evaluate(p: Prepared, variants, reporter: Reporter, until: UntilSettings | None = None,
+              se_of=None) -> tuple[CompareColumns, dict[str, float], Prepared, dict | None]:  # fmt: skip
+    """The lockstep run under a progress bar; returns the columns, its timings (eval_s, and on a CPU how much of
+    it the forward passes and the statistics took: ``engine.Clock``), and with ``until`` (a run to a precision:
+    ``se_of(columns)`` the watched SEs) ``p`` restricted to the windows used and the ``until_se`` block."""
+    clock, models = engine.Clock(), 1 + len(variants)
+    with progress(reporter, len(p.windows) * models, f"{len(p.windows)} windows × {models} models") as bar:
+
+        def run(windows):
+            return run_lockstep(p.loaded.model, p.stream, windows, variants, p.protocol.prefix_id, bar.step, clock)
+
+        cols, p, block = (run(p.windows), p, None) if until is None else evaluate_until(p, run, until, se_of, CompareColumns.concat)
+    return cols, {"eval_s": bar.seconds, **clock.timings()}, p, block
+
+
+def _kl_ses(cols: CompareColumns) -> dict[str, float]:
+    """quantize-compare --until-se watches every variant's mean-KL SE."""
+    return {f"{name}/kl": se(v["kl"].astype(np.float64)) for name, v in cols.variants.items()}
+
+
+def _bpb_se(cols: CompareColumns) -> dict[str, float]:
+    """compress-bits --until-se watches the model's bits/byte SE."""
+    return {"bits_per_byte": bits_per_byte_se(cols.reference["nll"], cols.reference["bytes"])}
 
 
 def _start_ahead(model_settings: ModelSettings, variant_settings: VariantSettings, schemes) -> quant_ahead.Ahead | None:
@@ -145,8 +192,13 @@ def _start_ahead(model_settings: ModelSettings, variant_settings: VariantSetting
 
 
 def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, variant_settings: VariantSettings,
-                     reporter: Reporter | None = None) -> tuple[CompareResult, CompareColumns]:  # fmt: skip
+                     reporter: Reporter | None = None, until: UntilSettings | None = None) -> tuple[CompareResult, CompareColumns]:  # fmt: skip
+    """The reference and every variant on the text's windows (``until``: in a seeded order, until every variant's
+    mean-KL SE is ≤ the target; then ``text_settings.max_tokens`` is not used: the budget is ``until.max_tokens``)."""
     reporter = reporter or Reporter()
+    if until is not None:
+        check_protocol(window_settings.protocol)
+        text_settings = dataclasses.replace(text_settings, max_tokens=None)
     schemes = parse_schemes(variant_settings.schemes) if variant_settings.schemes or not variant_settings.recipes else []  # fail on a bad scheme before loading
     recipes = [read_recipe(r) for r in variant_settings.recipes]
     ahead, share = _start_ahead(model_settings, variant_settings, schemes), None
@@ -161,13 +213,13 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
         for made in (ahead, share):
             if made is not None:
                 made.release()
-    cols, eval_timings = _evaluate(p, variants, reporter)
+    cols, eval_timings, p, block = _evaluate(p, variants, reporter, until, _kl_ses)
     timings = {**p.timings, "quantize_s": quantize_s, "quantize_ahead_s": ahead.child_s if ahead else 0.0, **eval_timings}
     result = CompareResult(
         p.provenance("quantize-compare"), timings,
         reference=reference_metrics(cols.reference),
         variants=tuple(VariantResult(v.name, variant_metrics(cols.reference, cols.variants[v.name]), v.summary()) for v in variants),
-        protocol_metrics=_protocol_metrics(p, cols),
+        protocol_metrics=_protocol_metrics(p, cols), until_se=block,
     )  # fmt: skip
     return result, cols
 
@@ -186,14 +238,19 @@ def scored_bytes(p: Prepared) -> bytes:
 
 
 def compress_bits(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, reporter: Reporter | None = None,
-                  verify_coding: bool = False) -> tuple[CompressResult, CompareColumns]:  # fmt: skip
+                  verify_coding: bool = False, until: UntilSettings | None = None) -> tuple[CompressResult, CompareColumns]:  # fmt: skip
     """The model's code length and each compressor's on the scored bytes; with ``verify_coding`` also the size of
-    a real arithmetic-coded file of those bytes, measured by a round trip (``codec.verify``)."""
+    a real arithmetic-coded file of those bytes, measured by a round trip (``codec.verify``); with ``until`` the
+    windows in a seeded order until the bits/byte SE is ≤ the target (the compressors then get those windows'
+    bytes, in text order)."""
     from infoeval.compare.compressors import compress_all
 
     reporter = reporter or Reporter()
+    if until is not None:
+        check_protocol(window_settings.protocol)
+        text_settings = dataclasses.replace(text_settings, max_tokens=None)
     p = prepare(model_settings, text_settings, window_settings, reporter)
-    cols, eval_timings = _evaluate(p, [], reporter)
+    cols, eval_timings, p, block = _evaluate(p, [], reporter, until, _bpb_se)
     ref = reference_metrics(cols.reference)
     data = scored_bytes(p)
     if len(data) != ref["bytes"]:
@@ -208,5 +265,5 @@ def compress_bits(model_settings: ModelSettings, text_settings: TextSettings, wi
     xz_bits = next(r["bits"] for r in rows if r["method"] == "xz -9")
     result = CompressResult(p.provenance("compress-bits"), {**p.timings, **eval_timings}, reference=ref,
                             compressors=tuple(rows), model_over_xz=ref["total_bits"] / xz_bits if xz_bits else None,
-                            protocol_metrics=_protocol_metrics(p, cols))  # fmt: skip
+                            protocol_metrics=_protocol_metrics(p, cols), until_se=block)  # fmt: skip
     return result, cols

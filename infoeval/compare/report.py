@@ -145,8 +145,17 @@ def compress_table(result: dict) -> Table:
     return t
 
 
+def print_until(console: Console, result: dict) -> None:
+    """--until-se: one line saying whether the precision was reached and what it took."""
+    if result.get("until_se"):
+        from infoeval.compare.until import until_line
+
+        console.print(until_line(result["until_se"]))
+
+
 def print_quantize_compare(console: Console, result: dict) -> None:
     console.print(run_header(result))
+    print_until(console, result)
     console.print(reference_table(result["reference"]))
     print_protocol_figures(console, result)
     for table in variants_tables(result):
@@ -157,6 +166,7 @@ def print_quantize_compare_llamacpp(console: Console, result: dict) -> None:
     """--table llama.cpp: the run header (and the protocol's own figures), then llama-perplexity --kl-divergence's
     block for each variant."""
     console.print(run_header(result))
+    print_until(console, result)
     print_protocol_figures(console, result)
     for v in result["variants"]:
         print_block(console, f"\n### {v['name']} (Q) vs the reference (base)", v["metrics"], result["reference"], (scope_note(result),))
@@ -164,6 +174,7 @@ def print_quantize_compare_llamacpp(console: Console, result: dict) -> None:
 
 def print_compress_bits(console: Console, result: dict) -> None:
     console.print(run_header(result))
+    print_until(console, result)
     console.print(reference_table(result["reference"], "Model"))
     print_protocol_figures(console, result)
     console.print(compress_table(result))

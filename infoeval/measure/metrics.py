@@ -38,6 +38,7 @@ METRICS: dict[str, Metric] = {
     "nll_mean": Metric("nats/token", False, "mean negative log-likelihood of the observed tokens"),
     "bits_per_token": Metric("bits/token", False, "mean NLL / ln 2"),
     "bits_per_byte": Metric("bits/byte", False, "Σ NLL / ln 2 / UTF-8 bytes of the scored text"),
+    "bits_per_byte_se": Metric("bits/byte", None, "standard error of bits/byte (a ratio: the SE of the linearised (NLL/ln 2 − bpb·bytes)/mean bytes)"),
     "total_bits": Metric("bits", False, "Σ NLL / ln 2 over the scored tokens (ideal code length)"),
     "entropy_mean": Metric("bits", None, "mean per-position entropy of the reference's next-token distribution"),
     "entropy_p10": Metric("bits", None, "10th percentile of per-position entropy"),
@@ -183,6 +184,22 @@ def definitions(family: str) -> dict[str, dict]:
             for n, m in FAMILIES.get(family, {}).items()}  # fmt: skip
 
 
+def bits_per_byte_se(nll: np.ndarray, nbytes: np.ndarray) -> float:
+    """SE of bits/byte R = Σ nll / (ln 2 · Σ bytes), a ratio of two means: by the delta method the SE of the mean
+    of the linearised series z = (nll/ln 2 − R·bytes) / mean bytes (batch means, ``stats.se``). With equal bytes
+    per position it is SE(nll)/(ln 2 · bytes). NaN without bytes.
+
+    >>> round(bits_per_byte_se(np.array([1.0, 2.0, 3.0, 4.0]) * LN2, np.full(4, 2)), 4)  # se 1.0 over 2 bytes
+    0.5
+    """
+    x = np.asarray(nll, dtype=np.float64) / LN2
+    b = np.asarray(nbytes, dtype=np.float64)
+    if b.sum() <= 0:
+        return float("nan")
+    ratio = x.sum() / b.sum()
+    return se((x - ratio * b) / b.mean())
+
+
 def reference_metrics(ref: dict[str, np.ndarray]) -> dict[str, float]:
     nll = ref["nll"].astype(np.float64)
     n_bytes = int(ref["bytes"].sum())
@@ -198,6 +215,7 @@ def reference_metrics(ref: dict[str, np.ndarray]) -> dict[str, float]:
         "nll_mean": mean,
         "bits_per_token": mean / LN2,
         "bits_per_byte": float(nll.sum() / LN2 / n_bytes) if n_bytes else float("nan"),
+        "bits_per_byte_se": bits_per_byte_se(nll, ref["bytes"]),
         "total_bits": float(nll.sum() / LN2),
         "entropy_mean": float(ent_bits.mean()),
         "entropy_p10": quantile(ent_bits, 0.10),

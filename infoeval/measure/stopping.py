@@ -1,7 +1,7 @@
 """When to stop evaluating windows: the visiting order, the rounds, and the decision after every window. Pure
 NumPy (no torch, no model): a caller evaluates the windows a round names and hands back one row of observations
 per window; ``run_rounds`` says when to stop. Shared by the sequential gate (``SequentialRule``) and by runs to a
-precision (``UntilSE``).
+precision (``run_until_se``).
 
 * **Order** (``visit_order``): a seeded permutation of the window indices, a pure function of (seed, number of
   windows), fixed before any result is seen; "text" keeps the text's order (no exchangeability: see
@@ -204,30 +204,6 @@ class SequentialRule:
 
 
 @dataclass(frozen=True)
-class UntilSE:
-    """Stop (+1) once every stream's standard error of the mean, sd(window values)/√t, is ≤ ``target`` (and at
-    least ``min_windows`` windows and ``min_tokens`` positions are in). For runs to a precision, such as
-    `quantize-compare --until-se`: one column per scheme's window means (token-weighted)."""
-
-    target: float
-    min_windows: int = 2
-    min_tokens: int = 0
-
-    def standard_errors(self, obs: np.ndarray) -> np.ndarray:
-        """(t, k): the running SE of each column (∞ before two windows)."""
-        obs = np.asarray(obs, dtype=np.float64)
-        _, sd = running_mean_sd(obs.T)
-        t = np.arange(1, obs.shape[0] + 1)
-        return np.where(t >= 2, np.nan_to_num(sd, nan=np.inf) / np.sqrt(t), np.inf).T
-
-    def decisions(self, obs: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        se = self.standard_errors(obs)
-        t = np.arange(1, se.shape[0] + 1)
-        ok = (se <= self.target).all(1) & (t >= max(2, self.min_windows)) & (np.asarray(tokens) >= self.min_tokens)
-        return np.where(ok, PASS, CONTINUE).astype(np.int8)
-
-
-@dataclass(frozen=True)
 class Outcome:
     """decision: PASS / FAIL (decided at window ``used``), or CONTINUE (undecided: the budget ran out).
     used: windows the verdict rests on (the stopping time); evaluated: windows run (≥ used, whole rounds)."""
@@ -254,3 +230,25 @@ def run_rounds(evaluate: Callable[[np.ndarray], np.ndarray], order: np.ndarray, 
             return Outcome(decision, t, len(obs), i, budget), obs
     obs = np.concatenate(rows) if rows else np.zeros((0, 0))
     return Outcome(CONTINUE, budget, budget, len(parts), budget), obs
+
+
+def run_until_se(evaluate: Callable[[np.ndarray], None], order: np.ndarray, budget: int, round_size: int,
+                 se_after: Callable[[int], np.ndarray], target: float, min_windows: int = 2) -> tuple[Outcome, np.ndarray]:  # fmt: skip
+    """Runs to a precision: evaluate ``order[:budget]`` round by round and stop after the first window t (t ≥
+    ``min_windows``) at which every standard error ``se_after(t)`` (of the first t windows of the order) is ≤
+    ``target``; returns the outcome (PASS: reached at window ``used``; CONTINUE: the budget ran out first) and
+    the standard errors at the stop. Like ``run_rounds``, the stopping window depends on the order only, not on
+    the round size."""
+    if not (math.isfinite(target) and target > 0):
+        raise ValueError(f"target must be a finite number > 0, got {target}")
+    order, parts = np.asarray(order), rounds(budget, round_size)
+    ses = np.full(0, np.nan)
+    for i, r in enumerate(parts, 1):
+        evaluate(order[r.start : r.stop])
+        for t in range(max(r.start + 1, min_windows), r.stop + 1):
+            ses = np.atleast_1d(np.asarray(se_after(t), dtype=np.float64))
+            if (ses <= target).all():
+                return Outcome(PASS, t, r.stop, i, budget), ses
+    if budget and budget < min_windows:
+        ses = np.atleast_1d(np.asarray(se_after(budget), dtype=np.float64))
+    return Outcome(CONTINUE, budget, budget, len(parts), budget), ses
