@@ -178,7 +178,7 @@ def test_huge_limit_passes_early_impossible_fails_after_the_first_round(ref_file
     q = r["sequential"]
     assert r["passed"] and q["decision"] == "pass" and q["windows_used"] < q["windows_budget"] / 2 and q["saving"] > 0.5
     assert q["windows_total"] == 50 and q["tokens_total"] == 1600 and all(x["decision"] == "pass" for x in q["limits"])
-    assert q["visited"] == st.visit_order(50, 0)[: q["windows_evaluated"]].tolist()
+    assert q["visited"] == st.visit_order(50, 0)[: q["windows_used"]].tolist()
     r, _ = _seq(ref_file, {"max_kl_mean": 1e-6}, round_windows=3)
     q = r["sequential"]
     assert not r["passed"] and q["decision"] == "fail" and q["rounds"] == 1 and q["windows_evaluated"] == 3

@@ -145,3 +145,26 @@ def test_cli_until_se(tiny_llama_dir, text_file, tmp_path):
         assert len([line for line in r.stderr.splitlines() if line.strip()]) == 1, r.stderr
     r = _cli(["compress-bits", tiny_llama_dir, "--text", text_file, "--ctx", 32, "-q", "--until-se", 10, "--max-tokens", 300], tmp_path)
     assert r.returncode == 0 and "SE ≤ 10 reached" in r.stdout, r.stderr
+
+
+@pytest.mark.slow  # torchrun: two processes
+def test_two_ranks_stop_at_the_same_window_with_the_same_numbers(tiny_llama_dir, text_file, tmp_path):
+    """Each round is split between the ranks and gathered; the stop is decided on windows 1 … t of the order, so
+    one process and two stop at the same window with the same result (only the windows evaluated past the stop,
+    whole rounds, differ)."""
+    one_thread = {**ENV, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    args = ["quantize-compare", tiny_llama_dir, "--text", text_file, "--ctx", 32, "--schemes", "int4-g32", "--device", "cpu", "-q",
+            "--until-se", 0.004, "--max-tokens", 1200]  # fmt: skip
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "infoeval"]
+    a = subprocess.run([sys.executable, "-m", "infoeval", *map(str, args), "--json", tmp_path / "1.json"], cwd=tmp_path, env=one_thread,
+                       capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    b = subprocess.run([*launch, *map(str, args), "--json", tmp_path / "2.json"], cwd=tmp_path, env=one_thread,
+                       capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert a.returncode == b.returncode == 0, (a.stderr[-2000:], b.stderr[-2000:])
+    ra, rb = (json.loads((tmp_path / f"{k}.json").read_text()) for k in (1, 2))
+    assert ra["provenance"]["world_size"] == 1 and rb["provenance"]["world_size"] == 2
+    qa, qb = ra["until_se"], rb["until_se"]
+    assert qa["round_windows"] * 2 == qb["round_windows"] and MIN_WINDOWS < qa["windows_used"] < qa["windows_budget"]
+    same = ("reached", "standard_errors", "windows_used", "tokens_used", "windows_budget", "tokens_budget")
+    assert {k: qa[k] for k in same} == {k: qb[k] for k in same}
+    assert ra["variants"][0]["metrics"] == rb["variants"][0]["metrics"] and ra["reference"] == rb["reference"]

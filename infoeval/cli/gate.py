@@ -45,7 +45,7 @@ MaxTokensOpt = Annotated[Optional[int], typer.Option(help="--sequential: the bud
 OrderOpt = Annotated[str, typer.Option(help="--sequential: the windows' visiting order, seeded (a permutation fixed by --order-seed) or text.")]
 OrderSeedOpt = Annotated[int, typer.Option(help="--sequential: the seed of the visiting order.")]
 UndecidedOpt = Annotated[str, typer.Option(help="--sequential: the verdict when the budget runs out undecided: fail, or pass (then the fixed-budget verdict).")]
-RoundOpt = Annotated[int, typer.Option(help="--sequential: windows evaluated between two decisions (the verdict does not depend on it).")]
+RoundOpt = Annotated[int, typer.Option(help="--sequential: windows per rank evaluated between two decisions (the verdict and the stopping window do not depend on it).")]
 JunitOpt = Annotated[Optional[Path], typer.Option(help="Write JUnit XML here (one testcase per limit).")]
 MarkdownOpt = Annotated[Optional[Path], typer.Option(help="Write a markdown summary here (e.g. $GITHUB_STEP_SUMMARY).")]
 QuantSchemeOpt = Annotated[str, typer.Option(help="Scheme: int<bits>-channel | int<bits>-g<N> [-asym].")]

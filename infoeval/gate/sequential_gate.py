@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from infoeval import engine
+from infoeval import distributed, engine
 from infoeval.errors import UsageError
 from infoeval.gate.limit_streams import Plan, limit_stream, window_columns
 from infoeval.gate.limits import compare_baseline, judge
@@ -74,6 +74,11 @@ class SequentialSettings:
             raise UsageError(f"--round-windows {self.round_windows} is not allowed; a round holds at least one window")
 
 
+def round_size(seq: SequentialSettings) -> int:
+    """Windows per round: --round-windows per rank (under a launcher each rank takes its share of a round)."""
+    return seq.round_windows * (distributed.group().world_size if distributed.launched() else 1)
+
+
 def sequential_rule(streams: list, seq: SequentialSettings, windows: int) -> SequentialRule:
     """The rule for these limits over a plan of ``windows`` windows."""
     return SequentialRule(tuple(s.stream for s in streams), seq.alpha, windows, min_tokens=seq.min_tokens)
@@ -110,7 +115,7 @@ def run_sequential_gate(gate_settings: GateSettings, seq: SequentialSettings, mo
         return [[s.observe(window_columns(ref_cols, var, batches[i].rows)) for s in streams] for i in idx]
 
     with progress(reporter, budget, f"candidate: up to {budget} of {len(batches)} windows, sequential") as bar:
-        outcome, obs = run_rounds(evaluate, order, budget, seq.round_windows, rule, tokens[order])
+        outcome, obs = run_rounds(evaluate, order, budget, round_size(seq), rule, tokens[order])
     used = np.sort(order[: outcome.used])
     rows = np.concatenate([np.arange(batches[i].rows.start, batches[i].rows.stop) for i in used])
     var_used = {k: v[rows] for k, v in var.items()}
@@ -156,10 +161,10 @@ def sequential_report(seq: SequentialSettings, rule: SequentialRule, streams: li
     return {
         "decision": decision, "fixed_verdict_passed": fixed_ok, "undecided": seq.undecided, "alpha": seq.alpha,
         "alpha_pass": rule.levels()[0], "alpha_fail_per_limit": rule.levels()[1], "method": METHOD, "t_opt": rule.t_opt, "order": seq.order, "seed": seq.seed,
-        "round_windows": seq.round_windows, "rounds": outcome.rounds, "stopped_at_window": outcome.used,
+        "round_windows": round_size(seq), "rounds": outcome.rounds, "stopped_at_window": outcome.used,
         "windows_used": outcome.used, "windows_evaluated": outcome.evaluated, "windows_budget": outcome.budget,
         "windows_total": len(order), "tokens_used": used, "tokens_evaluated": int(in_order[: outcome.evaluated].sum()),
         "tokens_budget": budget, "tokens_total": int(tokens.sum()), "min_tokens": seq.min_tokens,
-        "saving": 1.0 - used / budget if budget else 0.0, "visited": [int(i) for i in order[: outcome.evaluated]],
+        "saving": 1.0 - used / budget if budget else 0.0, "visited": [int(i) for i in order[: outcome.used]],
         "limits": limit_rows(rule, streams, obs[: outcome.used]),
     }  # fmt: skip
