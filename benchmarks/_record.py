@@ -30,7 +30,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 REQUIRED = ("benchmark", "command", "settings", "machine", "torch_threads", "versions", "date", "wall_s", "figures")
 MACHINE_KEYS = ("cpu", "cores", "usable_cores", "memory_gib", "gpu", "os")
 _STARTED = time.perf_counter()  # about when the script started (it imports this module first)
-_HIDDEN = ("save", "child")  # settings that are not settings of the measurement
+_HIDDEN = ("save", "child", "work")  # settings that are not settings of the measurement (work: a scratch folder)
 
 
 def add_save(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

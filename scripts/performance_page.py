@@ -85,6 +85,14 @@ INTROS = {
         "schemes of SmolLM2-135M on 8,192 tokens of python-docs and of WikiText-2 test. Target: batch means within "
         "0.6–1.6 × the block-256 SE."
     ),
+    "sequential": (
+        "`gate --sequential` against the fixed gate (see [Stopping early](sequential.md)), each a fresh process on "
+        "an 8,192-token python-docs reference with the default limits: tokens used of the budget, the stopping "
+        "window and the wall ratio; int4-g128 with its limit at its own mean KL (never the opposite verdict); "
+        "`quantize-compare --until-se` against the whole text; and the rule's calibration by simulation. Targets: "
+        "int8-channel passes on ≤ 30 % of the tokens (wall ≤ 0.4×), int4-channel fails within 2 windows (wall ≤ "
+        "0.15×), false PASS and false FAIL ≤ α + 3 binomial SEs."
+    ),
     "crosscheck_lmeval": (
         "`infoeval --protocol lm-eval` against lm-evaluation-harness itself on the same model files and text (see "
         "[Protocols](protocols.md)): word and byte perplexity and bits per byte side by side, their relative "

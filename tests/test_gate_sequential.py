@@ -183,6 +183,8 @@ def test_huge_limit_passes_early_impossible_fails_after_the_first_round(ref_file
     q = r["sequential"]
     assert not r["passed"] and q["decision"] == "fail" and q["rounds"] == 1 and q["windows_evaluated"] == 3
     assert q["limits"][0]["fail_bound"] is None or q["limits"][0]["fail_bound"] > 1e-6
+    assert q["limits"][0]["failed_by"] == "exact capital test"  # one window's KL alone exceeds N · 1e-6: refuted outright
+    assert "exact capital test" in markdown(r)
     assert "FAIL" in junit_xml(r).decode() or "failure" in junit_xml(r).decode()
     assert "sequential: fail" in markdown(r)
 

@@ -51,6 +51,10 @@ def sequential_rows(result: dict) -> list[tuple[str, str, str, str, str, str]]:
     for r in result["sequential"]["limits"]:
         v = fixed[r["limit"]]
         bound = f"{'≥' if r['side'] == 'min' else '≤'} {_num(r['pass_bound'])}" if r["pass_bound"] is not None else "–"
+        if r.get("failed_by") == "confidence sequence":
+            bound = f"{'≤' if r['side'] == 'min' else '≥'} {_num(r['fail_bound'])}"
+        elif r.get("failed_by"):
+            bound = r["failed_by"]
         rows.append((r["metric"], _value(v), bound, f"{_rel(v)} {_num(r['threshold'])}", r["decision"].upper(),
                      "PASS" if v["passed"] else "FAIL"))  # fmt: skip
     return rows

@@ -147,9 +147,18 @@ def limit_rows(rule: SequentialRule, streams: list, obs: np.ndarray) -> list[dic
             # the bound that proves a PASS (upper for a max limit, lower for top-1) and the one that proves a FAIL
             "pass_bound": _finite(s.to_metric(st.upper[-1])), "fail_bound": _finite(s.to_metric(st.lower[-1])),
             "log_capital": None if st.log_capital is None else _finite(st.log_capital[-1]),
-            "decision": DECISIONS[int(st.decision[-1])],
+            "decision": DECISIONS[int(st.decision[-1])], "failed_by": _failed_by(s, st),
         })  # fmt: skip
     return rows
+
+
+def _failed_by(s, st) -> str | None:
+    """Which test broke a limit: the window maximum, the confidence sequence's lower bound, or the exact capital."""
+    if st.decision[-1] != FAIL:
+        return None
+    if s.stream.kind == "max":
+        return "window maximum"
+    return "confidence sequence" if st.lower[-1] > s.stream.limit else "exact capital test"
 
 
 def sequential_report(seq: SequentialSettings, rule: SequentialRule, streams: list, outcome, obs: np.ndarray,
