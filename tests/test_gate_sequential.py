@@ -207,11 +207,23 @@ def test_undecided_at_budget_and_the_full_budget_is_the_fixed_gate(ref_file):
     assert "undecided" in junit_xml(fail).decode()
 
 
-def test_bad_settings_are_usage_errors(ref_file):
+def test_bad_settings_are_usage_errors(ref_file, monkeypatch):
     for kw in ({"alpha": 0.0}, {"alpha": 1.0}, {"min_tokens": 500, "max_tokens": 100}, {"order": "x"}, {"undecided": "maybe"},
-               {"round_windows": 0}):  # fmt: skip
+               {"round_windows": 0}, {"seed": -1}):  # fmt: skip
         with pytest.raises(UsageError):
             SequentialSettings(**kw)
+    from infoeval.gate import pipeline
+
+    def no_load(*args):
+        raise AssertionError("the candidate was loaded before the options were checked")
+
+    monkeypatch.setattr(pipeline, "_load_candidate", no_load)
+    gs = GateSettings(ref_file, None, "int8-channel", tuple(parse_limits({"max_kl_mean": 1.0})))
+    # windows of 32 positions: a budget of 100 holds 3 whole windows (96 positions), so 100 can never be reached
+    with pytest.raises(UsageError, match="--min-tokens 100 is more than the budget's 96 positions"):
+        run_sequential_gate(gs, SequentialSettings(min_tokens=100, max_tokens=100), ModelSettings("", "cpu", "float32"))
+    with pytest.raises(UsageError, match="--min-tokens 1000000 is more than the budget's 1600 positions"):  # the whole reference
+        run_sequential_gate(gs, SequentialSettings(min_tokens=10**6), ModelSettings("", "cpu", "float32"))
     gs = GateSettings(ref_file, None, "int8-channel", tuple(parse_limits({"max_kl_mean": 1.0})), point=True)
     with pytest.raises(UsageError, match="--point"):
         run_sequential_gate(gs, SequentialSettings(), ModelSettings("", "cpu", "float32"))
@@ -220,7 +232,14 @@ def test_bad_settings_are_usage_errors(ref_file):
 def test_table_renders(ref_file):
     from rich.console import Console
 
+    r, _ = _seq(ref_file, {"max_kl_mean": 100.0, "max_kl_p99": 1e3}, order="text")
+    q = r["sequential"]
+    assert q["guarantee"] is False and "TEXT ORDER" in markdown(r)
+    p99 = next(x for x in q["limits"] if x["limit"] == "max_kl_p99")
+    assert p99["bound_of"] == "share" and p99["decision"] == "pass" and p99["pass_bound"] < 0.01
+    assert "share > 1000.0000: ≤ 0.00" in markdown(r)  # a bound on the share above the limit, not on P99
     r, _ = _seq(ref_file, {"max_kl_mean": 100.0, "min_top1": 0.0001})
+    assert r["sequential"]["guarantee"] is True and "TEXT ORDER" not in markdown(r)
     console = Console(record=True, width=160)
     console.print(gate_table(r))
     text = console.export_text()

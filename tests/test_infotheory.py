@@ -211,7 +211,8 @@ def test_compare_matches_float64_reference(n, V, scale, eps):
     ref = it.reference_stats(lg, targets)
     got = it.compare(ref, lgq, targets)
     want = _f64_reference(lg, lgq, targets)
-    assert set(got) == {"nll", "kl", "rkl", "tv", "entropy", "top1"}
+    assert set(got) == {"nll", "kl", "rkl", "tv", "entropy", "top1", "max_logq"}
+    torch.testing.assert_close(got["max_logq"], torch.log_softmax(lgq.float(), -1).amax(-1), rtol=1e-6, atol=1e-6)
     for k in ("nll", "kl", "rkl", "tv", "entropy"):
         assert got[k].shape == (n,)
         assert got[k].dtype == torch.float32

@@ -19,7 +19,7 @@ from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings
 from infoeval.measure import stopping as st
 from infoeval.measure.metrics import bits_per_byte_se, variant_metrics
 from infoeval.measure.sequential import CONTINUE, PASS
-from infoeval.measure.stats import LN2, mean_cov, se
+from infoeval.measure.stats import LN2, cluster_se, mean_cov, se
 
 ENV = {k: v for k, v in os.environ.items() if k not in ("INFOEVAL_DEBUG", "WORLD_SIZE", "RANK", "LOCAL_RANK")}
 
@@ -66,8 +66,23 @@ def test_bits_per_byte_se_is_the_delta_method_ratio_se():
     assert np.isnan(bits_per_byte_se(nll, np.zeros(3000)))
 
 
+def test_cluster_se_against_brute_force():
+    rng = np.random.default_rng(5)
+    x, labels = rng.gamma(2.0, 1.0, 600), np.repeat(rng.permutation(20), 30)
+    means = np.array([x[labels == g].mean() for g in range(20)])
+    assert cluster_se(x, labels) == pytest.approx(means.std(ddof=1) / np.sqrt(20), rel=1e-12)  # equal clusters
+    sizes = rng.integers(5, 40, 12)
+    labels = np.repeat(np.arange(12), sizes)
+    x = rng.normal(size=labels.size)
+    s = np.array([x[labels == g].sum() for g in range(12)])
+    brute = np.sqrt(12 / 11 * ((s - sizes * x.mean()) ** 2).sum()) / x.size
+    assert cluster_se(x, labels * 7 + 3) == pytest.approx(brute, rel=1e-12) and np.isnan(cluster_se(x, np.zeros(x.size)))
+    assert bits_per_byte_se(x + 5, np.full(x.size, 2), labels) == pytest.approx(cluster_se(x, labels) / LN2 / 2, rel=1e-9)
+
+
 def test_bad_settings():
-    for kw in ({"target": 0.0}, {"target": -1.0}, {"target": float("nan")}, {"target": 0.1, "max_tokens": 0}, {"target": 0.1, "order": "x"}):
+    for kw in ({"target": 0.0}, {"target": -1.0}, {"target": float("nan")}, {"target": 0.1, "max_tokens": 0}, {"target": 0.1, "order": "x"},
+               {"target": 0.1, "seed": -1}):
         with pytest.raises(UsageError):
             UntilSettings(**kw)
 
@@ -104,7 +119,9 @@ def test_until_se_uses_the_seeded_windows_and_reports_their_metrics(tiny_llama_d
         np.testing.assert_allclose(cols.variants[name]["kl"], fcols.variants[name]["kl"][rows], rtol=1e-4, atol=1e-6)
         m = next(v["metrics"] for v in result["variants"] if v["name"] == name)
         assert m == pytest.approx(variant_metrics(cols.reference, cols.variants[name]), nan_ok=True)
-        assert q["standard_errors"][f"{name}/kl"] == pytest.approx(m["kl_se"])
+        kl = cols.variants[name]["kl"].astype(np.float64)
+        windows_se = cluster_se(kl, cols.reference["window"])
+        assert q["standard_errors"][f"{name}/kl"] == pytest.approx(max(m["kl_se"], windows_se))
     assert "until_se" not in full
 
 
@@ -119,8 +136,10 @@ def test_compress_bits_until_se_watches_bits_per_byte(tiny_llama_dir, text_file)
     result, cols = _run(tiny_llama_dir, text_file, UntilSettings(0.5), command="compress")
     q = result["until_se"]
     assert list(q["standard_errors"]) == ["bits_per_byte"] and q["reached"]
-    assert q["standard_errors"]["bits_per_byte"] == pytest.approx(result["reference"]["bits_per_byte_se"])
-    assert result["reference"]["bits_per_byte_se"] <= 0.5
+    ref = cols.reference
+    over_windows = bits_per_byte_se(ref["nll"], ref["bytes"], ref["window"])
+    assert q["standard_errors"]["bits_per_byte"] == pytest.approx(max(result["reference"]["bits_per_byte_se"], over_windows))
+    assert result["reference"]["bits_per_byte_se"] <= 0.5 and over_windows <= 0.5
     assert result["reference"]["bytes"] == int(cols.reference["bytes"].sum())
     assert all(round(row["bits"] / row["bits_per_byte"]) == result["reference"]["bytes"] for row in result["compressors"])
 

@@ -42,8 +42,19 @@ def until_settings(context: typer.Context, until_se: float | None, order_seed: i
         if getattr(context.get_parameter_source("order_seed"), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP"):
             raise UsageError("--order-seed needs --until-se")
         return None
-    given = getattr(context.get_parameter_source("max_tokens"), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")
+    given = getattr(context.get_parameter_source("max_tokens"), "name", "DEFAULT") != "DEFAULT"  # typed, or from --config
     return UntilSettings(until_se, parse_max_tokens(run.max_tokens) if given else None, order_seed)
+
+
+TopKOpt = Annotated[int, typer.Option("--topk", help="Also store every model's K most likely tokens and their probabilities per position in the positions output (0: none).")]
+
+
+def check_outputs(*paths) -> None:
+    """Before the long run: a .parquet output needs pyarrow."""
+    from infoeval.output.results import check_frame_path
+
+    for path in paths:
+        check_frame_path(path)
 
 
 VerifyCodingOpt = Annotated[bool, typer.Option("--verify-coding", help="Also compress the scored bytes with the model and a range coder, decompress them, and report the real file's size (an 'arithmetic-coded' row).")]
@@ -65,6 +76,7 @@ def quantize_compare(
     table: TableOpt = "default",
     until_se: UntilSeOpt = None,
     order_seed: OrderSeedOpt = 0,
+    topk: TopKOpt = 0,
     out_dir: OutDirOpt = None,
     run_name: RunNameOpt = None,
     quiet: QuietOpt = False,
@@ -86,7 +98,9 @@ def quantize_compare(
     check_plot(plot)  # before the long run
     tables = print_quantize_compare_llamacpp if check_table(table) == "llama.cpp" else print_quantize_compare
     until = until_settings(context, until_se, order_seed, run)
-    result, cols = pipeline.quantize_compare(model_settings, text_settings, window_settings, variant_settings, RichReporter(enabled=not quiet), until)
+    check_outputs(csv, positions)
+    result, cols = pipeline.quantize_compare(model_settings, text_settings, window_settings, variant_settings, RichReporter(enabled=not quiet), until,
+                                             topk)  # fmt: skip
     data = as_json(result)
     paths = output_paths_for("quantize-compare", model=model_settings.model, source=text_source(data), csv=csv, json=json,
                              positions=positions, out_dir=out_dir, run_name=run_name)  # fmt: skip
@@ -112,6 +126,7 @@ def compress_bits(
     plot: PlotOpt = None,
     until_se: UntilSeOpt = None,
     order_seed: OrderSeedOpt = 0,
+    topk: TopKOpt = 0,
     out_dir: OutDirOpt = None,
     run_name: RunNameOpt = None,
     quiet: QuietOpt = False,
@@ -128,7 +143,9 @@ def compress_bits(
     model_settings, text_settings, window_settings = run.settings(model)
     check_plot(plot)  # before the long run
     until = until_settings(context, until_se, order_seed, run)
-    result, cols = pipeline.compress_bits(model_settings, text_settings, window_settings, RichReporter(enabled=not quiet), verify_coding=verify_coding, until=until)
+    check_outputs(csv, positions)
+    result, cols = pipeline.compress_bits(model_settings, text_settings, window_settings, RichReporter(enabled=not quiet), verify_coding=verify_coding,
+                                          until=until, top_k=topk)  # fmt: skip
     data = as_json(result)
     paths = output_paths_for("compress-bits", model=model_settings.model, source=text_source(data), csv=csv, json=json,
                              positions=positions, out_dir=out_dir, run_name=run_name)  # fmt: skip

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from infoeval import distributed, engine
-from infoeval.errors import RuntimeFailure
+from infoeval.errors import RuntimeFailure, UsageError
 from infoeval.measure.infotheory import Workspace, compare, reference_stats
-from infoeval.compare.until import UntilSettings, check_protocol, evaluate_until
+from infoeval.compare.until import UntilSettings, budget_windows, check_protocol, evaluate_until
 from infoeval.measure.metrics import bits_per_byte_se, reference_metrics, variant_metrics
-from infoeval.measure.stats import se
+from infoeval.measure.stats import cluster_se, se
+from infoeval.measure.topk import top_k_probs
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.measure.protocol_metrics import protocol_figures
 from infoeval.quant import ahead as quant_ahead
@@ -37,6 +38,8 @@ REF_COLUMNS = {**engine.IDENTITY, "bytes": np.int64, "nll": np.float32, "entropy
 SHARED_TOKENS = 2048  # inputs per shared pass of the decoder blocks (engine.plan_shared): 4 windows at ctx 512, so a
 # variant dequantizes its layers once per 4 windows (6.7 % faster than window by window, ~+140 MiB peak; 0: window
 # by window); longer windows, or a window of another length, go alone. See the README's speed section
+MAX_TOP_K = 100
+TOP_COLUMNS = {"top_ids": np.int32, "top_p": np.float32}  # (n, k) each, with --topk K
 VARIANT_COLUMNS = {"nll": np.float32, "kl": np.float32, "rkl": np.float32, "tv": np.float32, "entropy": np.float32, "top1": np.bool_}
 
 
@@ -64,39 +67,47 @@ class CompareColumns:
                    {n: {k: np.concatenate([q.variants[n][k] for q in parts]) for k in cols} for n, cols in first.variants.items()})  # fmt: skip
 
 
-def lockstep_reducer(variant_names: Sequence[str]) -> engine.Reducer:
+def lockstep_reducer(variant_names: Sequence[str], top_k: int = 0) -> engine.Reducer:
     """Reference statistics, then each variant against them, window by window (buffers reused across windows).
     Each model's entropies are checked finite, which they are exactly when its logits are (``engine.run`` leaves
-    the check to this reducer: one pass over the logits fewer per model and window)."""
+    the check to this reducer: one pass over the logits fewer per model and window). With ``top_k`` every model's
+    k most likely tokens and their probabilities too (``top_ids``, ``top_p``: (n, k) columns)."""
     workspace = Workspace()
 
     def reduce(step: engine.Step) -> dict:
-        targets = step.targets[0]
-        ref = reference_stats(step.logits[REFERENCE][0], targets, workspace)
+        targets, z = step.targets[0], step.logits[REFERENCE][0]
+        ref = reference_stats(z, targets, workspace)
         engine.require_finite(ref.entropy, REFERENCE, step.batch)
         out = {"nll": ref.nll, "entropy": ref.entropy, "argmax": ref.argmax}
+        if top_k:
+            out["top_ids"], out["top_p"] = top_k_probs(z, top_k, log_normalizer=ref.max + ref.log_sum)
         for name in variant_names:
-            columns = compare(ref, step.logits[name][0], targets, workspace)
+            zq = step.logits[name][0]
+            columns = compare(ref, zq, targets, workspace)
             engine.require_finite(columns["entropy"], name, step.batch)
-            out |= {f"{name}/{k}": v for k, v in columns.items()}
+            out |= {f"{name}/{k}": columns[k] for k in VARIANT_COLUMNS}
+            if top_k:
+                out[f"{name}/top_ids"], out[f"{name}/top_p"] = top_k_probs(zq, top_k, max_log_prob=columns["max_logq"])
         return out
 
     return reduce
 
 
 def run_lockstep(model, stream: TokenStream, windows: Sequence[Window], variants: Sequence[QuantizedVariant] = (),
-                 bos_id: int | None = None, on_forward=None,
-                 clock: engine.Clock | None = None) -> CompareColumns:  # fmt: skip
-    """Evaluate the reference and every variant on every window, window by window (``clock``: ``engine.run``'s)."""
+                 bos_id: int | None = None, on_forward=None, clock: engine.Clock | None = None,
+                 top_k: int = 0) -> CompareColumns:  # fmt: skip
+    """Evaluate the reference and every variant on every window, window by window (``clock``: ``engine.run``'s;
+    ``top_k``: also every model's k most likely tokens per position)."""
     roles = {REFERENCE: model, **{v.name: WithVariant(model, v) for v in variants}}
-    schema = {**REF_COLUMNS, **{f"{v.name}/{k}": t for v in variants for k, t in VARIANT_COLUMNS.items()}}
+    top = TOP_COLUMNS if top_k else {}
+    ref_keys, var_keys = {**REF_COLUMNS, **top}, {**VARIANT_COLUMNS, **top}
+    schema = {**ref_keys, **{f"{v.name}/{k}": t for v in variants for k, t in var_keys.items()}}
     names = [v.name for v in variants]
     # with SHARED_TOKENS > ctx the variants' blocks see several windows at a time and dequantize once per batch
     batches = engine.plan_shared(windows, SHARED_TOKENS) if variants else engine.plan(windows)
-    cols = engine.run(roles, stream.ids, batches, bos_id, lockstep_reducer(names), schema, stream.nbytes, on_forward,
+    cols = engine.run(roles, stream.ids, batches, bos_id, lockstep_reducer(names, top_k), schema, stream.nbytes, on_forward,
                       check_logits=False, clock=clock)  # fmt: skip
-    return CompareColumns({k: cols[k] for k in REF_COLUMNS},
-                          {n: {k: cols[f"{n}/{k}"] for k in VARIANT_COLUMNS} for n in names})  # fmt: skip
+    return CompareColumns({k: cols[k] for k in ref_keys}, {n: {k: cols[f"{n}/{k}"] for k in var_keys} for n in names})
 
 
 def _without_none(out: dict, key: str) -> dict:
@@ -149,29 +160,39 @@ def _protocol_metrics(p: Prepared, cols: CompareColumns) -> dict | None:
     return protocol_figures(p.protocol.name, p.protocol.layout, p.documents, cols.reference, nll)
 
 
-def _evaluate(p: Prepared, variants, reporter: Reporter, until: UntilSettings | None = None,
-              se_of=None) -> tuple[CompareColumns, dict[str, float], Prepared, dict | None]:  # fmt: skip
+def _evaluate(p: Prepared, variants, reporter: Reporter, until: UntilSettings | None = None, se_of=None,
+              top_k: int = 0) -> tuple[CompareColumns, dict[str, float], Prepared, dict | None]:  # fmt: skip
     """The lockstep run under a progress bar; returns the columns, its timings (eval_s, and on a CPU how much of
     it the forward passes and the statistics took: ``engine.Clock``), and with ``until`` (a run to a precision:
     ``se_of(columns)`` the watched SEs) ``p`` restricted to the windows used and the ``until_se`` block."""
     clock, models = engine.Clock(), 1 + len(variants)
-    with progress(reporter, len(p.windows) * models, f"{len(p.windows)} windows × {models} models") as bar:
+    windows = len(p.windows) if until is None else budget_windows(p, until)
+    with progress(reporter, windows * models, f"{windows} windows × {models} models" + ("" if until is None else ", until the SE is reached")) as bar:
 
         def run(windows):
-            return run_lockstep(p.loaded.model, p.stream, windows, variants, p.protocol.prefix_id, bar.step, clock)
+            return run_lockstep(p.loaded.model, p.stream, windows, variants, p.protocol.prefix_id, bar.step, clock, top_k)
 
         cols, p, block = (run(p.windows), p, None) if until is None else evaluate_until(p, run, until, se_of, CompareColumns.concat)
     return cols, {"eval_s": bar.seconds, **clock.timings()}, p, block
 
 
+def _check_top_k(top_k: int) -> int:
+    if not 0 <= top_k <= MAX_TOP_K:
+        raise UsageError(f"--topk {top_k} is not allowed; give 0 (none) to {MAX_TOP_K} tokens per position")
+    return top_k
+
+
 def _kl_ses(cols: CompareColumns) -> dict[str, float]:
-    """quantize-compare --until-se watches every variant's mean-KL SE."""
-    return {f"{name}/kl": se(v["kl"].astype(np.float64)) for name, v in cols.variants.items()}
+    """quantize-compare --until-se watches every variant's mean-KL SE: the larger of the batch-means SE it reports
+    and the SE over windows (the design-based SE of randomly drawn windows, steadier when they are few)."""
+    labels = cols.reference["window"]
+    return {f"{name}/kl": max(se(kl := v["kl"].astype(np.float64)), cluster_se(kl, labels)) for name, v in cols.variants.items()}
 
 
 def _bpb_se(cols: CompareColumns) -> dict[str, float]:
-    """compress-bits --until-se watches the model's bits/byte SE."""
-    return {"bits_per_byte": bits_per_byte_se(cols.reference["nll"], cols.reference["bytes"])}
+    """compress-bits --until-se watches the model's bits/byte SE (the larger of batch means and over windows)."""
+    nll, nbytes, labels = cols.reference["nll"], cols.reference["bytes"], cols.reference["window"]
+    return {"bits_per_byte": max(bits_per_byte_se(nll, nbytes), bits_per_byte_se(nll, nbytes, labels))}
 
 
 def _start_ahead(model_settings: ModelSettings, variant_settings: VariantSettings, schemes) -> quant_ahead.Ahead | None:
@@ -192,10 +213,12 @@ def _start_ahead(model_settings: ModelSettings, variant_settings: VariantSetting
 
 
 def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, variant_settings: VariantSettings,
-                     reporter: Reporter | None = None, until: UntilSettings | None = None) -> tuple[CompareResult, CompareColumns]:  # fmt: skip
+                     reporter: Reporter | None = None, until: UntilSettings | None = None, top_k: int = 0) -> tuple[CompareResult, CompareColumns]:  # fmt: skip
     """The reference and every variant on the text's windows (``until``: in a seeded order, until every variant's
-    mean-KL SE is ≤ the target; then ``text_settings.max_tokens`` is not used: the budget is ``until.max_tokens``)."""
+    mean-KL SE is ≤ the target; then ``text_settings.max_tokens`` is not used: the budget is ``until.max_tokens``;
+    ``top_k``: the columns also hold every model's k most likely tokens and their probabilities)."""
     reporter = reporter or Reporter()
+    _check_top_k(top_k)
     if until is not None:
         check_protocol(window_settings.protocol)
         text_settings = dataclasses.replace(text_settings, max_tokens=None)
@@ -213,10 +236,10 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
         for made in (ahead, share):
             if made is not None:
                 made.release()
-    cols, eval_timings, p, block = _evaluate(p, variants, reporter, until, _kl_ses)
+    cols, eval_timings, p, block = _evaluate(p, variants, reporter, until, _kl_ses, top_k)
     timings = {**p.timings, "quantize_s": quantize_s, "quantize_ahead_s": ahead.child_s if ahead else 0.0, **eval_timings}
     result = CompareResult(
-        p.provenance("quantize-compare"), timings,
+        p.provenance("quantize-compare", **({"top_k": top_k} if top_k else {})), timings,
         reference=reference_metrics(cols.reference),
         variants=tuple(VariantResult(v.name, variant_metrics(cols.reference, cols.variants[v.name]), v.summary()) for v in variants),
         protocol_metrics=_protocol_metrics(p, cols), until_se=block,
@@ -238,7 +261,7 @@ def scored_bytes(p: Prepared) -> bytes:
 
 
 def compress_bits(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, reporter: Reporter | None = None,
-                  verify_coding: bool = False, until: UntilSettings | None = None) -> tuple[CompressResult, CompareColumns]:  # fmt: skip
+                  verify_coding: bool = False, until: UntilSettings | None = None, top_k: int = 0) -> tuple[CompressResult, CompareColumns]:  # fmt: skip
     """The model's code length and each compressor's on the scored bytes; with ``verify_coding`` also the size of
     a real arithmetic-coded file of those bytes, measured by a round trip (``codec.verify``); with ``until`` the
     windows in a seeded order until the bits/byte SE is ≤ the target (the compressors then get those windows'
@@ -246,11 +269,12 @@ def compress_bits(model_settings: ModelSettings, text_settings: TextSettings, wi
     from infoeval.compare.compressors import compress_all
 
     reporter = reporter or Reporter()
+    _check_top_k(top_k)
     if until is not None:
         check_protocol(window_settings.protocol)
         text_settings = dataclasses.replace(text_settings, max_tokens=None)
     p = prepare(model_settings, text_settings, window_settings, reporter)
-    cols, eval_timings, p, block = _evaluate(p, [], reporter, until, _bpb_se)
+    cols, eval_timings, p, block = _evaluate(p, [], reporter, until, _bpb_se, top_k)
     ref = reference_metrics(cols.reference)
     data = scored_bytes(p)
     if len(data) != ref["bytes"]:
@@ -263,7 +287,7 @@ def compress_bits(model_settings: ModelSettings, text_settings: TextSettings, wi
         reporter.stage("arithmetic coding (round trip)")
         rows.append(arithmetic_coded_row(p.loaded, data, window_settings.ctx, reporter))
     xz_bits = next(r["bits"] for r in rows if r["method"] == "xz -9")
-    result = CompressResult(p.provenance("compress-bits"), {**p.timings, **eval_timings}, reference=ref,
+    result = CompressResult(p.provenance("compress-bits", **({"top_k": top_k} if top_k else {})), {**p.timings, **eval_timings}, reference=ref,
                             compressors=tuple(rows), model_over_xz=ref["total_bits"] / xz_bits if xz_bits else None,
                             protocol_metrics=_protocol_metrics(p, cols), until_se=block)  # fmt: skip
     return result, cols

@@ -55,6 +55,19 @@ def summary_frame(result: dict) -> pd.DataFrame:
     return frame
 
 
+def top_k_columns(cols: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """--topk K: {prefix}top{j}_id and {prefix}top{j}_p for j = 1 … K, the j-th most likely token and its
+    probability (nothing without --topk)."""
+    if "top_ids" not in cols:
+        return {}
+    ids, probs = cols["top_ids"], cols["top_p"]
+    out = {}
+    for j in range(ids.shape[1]):
+        out[f"{prefix}top{j + 1}_id"] = ids[:, j]
+        out[f"{prefix}top{j + 1}_p"] = probs[:, j]
+    return out
+
+
 def positions_frame(reference: dict[str, np.ndarray], variants: dict[str, dict[str, np.ndarray]]) -> pd.DataFrame:
     """Long format: one row per scored position and variant (only reference columns without variants)."""
     base = pd.DataFrame(
@@ -66,6 +79,7 @@ def positions_frame(reference: dict[str, np.ndarray], variants: dict[str, dict[s
             "bytes": reference["bytes"],
             "nll_ref": reference["nll"],
             "entropy_ref": reference["entropy"],
+            **top_k_columns(reference, "ref_"),
         }
     )
     if not variants:
@@ -81,6 +95,8 @@ def positions_frame(reference: dict[str, np.ndarray], variants: dict[str, dict[s
         f["tv"] = cols["tv"]
         f["top1_match"] = cols["top1"].astype(np.int8)
         f["dp"] = delta_p(reference["nll"], cols["nll"])  # q(y) − p(y), float64
+        for key, column in top_k_columns(cols, "").items():
+            f[key] = column
         frames.append(f)
     return pd.concat(frames, ignore_index=True)
 

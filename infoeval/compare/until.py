@@ -43,6 +43,8 @@ class UntilSettings:
             raise UsageError(f"--until-se {self.target} is not allowed; give a standard error > 0, e.g. 0.01")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise UsageError(f"--max-tokens {self.max_tokens} is not allowed; it must be at least 1")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise UsageError(f"--order-seed {self.seed} is not allowed; give an integer ≥ 0")
         if self.order not in ORDERS:
             raise UsageError(f"--order {self.order!r} is not allowed; give one of {', '.join(ORDERS)}")
 
@@ -57,6 +59,12 @@ def _split(cols, windows) -> list:
     """The columns of a run over ``windows`` (in that order) cut into one piece per window."""
     edges = np.cumsum([0, *(w.n_scored for w in windows)])
     return [cols.slice(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+
+
+def budget_windows(p, until: UntilSettings) -> int:
+    """How many windows of the order the budget holds (for the progress bar)."""
+    tokens = np.array([w.n_scored for w in p.windows])
+    return budget_count(tokens[visit_order(len(tokens), until.seed, until.order)], until.max_tokens)
 
 
 def evaluate_until(p, run: Callable, until: UntilSettings, se_of: Callable, join: Callable) -> tuple:
@@ -92,7 +100,8 @@ def evaluate_until(p, run: Callable, until: UntilSettings, se_of: Callable, join
     in_order = tokens[order]
     block = {
         "target": until.target, "reached": outcome.decision == PASS, "standard_errors": dict(zip(names, map(float, ses))),
-        "watched": "mean KL of every variant (batch-means SE)" if "bits_per_byte" not in names else "bits/byte (batch-means SE)",
+        "watched": ("mean KL of every variant" if "bits_per_byte" not in names else "bits/byte")
+                   + ": the larger of the batch-means SE (the one reported) and the SE over windows",
         "order": until.order, "seed": until.seed, "min_windows": MIN_WINDOWS, "round_windows": round_size, "rounds": outcome.rounds,
         "windows_used": outcome.used, "windows_evaluated": outcome.evaluated, "windows_budget": outcome.budget,
         "windows_total": len(windows), "tokens_used": int(in_order[: outcome.used].sum()),

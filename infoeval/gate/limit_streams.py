@@ -89,6 +89,13 @@ class LimitStream:
             return float(np.max(w["kl"])) if np.size(w["kl"]) else 0.0
         raise UsageError(f"the sequential gate has no stream for limit '{self.limit.key}'")
 
+    @property
+    def bound_of(self) -> str:
+        """What ``to_metric`` gives a bound on: the metric itself, the share of positions above a quantile limit,
+        or (the maximum) the largest window KL seen so far."""
+        m = self.limit.metric
+        return "share" if m in QUANTILES else "max" if m == "kl_max" else "metric"
+
     def to_metric(self, b: float) -> float:
         """A bound on the stream's mean as a bound on the limited metric (the table's last column)."""
         m = self.limit.metric

@@ -235,11 +235,13 @@ def run_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporte
     return result, {"reference": ref_cols, "variant": var}
 
 
-def open_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporter: Reporter):
+def open_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporter: Reporter, check=None):
     """The reference, the baseline's metrics (or None), the loaded candidate (spec, loaded, quantization report)
-    and its load time."""
+    and its load time; ``check(ref)`` runs before the candidate is loaded (bad options fail fast)."""
     ref = read_reference(gate_settings.reference)
     baseline = _baseline_metrics(gate_settings.baseline) if gate_settings.baseline else None
+    if check is not None:
+        check(ref)
     reporter.stage("loading candidate")
     t0 = time.perf_counter()
     candidate = _load_candidate(gate_settings, model_settings, ref)

@@ -43,6 +43,21 @@ def verdict_rows(result: dict) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
+def _bound_text(r: dict) -> str:
+    """A limit's bound at the stop, in words where it is not a bound on the metric itself."""
+    if r.get("failed_by") and r["failed_by"] != "confidence sequence":
+        return r["failed_by"]
+    failed = r.get("failed_by") == "confidence sequence"
+    b = r["fail_bound"] if failed else r["pass_bound"]
+    if b is None:
+        return "–"
+    if r.get("bound_of") == "share":  # a quantile limit is judged by the share of positions above it
+        return f"share > {_num(r['threshold'])}: {'≥' if failed else '≤'} {_num(b)} (limit {_num(r['stream_limit'])})"
+    if r.get("bound_of") == "max":
+        return f"max seen {_num(b)}"
+    return f"{'≤' if (r['side'] == 'min') == failed else '≥'} {_num(b)}"
+
+
 def sequential_rows(result: dict) -> list[tuple[str, str, str, str, str, str]]:
     """--sequential: (check, value ± SE on the positions used, the CS bound at the stop, limit, the sequential
     decision, the fixed-budget verdict on the positions used) per limit."""
@@ -50,11 +65,7 @@ def sequential_rows(result: dict) -> list[tuple[str, str, str, str, str, str]]:
     rows = []
     for r in result["sequential"]["limits"]:
         v = fixed[r["limit"]]
-        bound = f"{'≥' if r['side'] == 'min' else '≤'} {_num(r['pass_bound'])}" if r["pass_bound"] is not None else "–"
-        if r.get("failed_by") == "confidence sequence":
-            bound = f"{'≤' if r['side'] == 'min' else '≥'} {_num(r['fail_bound'])}"
-        elif r.get("failed_by"):
-            bound = r["failed_by"]
+        bound = _bound_text(r)
         rows.append((r["metric"], _value(v), bound, f"{_rel(v)} {_num(r['threshold'])}", r["decision"].upper(),
                      "PASS" if v["passed"] else "FAIL"))  # fmt: skip
     return rows
@@ -65,7 +76,8 @@ def sequential_line(result: dict) -> str:
     q = result["sequential"]
     return (f"sequential: {q['decision']} at window {q['stopped_at_window']} of {q['windows_budget']} "
             f"({q['tokens_used']:,} of {q['tokens_budget']:,} positions, saving {100 * q['saving']:.0f} %; "
-            f"α = {q['alpha']:g}: every limit at {q['alpha_pass']:g} to pass, {q['alpha_fail_per_limit']:g} each to fail)")  # fmt: skip
+            f"α = {q['alpha']:g}: every limit at {q['alpha_pass']:g} to pass, {q['alpha_fail_per_limit']:g} each to fail)"
+            + ("" if q.get("guarantee", True) else "; TEXT ORDER: the windows are not a random sample, the error bounds do not hold"))  # fmt: skip
 
 
 def _sequential_table(result: dict, verdict: str, cand: str) -> Table:

@@ -68,6 +68,8 @@ class SequentialSettings:
             raise UsageError(f"--min-tokens {self.min_tokens} is more than --max-tokens {self.max_tokens}")
         if self.order not in ORDERS:
             raise UsageError(f"--order {self.order!r} is not allowed; give one of {', '.join(ORDERS)}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise UsageError(f"--order-seed {self.seed} is not allowed; give an integer ≥ 0")
         if self.undecided not in ("fail", "pass"):
             raise UsageError(f"--undecided {self.undecided!r} is not allowed; give fail or pass")
         if self.round_windows < 1:
@@ -92,15 +94,9 @@ def run_sequential_gate(gate_settings: GateSettings, seq: SequentialSettings, mo
     if gate_settings.point:
         raise UsageError("--sequential judges confidence sequences; it cannot be combined with --point")
     reporter = reporter or Reporter()
-    ref, baseline, candidate, load_s = open_gate(gate_settings, model_settings, reporter)
-    batches = engine.plan(ref.windows)
-    tokens = np.array([b.rows.stop - b.rows.start for b in batches])
-    if seq.max_tokens is None and seq.min_tokens > ref.n:
-        raise UsageError(f"--min-tokens {seq.min_tokens} is more than the reference's {ref.n} positions")
-    ref_cols = reference_columns(ref)
-    streams = [limit_stream(lim, Plan.of(tokens, int(ref_cols["bytes"].sum()))) for lim in gate_settings.limits]
-    order = visit_order(len(batches), seq.seed, seq.order)
-    budget = budget_count(tokens[order], seq.max_tokens)
+    planned: dict = {}
+    ref, baseline, candidate, load_s = open_gate(gate_settings, model_settings, reporter, lambda r: planned.update(_plan(r, seq, gate_settings.limits)))
+    batches, tokens, ref_cols, streams, order, budget = (planned[k] for k in ("batches", "tokens", "ref_cols", "streams", "order", "budget"))
     rule = sequential_rule(streams, seq, len(batches))
     var: dict = {}
     reduce, prefix_id = gate_reducer(ref), ref.meta["provenance"]["protocol"]["prefix_id"]
@@ -131,12 +127,29 @@ def run_sequential_gate(gate_settings: GateSettings, seq: SequentialSettings, mo
     return result, {"reference": ref_used, "variant": var_used, "rows": rows}
 
 
+def _plan(ref, seq: SequentialSettings, limits) -> dict:
+    """Before the candidate is loaded: the windows, their scored positions, the limits' streams, the visiting order
+    and the budget; a --min-tokens the budget cannot reach is a usage error (nothing could ever be decided)."""
+    batches = engine.plan(ref.windows)
+    tokens = np.array([b.rows.stop - b.rows.start for b in batches])
+    ref_cols = reference_columns(ref)
+    streams = [limit_stream(lim, Plan.of(tokens, int(ref_cols["bytes"].sum()))) for lim in limits]
+    order = visit_order(len(batches), seq.seed, seq.order)
+    budget = budget_count(tokens[order], seq.max_tokens)
+    reachable = int(tokens[order][:budget].sum())
+    if seq.min_tokens > reachable:
+        raise UsageError(f"--min-tokens {seq.min_tokens} is more than the budget's {reachable} positions ({budget} whole windows of "
+                         f"the reference's {len(batches)}): nothing could be decided; lower it or raise --max-tokens")  # fmt: skip
+    return {"batches": batches, "tokens": tokens, "ref_cols": ref_cols, "streams": streams, "order": order, "budget": budget}
+
+
 def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
 def limit_rows(rule: SequentialRule, streams: list, obs: np.ndarray) -> list[dict]:
-    """Per limit at the stopping window: the stream, its CS, the bounds in the metric's units, the decision."""
+    """Per limit at the stopping window: the stream, its CS, the bounds (``bound_of``: on the metric, on the share of
+    positions above a quantile limit, or the largest window KL seen), the decision and which test failed it."""
     rows = []
     for s, st, x in zip(streams, rule.states(obs), obs.T):
         lim = s.limit
@@ -147,7 +160,7 @@ def limit_rows(rule: SequentialRule, streams: list, obs: np.ndarray) -> list[dic
             # the bound that proves a PASS (upper for a max limit, lower for top-1) and the one that proves a FAIL
             "pass_bound": _finite(s.to_metric(st.upper[-1])), "fail_bound": _finite(s.to_metric(st.lower[-1])),
             "log_capital": None if st.log_capital is None else _finite(st.log_capital[-1]),
-            "decision": DECISIONS[int(st.decision[-1])], "failed_by": _failed_by(s, st),
+            "decision": DECISIONS[int(st.decision[-1])], "failed_by": _failed_by(s, st), "bound_of": s.bound_of,
         })  # fmt: skip
     return rows
 
@@ -169,8 +182,9 @@ def sequential_report(seq: SequentialSettings, rule: SequentialRule, streams: li
     decision = DECISIONS[outcome.decision] if outcome.decision else "undecided at budget"
     return {
         "decision": decision, "fixed_verdict_passed": fixed_ok, "undecided": seq.undecided, "alpha": seq.alpha,
+        "guarantee": seq.order == "seeded",  # text order is not a random sample of the windows: no error bound
         "alpha_pass": rule.levels()[0], "alpha_fail_per_limit": rule.levels()[1], "method": METHOD, "t_opt": rule.t_opt, "order": seq.order, "seed": seq.seed,
-        "round_windows": round_size(seq), "rounds": outcome.rounds, "stopped_at_window": outcome.used,
+        "round_windows": seq.round_windows, "round_size": round_size(seq), "rounds": outcome.rounds, "stopped_at_window": outcome.used,
         "windows_used": outcome.used, "windows_evaluated": outcome.evaluated, "windows_budget": outcome.budget,
         "windows_total": len(order), "tokens_used": used, "tokens_evaluated": int(in_order[: outcome.evaluated].sum()),
         "tokens_budget": budget, "tokens_total": int(tokens.sum()), "min_tokens": seq.min_tokens,

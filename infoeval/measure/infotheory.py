@@ -170,8 +170,8 @@ def reference_stats(logits: torch.Tensor, targets: torch.Tensor, workspace: Work
 def compare(ref: RefStats, logits: torch.Tensor, targets: torch.Tensor, workspace: Workspace | None = None) -> dict[str, torch.Tensor]:
     """Per-position columns of a variant against the reference, in nats.
 
-    Returns nll, kl (KL(p‖q)), rkl (KL(q‖p)), tv, entropy (of q) and top1 (argmax p is a top token of q; ties count
-    as agreement). Neither ``ref`` nor ``logits`` is modified. Computed a chunk of rows at a time in four chunk
+    Returns nll, kl (KL(p‖q)), rkl (KL(q‖p)), tv, entropy (of q), top1 (argmax p is a top token of q; ties count
+    as agreement) and max_logq (max log q, for ``topk``). Neither ``ref`` nor ``logits`` is modified. Computed a chunk of rows at a time in four chunk
     buffers, each reused once spent; the reference's log p rebuilt per chunk."""
     workspace = workspace if workspace is not None else Workspace()
     n, dev = logits.shape[0], logits.device
@@ -193,7 +193,7 @@ def compare(ref: RefStats, logits: torch.Tensor, targets: torch.Tensor, workspac
         torch.sum(lq.mul_(q), -1, out=sums[2])
         torch.sum(q.sub_(p).abs_(), -1, out=sums[3])  # reuse q's buffer for |p − q|
     # the variant agrees when the reference's top token is (one of) its top tokens: one max instead of an argmax
-    return {"nll": -picked[:, 0], "kl": -pd, "rkl": qd, "tv": 0.5 * tv, "entropy": -qlogq, "top1": picked[:, 1] >= top}
+    return {"nll": -picked[:, 0], "kl": -pd, "rkl": qd, "tv": 0.5 * tv, "entropy": -qlogq, "top1": picked[:, 1] >= top, "max_logq": top}
 
 
 def log_softmax_t(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

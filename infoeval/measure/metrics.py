@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from infoeval.measure.llamacpp_stats import DP_PERCENTILES, KLD_PERCENTILES, kld_statistics
-from infoeval.measure.stats import LN2, quantile, se, se_blocks
+from infoeval.measure.stats import LN2, cluster_se, quantile, se, se_blocks
 
 
 
@@ -184,10 +184,11 @@ def definitions(family: str) -> dict[str, dict]:
             for n, m in FAMILIES.get(family, {}).items()}  # fmt: skip
 
 
-def bits_per_byte_se(nll: np.ndarray, nbytes: np.ndarray) -> float:
+def bits_per_byte_se(nll: np.ndarray, nbytes: np.ndarray, clusters: np.ndarray | None = None) -> float:
     """SE of bits/byte R = Σ nll / (ln 2 · Σ bytes), a ratio of two means: by the delta method the SE of the mean
     of the linearised series z = (nll/ln 2 − R·bytes) / mean bytes (batch means, ``stats.se``). With equal bytes
-    per position it is SE(nll)/(ln 2 · bytes). NaN without bytes.
+    per position it is SE(nll)/(ln 2 · bytes). NaN without bytes. With ``clusters`` (a label per position, e.g.
+    its window) the SE over those clusters instead of batch means (``stats.cluster_se``).
 
     >>> round(bits_per_byte_se(np.array([1.0, 2.0, 3.0, 4.0]) * LN2, np.full(4, 2)), 4)  # se 1.0 over 2 bytes
     0.5
@@ -197,7 +198,8 @@ def bits_per_byte_se(nll: np.ndarray, nbytes: np.ndarray) -> float:
     if b.sum() <= 0:
         return float("nan")
     ratio = x.sum() / b.sum()
-    return se((x - ratio * b) / b.mean())
+    z = (x - ratio * b) / b.mean()
+    return se(z) if clusters is None else cluster_se(z, clusters)
 
 
 def reference_metrics(ref: dict[str, np.ndarray]) -> dict[str, float]:

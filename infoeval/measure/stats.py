@@ -77,6 +77,24 @@ def mean_cov(x: np.ndarray, y: np.ndarray) -> float:
     return float(g / (g - 1) * float(rx @ ry) / (n * n))
 
 
+def cluster_se(x: np.ndarray, clusters: np.ndarray) -> float:
+    """SE of the mean over whole clusters (e.g. windows drawn at random): the cluster-robust G/(G−1) · Σ_g (S_g −
+    n_g·x̄)² / n², with positions correlated in any way inside a cluster. Equal clusters: sd of their means / √G.
+    NaN with fewer than 2 clusters.
+
+    >>> round(cluster_se(np.array([1.0, 2.0, 3.0, 4.0, 10.0, 12.0]), np.array([0, 0, 0, 1, 1, 1])), 4)  # means 2, 8.67
+    3.3333
+    """
+    x = np.asarray(x, dtype=np.float64).ravel()
+    _, labels = np.unique(np.asarray(clusters).ravel(), return_inverse=True)
+    g, n = int(labels.max()) + 1 if labels.size else 0, x.size
+    if g < 2:
+        return float("nan")
+    sizes = np.bincount(labels, minlength=g).astype(np.float64)
+    r = np.bincount(labels, weights=x, minlength=g) - sizes * (x.sum() / n)
+    return math.sqrt(g / (g - 1) * float(r @ r)) / n
+
+
 def se(x: np.ndarray) -> float:
     """Standard error of the mean of a per-position series in text order, by batch means (module docstring);
     NaN for n < 2. On 4 positions: blocks of 2, and the SE of the two block means.

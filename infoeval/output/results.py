@@ -22,6 +22,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
+from infoeval.errors import UsageError
 from infoeval.input.provenance import Provenance
 from infoeval.measure.metrics import definitions
 from infoeval.measure.stats import SE_METHOD
@@ -105,8 +106,25 @@ def write_json(path: Path, result) -> None:
     atomic_write_bytes(path, (text + "\n").encode("utf-8"))
 
 
+def check_frame_path(path: Path | None) -> bool:
+    """Whether a table goes to Parquet (a .parquet name); a usage error when pyarrow, which writes it, is missing
+    (checked before a run, not after it)."""
+    if path is None or Path(path).suffix.lower() != ".parquet":
+        return False
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise UsageError(f"writing '{path}' needs pyarrow: pip install 'infoeval[parquet]', or name a .csv file") from None
+    return True
+
+
 def write_frame(path: Path, frame: pd.DataFrame) -> None:
-    atomic_write_bytes(path, frame.to_csv(index=False).encode("utf-8"))
+    """CSV, or Parquet when the name ends in .parquet (columnar, typed and compressed: needs pyarrow)."""
+    if not check_frame_path(path):
+        atomic_write_bytes(path, frame.to_csv(index=False).encode("utf-8"))
+        return
+    with atomic_path(Path(path)) as tmp:
+        frame.to_parquet(tmp, index=False)
 
 
 def output_paths(csv: Path | None, json_: Path | None, positions: Path | None, out_dir: Path | None, default_dir: Path) -> dict[str, Path]:
