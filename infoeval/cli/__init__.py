@@ -9,7 +9,7 @@ import sys
 import typer
 
 from infoeval import distributed
-from infoeval.cli import codec, compare, gate, klfit, mutual_info, speculative
+from infoeval.cli import codec, compare, gate, klfit, mutual_info, report, speculative
 from infoeval.cli import sensitivity as sensitivity_cli
 from infoeval.cli import mix as mix_cli
 from infoeval.errors import (
@@ -32,6 +32,7 @@ for _family in (compare, gate, speculative, mutual_info, klfit, codec):
     _family.register(app)
 sensitivity_cli.register(app)
 mix_cli.register(app)
+report.register(app)
 
 
 PARALLEL_COMMANDS = ("quantize-compare", "compress-bits", "reference", "gate", "spec-accept", "distill", "mutual-info")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -57,6 +58,27 @@ def check_outputs(*paths) -> None:
         check_frame_path(path)
 
 
+HtmlOpt = Annotated[Optional[Path], typer.Option("--html", help="Also write the run's report page here: the text coloured by KL, each token's values and top-5 on hover (implies --topk 5).", show_default=False)]
+
+
+def page_extras(data: dict, cols, paths: dict, html: Path | None, title: str) -> dict:
+    """The files beside the result: the tokens' text next to the positions table (with --topk), and the page."""
+    import json as json_
+
+    from infoeval.report.runs import tokens_path
+
+    extras = {}
+    if cols.vocab and "positions" in paths:
+        extras[tokens_path(paths["positions"])] = lambda: json_.dumps({str(k): v for k, v in cols.vocab.items()}, ensure_ascii=False)
+    if html is not None:
+        from infoeval.compare.report import positions_frame
+        from infoeval.report.data import run_data
+        from infoeval.report.page import render
+
+        extras[html] = lambda: render([run_data(data, positions_frame(cols.reference, cols.variants), cols.vocab, title)])
+    return extras
+
+
 VerifyCodingOpt = Annotated[bool, typer.Option("--verify-coding", help="Also compress the scored bytes with the model and a range coder, decompress them, and report the real file's size (an 'arithmetic-coded' row).")]
 
 
@@ -77,6 +99,7 @@ def quantize_compare(
     until_se: UntilSeOpt = None,
     order_seed: OrderSeedOpt = 0,
     topk: TopKOpt = 0,
+    html: HtmlOpt = None,
     out_dir: OutDirOpt = None,
     run_name: RunNameOpt = None,
     quiet: QuietOpt = False,
@@ -100,7 +123,7 @@ def quantize_compare(
     until = until_settings(context, until_se, order_seed, run)
     check_outputs(csv, positions)
     result, cols = pipeline.quantize_compare(model_settings, text_settings, window_settings, variant_settings, RichReporter(enabled=not quiet), until,
-                                             topk)  # fmt: skip
+                                             topk or (5 if html else 0))  # fmt: skip
     data = as_json(result)
     paths = output_paths_for("quantize-compare", model=model_settings.model, source=text_source(data), csv=csv, json=json,
                              positions=positions, out_dir=out_dir, run_name=run_name)  # fmt: skip
@@ -111,7 +134,7 @@ def quantize_compare(
         plot_quantize_compare(data, cols, path)
 
     emit(data, paths=paths, summary=lambda: summary_frame(data), positions=lambda: positions_frame(cols.reference, cols.variants),
-         plot=plot, draw=draw, tables=tables)  # fmt: skip
+         plot=plot, draw=draw, tables=tables, extras=page_extras(data, cols, paths, html, f"quantize-compare: {model_settings.model}"))  # fmt: skip
 
 
 @run_options(windows=True)
@@ -156,7 +179,7 @@ def compress_bits(
         plot_compress_bits(data, cols, path)
 
     emit(data, paths=paths, summary=lambda: compress_frame(data), positions=lambda: positions_frame(cols.reference, {}),
-         plot=plot, draw=draw, tables=print_compress_bits)  # fmt: skip
+         plot=plot, draw=draw, tables=print_compress_bits, extras=page_extras(data, cols, paths, None, ""))  # fmt: skip
 
 
 def register(app) -> None:

@@ -17,9 +17,8 @@ import numpy as np
 from infoeval import distributed, engine
 from infoeval.errors import RuntimeFailure, UsageError
 from infoeval.measure.infotheory import Workspace, compare, reference_stats
-from infoeval.compare.until import UntilSettings, budget_windows, check_protocol, evaluate_until
-from infoeval.measure.metrics import bits_per_byte_se, reference_metrics, variant_metrics
-from infoeval.measure.stats import cluster_se, se
+from infoeval.compare.until import UntilSettings, bpb_ses, budget_windows, check_protocol, evaluate_until, kl_ses
+from infoeval.measure.metrics import reference_metrics, variant_metrics
 from infoeval.measure.topk import top_k_probs
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.measure.protocol_metrics import protocol_figures
@@ -30,7 +29,7 @@ from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_schemes
 from infoeval.output.results import Result
 from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.input.tokens import TokenStream
+from infoeval.input.tokens import TokenStream, token_texts
 from infoeval.input.windows import Window
 
 REFERENCE = "reference"
@@ -49,6 +48,7 @@ class CompareColumns:
 
     reference: dict[str, np.ndarray]
     variants: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    vocab: dict[int, str] = field(default_factory=dict)  # with --topk: id → text of every token in the columns
 
     @property
     def n(self) -> int:
@@ -176,23 +176,16 @@ def _evaluate(p: Prepared, variants, reporter: Reporter, until: UntilSettings | 
     return cols, {"eval_s": bar.seconds, **clock.timings()}, p, block
 
 
+def _vocab(p: Prepared, cols: CompareColumns) -> dict[int, str]:
+    """The text of every token the columns name: the scored tokens and every model's top-K."""
+    ids = [cols.reference["token_id"], cols.reference["top_ids"].ravel(), *(v["top_ids"].ravel() for v in cols.variants.values())]
+    return token_texts(p.loaded.tokenizer, np.concatenate(ids))
+
+
 def _check_top_k(top_k: int) -> int:
     if not 0 <= top_k <= MAX_TOP_K:
         raise UsageError(f"--topk {top_k} is not allowed; give 0 (none) to {MAX_TOP_K} tokens per position")
     return top_k
-
-
-def _kl_ses(cols: CompareColumns) -> dict[str, float]:
-    """quantize-compare --until-se watches every variant's mean-KL SE: the larger of the batch-means SE it reports
-    and the SE over windows (the design-based SE of randomly drawn windows, steadier when they are few)."""
-    labels = cols.reference["window"]
-    return {f"{name}/kl": max(se(kl := v["kl"].astype(np.float64)), cluster_se(kl, labels)) for name, v in cols.variants.items()}
-
-
-def _bpb_se(cols: CompareColumns) -> dict[str, float]:
-    """compress-bits --until-se watches the model's bits/byte SE (the larger of batch means and over windows)."""
-    nll, nbytes, labels = cols.reference["nll"], cols.reference["bytes"], cols.reference["window"]
-    return {"bits_per_byte": max(bits_per_byte_se(nll, nbytes), bits_per_byte_se(nll, nbytes, labels))}
 
 
 def _start_ahead(model_settings: ModelSettings, variant_settings: VariantSettings, schemes) -> quant_ahead.Ahead | None:
@@ -236,7 +229,9 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
         for made in (ahead, share):
             if made is not None:
                 made.release()
-    cols, eval_timings, p, block = _evaluate(p, variants, reporter, until, _kl_ses, top_k)
+    cols, eval_timings, p, block = _evaluate(p, variants, reporter, until, kl_ses, top_k)
+    if top_k:
+        cols.vocab = _vocab(p, cols)
     timings = {**p.timings, "quantize_s": quantize_s, "quantize_ahead_s": ahead.child_s if ahead else 0.0, **eval_timings}
     result = CompareResult(
         p.provenance("quantize-compare", **({"top_k": top_k} if top_k else {})), timings,
@@ -274,7 +269,9 @@ def compress_bits(model_settings: ModelSettings, text_settings: TextSettings, wi
         check_protocol(window_settings.protocol)
         text_settings = dataclasses.replace(text_settings, max_tokens=None)
     p = prepare(model_settings, text_settings, window_settings, reporter)
-    cols, eval_timings, p, block = _evaluate(p, [], reporter, until, _bpb_se, top_k)
+    cols, eval_timings, p, block = _evaluate(p, [], reporter, until, bpb_ses, top_k)
+    if top_k:
+        cols.vocab = _vocab(p, cols)
     ref = reference_metrics(cols.reference)
     data = scored_bytes(p)
     if len(data) != ref["bytes"]:

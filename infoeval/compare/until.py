@@ -22,7 +22,9 @@ import numpy as np
 
 from infoeval import distributed
 from infoeval.errors import UsageError
+from infoeval.measure.metrics import bits_per_byte_se
 from infoeval.measure.sequential import PASS
+from infoeval.measure.stats import cluster_se, se
 from infoeval.measure.stopping import ORDERS, budget_count, run_until_se, visit_order
 
 MIN_WINDOWS = 4  # an SE from fewer windows rests on one or two windows' own correlation: not trusted to stop
@@ -117,3 +119,16 @@ def until_line(block: dict) -> str:
     head = f"SE ≤ {block['target']:g} reached" if block["reached"] else f"SE ≤ {block['target']:g} NOT reached: budget spent"
     return (f"{head} after {block['windows_used']} of {block['windows_total']} windows in seeded order "
             f"({block['tokens_used']:,} of {block['tokens_total']:,} positions; SE {ses})")  # fmt: skip
+
+
+def kl_ses(cols) -> dict[str, float]:
+    """quantize-compare --until-se watches every variant's mean-KL SE: the larger of the batch-means SE it reports
+    and the SE over windows (the design-based SE of randomly drawn windows, steadier when they are few)."""
+    labels = cols.reference["window"]
+    return {f"{name}/kl": max(se(kl := v["kl"].astype(np.float64)), cluster_se(kl, labels)) for name, v in cols.variants.items()}
+
+
+def bpb_ses(cols) -> dict[str, float]:
+    """compress-bits --until-se watches the model's bits/byte SE (the larger of batch means and over windows)."""
+    nll, nbytes, labels = cols.reference["nll"], cols.reference["bytes"], cols.reference["window"]
+    return {"bits_per_byte": max(bits_per_byte_se(nll, nbytes), bits_per_byte_se(nll, nbytes, labels))}

@@ -130,3 +130,9 @@ def text_tokens(text: str, tokenizer, front: Sequence[int] = (), back: Sequence[
     ids = np.concatenate([specials[0], ids, specials[1]])
     nbytes = np.concatenate([np.zeros(len(front), np.int64), nbytes, np.zeros(len(back), np.int64)])
     return ids.astype(np.int64), nbytes.astype(np.int64)
+
+
+def token_texts(tokenizer, ids) -> dict[int, str]:
+    """id → the text the token decodes to on its own, for every distinct id in ``ids`` (for the report page; a
+    byte-level piece of a longer character decodes to U+FFFD)."""
+    return {int(i): tokenizer.decode([int(i)]) for i in np.unique(np.asarray(ids, dtype=np.int64))}

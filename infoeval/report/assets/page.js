@@ -1,0 +1,127 @@
+"use strict";
+// infoeval report: draws each run section from the JSON in #data. No network, no library.
+const DATA = JSON.parse(document.getElementById("data").textContent);
+const COLUMNS = { kl: "KL(ref‖variant), nats", dp: "Δp = q(y) − p(y)", nll: "variant NLL, nats", entropy: "reference entropy, nats" };
+const fmt = (x) => (x === null || x === undefined || Number.isNaN(x)) ? "–" : (Math.abs(x) >= 1e4 || (x !== 0 && Math.abs(x) < 1e-3) ? x.toExponential(3) : x.toFixed(4));
+const esc = (s) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+
+function shown(text) {
+  // a token as the text it decodes to, with whitespace visible where it matters
+  if (text === "") return '<span class="ws">∅</span>';
+  let out = esc(text).replace(/\n/g, '<span class="nl">↵</span>\n').replace(/\t/g, '<span class="ws">→</span>\t');
+  if (/^ +$/.test(text)) out = '<span class="ws">' + "·".repeat(text.length) + "</span>";
+  return out;
+}
+function plain(text) { return text.replace(/\n/g, "↵").replace(/\t/g, "→").replace(/ /g, "·") || "∅"; }
+
+function quantile(values, q) {
+  const v = values.filter((x) => Number.isFinite(x)).map(Math.abs).sort((a, b) => a - b);
+  return v.length ? v[Math.min(v.length - 1, Math.floor(q * (v.length - 1)))] : 1;
+}
+// colour: white → red with the value (a signed column: blue below 0, red above); monotone in the value
+function colour(x, scale, signed) {
+  if (!Number.isFinite(x)) return "rgb(200,200,200)";
+  const t = Math.min(Math.abs(x) / (scale || 1), 1);
+  const c = Math.round(255 * (1 - 0.85 * t));
+  return (signed && x < 0) ? `rgb(${c},${c},255)` : `rgb(255,${c},${c})`;
+}
+
+function values(sec, scheme, column) {
+  if (column === "entropy") return sec.ref.entropy;
+  return sec.variants[scheme][column];
+}
+
+function topTable(sec, top, i, label) {
+  if (!top) return `<div><b>${label}</b><br>(run with --topk K)</div>`;
+  const rows = top.ids[i].map((id, j) => `<tr><td>${esc(plain(sec.vocab[id] ?? "<" + id + ">"))}</td><td>${id}</td><td>${fmt(top.p[i][j])}</td></tr>`);
+  return `<div><b>${label}</b><table class="top" data-role="${label}"><tr><th>token</th><th>id</th><th>p</th></tr>${rows.join("")}</table></div>`;
+}
+
+function tipHtml(sec, scheme, i) {
+  const v = sec.variants[scheme];
+  const tok = sec.vocab[sec.token[i]] ?? "";
+  return `<div><b>${esc(plain(tok))}</b> (id ${sec.token[i]}) · position ${sec.position[i]} · window ${sec.window[i]} · context ${sec.context[i]}</div>` +
+    `<table class="vals"><tr><td>KL</td><td data-k="kl">${fmt(v.kl[i])}</td><td>Δp</td><td data-k="dp">${fmt(v.dp[i])}</td></tr>` +
+    `<tr><td>NLL ref</td><td data-k="nll_ref">${fmt(sec.ref.nll[i])}</td><td>NLL ${esc(scheme)}</td><td data-k="nll">${fmt(v.nll[i])}</td></tr>` +
+    `<tr><td>entropy ref</td><td data-k="entropy">${fmt(sec.ref.entropy[i])}</td><td>top-1 agrees</td><td data-k="top1">${v.top1[i] ? "yes" : "no"}</td></tr></table>` +
+    `<div class="cols">${topTable(sec, sec.ref.top, i, "reference")}${topTable(sec, v.top, i, scheme)}</div>`;
+}
+
+function header(sec, el) {
+  const m = sec.metrics, names = Object.keys(sec.variants);
+  const rows = names.map((n) => `<tr><td>${esc(n)}</td><td>${fmt(m[n].kl_mean)} ± ${fmt(m[n].kl_se)}</td><td>${fmt(m[n].kl_p99)}</td>` +
+    `<td>${(100 * m[n].top1).toFixed(2)} %</td><td>${fmt(m[n].ppl_ratio)}</td></tr>`);
+  const text = sec.text || {}, proto = sec.protocol || {};
+  el.innerHTML = `<h2>${esc(sec.title)}</h2>` +
+    `<div class="prov">model <code>${esc(String(sec.model))}</code> · text <code>${esc(String(text.source || ""))}</code> sha256 <code>${esc(String(text.sha256 || "").slice(0, 12))}</code>` +
+    ` · protocol ${esc(String(proto.name || ""))} ctx ${esc(String(proto.ctx || ""))} · ${sec.n.toLocaleString()} positions · ${esc(String(sec.created || ""))}` +
+    `<br>command <code>${esc(String(sec.command || ""))}</code></div>` +
+    `<table class="metrics"><tr><th>variant</th><th>mean KL ± SE</th><th>KL P99</th><th>top-1</th><th>PPL ratio</th></tr>${rows.join("")}</table>`;
+}
+
+function section(sec, index) {
+  const root = document.createElement("section");
+  root.id = "run-" + index;
+  const head = document.createElement("div"); header(sec, head); root.appendChild(head);
+  const names = Object.keys(sec.variants);
+  const controls = document.createElement("div"); controls.className = "controls";
+  controls.innerHTML = `<label>variant <select class="scheme">${names.map((n) => `<option>${esc(n)}</option>`).join("")}</select></label>` +
+    `<label>colour by <select class="column">${Object.entries(COLUMNS).map(([k, t]) => `<option value="${k}">${esc(t)}</option>`).join("")}</select></label>` +
+    `<span class="legend"><span class="lo">0</span> <span class="bar"></span> <span class="hi"></span></span>` +
+    `<span class="pager"><button class="prev">◀</button><span class="page"></span><button class="next">▶</button></span>`;
+  root.appendChild(controls);
+  const text = document.createElement("div"); text.className = "text"; root.appendChild(text);
+  const worst = document.createElement("div"); worst.className = "worst"; root.appendChild(worst);
+  const state = { page: 0, scheme: names[0], column: "kl" };
+  const pages = Math.max(1, Math.ceil(sec.n / DATA.page));
+
+  function draw() {
+    const v = values(sec, state.scheme, state.column), signed = state.column === "dp";
+    const scale = quantile(v, 0.99);
+    const a = state.page * DATA.page, b = Math.min(sec.n, a + DATA.page);
+    const parts = [];
+    for (let i = a; i < b; i++) {
+      parts.push(`<span class="t" data-i="${i}" style="background:${colour(v[i], scale, signed)}">${shown(sec.vocab[sec.token[i]] ?? "")}</span>`);
+    }
+    text.innerHTML = parts.join("");
+    controls.querySelector(".page").textContent = ` page ${state.page + 1} of ${pages} `;
+    controls.querySelector(".hi").textContent = (signed ? "±" : "") + fmt(scale) + " (P99)";
+    controls.querySelector(".lo").textContent = signed ? "−" : "0";
+    controls.querySelector(".bar").style.background = signed ? "linear-gradient(90deg, rgb(38,38,255), white, rgb(255,38,38))" : "linear-gradient(90deg, white, rgb(255,38,38))";
+    const w = sec.variants[state.scheme].worst;
+    worst.innerHTML = `<h3>Largest KL: ${esc(state.scheme)}</h3><table><tr><th>position</th><th>KL</th><th>Δp</th><th>context (±20 tokens)</th></tr>` +
+      w.map((i) => `<tr><td><a data-i="${i}">${sec.position[i]}</a></td><td>${fmt(sec.variants[state.scheme].kl[i])}</td><td>${fmt(sec.variants[state.scheme].dp[i])}</td><td>` +
+        esc(plain(context(sec, i, 20))) + "</td></tr>").join("") + "</table>";
+  }
+  function context(s, i, k) {
+    let out = "";
+    for (let j = Math.max(0, i - k); j <= Math.min(s.n - 1, i + k); j++) out += (j === i ? "⟦" : "") + (s.vocab[s.token[j]] ?? "") + (j === i ? "⟧" : "");
+    return out;
+  }
+  function show(span) {
+    const tip = document.getElementById("tip"), i = Number(span.dataset.i);
+    tip.innerHTML = tipHtml(sec, state.scheme, i);
+    tip.dataset.i = String(i); tip.dataset.scheme = state.scheme;
+    const r = span.getBoundingClientRect();
+    tip.style.left = Math.min(r.left, window.innerWidth - 420) + "px";
+    tip.style.top = (r.bottom + 6 + 260 > window.innerHeight ? Math.max(0, r.top - 266) : r.bottom + 6) + "px";
+    tip.hidden = false;
+  }
+  text.addEventListener("mouseover", (e) => { if (e.target.closest(".t")) show(e.target.closest(".t")); });
+  text.addEventListener("click", (e) => { if (e.target.closest(".t")) show(e.target.closest(".t")); });
+  text.addEventListener("mouseleave", () => { document.getElementById("tip").hidden = true; });
+  worst.addEventListener("click", (e) => {
+    const a = e.target.closest("a[data-i]"); if (!a) return;
+    const i = Number(a.dataset.i); state.page = Math.floor(i / DATA.page); draw();
+    const span = text.querySelector(`.t[data-i="${i}"]`); span.classList.add("sel"); span.scrollIntoView({ block: "center" }); show(span);
+  });
+  controls.querySelector(".scheme").addEventListener("change", (e) => { state.scheme = e.target.value; draw(); });
+  controls.querySelector(".column").addEventListener("change", (e) => { state.column = e.target.value; draw(); });
+  controls.querySelector(".prev").addEventListener("click", () => { if (state.page > 0) { state.page--; draw(); } });
+  controls.querySelector(".next").addEventListener("click", () => { if (state.page < pages - 1) { state.page++; draw(); } });
+  draw();
+  return root;
+}
+
+DATA.sections.forEach((sec, i) => document.getElementById("sections").appendChild(section(sec, i)));
+document.body.dataset.ready = "1";

@@ -1,0 +1,77 @@
+"""Reading a run for the page: its result JSON, its positions table (CSV or Parquet) and the text of its tokens.
+
+A RUN is a run folder (``results/<run>/``, holding ``result.json`` and ``positions.csv`` or ``.parquet``) or a
+result JSON file (its positions file beside it). Bad input is a usage error with one line: a folder with no
+result, a result of a command the page cannot show, an unknown schema version, no positions table."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from infoeval.errors import UsageError
+from infoeval.output.results import SCHEMA_VERSION
+
+COMMANDS = ("quantize-compare",)  # the commands whose runs the page shows (compress-bits and gate come next)
+POSITIONS = ("positions.parquet", "positions.csv")
+
+
+@dataclass
+class Run:
+    """One run: its result, its positions (one row per scored position and variant) and token id → text."""
+
+    result: dict
+    positions: pd.DataFrame
+    vocab: dict[int, str]
+    source: str
+
+
+def tokens_path(positions: Path) -> Path:
+    """Where the text of a positions table's tokens is kept: ``<stem>.tokens.json`` beside it."""
+    return Path(positions).with_name(Path(positions).stem + ".tokens.json")
+
+
+def _result_file(run: Path) -> Path:
+    run = Path(run)
+    if run.is_dir():
+        if not (run / "result.json").exists():
+            raise UsageError(f"'{run}' holds no result.json; give a run folder (results/<run>/) or a result JSON")
+        return run / "result.json"
+    if not run.exists():
+        raise UsageError(f"'{run}' does not exist; give a run folder (results/<run>/) or a result JSON")
+    return run
+
+
+def read_result(path: Path) -> dict:
+    """A result JSON the page can show: a known command and a schema version this infoeval writes or reads."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise UsageError(f"'{path}' is not a result JSON") from None
+    schema = str(data.get("schema", "")) if isinstance(data, dict) else ""
+    command, _, version = schema.removeprefix("infoeval/").partition("/")
+    if not schema.startswith("infoeval/") or not version.isdigit():
+        raise UsageError(f"'{path}' is not an infoeval result (schema {schema or 'missing'!r})")
+    if command not in COMMANDS:
+        raise UsageError(f"'{path}' is a result of `{command}`; the page shows {', '.join(COMMANDS)} runs")
+    if not 1 <= int(version) <= SCHEMA_VERSION:
+        raise UsageError(f"'{path}' has schema version {version}; this infoeval reads versions 1 to {SCHEMA_VERSION}")
+    return data
+
+
+def read_run(run: Path) -> Run:
+    """The run at ``run`` (a folder or a result JSON) with its positions and token texts."""
+    result_file = _result_file(run)
+    result = read_result(result_file)
+    found = [result_file.parent / name for name in POSITIONS if (result_file.parent / name).exists()]
+    if not found:
+        raise UsageError(f"'{result_file.parent}' has no positions table ({' or '.join(POSITIONS)}); run with --positions or the run folder")
+    frame = pd.read_parquet(found[0]) if found[0].suffix == ".parquet" else pd.read_csv(found[0])
+    vocab_file = tokens_path(found[0])
+    if not vocab_file.exists():
+        raise UsageError(f"'{vocab_file}' is missing: the page needs the text of the tokens; run with --topk K (or --html)")
+    vocab = {int(k): v for k, v in json.loads(vocab_file.read_text(encoding="utf-8")).items()}
+    return Run(result, frame, vocab, str(run))

@@ -1,0 +1,165 @@
+"""The report page in a real browser (headless Chromium driven by selenium through Debian's chromedriver): no
+network request, one span per scored position, the tooltip's numbers equal the positions table's, colour monotone
+in the value, the selectors switch variant and column, a screenshot that is not blank; and bad input exits 2.
+
+Chromium comes from Debian's packages (`apt-get install chromium chromium-driver`, as .ci/run does); without
+it the browser tests skip with one line."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from infoeval.report.page import CSP
+
+CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--window-size=1280,1000")  # fmt: skip
+
+
+def _cli(args, cwd):
+    return subprocess.run([sys.executable, "-m", "infoeval", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, tiny_llama_dir, tiny_text):
+    """A quantize-compare run with --html: its folder, its page and a page made again by `infoeval report`."""
+    d = tmp_path_factory.mktemp("report")
+    (d / "text.txt").write_text(tiny_text, encoding="utf-8")
+    r = _cli(["quantize-compare", tiny_llama_dir, "--text", d / "text.txt", "--ctx", 32, "--max-tokens", 300, "--schemes", "int4-g32,int8-channel",
+              "--out-dir", d / "run", "--html", d / "page.html", "-q"], d)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = _cli(["report", d / "run", "-o", d / "again.html"], d)
+    assert r.returncode == 0, r.stderr
+    return d
+
+
+def _js_fmt(x: float) -> str:
+    """The page's number format (page.js fmt) of a number kept to 5 significant digits."""
+    x = float(f"{x:.5g}")
+    if abs(x) >= 1e4 or (x != 0 and abs(x) < 1e-3):
+        mantissa, exp = f"{x:.3e}".split("e")
+        return f"{mantissa}e{int(exp):+d}"
+    return f"{x:.4f}"
+
+
+def test_the_page_is_self_contained(run):
+    page = (run / "page.html").read_text(encoding="utf-8")
+    assert CSP in page and "default-src 'none'" in page
+    assert not re.search(r"""(src|href|action)\s*=\s*["']?\s*(https?:|//)""", page, re.IGNORECASE)
+    assert not re.search(r"@import|url\(\s*['\"]?(https?:|//)", page)
+    again = (run / "again.html").read_text(encoding="utf-8")
+    # the page from the run folder holds the same data (the title names the run, the rest is equal)
+    grab = lambda text: json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>', text, re.S).group(1).replace("<\\/", "</"))  # noqa: E731
+    a, b = grab(page), grab(again)
+    for sec in (a, b):
+        sec["sections"][0].pop("title")
+    assert a == b
+
+
+@pytest.fixture(scope="module")
+def driver():
+    if not (CHROMIUM and DRIVER):
+        pytest.skip("no Chromium/ChromeDriver here: apt-get install chromium chromium-driver")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the test extra)")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in FLAGS:
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    d = webdriver.Chrome(service=Service(DRIVER), options=options)
+    yield d
+    d.quit()
+
+
+def _open(driver, path):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(path.as_uri())
+    WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
+
+
+def _hover(driver, span):
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", span)
+    ActionChains(driver).move_to_element(span).perform()
+    return driver.find_element("id", "tip")
+
+
+def _rgb(style: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in re.findall(r"\d+", style)[:3])
+
+
+def test_in_the_browser(run, driver):
+    from selenium.webdriver.support.ui import Select
+
+    frame = pd.read_csv(run / "run" / "positions.csv")
+    _open(driver, run / "page.html")
+    # no request but the page itself
+    urls = [json.loads(e["message"])["message"].get("params", {}).get("request", {}).get("url") for e in driver.get_log("performance")]
+    assert {u for u in urls if u} <= {(run / "page.html").as_uri()}
+    first = frame[frame["variant"] == "int4-g32"].sort_values("position").reset_index(drop=True)
+    spans = driver.find_elements("css selector", "#run-0 .text .t")
+    assert len(spans) == len(first) == 300
+    for i in (0, 17, int(first["kl"].idxmax()), 299):
+        tip = _hover(driver, spans[i])
+        assert tip.get_attribute("data-i") == str(i) and tip.get_attribute("data-scheme") == "int4-g32"
+        cells = {c.get_attribute("data-k"): c.text for c in tip.find_elements("css selector", "td[data-k]")}
+        row = first.loc[i]
+        assert cells["kl"] == _js_fmt(row["kl"]) and cells["dp"] == _js_fmt(row["dp"]) and cells["nll"] == _js_fmt(row["nll"])
+        for role, prefix in (("reference", "ref_"), ("int4-g32", "")):
+            rows = tip.find_elements("css selector", f'table.top[data-role="{role}"] tr')[1:]
+            got = [(r.find_elements("tag name", "td")[1].text, r.find_elements("tag name", "td")[2].text) for r in rows]
+            assert got == [(str(int(row[f"{prefix}top{j}_id"])), _js_fmt(row[f"{prefix}top{j}_p"])) for j in range(1, 6)]
+    # colour: the larger the KL, the deeper the red (green and blue channels never rise)
+    greens = [_rgb(s.value_of_css_property("background-color"))[1] for s in spans]
+    order = np.argsort(first["kl"].to_numpy(), kind="stable")
+    assert all(a >= b for a, b in zip(np.array(greens)[order][:-1], np.array(greens)[order][1:]))
+    assert len(set(greens)) > 10
+    # the selectors: another variant, then another column
+    Select(driver.find_element("css selector", "#run-0 select.scheme")).select_by_visible_text("int8-channel")
+    span = driver.find_elements("css selector", "#run-0 .text .t")[17]
+    tip = _hover(driver, span)
+    other = frame[frame["variant"] == "int8-channel"].sort_values("position").reset_index(drop=True).loc[17]
+    assert tip.get_attribute("data-scheme") == "int8-channel" and tip.find_element("css selector", 'td[data-k="kl"]').text == _js_fmt(other["kl"])
+    before = [s.value_of_css_property("background-color") for s in driver.find_elements("css selector", "#run-0 .text .t")]
+    Select(driver.find_element("css selector", "#run-0 select.column")).select_by_value("dp")
+    after = [s.value_of_css_property("background-color") for s in driver.find_elements("css selector", "#run-0 .text .t")]
+    assert before != after and any(_rgb(c)[2] > _rgb(c)[0] for c in after)  # Δp < 0 is blue
+    # a screenshot that is not blank
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(driver.get_screenshot_as_png())).convert("RGB")
+    assert len(set(image.getdata())) > 50
+
+
+@pytest.mark.parametrize("case", ["empty folder", "missing", "schema version", "other command", "no positions"])
+def test_bad_input_exits_2_and_writes_nothing(run, tmp_path, case):
+    target = tmp_path / "bad"
+    if case == "empty folder":
+        target.mkdir()
+    elif case != "missing":
+        shutil.copytree(run / "run", target)
+        data = json.loads((target / "result.json").read_text())
+        if case == "schema version":
+            data["schema"] = "infoeval/quantize-compare/99"
+        elif case == "other command":
+            data["schema"] = "infoeval/spec-accept/3"
+        (target / "result.json").write_text(json.dumps(data))
+        if case == "no positions":
+            (target / "positions.csv").unlink()
+    r = _cli(["report", run / "run", target, "-o", tmp_path / "out.html"], tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert len([line for line in r.stderr.splitlines() if line.strip()]) == 1, r.stderr
+    assert not (tmp_path / "out.html").exists()
