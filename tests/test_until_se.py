@@ -187,3 +187,5 @@ def test_two_ranks_stop_at_the_same_window_with_the_same_numbers(tiny_llama_dir,
     same = ("reached", "standard_errors", "windows_used", "tokens_used", "windows_budget", "tokens_budget")
     assert {k: qa[k] for k in same} == {k: qb[k] for k in same}
     assert ra["variants"][0]["metrics"] == rb["variants"][0]["metrics"] and ra["reference"] == rb["reference"]
+    # the provenance counts the rows the gathers completed: the windows evaluated, not the text's rows per round
+    assert rb["provenance"]["parallel"]["gathered_rows"] == qb["tokens_evaluated"]

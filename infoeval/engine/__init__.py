@@ -237,7 +237,8 @@ def run(
             raise
         error = e
     if parallel:
-        for rank_rows in distributed.gather(done, error, n):
+        # the rows this gather completes (the batches', not n_rows: a round of a sequential run fills only some)
+        for rank_rows in distributed.gather(done, error, sum(b.rows.stop - b.rows.start for b in batches)):
             for rows, part in rank_rows:
                 cols.put(rows, part)
     return cols.data
