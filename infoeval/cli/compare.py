@@ -35,12 +35,12 @@ OrderSeedOpt = Annotated[int, typer.Option(help="--until-se: the seed of the win
 def until_settings(context: typer.Context, until_se: float | None, order_seed: int, run: RunOptions):
     """The run-to-a-precision settings (None without --until-se). The budget is --max-tokens only when given:
     its default keeps a first run short, a precision run reads the whole text unless told otherwise."""
-    from infoeval.cli.options import parse_max_tokens
+    from infoeval.cli.options import parse_max_tokens, typed
     from infoeval.compare.until import UntilSettings
     from infoeval.errors import UsageError
 
     if until_se is None:
-        if getattr(context.get_parameter_source("order_seed"), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP"):
+        if typed(context, "order_seed", order_seed):
             raise UsageError("--order-seed needs --until-se")
         return None
     given = getattr(context.get_parameter_source("max_tokens"), "name", "DEFAULT") != "DEFAULT"  # typed, or from --config

@@ -9,7 +9,7 @@ import typer
 
 from infoeval.cli.options import (
     DEVICE_DEFAULT, DTYPE_DEFAULT, MODEL_DEFAULT, ConfigOpt, CsvOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, ExcludeOpt, IncludeOpt, JsonOpt,
-    ModelArg, ModelOpt, OutDirOpt, PositionsOpt, QuietOpt, RunNameOpt, output_paths_for, pick_model, read_toml, run_options,
+    ModelArg, ModelOpt, OutDirOpt, PositionsOpt, QuietOpt, RunNameOpt, output_paths_for, pick_model, read_toml, run_options, typed,
     RunOptions,
 )  # fmt: skip
 from infoeval.cli.compare import TableOpt, check_table
@@ -114,7 +114,7 @@ SEQUENTIAL_OPTIONS = ("alpha", "min_tokens", "max_tokens", "order", "order_seed"
 
 def _no_sequential_options(context: typer.Context) -> None:
     """An option of the sequential gate given without --sequential is a usage error, not silently ignored."""
-    given = [n for n in SEQUENTIAL_OPTIONS if getattr(context.get_parameter_source(n), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")]
+    given = [n for n in SEQUENTIAL_OPTIONS if typed(context, n, None)]
     if given:
         raise UsageError(f"--{given[0].replace('_', '-')} needs --sequential")
 

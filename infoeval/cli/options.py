@@ -103,7 +103,7 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar."
 
 
 # ---- the model: a positional argument or --model ---------------------------------------------------------
-def _typed(context: typer.Context | None, name: str, value) -> bool:
+def typed(context: typer.Context | None, name: str, value) -> bool:
     """Whether option ``name`` was typed on the command line (or set in the environment), not a default or a
     --config value; without a context (a call from Python) a value other than the default counts as typed."""
     if context is None:
@@ -117,7 +117,7 @@ def pick_model(context: typer.Context | None, positional: str | None, option: st
     values is a usage error. A --config value for --model gives way to the positional argument."""
     if positional is None:
         return option
-    if option is not None and option != positional and _typed(context, "model", option):
+    if option is not None and option != positional and typed(context, "model", option):
         raise UsageError(f"{what} is given twice ('{positional}' and --model '{option}'); give one")
     return positional
 

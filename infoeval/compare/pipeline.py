@@ -110,12 +110,6 @@ def run_lockstep(model, stream: TokenStream, windows: Sequence[Window], variants
     return CompareColumns({k: cols[k] for k in ref_keys}, {n: {k: cols[f"{n}/{k}"] for k in var_keys} for n in names})
 
 
-def _without_none(out: dict, key: str) -> dict:
-    if out.get(key) is None:
-        out.pop(key, None)
-    return out
-
-
 @dataclass(frozen=True)
 class VariantResult:
     name: str
@@ -132,10 +126,7 @@ class CompareResult(Result):
     protocol_metrics: dict | None = None  # the lm-eval / gptq protocol's own figures, per model
     until_se: dict | None = None  # --until-se: the target, whether it was reached, the tokens it took (compare/until.py)
     FAMILY = "quantize-compare"
-
-    def to_json(self) -> dict:
-        """Without --until-se the JSON has no ``until_se`` key: the same record as before."""
-        return _without_none(super().to_json(), "until_se")
+    OMITTED_WHEN_NONE = ("until_se",)  # without --until-se, the same record as before
 
 
 @dataclass(frozen=True)
@@ -148,10 +139,7 @@ class CompressResult(Result):
     protocol_metrics: dict | None = None  # the lm-eval / gptq protocol's own figures
     until_se: dict | None = None  # --until-se: the target, whether it was reached, the tokens it took (compare/until.py)
     FAMILY = "compress-bits"
-
-    def to_json(self) -> dict:
-        """Without --until-se the JSON has no ``until_se`` key: the same record as before."""
-        return _without_none(super().to_json(), "until_se")
+    OMITTED_WHEN_NONE = ("until_se",)  # without --until-se, the same record as before
 
 
 def _protocol_metrics(p: Prepared, cols: CompareColumns) -> dict | None:
@@ -182,10 +170,15 @@ def _vocab(p: Prepared, cols: CompareColumns) -> dict[int, str]:
     return token_texts(p.loaded.tokenizer, np.concatenate(ids))
 
 
-def _check_top_k(top_k: int) -> int:
+def _checked_text(text_settings: TextSettings, window_settings: WindowSettings, until: UntilSettings | None, top_k: int) -> TextSettings:
+    """Before anything loads: --topk in range, and for a run to a precision a protocol that allows it and the
+    whole text (its budget is ``until.max_tokens``, not the text's --max-tokens)."""
     if not 0 <= top_k <= MAX_TOP_K:
         raise UsageError(f"--topk {top_k} is not allowed; give 0 (none) to {MAX_TOP_K} tokens per position")
-    return top_k
+    if until is None:
+        return text_settings
+    check_protocol(window_settings.protocol)
+    return dataclasses.replace(text_settings, max_tokens=None)
 
 
 def _start_ahead(model_settings: ModelSettings, variant_settings: VariantSettings, schemes) -> quant_ahead.Ahead | None:
@@ -211,10 +204,7 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
     mean-KL SE is ≤ the target; then ``text_settings.max_tokens`` is not used: the budget is ``until.max_tokens``;
     ``top_k``: the columns also hold every model's k most likely tokens and their probabilities)."""
     reporter = reporter or Reporter()
-    _check_top_k(top_k)
-    if until is not None:
-        check_protocol(window_settings.protocol)
-        text_settings = dataclasses.replace(text_settings, max_tokens=None)
+    text_settings = _checked_text(text_settings, window_settings, until, top_k)
     schemes = parse_schemes(variant_settings.schemes) if variant_settings.schemes or not variant_settings.recipes else []  # fail on a bad scheme before loading
     recipes = [read_recipe(r) for r in variant_settings.recipes]
     ahead, share = _start_ahead(model_settings, variant_settings, schemes), None
@@ -264,10 +254,7 @@ def compress_bits(model_settings: ModelSettings, text_settings: TextSettings, wi
     from infoeval.compare.compressors import compress_all
 
     reporter = reporter or Reporter()
-    _check_top_k(top_k)
-    if until is not None:
-        check_protocol(window_settings.protocol)
-        text_settings = dataclasses.replace(text_settings, max_tokens=None)
+    text_settings = _checked_text(text_settings, window_settings, until, top_k)
     p = prepare(model_settings, text_settings, window_settings, reporter)
     cols, eval_timings, p, block = _evaluate(p, [], reporter, until, bpb_ses, top_k)
     if top_k:

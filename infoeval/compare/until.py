@@ -25,7 +25,7 @@ from infoeval.errors import UsageError
 from infoeval.measure.metrics import bits_per_byte_se
 from infoeval.measure.sequential import PASS
 from infoeval.measure.stats import cluster_se, se
-from infoeval.measure.stopping import ORDERS, budget_count, run_until_se, visit_order
+from infoeval.measure.stopping import budget_count, check_order, run_until_se, visit_order
 
 MIN_WINDOWS = 4  # an SE from fewer windows rests on one or two windows' own correlation: not trusted to stop
 ROUND_WINDOWS = 4  # windows per round and rank: the lockstep run shares a variant's dequantized blocks across 4 windows
@@ -45,10 +45,7 @@ class UntilSettings:
             raise UsageError(f"--until-se {self.target} is not allowed; give a standard error > 0, e.g. 0.01")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise UsageError(f"--max-tokens {self.max_tokens} is not allowed; it must be at least 1")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise UsageError(f"--order-seed {self.seed} is not allowed; give an integer ≥ 0")
-        if self.order not in ORDERS:
-            raise UsageError(f"--order {self.order!r} is not allowed; give one of {', '.join(ORDERS)}")
+        check_order(self.order, self.seed)
 
 
 def check_protocol(protocol: str) -> None:

@@ -93,13 +93,7 @@ class GateResult(Result):
     candidate: dict
     sequential: dict | None = None  # gate --sequential: the stop, tokens used of the budget, the bounds (sequential_gate.py)
     FAMILY = "gate"
-
-    def to_json(self) -> dict:
-        """The fixed gate's JSON has no ``sequential`` key: the same record as before the sequential gate."""
-        out = super().to_json()
-        if out.get("sequential") is None:
-            out.pop("sequential", None)
-        return out
+    OMITTED_WHEN_NONE = ("sequential",)  # the fixed gate's record is the same as before the sequential gate
 
 
 def window_seed(seed: int, window: int) -> int:

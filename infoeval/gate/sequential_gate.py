@@ -35,9 +35,9 @@ from infoeval.gate.pipeline import (
 from infoeval.input.prepare import Reporter, progress
 from infoeval.measure.sequential import FAIL, PASS
 from infoeval.measure.stopping import (
-    ORDERS,
     SequentialRule,
     budget_count,
+    check_order,
     run_rounds,
     visit_order,
 )
@@ -66,10 +66,7 @@ class SequentialSettings:
             raise UsageError(f"--min-tokens {self.min_tokens} / --max-tokens {self.max_tokens}: min ≥ 0 and max ≥ 1")
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise UsageError(f"--min-tokens {self.min_tokens} is more than --max-tokens {self.max_tokens}")
-        if self.order not in ORDERS:
-            raise UsageError(f"--order {self.order!r} is not allowed; give one of {', '.join(ORDERS)}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise UsageError(f"--order-seed {self.seed} is not allowed; give an integer ≥ 0")
+        check_order(self.order, self.seed)
         if self.undecided not in ("fail", "pass"):
             raise UsageError(f"--undecided {self.undecided!r} is not allowed; give fail or pass")
         if self.round_windows < 1:
@@ -108,7 +105,7 @@ def run_sequential_gate(gate_settings: GateSettings, seq: SequentialSettings, mo
             var.setdefault(k, np.zeros_like(part[k]))
             for i in idx:
                 var[k][batches[i].rows] = part[k][batches[i].rows]
-        return [[s.observe(window_columns(ref_cols, var, batches[i].rows)) for s in streams] for i in idx]
+        return [[s.observe(w) for s in streams] for w in (window_columns(ref_cols, var, batches[i].rows) for i in idx)]
 
     with progress(reporter, budget, f"candidate: up to {budget} of {len(batches)} windows, sequential") as bar:
         outcome, obs = run_rounds(evaluate, order, budget, round_size(seq), rule, tokens[order])

@@ -66,11 +66,14 @@ def mean_cov(x: np.ndarray, y: np.ndarray) -> float:
     y = np.asarray(y, dtype=np.float64).ravel()
     if x.shape != y.shape:
         raise ValueError(f"paired series differ in length: {x.size} vs {y.size}")
-    n = x.size
-    if n < 2:
+    return _grouped_cov(x, y, block_labels(x.size)) if x.size >= 2 else float("nan")
+
+
+def _grouped_cov(x: np.ndarray, y: np.ndarray, labels: np.ndarray) -> float:
+    """G/(G−1) · Σ_g (S^x_g − n_g·x̄)(S^y_g − n_g·ȳ) / n² over the groups ``labels`` (0 … G−1); NaN for G < 2."""
+    n, g = x.size, int(labels.max()) + 1 if labels.size else 0
+    if g < 2:
         return float("nan")
-    labels = block_labels(n)
-    g = int(labels[-1]) + 1
     sizes = np.bincount(labels, minlength=g).astype(np.float64)
     rx = np.bincount(labels, weights=x, minlength=g) - sizes * (x.sum() / n)
     ry = np.bincount(labels, weights=y, minlength=g) - sizes * (y.sum() / n)
@@ -87,12 +90,8 @@ def cluster_se(x: np.ndarray, clusters: np.ndarray) -> float:
     """
     x = np.asarray(x, dtype=np.float64).ravel()
     _, labels = np.unique(np.asarray(clusters).ravel(), return_inverse=True)
-    g, n = int(labels.max()) + 1 if labels.size else 0, x.size
-    if g < 2:
-        return float("nan")
-    sizes = np.bincount(labels, minlength=g).astype(np.float64)
-    r = np.bincount(labels, weights=x, minlength=g) - sizes * (x.sum() / n)
-    return math.sqrt(g / (g - 1) * float(r @ r)) / n
+    v = _grouped_cov(x, x, labels)
+    return math.sqrt(max(v, 0.0)) if v == v else float("nan")
 
 
 def se(x: np.ndarray) -> float:

@@ -36,9 +36,11 @@ class Result:
     provenance: Provenance
     timings: Mapping[str, float]
     FAMILY: ClassVar[str] = ""
+    OMITTED_WHEN_NONE: ClassVar[tuple[str, ...]] = ()  # fields of a mode only: left out of the JSON when None
 
     def to_json(self) -> dict:
         own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("provenance", "timings")}
+        own = {k: v for k, v in own.items() if not (v is None and k in self.OMITTED_WHEN_NONE)}
         return jsonable({
             "schema": f"infoeval/{self.provenance.command}/{SCHEMA_VERSION}", **own,
             "provenance": self.provenance.to_json(), "timings": dict(self.timings),
