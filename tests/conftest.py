@@ -65,3 +65,28 @@ def one_thread():
 def tiny_text() -> str:
     """About 4 000 characters of Python-docs prose, disjoint from the tokenizer/LM-head training slice."""
     return _tiny_text()
+
+
+@pytest.fixture(scope="session")
+def report_runs(tmp_path_factory, tiny_llama_dir, tiny_text) -> Path:
+    """Run folders for the report page, all on one text (ctx 32, 300 positions): quantize-compare of int4-g32 and
+    int8-channel with top-5 (``qc``), compress-bits (``cb``, with ``cb.html``), a reference file keeping the top 8
+    tokens, a fixed gate of int4-g32 (``gate``, ``gate.html``) and a sequential one that fails early on a
+    mean-KL limit far below its KL (``seq``, ``seq.html``). Read-only."""
+    import subprocess
+
+    d = tmp_path_factory.mktemp("report-runs")
+    (d / "text.txt").write_text(tiny_text, encoding="utf-8")
+    text = ["--text", d / "text.txt", "--ctx", 32, "--max-tokens", 300]
+    gate = ["gate", tiny_llama_dir, "--reference", d / "ref.safetensors", "--scheme", "int4-g32"]
+    jobs = [
+        ["quantize-compare", tiny_llama_dir, *text, "--schemes", "int4-g32,int8-channel", "--topk", 5, "--out-dir", d / "qc"],
+        ["compress-bits", tiny_llama_dir, *text, "--out-dir", d / "cb", "--html", d / "cb.html"],
+        ["reference", tiny_llama_dir, *text, "--top-k", 8, "-o", d / "ref.safetensors"],
+        [*gate, "--out-dir", d / "gate", "--html", d / "gate.html"],
+        [*gate, "--sequential", "--max-kl-mean", 0.001, "--out-dir", d / "seq", "--html", d / "seq.html"],
+    ]  # fmt: skip
+    for job in jobs:
+        r = subprocess.run([sys.executable, "-m", "infoeval", *map(str, job), "-q"], cwd=d, capture_output=True, text=True, timeout=600, check=False)
+        assert r.returncode in (0, 1), r.stderr  # a gate may fail its limits (exit 1)
+    return d

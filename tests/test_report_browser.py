@@ -163,3 +163,48 @@ def test_bad_input_exits_2_and_writes_nothing(run, tmp_path, case):
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert len([line for line in r.stderr.splitlines() if line.strip()]) == 1, r.stderr
     assert not (tmp_path / "out.html").exists()
+
+
+def test_several_runs_in_the_browser(report_runs, driver, tmp_path):
+    """quantize-compare, compress-bits and gate runs on one page: the comparison table, the gate's verdicts at the
+    top of its section, compress-bits' reference-only view, and the tooltips' numbers equal each positions table."""
+    from selenium.webdriver.support.ui import Select
+
+    page = tmp_path / "all.html"
+    r = _cli(["report", report_runs / "qc", report_runs / "cb", report_runs / "gate", "-o", page], tmp_path)
+    assert r.returncode == 0, r.stderr
+    _open(driver, page)
+    assert len(driver.find_elements("css selector", "#comparison table.comparison tr")) == 1 + 4
+    gate = json.loads((report_runs / "gate" / "result.json").read_text())
+    badge = driver.find_element("css selector", "#run-2 .verdict").text
+    assert badge == ("gate PASSED" if gate["passed"] else "gate FAILED")
+    cells = [[td.text for td in tr.find_elements("tag name", "td")] for tr in driver.find_elements("css selector", "#run-2 table.verdicts tr")[1:]]
+    assert [(c[0], c[-1]) for c in cells] == [(v["limit"], "PASS" if v["passed"] else "FAIL") for v in gate["verdicts"]]
+    # compress-bits: no variant, the reference's NLL and entropy only
+    assert not driver.find_element("css selector", "#run-1 select.scheme").is_displayed()
+    options = [o.get_attribute("value") for o in Select(driver.find_element("css selector", "#run-1 select.column")).options]
+    assert options == ["nll_ref", "entropy"]
+    cb = pd.read_csv(report_runs / "cb" / "positions.csv")
+    spans = driver.find_elements("css selector", "#run-1 .text .t")
+    assert len(spans) == len(cb)
+    for i in (3, int(cb["nll_ref"].idxmax())):
+        tip = _hover(driver, spans[i])
+        assert tip.find_element("css selector", 'td[data-k="nll_ref"]').text == _js_fmt(cb.loc[i, "nll_ref"])
+        assert tip.find_element("css selector", 'td[data-k="entropy"]').text == _js_fmt(cb.loc[i, "entropy_ref"])
+        ids = [tr.find_elements("tag name", "td")[1].text for tr in tip.find_elements("css selector", 'table.top[data-role="reference"] tr')[1:]]
+        assert ids == [str(int(cb.loc[i, f"ref_top{j}_id"])) for j in range(1, 6)]
+    # the worst positions ranked by Δp: the largest drop in the probability of the token that came
+    Select(driver.find_element("css selector", "#run-0 .worst select.rank")).select_by_value("dp")
+    qc = pd.read_csv(report_runs / "qc" / "positions.csv")
+    cells = driver.find_elements("css selector", "#run-0 .worst tr")[1].find_elements("tag name", "td")
+    assert cells[2].text == _js_fmt(qc[qc["variant"] == "int4-g32"]["dp"].min())
+    # each section's plots, drawn (inline SVG with a size), the gate's limits first
+    figures = lambda i: [f.get_attribute("data-plot") for f in driver.find_elements("css selector", f"#run-{i} figure[data-plot]")]  # noqa: E731
+    assert figures(0) == figures(1) == ["distribution", "entropy", "along"] and figures(2) == ["limits", "distribution", "entropy", "along"]
+    for svg in driver.find_elements("css selector", "figure[data-plot] svg"):
+        assert svg.size["width"] > 300 and svg.size["height"] > 100
+    # the gate's candidate
+    g = pd.read_csv(report_runs / "gate" / "positions.csv")
+    spans = driver.find_elements("css selector", "#run-2 .text .t")
+    tip = _hover(driver, spans[int(g["kl"].idxmax())])
+    assert tip.find_element("css selector", 'td[data-k="kl"]').text == _js_fmt(g["kl"].max())

@@ -12,7 +12,7 @@ from infoeval.cli.options import (
     ModelArg, ModelOpt, OutDirOpt, PlotOpt, PositionsOpt, QuietOpt, RecipeOpt, RunNameOpt,
     SchemesOpt, output_paths_for, pick_model, RunOptions, run_options, text_source,
 )  # fmt: skip
-from infoeval.cli.output import as_json, check_plot, emit
+from infoeval.cli.output import HtmlOpt, TopKOpt, as_json, check_plot, emit, page_extras
 from infoeval.quant.schemes import DEFAULT_SCHEMES
 
 TABLES = ("default", "llama.cpp")
@@ -47,7 +47,6 @@ def until_settings(context: typer.Context, until_se: float | None, order_seed: i
     return UntilSettings(until_se, parse_max_tokens(run.max_tokens) if given else None, order_seed)
 
 
-TopKOpt = Annotated[int, typer.Option("--topk", help="Also store every model's K most likely tokens and their probabilities per position in the positions output (0: none).")]
 
 
 def check_outputs(*paths) -> None:
@@ -56,27 +55,6 @@ def check_outputs(*paths) -> None:
 
     for path in paths:
         check_frame_path(path)
-
-
-HtmlOpt = Annotated[Optional[Path], typer.Option("--html", help="Also write the run's report page here: the text coloured by KL, each token's values and top-5 on hover (implies --topk 5).", show_default=False)]
-
-
-def page_extras(data: dict, cols, paths: dict, html: Path | None, title: str) -> dict:
-    """The files beside the result: the tokens' text next to the positions table (with --topk), and the page."""
-    import json as json_
-
-    from infoeval.report.runs import tokens_path
-
-    extras = {}
-    if cols.vocab and "positions" in paths:
-        extras[tokens_path(paths["positions"])] = lambda: json_.dumps({str(k): v for k, v in cols.vocab.items()}, ensure_ascii=False)
-    if html is not None:
-        from infoeval.compare.report import positions_frame
-        from infoeval.report.data import run_data
-        from infoeval.report.page import render
-
-        extras[html] = lambda: render([run_data(data, positions_frame(cols.reference, cols.variants), cols.vocab, title)])
-    return extras
 
 
 VerifyCodingOpt = Annotated[bool, typer.Option("--verify-coding", help="Also compress the scored bytes with the model and a range coder, decompress them, and report the real file's size (an 'arithmetic-coded' row).")]
@@ -134,7 +112,8 @@ def quantize_compare(
         plot_quantize_compare(data, cols, path)
 
     emit(data, paths=paths, summary=lambda: summary_frame(data), positions=lambda: positions_frame(cols.reference, cols.variants),
-         plot=plot, draw=draw, tables=tables, extras=page_extras(data, cols, paths, html, f"quantize-compare: {model_settings.model}"))  # fmt: skip
+         plot=plot, draw=draw, tables=tables, extras=page_extras(data, lambda: positions_frame(cols.reference, cols.variants), cols.vocab, paths, html,
+                             f"quantize-compare: {model_settings.model}"))  # fmt: skip
 
 
 @run_options(windows=True)
@@ -150,6 +129,7 @@ def compress_bits(
     until_se: UntilSeOpt = None,
     order_seed: OrderSeedOpt = 0,
     topk: TopKOpt = 0,
+    html: HtmlOpt = None,
     out_dir: OutDirOpt = None,
     run_name: RunNameOpt = None,
     quiet: QuietOpt = False,
@@ -168,7 +148,7 @@ def compress_bits(
     until = until_settings(context, until_se, order_seed, run)
     check_outputs(csv, positions)
     result, cols = pipeline.compress_bits(model_settings, text_settings, window_settings, RichReporter(enabled=not quiet), verify_coding=verify_coding,
-                                          until=until, top_k=topk)  # fmt: skip
+                                          until=until, top_k=topk or (5 if html else 0))  # fmt: skip
     data = as_json(result)
     paths = output_paths_for("compress-bits", model=model_settings.model, source=text_source(data), csv=csv, json=json,
                              positions=positions, out_dir=out_dir, run_name=run_name)  # fmt: skip
@@ -179,7 +159,8 @@ def compress_bits(
         plot_compress_bits(data, cols, path)
 
     emit(data, paths=paths, summary=lambda: compress_frame(data), positions=lambda: positions_frame(cols.reference, {}),
-         plot=plot, draw=draw, tables=print_compress_bits, extras=page_extras(data, cols, paths, None, ""))  # fmt: skip
+         plot=plot, draw=draw, tables=print_compress_bits, extras=page_extras(data, lambda: positions_frame(cols.reference, {}), cols.vocab, paths, html,
+                             f"compress-bits: {model_settings.model}"))  # fmt: skip
 
 
 def register(app) -> None:

@@ -13,7 +13,7 @@ from infoeval.cli.options import (
     RunOptions,
 )  # fmt: skip
 from infoeval.cli.compare import TableOpt, check_table
-from infoeval.cli.output import as_json, emit
+from infoeval.cli.output import HtmlOpt, TopKOpt, as_json, emit, page_extras
 from infoeval.errors import UsageError
 
 CandidateArg = Annotated[
@@ -96,19 +96,6 @@ def reference(
          also_written=(f"{out} ({info['file_bytes']:,} bytes)",))  # fmt: skip
 
 
-def _gate_positions(cols):
-    """One row per scored position: both NLLs, the reference's entropy, KL (and its lower bound), TV, reverse KL, top-1."""
-    import pandas as pd
-
-    from infoeval.measure.llamacpp_stats import delta_p
-
-    ref, cand = cols["reference"], cols["variant"]
-    return pd.DataFrame({
-        "position": cols.get("rows", range(len(cand["nll"]))), "nll_reference": ref["nll"], "nll_candidate": cand["nll"],
-        "entropy_reference": ref["entropy"], **{k: cand[k] for k in ("kl", "kl_lower", "tv", "rkl")},
-        "top1_match": cand["top1"].astype("int8"), "dp": delta_p(ref["nll"], cand["nll"])})  # fmt: skip
-
-
 SEQUENTIAL_OPTIONS = ("alpha", "min_tokens", "max_tokens", "order", "order_seed", "undecided", "round_windows")
 
 
@@ -158,6 +145,8 @@ def gate(
     round_windows: RoundOpt = 1,
     junit: JunitOpt = None,
     markdown: MarkdownOpt = None,
+    topk: TopKOpt = 0,
+    html: HtmlOpt = None,
     device: DeviceOpt = DEVICE_DEFAULT,
     dtype: DtypeOpt = DTYPE_DEFAULT,
     device_map: DeviceMapOpt = None,
@@ -179,29 +168,31 @@ def gate(
     candidate = pick_model(context, candidate, model, "the candidate")
     overrides = {"max_kl_mean": max_kl_mean, "max_kl_p99": max_kl_p99, "min_top1": min_top1,
                  "max_ppl_ratio": max_ppl_ratio, "max_bpb_increase": max_bpb_increase}  # fmt: skip
-    gate_settings = GateSettings(reference, candidate, scheme, _limits_from(limits, overrides), confidence, point, baseline, baseline_tolerance, recipe)
+    gate_settings = GateSettings(reference, candidate, scheme, _limits_from(limits, overrides), confidence, point, baseline, baseline_tolerance, recipe,
+                                 topk or (5 if html else 0))  # fmt: skip
     model_settings = ModelSettings(model=candidate or "", device=device, dtype=dtype, device_map=device_map)
     llama = check_table(table) == "llama.cpp"
     seq = (alpha, min_tokens, max_tokens, order, order_seed, undecided, round_windows) if sequential else None
     result, cols = _run(context, gate_settings, model_settings, seq, RichReporter(enabled=not quiet))
-    data = as_json(result)
-    name = data["candidate"]["spec"] + (f"-{scheme}" if scheme else f"-{recipe.stem}" if recipe else "")
-    paths = output_paths_for("gate", model=name, source="reference", csv=csv, json=json, positions=positions, out_dir=out_dir,
-                             run_name=run_name)  # fmt: skip
-    _emit_gate(data, cols, paths, {junit: "junit", markdown: "markdown"}, llama)
+    outputs = {"csv": csv, "json": json, "positions": positions, "out_dir": out_dir, "run_name": run_name}
+    data = _emit_gate(as_json(result), cols, outputs, scheme or (recipe.stem if recipe else None), {junit: "junit", markdown: "markdown"}, llama, html)
     if not data["passed"]:
         raise typer.Exit(EXIT_GATE_FAILED)
 
 
-def _emit_gate(data: dict, cols: dict, paths: dict, extra_paths: dict, llama: bool) -> None:
-    """Write the gate's result files (JSON, CSVs, JUnit, markdown) and print its tables."""
+def _emit_gate(data: dict, cols: dict, outputs: dict, suffix: str | None, extra_paths: dict, llama: bool, html: Path | None) -> dict:
+    """Write the gate's result files (JSON, CSVs, JUnit, markdown, the tokens' text and the page; ``outputs``: the
+    output options, ``suffix``: the scheme or recipe that names the run) and print its tables."""
     import pandas as pd
 
+    from infoeval.gate.positions import positions_frame
     from infoeval.gate.report import gate_table, junit_xml, markdown, print_gate_llamacpp, summary_table
 
+    paths = output_paths_for("gate", model=data["candidate"]["spec"] + (f"-{suffix}" if suffix else ""), source="reference", **outputs)
     makers = {"junit": lambda: junit_xml(data), "markdown": lambda: markdown(data)}
     extras = {path: makers[kind] for path, kind in extra_paths.items() if path}
-    emit(data, paths=paths, summary=lambda: pd.DataFrame(data["verdicts"]), positions=lambda: _gate_positions(cols), extras=extras,
+    extras |= page_extras(data, lambda: positions_frame(cols), cols.get("vocab", {}), paths, html, " ".join(["gate:", data["candidate"]["spec"], data["candidate"]["scheme"] or ""]).strip())
+    return emit(data, paths=paths, summary=lambda: pd.DataFrame(data["verdicts"]), positions=lambda: positions_frame(cols), extras=extras,
          tables=print_gate_llamacpp if llama else lambda console, d: (console.print(summary_table(d)), console.print(gate_table(d))))  # fmt: skip
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Annotated, Callable, Optional
 
+import typer
 from rich.console import Console
 
 from infoeval import distributed
@@ -14,6 +15,28 @@ from infoeval.errors import UsageError
 def as_json(result) -> dict:
     """A result as its JSON-like dict (results with a ``to_json()`` method, or plain dicts)."""
     return result.to_json() if hasattr(result, "to_json") else result
+
+
+TopKOpt = Annotated[int, typer.Option("--topk", help="Also store every model's K most likely tokens and their probabilities per position in the positions output (0: none).")]
+HtmlOpt = Annotated[Optional[Path], typer.Option("--html", help="Also write the run's report page here: the text coloured by KL (or NLL, entropy), each token's values and top-5 on hover (implies --topk 5).", show_default=False)]
+
+
+def page_extras(data: dict, positions: Callable[[], object], vocab: dict, paths: dict, html: Path | None, title: str) -> dict:
+    """The files beside the result: the tokens' text (``vocab``, id → text) next to the positions table (with
+    --topk), and with --html the report page, drawn from the result and its positions frame."""
+    import json
+
+    from infoeval.report.runs import tokens_path
+
+    extras = {}
+    if vocab and "positions" in paths:
+        extras[tokens_path(paths["positions"])] = lambda: json.dumps({str(k): v for k, v in vocab.items()}, ensure_ascii=False)
+    if html is not None:
+        from infoeval.report.data import run_data
+        from infoeval.report.page import render
+
+        extras[html] = lambda: render([run_data(data, positions(), vocab, title)])
+    return extras
 
 
 def check_plot(plot: Path | None) -> None:

@@ -11,22 +11,27 @@ import typer
 RunsArg = Annotated[list[Path], typer.Argument(metavar="RUN...", help="Run folders (results/<run>/) or result JSON files.", show_default=False)]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="The page to write (.html).")]
 TitleOpt = Annotated[str, typer.Option(help="The page's title.")]
+SeparateOpt = Annotated[bool, typer.Option("--separate", help="Several runs of different texts, models or protocols: one section each, without the comparison table.")]
 
 
-def report(runs: RunsArg, out: OutOpt = Path("report.html"), title: TitleOpt = "infoeval report") -> None:
-    """Write one self-contained HTML page for the runs: the scored text coloured by KL (or Δp, NLL, entropy), each
-    token's values and both models' top tokens on hover, the largest KLs in context. Nothing is fetched when the
-    page opens."""
+def report(runs: RunsArg, out: OutOpt = Path("report.html"), title: TitleOpt = "infoeval report", separate: SeparateOpt = False) -> None:
+    """Write one self-contained HTML page for quantize-compare, compress-bits and gate runs: the scored text
+    coloured by KL (or Δp, NLL, entropy), each token's values and both models' top tokens on hover, the largest KLs
+    in context, a gate's verdicts; several runs of one text and model get a comparison table. Nothing is fetched
+    when the page opens."""
     from infoeval.output.results import atomic_write_bytes
     from infoeval.report.data import run_data
     from infoeval.report.page import render
     from infoeval.report.runs import read_run
+    from infoeval.report.table import check_comparable, comparison_rows
 
-    sections = []
-    for path in runs:
-        run = read_run(path)  # every run is read (and checked) before anything is written
-        sections.append(run_data(run.result, run.positions, run.vocab, str(path)))
-    atomic_write_bytes(out, render(sections, title).encode("utf-8"))
+    read = [read_run(path) for path in runs]  # every run is read (and checked) before anything is written
+    names = [str(path) for path in runs]
+    if len(read) > 1 and not separate:
+        check_comparable([r.result for r in read], names)
+    sections = [run_data(r.result, r.positions, r.vocab, name) for r, name in zip(read, names)]
+    comparison = comparison_rows([r.result for r in read], names) if len(read) > 1 and not separate else None
+    atomic_write_bytes(out, render(sections, title, comparison).encode("utf-8"))
     typer.echo(f"wrote {out} ({out.stat().st_size:,} bytes, {len(sections)} run{'s' if len(sections) != 1 else ''})", err=True)
 
 

@@ -18,6 +18,7 @@ from infoeval import engine
 from infoeval.gate.compact import CompactDist, compact
 from infoeval.measure.infotheory import by_rows, chunk_rows, compact_divergences, entropy, log_softmax
 from infoeval.gate.limits import Limit, compare_baseline, judge
+from infoeval.gate.positions import TOP_COLUMNS, candidate_top, check_top_k, row_columns
 from infoeval.gate.reference_file import Reference, read_reference, write_reference
 from infoeval.measure.metrics import reference_metrics, variant_metrics
 from infoeval.measure.stats import se
@@ -57,11 +58,12 @@ def _compact_rows(z: torch.Tensor, targets: torch.Tensor, top_k: int, tail_sampl
             "entropy": entropy(lp)}  # fmt: skip
 
 
-def _gate_rows(ref: Reference, z: torch.Tensor, rows: slice) -> dict:
-    """The gate's columns for the column rows ``rows`` from the candidate's logits ``z`` of those rows."""
+def _gate_rows(ref: Reference, z: torch.Tensor, rows: slice, top_k: int = 0) -> dict:
+    """The gate's columns for the column rows ``rows`` from the candidate's logits ``z`` of those rows (with
+    ``top_k``, its k most likely tokens and their probabilities too)."""
     lq = log_softmax(z).cpu()
     d = compact_divergences(_slice(ref.dist, rows.start, rows.stop), lq)
-    return {"nll": -lq.gather(-1, ref.target_ids[rows, None])[:, 0], **{k: getattr(d, k) for k in GATE_COLUMNS}}
+    return {"nll": -lq.gather(-1, ref.target_ids[rows, None])[:, 0], **{k: getattr(d, k) for k in GATE_COLUMNS}, **candidate_top(lq, top_k)}
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,7 @@ class GateSettings:
     baseline: Path | None = None
     baseline_tolerance: float = 0.05
     recipe: Path | None = None  # a recipe file (quant/recipe.py) applied to the candidate instead of a scheme
+    top_k: int = 0  # --topk: both models' k most likely tokens per position in the positions output
 
     def __post_init__(self) -> None:
         if self.scheme and self.recipe:
@@ -217,8 +220,8 @@ def run_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporte
     ref, baseline, candidate, load_s = open_gate(gate_settings, model_settings, reporter)
     with progress(reporter, len(ref.windows), f"candidate: {len(ref.windows)} windows") as bar:
         cols = engine.run({CANDIDATE: candidate[1].model}, ref.stream_ids, engine.plan(ref.windows), ref.meta["provenance"]["protocol"]["prefix_id"],
-                          gate_reducer(ref), {"top1": np.bool_}, on_forward=bar.step)  # fmt: skip
-    var = {k: cols[k] for k in ("nll", *GATE_COLUMNS)}
+                          gate_reducer(ref, gate_settings.top_k), {"top1": np.bool_, **TOP_COLUMNS}, on_forward=bar.step)  # fmt: skip
+    var = {k: cols[k] for k in ("nll", *GATE_COLUMNS, *TOP_COLUMNS) if k in cols}
     ref_cols = reference_columns(ref)
     metrics = gate_metrics(ref_cols, var)
     verdicts = judge(list(gate_settings.limits), metrics, gate_settings.confidence, gate_settings.point)
@@ -226,7 +229,7 @@ def run_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporte
     passed = all(v.passed for v in verdicts) and all(r["passed"] for r in base_rows)
     result = gate_result(gate_settings, ref, candidate, {"load_s": load_s, "eval_s": bar.seconds}, passed,
                          tuple(v.as_dict() for v in verdicts), base_rows, metrics)  # fmt: skip
-    return result, {"reference": ref_cols, "variant": var}
+    return result, {"reference": ref_cols, "variant": var, **row_columns(ref, np.arange(ref.n), var, gate_settings.top_k, candidate[1].tokenizer)}
 
 
 def open_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporter: Reporter, check=None):
@@ -234,6 +237,7 @@ def open_gate(gate_settings: GateSettings, model_settings: ModelSettings, report
     and its load time; ``check(ref)`` runs before the candidate is loaded (bad options fail fast)."""
     ref = read_reference(gate_settings.reference)
     baseline = _baseline_metrics(gate_settings.baseline) if gate_settings.baseline else None
+    check_top_k(gate_settings.top_k, ref.meta["top_k"])
     if check is not None:
         check(ref)
     reporter.stage("loading candidate")
@@ -242,14 +246,14 @@ def open_gate(gate_settings: GateSettings, model_settings: ModelSettings, report
     return ref, baseline, candidate, time.perf_counter() - t0
 
 
-def gate_reducer(ref: Reference):
+def gate_reducer(ref: Reference, top_k: int = 0):
     """The engine's reducer of a gate: the candidate's per-position columns against the reference's rows."""
 
     def reduce(step: engine.Step) -> dict:
         z, a = step.logits[CANDIDATE][0], step.batch.rows.start
         if z.shape[1] != ref.meta["vocab_size"]:
             raise DataError(f"the candidate has {z.shape[1]} output logits, the reference {ref.meta['vocab_size']}: different vocabularies")
-        return by_rows(z.shape[0], lambda r: _gate_rows(ref, z[r], slice(a + r.start, a + r.stop)), chunk_rows(z))
+        return by_rows(z.shape[0], lambda r: _gate_rows(ref, z[r], slice(a + r.start, a + r.stop), top_k), chunk_rows(z))
 
     return reduce
 
@@ -267,6 +271,7 @@ def gate_result(gate_settings: GateSettings, ref: Reference, candidate: tuple, t
         provenance(
             "gate", model=loaded.info, reference_file=str(gate_settings.reference), reference_provenance=ref.meta["provenance"],
             top_k=ref.meta["top_k"], tail_samples=ref.meta["tail_samples"], confidence=gate_settings.confidence, point=gate_settings.point,
+            positions_top_k=gate_settings.top_k,
         ),
         timings, passed=passed, verdicts=verdicts,
         baseline={"file": str(gate_settings.baseline), "rows": base_rows} if gate_settings.baseline else None, metrics=metrics,

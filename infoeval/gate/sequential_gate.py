@@ -21,6 +21,7 @@ from infoeval import distributed, engine
 from infoeval.errors import UsageError
 from infoeval.gate.limit_streams import Plan, limit_stream, window_columns
 from infoeval.gate.limits import compare_baseline, judge
+from infoeval.gate.positions import TOP_COLUMNS, row_columns
 from infoeval.gate.pipeline import (
     CANDIDATE,
     GATE_COLUMNS,
@@ -96,12 +97,12 @@ def run_sequential_gate(gate_settings: GateSettings, seq: SequentialSettings, mo
     batches, tokens, ref_cols, streams, order, budget = (planned[k] for k in ("batches", "tokens", "ref_cols", "streams", "order", "budget"))
     rule = sequential_rule(streams, seq, len(batches))
     var: dict = {}
-    reduce, prefix_id = gate_reducer(ref), ref.meta["provenance"]["protocol"]["prefix_id"]
+    reduce, prefix_id = gate_reducer(ref, gate_settings.top_k), ref.meta["provenance"]["protocol"]["prefix_id"]
 
     def evaluate(idx: np.ndarray) -> list:
         part = engine.run({CANDIDATE: candidate[1].model}, ref.stream_ids, [batches[i] for i in idx], prefix_id, reduce,
-                          {"top1": np.bool_}, on_forward=bar.step, n_rows=ref.n)  # fmt: skip
-        for k in ("nll", *GATE_COLUMNS):
+                          {"top1": np.bool_, **TOP_COLUMNS}, on_forward=bar.step, n_rows=ref.n)  # fmt: skip
+        for k in (k for k in ("nll", *GATE_COLUMNS, *TOP_COLUMNS) if k in part):
             var.setdefault(k, np.zeros_like(part[k]))
             for i in idx:
                 var[k][batches[i].rows] = part[k][batches[i].rows]
@@ -121,7 +122,7 @@ def run_sequential_gate(gate_settings: GateSettings, seq: SequentialSettings, mo
     report = sequential_report(seq, rule, streams, outcome, obs, order, tokens, fixed_ok)
     result = gate_result(gate_settings, ref, candidate, {"load_s": load_s, "eval_s": bar.seconds}, decided and all(r["passed"] for r in base_rows),
                          tuple(v.as_dict() for v in verdicts), base_rows, metrics, report)  # fmt: skip
-    return result, {"reference": ref_used, "variant": var_used, "rows": rows}
+    return result, {"reference": ref_used, "variant": var_used, "rows": rows, **row_columns(ref, rows, var_used, gate_settings.top_k, candidate[1].tokenizer)}
 
 
 def _plan(ref, seq: SequentialSettings, limits) -> dict:

@@ -1,14 +1,45 @@
 """The page's numbers for one run, from its result and positions table: per scored position the token, window,
-context length, the reference's NLL, entropy and top-K, and per variant its KL, Δp, NLL, top-1 match and
-top-K; the worst positions; the metrics and the provenance for the section's header. Pure: no torch, no I/O."""
+context length, the reference's NLL, entropy and top-K, and per variant (a quantize-compare scheme, a gate's
+candidate; none for compress-bits) its KL, Δp, NLL, top-1 match and top-K; the worst positions; the metrics, a
+gate's verdicts, compress-bits' compressors and the provenance for the section's header. Pure: no torch, no I/O."""
 
 from __future__ import annotations
+
+from pathlib import PurePath
 
 import numpy as np
 import pandas as pd
 
-WORST = 30  # positions listed per variant, by KL
+WORST = 30  # positions listed per variant, by KL and by Δp (by the reference's NLL without variants)
 DIGITS = 5  # significant digits kept for the page's numbers
+GATE_NAMES = {"nll_reference": "nll_ref", "entropy_reference": "entropy_ref", "nll_candidate": "nll"}  # gate → quantize-compare
+
+
+def command_of(result: dict) -> str:
+    """The command a result JSON came from (its schema ``infoeval/<command>/<version>``)."""
+    return str(result.get("schema", "")).removeprefix("infoeval/").partition("/")[0]
+
+
+def variant_names(result: dict) -> list[str]:
+    """The variants of a run: quantize-compare's schemes, a gate's candidate (the last part of its name or path,
+    and its scheme), none for compress-bits."""
+    command = command_of(result)
+    if command == "gate":
+        c = result["candidate"]
+        return [" ".join(x for x in (PurePath(c["spec"]).name or c["spec"], c.get("scheme")) if x)]
+    return [v["name"] for v in result.get("variants", ())]
+
+
+def variant_metrics(result: dict) -> dict[str, dict]:
+    """name → the metrics of each variant (a gate's candidate metrics under its name)."""
+    if command_of(result) == "gate":
+        return {variant_names(result)[0]: result["metrics"]}
+    return {v["name"]: v["metrics"] for v in result.get("variants", ())}
+
+
+def reference_provenance(result: dict) -> dict:
+    """The provenance of the reference's pass: the run's own, or for a gate the reference file's."""
+    return result["provenance"].get("reference_provenance") or result["provenance"]
 
 
 def _round(x: np.ndarray) -> list:
@@ -25,28 +56,53 @@ def _top(frame: pd.DataFrame, prefix: str) -> dict | None:
     return {"ids": frame[ids].to_numpy(np.int64).tolist(), "p": [_round(row) for row in frame[[c[:-3] + "_p" for c in ids]].to_numpy()]}
 
 
+def _worst(x: np.ndarray) -> list[int]:
+    return np.argsort(-np.asarray(x, dtype=np.float64), kind="stable")[:WORST].tolist()
+
+
+def _per_variant(result: dict, frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """The reference's rows (one per scored position) and each variant's, all in position order."""
+    names = variant_names(result)
+    if command_of(result) == "gate":
+        frame = frame.rename(columns=GATE_NAMES)
+        per = {names[0]: frame.sort_values("position")}
+    else:
+        per = {name: frame[frame["variant"] == name].sort_values("position") for name in names} if "variant" in frame else {}
+    return (per[names[0]] if per else frame.sort_values("position")), per
+
+
+def _header(result: dict) -> dict:
+    """What a section's header shows besides the metrics: the command, model, text, protocol, and a gate's verdicts
+    or compress-bits' compressors."""
+    prov, ref_prov = result["provenance"], reference_provenance(result)
+    out = {"command": " ".join(["infoeval", *(prov.get("argv") or ())[1:]]), "model": prov.get("model", {}).get("spec"),
+           "text": ref_prov.get("text") or {}, "protocol": ref_prov.get("protocol") or {}, "created": prov.get("created")}  # fmt: skip
+    if command_of(result) == "gate":
+        seq = result.get("sequential") or {}
+        keep = ("decision", "stopped_at_window", "windows_budget", "tokens_used", "tokens_budget", "alpha")
+        out["gate"] = {"passed": result["passed"], "verdicts": list(result["verdicts"]), "baseline": (result.get("baseline") or {}).get("rows", []),
+                       "sequential": {k: seq[k] for k in keep if k in seq} or None, "reference_model": ref_prov.get("model", {}).get("spec")}  # fmt: skip
+    if "compressors" in result:
+        out["compressors"] = [{k: r[k] for k in ("method", "bits_per_byte")} for r in result["compressors"]]
+    return out
+
+
 def run_data(result: dict, frame: pd.DataFrame, vocab: dict[int, str], title: str) -> dict:
     """The JSON a page section is drawn from."""
-    names = [v["name"] for v in result["variants"]]
-    per = {name: frame[frame["variant"] == name].sort_values("position") for name in names} if "variant" in frame else {}
-    first = per[names[0]] if names else frame.sort_values("position")
+    first, per = _per_variant(result, frame)
     variants = {}
     for name, f in per.items():
-        kl = f["kl"].to_numpy(np.float64)
-        worst = np.argsort(-kl, kind="stable")[:WORST]
-        variants[name] = {"kl": _round(kl), "dp": _round(f["dp"]), "nll": _round(f["nll"]), "top1": f["top1_match"].astype(int).tolist(),
-                          "top": _top(f, ""), "worst": worst.tolist()}  # fmt: skip
-    prov = result["provenance"]
+        variants[name] = {"kl": _round(f["kl"]), "dp": _round(f["dp"]), "nll": _round(f["nll"]), "top1": f["top1_match"].astype(int).tolist(),
+                          "top": _top(f, ""), "worst": _worst(f["kl"]), "worst_dp": _worst(-f["dp"].to_numpy(np.float64))}  # fmt: skip
     used = {int(i) for i in first["token_id"]}
     for top in [_top(first, "ref_")] + [v["top"] for v in variants.values()]:
         if top:
             used.update(i for row in top["ids"] for i in row)
     return {
-        "title": title, "command": " ".join(["infoeval", *(prov.get("argv") or ())[1:]]), "model": prov.get("model", {}).get("spec"),
-        "text": prov.get("text", {}), "protocol": prov.get("protocol", {}), "created": prov.get("created"),
-        "metrics": {v["name"]: v["metrics"] for v in result["variants"]}, "reference_metrics": result["reference"],
+        "title": title, "kind": command_of(result), **_header(result),
+        "metrics": variant_metrics(result), "reference_metrics": result["reference"],
         "n": len(first), "token": first["token_id"].astype(int).tolist(), "window": first["window"].astype(int).tolist(),
         "context": first["context"].astype(int).tolist(), "position": first["position"].astype(int).tolist(),
-        "ref": {"nll": _round(first["nll_ref"]), "entropy": _round(first["entropy_ref"]), "top": _top(first, "ref_")},
+        "ref": {"nll": _round(first["nll_ref"]), "entropy": _round(first["entropy_ref"]), "top": _top(first, "ref_"), "worst": _worst(first["nll_ref"])},
         "variants": variants, "vocab": {str(i): vocab.get(i, f"<{i}>") for i in sorted(used)},
     }  # fmt: skip

@@ -24,15 +24,19 @@ def _json_for_script(data) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
 
 
-def render(sections: list[dict], title: str = "infoeval report") -> str:
-    """The page for ``sections`` (each ``data.run_data``'s dict)."""
-    payload = {"sections": sections, "page": PAGE, "version": __version__}
+def render(sections: list[dict], title: str = "infoeval report", comparison: list[dict] | None = None) -> str:
+    """The page for ``sections`` (each ``data.run_data``'s dict), with a comparison table above them when
+    ``comparison`` (``table.comparison_rows``) is given, and each section's plots (inline SVG, ``plots``)."""
+    from infoeval.report.plots import MISSING, available, section_plots
+
+    sections = [{**sec, "plots": section_plots(sec, i)} for i, sec in enumerate(sections)]
+    payload = {"sections": sections, "comparison": comparison, "page": PAGE, "version": __version__, "plots_missing": None if available() else MISSING}
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">', f"<title>{html.escape(title)}</title>",
         f"<style>{_asset('page.css')}</style>", "</head>", "<body>", f"<h1>{html.escape(title)}</h1>",
-        '<div id="sections"></div>', '<div id="tip" role="tooltip" hidden></div>',
+        '<div id="comparison"></div>', '<div id="sections"></div>', '<div id="tip" role="tooltip" hidden></div>',
         f'<script type="application/json" id="data">{_json_for_script(payload)}</script>',
         f"<script>{_asset('page.js')}</script>", "</body>", "</html>",
     ])  # fmt: skip

@@ -15,7 +15,7 @@ import pandas as pd
 from infoeval.errors import UsageError
 from infoeval.output.results import SCHEMA_VERSION
 
-COMMANDS = ("quantize-compare",)  # the commands whose runs the page shows (compress-bits and gate come next)
+COMMANDS = ("quantize-compare", "compress-bits", "gate")  # the commands whose runs the page shows
 POSITIONS = ("positions.parquet", "positions.csv")
 
 

@@ -1,7 +1,9 @@
 "use strict";
 // infoeval report: draws each run section from the JSON in #data. No network, no library.
 const DATA = JSON.parse(document.getElementById("data").textContent);
-const COLUMNS = { kl: "KL(ref‖variant), nats", dp: "Δp = q(y) − p(y)", nll: "variant NLL, nats", entropy: "reference entropy, nats" };
+const COLUMNS = { kl: "KL(ref‖variant), nats", dp: "Δp = q(y) − p(y)", nll: "variant NLL, nats", nll_ref: "reference NLL, nats", entropy: "reference entropy, nats" };
+const REFERENCE_COLUMNS = ["nll_ref", "entropy"]; // the columns of a section without variants (compress-bits)
+const pct = (x) => (x === null || x === undefined) ? "–" : (100 * x).toFixed(2) + " %";
 const fmt = (x) => (x === null || x === undefined || Number.isNaN(x)) ? "–" : (Math.abs(x) >= 1e4 || (x !== 0 && Math.abs(x) < 1e-3) ? x.toExponential(3) : x.toFixed(4));
 const esc = (s) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 
@@ -28,6 +30,7 @@ function colour(x, scale, signed) {
 
 function values(sec, scheme, column) {
   if (column === "entropy") return sec.ref.entropy;
+  if (column === "nll_ref") return sec.ref.nll;
   return sec.variants[scheme][column];
 }
 
@@ -40,23 +43,54 @@ function topTable(sec, top, i, label) {
 function tipHtml(sec, scheme, i) {
   const v = sec.variants[scheme];
   const tok = sec.vocab[sec.token[i]] ?? "";
-  return `<div><b>${esc(plain(tok))}</b> (id ${sec.token[i]}) · position ${sec.position[i]} · window ${sec.window[i]} · context ${sec.context[i]}</div>` +
+  const head = `<div><b>${esc(plain(tok))}</b> (id ${sec.token[i]}) · position ${sec.position[i]} · window ${sec.window[i]} · context ${sec.context[i]}</div>`;
+  if (!v) {
+    return head + `<table class="vals"><tr><td>NLL ref</td><td data-k="nll_ref">${fmt(sec.ref.nll[i])}</td><td>bits</td><td data-k="bits">${fmt(sec.ref.nll[i] / Math.LN2)}</td></tr>` +
+      `<tr><td>entropy ref</td><td data-k="entropy">${fmt(sec.ref.entropy[i])}</td><td></td><td></td></tr></table>` +
+      `<div class="cols">${topTable(sec, sec.ref.top, i, "reference")}</div>`;
+  }
+  return head +
     `<table class="vals"><tr><td>KL</td><td data-k="kl">${fmt(v.kl[i])}</td><td>Δp</td><td data-k="dp">${fmt(v.dp[i])}</td></tr>` +
     `<tr><td>NLL ref</td><td data-k="nll_ref">${fmt(sec.ref.nll[i])}</td><td>NLL ${esc(scheme)}</td><td data-k="nll">${fmt(v.nll[i])}</td></tr>` +
     `<tr><td>entropy ref</td><td data-k="entropy">${fmt(sec.ref.entropy[i])}</td><td>top-1 agrees</td><td data-k="top1">${v.top1[i] ? "yes" : "no"}</td></tr></table>` +
     `<div class="cols">${topTable(sec, sec.ref.top, i, "reference")}${topTable(sec, v.top, i, scheme)}</div>`;
 }
 
+function verdicts(g) {
+  // a gate's verdict and its limits, at the top of its section
+  const rows = g.verdicts.map((v) => `<tr class="${v.passed ? "pass" : "fail"}"><td>${esc(v.limit)}</td><td>${v.side === "min" ? "≥" : "≤"} ${fmt(v.threshold)}</td>` +
+    `<td>${fmt(v.value)}</td><td>${fmt(v.bound)}</td><td>${esc(String(v.judged || ""))}</td><td>${v.passed ? "PASS" : "FAIL"}</td></tr>`);
+  const base = (g.baseline || []).map((r) => `<tr class="${r.passed ? "pass" : "fail"}"><td>baseline ${esc(String(r.metric))}</td><td colspan="4">${esc(JSON.stringify(r))}</td><td>${r.passed ? "PASS" : "FAIL"}</td></tr>`);
+  const s = g.sequential;
+  const seq = s ? `<div class="seq">sequential: <b>${esc(String(s.decision))}</b> at window ${s.stopped_at_window} of ${s.windows_budget} · ${Number(s.tokens_used).toLocaleString()} of ${Number(s.tokens_budget).toLocaleString()} tokens · α ${s.alpha}</div>` : "";
+  return `<div class="verdict ${g.passed ? "pass" : "fail"}">gate ${g.passed ? "PASSED" : "FAILED"}</div>${seq}` +
+    `<table class="verdicts"><tr><th>limit</th><th>threshold</th><th>value</th><th>bound</th><th>judged by</th><th>verdict</th></tr>${rows.join("")}${base.join("")}</table>`;
+}
+
 function header(sec, el) {
-  const m = sec.metrics, names = Object.keys(sec.variants);
+  const m = sec.metrics, names = Object.keys(sec.variants), r = sec.reference_metrics || {};
   const rows = names.map((n) => `<tr><td>${esc(n)}</td><td>${fmt(m[n].kl_mean)} ± ${fmt(m[n].kl_se)}</td><td>${fmt(m[n].kl_p99)}</td>` +
-    `<td>${(100 * m[n].top1).toFixed(2)} %</td><td>${fmt(m[n].ppl_ratio)}</td></tr>`);
+    `<td>${pct(m[n].top1)}</td><td>${fmt(m[n].ppl_ratio)}</td></tr>`);
   const text = sec.text || {}, proto = sec.protocol || {};
-  el.innerHTML = `<h2>${esc(sec.title)}</h2>` +
-    `<div class="prov">model <code>${esc(String(sec.model))}</code> · text <code>${esc(String(text.source || ""))}</code> sha256 <code>${esc(String(text.sha256 || "").slice(0, 12))}</code>` +
+  const comp = sec.compressors ? `<table class="compressors"><tr><th>coder</th><th>bits/byte</th></tr><tr><td>the model</td><td>${fmt(r.bits_per_byte)}</td></tr>` +
+    sec.compressors.map((c) => `<tr><td>${esc(c.method)}</td><td>${fmt(c.bits_per_byte)}</td></tr>`).join("") + "</table>" : "";
+  el.innerHTML = `<h2>${esc(sec.title)}</h2>` + (sec.gate ? verdicts(sec.gate) : "") +
+    `<div class="prov">${esc(sec.kind || "")} · model <code>${esc(String(sec.model))}</code>` + (sec.gate && sec.gate.reference_model ? ` against reference <code>${esc(String(sec.gate.reference_model))}</code>` : "") +
+    ` · text <code>${esc(String(text.source || ""))}</code> sha256 <code>${esc(String(text.sha256 || "").slice(0, 12))}</code>` +
     ` · protocol ${esc(String(proto.name || ""))} ctx ${esc(String(proto.ctx || ""))} · ${sec.n.toLocaleString()} positions · ${esc(String(sec.created || ""))}` +
     `<br>command <code>${esc(String(sec.command || ""))}</code></div>` +
-    `<table class="metrics"><tr><th>variant</th><th>mean KL ± SE</th><th>KL P99</th><th>top-1</th><th>PPL ratio</th></tr>${rows.join("")}</table>`;
+    `<div class="refm">reference: PPL ${fmt(r.ppl)} · ${fmt(r.bits_per_byte)} bits/byte · ${Number(r.tokens || 0).toLocaleString()} positions</div>` +
+    (names.length ? `<table class="metrics"><tr><th>variant</th><th>mean KL ± SE</th><th>KL P99</th><th>top-1</th><th>PPL ratio</th></tr>${rows.join("")}</table>` : "") + comp;
+}
+
+function comparison(rows, el) {
+  // several runs of one text and model: every variant of every run in one table
+  if (!rows) return;
+  const body = rows.map((r) => `<tr><td>${esc(r.run)}</td><td>${esc(r.command)}</td><td>${esc(r.variant)}</td><td>${Number(r.positions || 0).toLocaleString()}</td>` +
+    `<td>${r.kl_mean === undefined ? "–" : fmt(r.kl_mean) + " ± " + fmt(r.kl_se)}</td><td>${fmt(r.kl_p99)}</td><td>${pct(r.top1)}</td><td>${fmt(r.ppl_ratio)}</td>` +
+    `<td>${fmt(r.bpb_delta)}</td><td>${fmt(r.reference_ppl)}</td><td>${r.passed === null || r.passed === undefined ? "" : (r.passed ? "PASS" : "FAIL")}</td></tr>`);
+  el.innerHTML = `<h2>Comparison</h2><table class="comparison"><tr><th>run</th><th>command</th><th>variant</th><th>positions</th><th>mean KL ± SE</th><th>KL P99</th>` +
+    `<th>top-1</th><th>PPL ratio</th><th>Δ bits/byte</th><th>reference PPL</th><th>gate</th></tr>${body.join("")}</table>`;
 }
 
 function section(sec, index) {
@@ -64,15 +98,20 @@ function section(sec, index) {
   root.id = "run-" + index;
   const head = document.createElement("div"); header(sec, head); root.appendChild(head);
   const names = Object.keys(sec.variants);
+  const columns = Object.entries(COLUMNS).filter(([k]) => names.length || REFERENCE_COLUMNS.includes(k));
   const controls = document.createElement("div"); controls.className = "controls";
-  controls.innerHTML = `<label>variant <select class="scheme">${names.map((n) => `<option>${esc(n)}</option>`).join("")}</select></label>` +
-    `<label>colour by <select class="column">${Object.entries(COLUMNS).map(([k, t]) => `<option value="${k}">${esc(t)}</option>`).join("")}</select></label>` +
+  controls.innerHTML = `<label${names.length ? "" : " hidden"}>variant <select class="scheme">${names.map((n) => `<option>${esc(n)}</option>`).join("")}</select></label>` +
+    `<label>colour by <select class="column">${columns.map(([k, t]) => `<option value="${k}">${esc(t)}</option>`).join("")}</select></label>` +
     `<span class="legend"><span class="lo">0</span> <span class="bar"></span> <span class="hi"></span></span>` +
     `<span class="pager"><button class="prev">◀</button><span class="page"></span><button class="next">▶</button></span>`;
   root.appendChild(controls);
   const text = document.createElement("div"); text.className = "text"; root.appendChild(text);
   const worst = document.createElement("div"); worst.className = "worst"; root.appendChild(worst);
-  const state = { page: 0, scheme: names[0], column: "kl" };
+  const plots = document.createElement("details"); plots.className = "plots"; plots.open = true; root.appendChild(plots);
+  plots.innerHTML = "<summary>Plots</summary>" + (sec.plots && sec.plots.length
+    ? sec.plots.map((p) => `<figure data-plot="${esc(p.name)}"><figcaption>${esc(p.title)}</figcaption>${p.svg}</figure>`).join("")
+    : `<p class="missing">${esc(DATA.plots_missing || "no plots")}</p>`);
+  const state = { page: 0, scheme: names[0], column: columns[0][0], rank: "kl" };
   const pages = Math.max(1, Math.ceil(sec.n / DATA.page));
 
   function draw() {
@@ -88,9 +127,12 @@ function section(sec, index) {
     controls.querySelector(".hi").textContent = (signed ? "±" : "") + fmt(scale) + " (P99)";
     controls.querySelector(".lo").textContent = signed ? "−" : "0";
     controls.querySelector(".bar").style.background = signed ? "linear-gradient(90deg, rgb(38,38,255), white, rgb(255,38,38))" : "linear-gradient(90deg, white, rgb(255,38,38))";
-    const w = sec.variants[state.scheme].worst;
-    worst.innerHTML = `<h3>Largest KL: ${esc(state.scheme)}</h3><table><tr><th>position</th><th>KL</th><th>Δp</th><th>context (±20 tokens)</th></tr>` +
-      w.map((i) => `<tr><td><a data-i="${i}">${sec.position[i]}</a></td><td>${fmt(sec.variants[state.scheme].kl[i])}</td><td>${fmt(sec.variants[state.scheme].dp[i])}</td><td>` +
+    const sv = sec.variants[state.scheme];
+    const byDp = sv && state.rank === "dp";
+    const [w, label, a1, a2, c1, c2] = sv ? [byDp ? sv.worst_dp : sv.worst, "", sv.kl, sv.dp, "KL", "Δp"] : [sec.ref.worst, "Most surprising tokens (largest NLL)", sec.ref.nll, sec.ref.entropy, "NLL", "entropy"];
+    const heading = sv ? `<select class="rank"><option value="kl">Largest KL</option><option value="dp"${byDp ? " selected" : ""}>Largest drop in p(token), Δp most negative</option></select>: ${esc(state.scheme)}` : esc(label);
+    worst.innerHTML = `<h3>${heading}</h3><table><tr><th>position</th><th>${c1}</th><th>${c2}</th><th>context (±20 tokens)</th></tr>` +
+      w.map((i) => `<tr><td><a data-i="${i}">${sec.position[i]}</a></td><td>${fmt(a1[i])}</td><td>${fmt(a2[i])}</td><td>` +
         esc(plain(context(sec, i, 20))) + "</td></tr>").join("") + "</table>";
   }
   function context(s, i, k) {
@@ -110,6 +152,7 @@ function section(sec, index) {
   text.addEventListener("mouseover", (e) => { if (e.target.closest(".t")) show(e.target.closest(".t")); });
   text.addEventListener("click", (e) => { if (e.target.closest(".t")) show(e.target.closest(".t")); });
   text.addEventListener("mouseleave", () => { document.getElementById("tip").hidden = true; });
+  worst.addEventListener("change", (e) => { if (e.target.matches("select.rank")) { state.rank = e.target.value; draw(); } });
   worst.addEventListener("click", (e) => {
     const a = e.target.closest("a[data-i]"); if (!a) return;
     const i = Number(a.dataset.i); state.page = Math.floor(i / DATA.page); draw();
@@ -123,5 +166,6 @@ function section(sec, index) {
   return root;
 }
 
+comparison(DATA.comparison, document.getElementById("comparison"));
 DATA.sections.forEach((sec, i) => document.getElementById("sections").appendChild(section(sec, i)));
 document.body.dataset.ready = "1";
