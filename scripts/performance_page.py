@@ -93,6 +93,14 @@ INTROS = {
         "int8-channel passes on ≤ 30 % of the tokens (wall ≤ 0.4×), int4-channel fails within 2 windows (wall ≤ "
         "0.15×), false PASS and false FAIL ≤ α + 3 binomial SEs."
     ),
+    "report": (
+        "The report page (see [The report page](report.md)): `quantize-compare` on the default run without and "
+        "with `--topk 5`, interleaved, each a fresh process (the top-5 cost is the ratio of the fastest evaluation "
+        "of each); the page of the top-5 run: its size, the seconds to write it, and in headless Chromium the time "
+        "to its text on screen, the DOM nodes, the JS heap and the renderer's memory; and the same for the whole "
+        "python-docs text (113,108 positions, the run's positions tiled). Targets: the default page ≤ 4 MB, "
+        "written in ≤ 3 s, its text painted in ≤ 2 s; the whole text ≤ 40 MB or paged; top-5 ≤ 5 % more time."
+    ),
     "crosscheck_lmeval": (
         "`infoeval --protocol lm-eval` against lm-evaluation-harness itself on the same model files and text (see "
         "[Protocols](protocols.md)): word and byte perplexity and bits per byte side by side, their relative "

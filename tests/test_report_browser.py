@@ -43,8 +43,9 @@ def run(tmp_path_factory, tiny_llama_dir, tiny_text):
 
 
 def _js_fmt(x: float) -> str:
-    """The page's number format (page.js fmt) of a number kept to 5 significant digits."""
-    x = float(f"{x:.5g}")
+    """The page's number format (page.js fmt) of a number the page holds as float32 (exact decimal ties cannot
+    occur at 4 digits for a float32, so Python's rounding and JavaScript's agree)."""
+    x = float(np.float32(x))
     if abs(x) >= 1e4 or (x != 0 and abs(x) < 1e-3):
         mantissa, exp = f"{x:.3e}".split("e")
         return f"{mantissa}e{int(exp):+d}"

@@ -115,3 +115,32 @@ def test_without_matplotlib_the_page_says_how_to_get_plots(monkeypatch):
     monkeypatch.setattr(plots, "available", lambda: False)
     page = render([_section("compress-bits")])
     assert plots.MISSING in page and '"plots":[]' in page
+
+
+@pytest.mark.parametrize("values", [[0, 1, 255], [0, 256, 65535], [-1, 5], [0, 70000], [2**31 - 1, -(2**31)]])
+def test_packed_integers_round_trip_in_the_smallest_type(values):
+    from infoeval.report.packed import pack_ints, unpack
+
+    packed = pack_ints(values)
+    assert unpack(packed).tolist() == values
+    lo, hi = min(values), max(values)
+    assert packed["dtype"] == ("u8" if lo >= 0 and hi < 256 else "u16" if lo >= 0 and hi < 65536 else "i32")
+
+
+def test_packed_floats_are_the_float32_values():
+    from infoeval.report.packed import pack_floats, unpack
+
+    x = np.random.default_rng(4).lognormal(-5, 3, 1000)
+    np.testing.assert_array_equal(unpack(pack_floats(x)), x.astype(np.float32))
+    with pytest.raises(ValueError, match="int32"):
+        from infoeval.report.packed import pack_ints
+
+        pack_ints([2**31])
+
+
+def test_packed_doctest():
+    import doctest
+
+    from infoeval.report import packed
+
+    assert doctest.testmod(packed, raise_on_error=False).failed == 0

@@ -1,7 +1,8 @@
 """The page's numbers for one run, from its result and positions table: per scored position the token, window,
 context length, the reference's NLL, entropy and top-K, and per variant (a quantize-compare scheme, a gate's
 candidate; none for compress-bits) its KL, Δp, NLL, top-1 match and top-K; the worst positions; the metrics, a
-gate's verdicts, compress-bits' compressors and the provenance for the section's header. Pure: no torch, no I/O."""
+gate's verdicts, compress-bits' compressors and the provenance for the section's header. The per-position
+columns are packed (``packed``: typed-array bytes in base64). Pure: no torch, no I/O."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from pathlib import PurePath
 import numpy as np
 import pandas as pd
 
+from infoeval.report.packed import pack_floats, pack_ints, unpack
+
 WORST = 30  # positions listed per variant, by KL and by Δp (by the reference's NLL without variants)
-DIGITS = 5  # significant digits kept for the page's numbers
 GATE_NAMES = {"nll_reference": "nll_ref", "entropy_reference": "entropy_ref", "nll_candidate": "nll"}  # gate → quantize-compare
 
 
@@ -42,18 +44,11 @@ def reference_provenance(result: dict) -> dict:
     return result["provenance"].get("reference_provenance") or result["provenance"]
 
 
-def _round(x: np.ndarray) -> list:
-    """Numbers to DIGITS significant digits (the page shows 4): smaller JSON, the same figures. Taken as float32,
-    the precision they are measured in, so a table read back from CSV gives the very same page."""
-    x = np.asarray(x, dtype=np.float32).astype(np.float64)
-    return [float(f"{v:.{DIGITS}g}") for v in x]
-
-
 def _top(frame: pd.DataFrame, prefix: str) -> dict | None:
     ids = sorted((c for c in frame.columns if c.startswith(f"{prefix}top") and c.endswith("_id")), key=lambda c: int(c[len(prefix) + 3 : -3]))
     if not ids:
         return None
-    return {"ids": frame[ids].to_numpy(np.int64).tolist(), "p": [_round(row) for row in frame[[c[:-3] + "_p" for c in ids]].to_numpy()]}
+    return {"k": len(ids), "ids": pack_ints(frame[ids].to_numpy(np.int64).ravel()), "p": pack_floats(frame[[c[:-3] + "_p" for c in ids]].to_numpy().ravel())}
 
 
 def _worst(x: np.ndarray) -> list[int]:
@@ -92,17 +87,16 @@ def run_data(result: dict, frame: pd.DataFrame, vocab: dict[int, str], title: st
     first, per = _per_variant(result, frame)
     variants = {}
     for name, f in per.items():
-        variants[name] = {"kl": _round(f["kl"]), "dp": _round(f["dp"]), "nll": _round(f["nll"]), "top1": f["top1_match"].astype(int).tolist(),
+        variants[name] = {"kl": pack_floats(f["kl"]), "dp": pack_floats(f["dp"]), "nll": pack_floats(f["nll"]), "top1": pack_ints(f["top1_match"]),
                           "top": _top(f, ""), "worst": _worst(f["kl"]), "worst_dp": _worst(-f["dp"].to_numpy(np.float64))}  # fmt: skip
     used = {int(i) for i in first["token_id"]}
     for top in [_top(first, "ref_")] + [v["top"] for v in variants.values()]:
         if top:
-            used.update(i for row in top["ids"] for i in row)
+            used.update(int(i) for i in np.unique(unpack(top["ids"])))
     return {
         "title": title, "kind": command_of(result), **_header(result),
         "metrics": variant_metrics(result), "reference_metrics": result["reference"],
-        "n": len(first), "token": first["token_id"].astype(int).tolist(), "window": first["window"].astype(int).tolist(),
-        "context": first["context"].astype(int).tolist(), "position": first["position"].astype(int).tolist(),
-        "ref": {"nll": _round(first["nll_ref"]), "entropy": _round(first["entropy_ref"]), "top": _top(first, "ref_"), "worst": _worst(first["nll_ref"])},
+        "n": len(first), **{key: pack_ints(first[column]) for key, column in (("token", "token_id"), ("window", "window"), ("context", "context"), ("position", "position"))},
+        "ref": {"nll": pack_floats(first["nll_ref"]), "entropy": pack_floats(first["entropy_ref"]), "top": _top(first, "ref_"), "worst": _worst(first["nll_ref"])},
         "variants": variants, "vocab": {str(i): vocab.get(i, f"<{i}>") for i in sorted(used)},
     }  # fmt: skip

@@ -14,6 +14,7 @@ import re
 import numpy as np
 
 from infoeval.measure.stats import LN2
+from infoeval.report.packed import unpack
 from infoeval.report.series import binned_stats, ecdf_points, group_means, log_histogram
 
 MISSING = "plots need matplotlib: pip install 'infoeval[plot]'"
@@ -58,11 +59,15 @@ def compact_svg(text: str) -> str:
     return re.sub(r">\s+<", "><", text).strip()
 
 
+def _floats(column) -> np.ndarray:
+    return unpack(column).astype(np.float64)
+
+
 def _series(sec: dict) -> dict[str, np.ndarray]:
     """name → the per-position values the plots show: each variant's KL, or the model's bits without variants."""
     if sec["variants"]:
-        return {name: np.asarray(v["kl"], dtype=np.float64) for name, v in sec["variants"].items()}
-    return {"the model": np.asarray(sec["ref"]["nll"], dtype=np.float64) / LN2}
+        return {name: _floats(v["kl"]) for name, v in sec["variants"].items()}
+    return {"the model": _floats(sec["ref"]["nll"]) / LN2}
 
 
 def _limit(sec: dict, metric: str) -> float | None:
@@ -105,7 +110,7 @@ def distribution(sec: dict, salt: str) -> str:
 
 def entropy_relation(sec: dict, salt: str) -> str:
     """Mean (and 90th percentile) KL, or bits, in 20 quantile bins of the reference's entropy."""
-    series, entropy = _series(sec), np.asarray(sec["ref"]["entropy"], dtype=np.float64)
+    series, entropy = _series(sec), _floats(sec["ref"]["entropy"])
     fig, (a,) = _figure(9, 3.2)
     for (name, y), colour in zip(series.items(), COLOURS):
         s = binned_stats(entropy, y)
@@ -124,10 +129,10 @@ def along(sec: dict, salt: str) -> str:
     """Mean KL (or bits) per window along the text, and by context length (the position in the window)."""
     series = _series(sec)
     fig, (a, b) = _figure(9, 3.2, 2)
-    context = np.asarray(sec["context"], dtype=np.int64)
+    context, window = unpack(sec["context"]).astype(np.int64), unpack(sec["window"])
     step = max(1, int(np.ceil((context.max() if len(context) else 1) / 64)))  # at most 64 points
     for (name, y), colour in zip(series.items(), COLOURS):
-        w, m = group_means(sec["window"], y)
+        w, m = group_means(window, y)
         a.plot(w, m, color=colour, label=name, lw=1)
         c, mc = group_means((context - 1) // step, y)
         b.plot(c * step + 1, mc, color=colour, label=name, lw=1.5)

@@ -1,6 +1,23 @@
 "use strict";
 // infoeval report: draws each run section from the JSON in #data. No network, no library.
 const DATA = JSON.parse(document.getElementById("data").textContent);
+const TYPED = { f32: Float32Array, u8: Uint8Array, u16: Uint16Array, i32: Int32Array };
+function unpack(c) {
+  // a packed column (report/packed.py): little-endian typed-array bytes in base64
+  if (!c || !c.b64) return c;
+  const bin = atob(c.b64), bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  return new TYPED[c.dtype](bytes.buffer);
+}
+function unpackTop(t) { return t ? { k: t.k, ids: unpack(t.ids), p: unpack(t.p) } : t; }
+for (const sec of DATA.sections) {
+  for (const key of ["token", "window", "context", "position"]) sec[key] = unpack(sec[key]);
+  sec.ref = { ...sec.ref, nll: unpack(sec.ref.nll), entropy: unpack(sec.ref.entropy), top: unpackTop(sec.ref.top) };
+  for (const v of Object.values(sec.variants)) {
+    for (const key of ["kl", "dp", "nll", "top1"]) v[key] = unpack(v[key]);
+    v.top = unpackTop(v.top);
+  }
+}
 const COLUMNS = { kl: "KL(ref‖variant), nats", dp: "Δp = q(y) − p(y)", nll: "variant NLL, nats", nll_ref: "reference NLL, nats", entropy: "reference entropy, nats" };
 const REFERENCE_COLUMNS = ["nll_ref", "entropy"]; // the columns of a section without variants (compress-bits)
 const pct = (x) => (x === null || x === undefined) ? "–" : (100 * x).toFixed(2) + " %";
@@ -36,7 +53,11 @@ function values(sec, scheme, column) {
 
 function topTable(sec, top, i, label) {
   if (!top) return `<div><b>${label}</b><br>(run with --topk K)</div>`;
-  const rows = top.ids[i].map((id, j) => `<tr><td>${esc(plain(sec.vocab[id] ?? "<" + id + ">"))}</td><td>${id}</td><td>${fmt(top.p[i][j])}</td></tr>`);
+  const rows = [];
+  for (let j = i * top.k; j < (i + 1) * top.k; j++) {
+    const id = top.ids[j];
+    rows.push(`<tr><td>${esc(plain(sec.vocab[id] ?? "<" + id + ">"))}</td><td>${id}</td><td>${fmt(top.p[j])}</td></tr>`);
+  }
   return `<div><b>${label}</b><table class="top" data-role="${label}"><tr><th>token</th><th>id</th><th>p</th></tr>${rows.join("")}</table></div>`;
 }
 
@@ -168,4 +189,6 @@ function section(sec, index) {
 
 comparison(DATA.comparison, document.getElementById("comparison"));
 DATA.sections.forEach((sec, i) => document.getElementById("sections").appendChild(section(sec, i)));
+performance.mark("infoeval-ready");
+requestAnimationFrame(() => setTimeout(() => performance.mark("infoeval-painted"), 0)); // after the next frame: the text is on screen
 document.body.dataset.ready = "1";
