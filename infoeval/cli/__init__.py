@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -19,6 +20,7 @@ from infoeval.errors import (
     RankFailure,
     UsageError,
 )
+from infoeval.quant.methods import LIBRARY_LOGGERS
 
 app = typer.Typer(
     name="infoeval",
@@ -57,6 +59,9 @@ def _say(e: BaseException, line: str) -> None:
 def main() -> None:
     """Entry point: known errors become one line on stderr and an exit code; tracebacks only with INFOEVAL_DEBUG=1."""
     debug = bool(os.environ.get("INFOEVAL_DEBUG"))
+    if not debug:  # an optional quantization library's import-time chatter (transformers imports torchao when present)
+        for name in LIBRARY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.ERROR)
     try:
         _check_launch(sys.argv[1:])
         app()

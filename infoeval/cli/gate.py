@@ -27,7 +27,7 @@ TopKOpt = Annotated[int, typer.Option(help="Most likely tokens kept per position
 TailSamplesOpt = Annotated[int, typer.Option(help="Tokens sampled from the tail per position (unbiased KL; 0: lower bound only).")]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the tail sampling.")]
 ReferenceOpt = Annotated[Path, typer.Option("--reference", "-r", help="Reference file written by `infoeval reference`.")]
-GateSchemeOpt = Annotated[Optional[str], typer.Option(help="Fake-quantize the candidate with this scheme first, e.g. int8-channel.")]
+GateSchemeOpt = Annotated[Optional[str], typer.Option(help="Quantize the candidate with this scheme first: int8-channel (infoeval's rounding) or a library's, e.g. hqq:int4-g64.")]
 LimitsOpt = Annotated[Optional[Path], typer.Option(help="TOML file with a \\[limits] table (see configs/gates/default.toml).")]
 MaxKlMeanOpt = Annotated[Optional[float], typer.Option(help="Limit on mean KL(reference‖candidate), nats.")]
 MaxKlP99Opt = Annotated[Optional[float], typer.Option(help="Limit on the 99th percentile of per-position KL, nats.")]

@@ -85,7 +85,7 @@ ProtocolOpt = Annotated[str, typer.Option(help="rolling (every token scored once
 DocumentsOpt = Annotated[Optional[str], typer.Option(help="With --protocol lm-eval: a JSONL file of documents, or 'articles' (the WikiText file split into articles, lm-eval's wikitext task).")]
 DocumentFieldOpt = Annotated[str, typer.Option(help="The field of each JSONL line that holds the document.")]
 PrefixOpt = Annotated[str, typer.Option(help="Token put before the text: auto (BOS, else EOS), bos, eos or none.")]
-SchemesOpt = Annotated[str, typer.Option(help="Comma-separated schemes: int<bits>-channel | int<bits>-g<N> [-asym].")]
+SchemesOpt = Annotated[str, typer.Option(help="Comma-separated schemes: int<bits>-channel | int<bits>-g<N> [-asym] (infoeval's rounding), or <library>:<spec> such as hqq:int4-g64 (the library's own quantizer and kernels; docs/methods.md).")]
 IncludeOpt = Annotated[Optional[list[str]], typer.Option(help="Also quantize modules matching this glob (repeatable), e.g. lm_head.")]
 ExcludeOpt = Annotated[Optional[list[str]], typer.Option(help="Do not quantize modules matching this glob (repeatable).")]
 RecipeOpt = Annotated[Optional[list[Path]], typer.Option(help="Recipe TOML (unit → scheme, as `infoeval mix` writes): one more variant, named after the file (repeatable).")]

@@ -25,6 +25,8 @@ from infoeval.measure.protocol_metrics import protocol_figures
 from infoeval.quant import ahead as quant_ahead
 from infoeval.quant import rank_share
 from infoeval.quant.apply import QuantizedVariant, WithVariant, build_variants
+from infoeval.quant.methods import split_schemes
+from infoeval.quant.methods.variant import MethodVariant, build_method_variant
 from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_schemes
 from infoeval.output.results import Result
@@ -98,7 +100,7 @@ def run_lockstep(model, stream: TokenStream, windows: Sequence[Window], variants
                  top_k: int = 0) -> CompareColumns:  # fmt: skip
     """Evaluate the reference and every variant on every window, window by window (``clock``: ``engine.run``'s;
     ``top_k``: also every model's k most likely tokens per position)."""
-    roles = {REFERENCE: model, **{v.name: WithVariant(model, v) for v in variants}}
+    roles = {REFERENCE: model, **{v.name: v.model if isinstance(v, MethodVariant) else WithVariant(model, v) for v in variants}}
     top = TOP_COLUMNS if top_k else {}
     ref_keys, var_keys = {**REF_COLUMNS, **top}, {**VARIANT_COLUMNS, **top}
     schema = {**ref_keys, **{f"{v.name}/{k}": t for v in variants for k, t in var_keys.items()}}
@@ -205,7 +207,8 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
     ``top_k``: the columns also hold every model's k most likely tokens and their probabilities)."""
     reporter = reporter or Reporter()
     text_settings = _checked_text(text_settings, window_settings, until, top_k)
-    schemes = parse_schemes(variant_settings.schemes) if variant_settings.schemes or not variant_settings.recipes else []  # fail on a bad scheme before loading
+    plain, methods = split_schemes(variant_settings.schemes)  # fail on a bad scheme (or a missing library) before loading
+    schemes = parse_schemes(plain) if plain or not (variant_settings.recipes or methods) else []
     recipes = [read_recipe(r) for r in variant_settings.recipes]
     ahead, share = _start_ahead(model_settings, variant_settings, schemes), None
     try:
@@ -214,6 +217,7 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
         t0 = time.perf_counter()
         share = rank_share.start(p.loaded.model, p.loaded.info, schemes, variant_settings.include, variant_settings.exclude)  # under a launcher
         variants = build_variants(p.loaded.model, schemes, recipes, variant_settings.include, variant_settings.exclude, ahead or share)
+        variants += [build_method_variant(p.loaded.model, m, variant_settings.include, variant_settings.exclude) for m in methods]
         quantize_s = time.perf_counter() - t0
     finally:
         for made in (ahead, share):

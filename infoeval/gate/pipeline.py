@@ -3,7 +3,6 @@ runs only the candidate, on exactly the reference's token ids, and judges it aga
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -22,21 +21,11 @@ from infoeval.gate.positions import TOP_COLUMNS, candidate_top, check_top_k, row
 from infoeval.gate.reference_file import Reference, read_reference, write_reference
 from infoeval.measure.metrics import reference_metrics, variant_metrics
 from infoeval.measure.stats import se
-from infoeval.models.files import BUILTIN
-from infoeval.models import load_model, resolve_device, resolve_dtype
-from infoeval.quant.apply import fake_quantize_, recipe_variant, swap_in
-from infoeval.quant.recipe import read_recipe
-from infoeval.quant.schemes import parse_scheme
+from infoeval.gate.candidate import check_scheme, vocab_fingerprint
+from infoeval.gate.candidate import load_candidate as _load_candidate  # under this name the tests replace it
 from infoeval.input.provenance import provenance
 from infoeval.output.results import SCHEMA_VERSION, Result
 from infoeval.input.prepare import Reporter, prepare, progress
-
-
-def vocab_fingerprint(tokenizer) -> str:
-    """sha256 of the token → id map and the special token ids: equal fingerprints mean equal token ids."""
-    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
-    special = {k: getattr(tokenizer, k, None) for k in ("bos_token_id", "eos_token_id", "unk_token_id", "pad_token_id")}
-    return hashlib.sha256(json.dumps([vocab, special], ensure_ascii=False).encode()).hexdigest()
 
 
 REFERENCE, CANDIDATE = "the reference model", "the candidate"
@@ -172,33 +161,7 @@ class GateSettings:
     def __post_init__(self) -> None:
         if self.scheme and self.recipe:
             raise UsageError("--scheme and --recipe both quantize the candidate; give one")
-
-
-def _load_candidate(gate_settings: GateSettings, model_settings: ModelSettings, ref: Reference):
-    spec = gate_settings.candidate or _reference_model_spec(ref.meta["provenance"]["model"])
-    device = resolve_device(model_settings.device)
-    loaded = load_model(spec, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map)
-    report = None
-    if gate_settings.scheme:
-        report = fake_quantize_(loaded.model, parse_scheme(gate_settings.scheme)).summary()
-    elif gate_settings.recipe:
-        variant = recipe_variant(loaded.model, read_recipe(gate_settings.recipe))
-        swap_in(loaded.model, variant)
-        report = variant.summary()
-    fp = vocab_fingerprint(loaded.tokenizer)
-    if fp != ref.meta["tokenizer_fingerprint"]:
-        raise DataError(
-            f"the candidate's tokenizer ({spec}) differs from the reference's "
-            f"({ref.meta['provenance']['model']['spec']}): vocabularies must be identical to compare distributions"
-        )
-    return spec, loaded, report
-
-
-def _reference_model_spec(info: dict) -> str:
-    """How to load the reference's own model again: built-in names and hub ids as given, files by absolute path."""
-    if info["spec"].lower() in BUILTIN or info.get("kind") == "hub" or not info.get("path"):
-        return info["spec"]
-    return info["path"]
+        check_scheme(self.scheme)
 
 
 def _baseline_metrics(path: Path) -> dict:

@@ -1,0 +1,64 @@
+"""The gate's candidate: loading it, quantizing it (--scheme, a method scheme, --recipe), and checking that its
+tokenizer is the reference's."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+from infoeval.errors import DataError
+from infoeval.input.settings import ModelSettings
+from infoeval.models import load_model, resolve_device, resolve_dtype
+from infoeval.models.files import BUILTIN
+from infoeval.quant.apply import fake_quantize_, recipe_variant, swap_in
+from infoeval.quant.methods import is_method, parse_method
+from infoeval.quant.methods.variant import build_method_variant
+from infoeval.quant.recipe import read_recipe
+from infoeval.quant.schemes import parse_scheme
+
+
+def check_scheme(scheme: str | None) -> None:
+    """A --scheme that cannot be applied (unknown, or a library that is not installed) fails before anything loads."""
+    if scheme:
+        parse_method(scheme) if is_method(scheme) else parse_scheme(scheme)
+
+
+def vocab_fingerprint(tokenizer) -> str:
+    """sha256 of the token → id map and the special token ids: equal fingerprints mean equal token ids."""
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    special = {k: getattr(tokenizer, k, None) for k in ("bos_token_id", "eos_token_id", "unk_token_id", "pad_token_id")}
+    return hashlib.sha256(json.dumps([vocab, special], ensure_ascii=False).encode()).hexdigest()
+
+
+def load_candidate(gate_settings, model_settings: ModelSettings, ref):
+    """The candidate (spec, loaded model, quantization report): its own checkpoint, or the reference's model, with
+    --scheme (infoeval's rounding or a library's, ``hqq:int4-g64``) or --recipe applied; its tokenizer must be the
+    reference's."""
+    spec = gate_settings.candidate or reference_model_spec(ref.meta["provenance"]["model"])
+    device = resolve_device(model_settings.device)
+    loaded = load_model(spec, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map)
+    report = None
+    if gate_settings.scheme and is_method(gate_settings.scheme):
+        variant = build_method_variant(loaded.model, parse_method(gate_settings.scheme))
+        loaded, report = dataclasses.replace(loaded, model=variant.model), variant.summary()
+    elif gate_settings.scheme:
+        report = fake_quantize_(loaded.model, parse_scheme(gate_settings.scheme)).summary()
+    elif gate_settings.recipe:
+        variant = recipe_variant(loaded.model, read_recipe(gate_settings.recipe))
+        swap_in(loaded.model, variant)
+        report = variant.summary()
+    fp = vocab_fingerprint(loaded.tokenizer)
+    if fp != ref.meta["tokenizer_fingerprint"]:
+        raise DataError(
+            f"the candidate's tokenizer ({spec}) differs from the reference's "
+            f"({ref.meta['provenance']['model']['spec']}): vocabularies must be identical to compare distributions"
+        )
+    return spec, loaded, report
+
+
+def reference_model_spec(info: dict) -> str:
+    """How to load the reference's own model again: built-in names and hub ids as given, files by absolute path."""
+    if info["spec"].lower() in BUILTIN or info.get("kind") == "hub" or not info.get("path"):
+        return info["spec"]
+    return info["path"]

@@ -1,0 +1,117 @@
+"""Method-qualified schemes: ``<backend>:<spec>`` (``hqq:int4-g64``) quantizes the reference's weights with that
+library's public API and runs its own kernels in the forward pass, where a plain scheme (``int4-g128``) is
+infoeval's round-to-nearest fake quantization. Each backend is an optional dependency (an extra); naming one that
+is not installed, or a spec it does not take, is a usage error of one line, before anything loads.
+
+Backends: ``hqq`` (``methods/hqq.py``). The others of the issue (quanto, torchao, bnb, autoround) come one per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import logging
+import warnings
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+
+from infoeval.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    module: str  # infoeval's adapter
+    package: str  # the import name of the library
+    distribution: str  # its name on PyPI (for its version)
+    extra: str  # pip install 'infoeval[<extra>]'
+    grammar: str  # the specs it takes, for the error line
+
+
+BACKENDS = {
+    "hqq": Backend("hqq", "infoeval.quant.methods.hqq", "hqq", "hqq", "hqq", "int<bits>[-g<N>|-channel], bits 8, 6, 5, 4, 3, 2 or 1; N a multiple of 8 (default 64)"),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MethodScheme:
+    """One library's quantization at some settings: ``name`` as given on the command line, ``settings`` as the
+    backend parsed them (what its library is called with), ``bits``/``group_size`` for the tables."""
+
+    backend: str
+    spec: str
+    settings: dict = field(compare=False)
+    bits: float | None = None
+    group_size: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.backend}:{self.spec}"
+
+    def adapter(self):
+        return importlib.import_module(BACKENDS[self.backend].module)
+
+    def as_dict(self) -> dict:
+        """The scheme's record in a result: the backend, its library's version and the settings it was called with."""
+        b = BACKENDS[self.backend]
+        return {"name": self.name, "backend": self.backend, "library": b.distribution, "library_version": library_version(b),
+                "bits": self.bits, "group_size": self.group_size, "symmetric": None, "settings": dict(self.settings)}  # fmt: skip
+
+
+def library_version(backend: Backend) -> str | None:
+    try:
+        return version(backend.distribution)
+    except PackageNotFoundError:
+        return None
+
+
+def is_method(text: str) -> bool:
+    """Whether a scheme name names a backend (``hqq:int4-g64``) rather than infoeval's own rounding."""
+    return ":" in text
+
+
+def parse_method(text: str) -> MethodScheme:
+    """``<backend>:<spec>`` → MethodScheme; an unknown backend, a library that is not installed or a spec the
+    backend does not take is a usage error naming what is allowed."""
+    backend, _, spec = text.strip().partition(":")
+    backend, spec = backend.lower(), spec.strip().lower()
+    if backend not in BACKENDS:
+        raise UsageError(f"unknown quantization backend '{backend}' in '{text}'; backends: {', '.join(sorted(BACKENDS))} (or a plain scheme such as int4-g128)")
+    b = BACKENDS[backend]
+    if importlib.util.find_spec(b.package) is None:
+        raise UsageError(f"'{text}' needs the {b.distribution} package, which is not installed: pip install 'infoeval[{b.extra}]'")
+    settings, bits, group = importlib.import_module(b.module).parse(spec, text)
+    return MethodScheme(backend, spec, settings, bits, group)
+
+
+def split_schemes(text: str) -> tuple[str, list[MethodScheme]]:
+    """A --schemes list (comma-separated) as its plain schemes (the text, for ``parse_schemes``) and its method
+    schemes, parsed; a method listed twice is a usage error."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    methods = [parse_method(p) for p in parts if is_method(p)]
+    names = [m.name for m in methods]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UsageError(f"scheme listed twice: {', '.join(dupes)}; list each scheme once")
+    return ",".join(p for p in parts if not is_method(p)), methods
+
+
+LIBRARY_LOGGERS = ("torchao", "torch.utils._pytree", "hqq", "optimum.quanto", "bitsandbytes")
+
+
+@contextlib.contextmanager
+def quiet_libraries():
+    """The backends' import-time chatter (torchao's missing CUDA extensions, torch's pytree deprecations, hqq's
+    notices) kept off the user's terminal while a library is imported and used; errors still raise."""
+    loggers = [logging.getLogger(n) for n in LIBRARY_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)

@@ -1,0 +1,110 @@
+"""A method variant: the reference model with its selected ``nn.Linear`` layers replaced by a library's quantized
+modules (its own kernels run in the forward pass). Everything else (embeddings, norms, the layers left as they
+are) is the reference's own tensors, shared, not copied, so a variant costs only its quantized weights. Its
+report holds, per layer, the bytes the library stores (codes, scales, zero points: every tensor of the module
+but the bias) and the SQNR of the weight the module computes with, read back through the module itself."""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from infoeval.quant.apply import plan_layers
+from infoeval.quant.methods import MethodScheme, quiet_libraries
+from infoeval.quant.variant import LayerReport
+
+
+@dataclass(frozen=True)
+class MethodLayer:
+    report: LayerReport
+    stored_bytes: int  # 0 where the layer is left as it is
+    seconds: float  # in the library's quantization of this layer
+
+
+@dataclass(frozen=True)
+class MethodVariant:
+    """A library-quantized copy of the reference (``model``) and its report; the engine runs it as a role."""
+
+    scheme: MethodScheme
+    model: torch.nn.Module
+    layers: tuple[MethodLayer, ...]
+    quantize_s: float  # seconds in the library's quantization (not in infoeval's report)
+
+    @property
+    def name(self) -> str:
+        return self.scheme.name
+
+    def bits_per_weight(self) -> float:
+        """Stored bits per quantized weight, codes, scales and zero points included (the units of ``mix``)."""
+        q = [x for x in self.layers if x.report.quantized]
+        params = sum(math.prod(x.report.shape) for x in q)
+        return 8 * sum(x.stored_bytes for x in q) / params if params else 0.0
+
+    def summary(self) -> dict:
+        q = [x for x in self.layers if x.report.quantized]
+        sq = [x.report.sqnr_db for x in q if x.report.sqnr_db is not None]
+        return {
+            "scheme": self.scheme.as_dict(), "layers_quantized": len(q), "layers_skipped": len(self.layers) - len(q),
+            "params_quantized": sum(math.prod(x.report.shape) for x in q), "stored_bytes": sum(x.stored_bytes for x in q),
+            "bits_per_weight": self.bits_per_weight(), "quantize_s": self.quantize_s,
+            "sqnr_db_min": min(sq) if sq else None, "sqnr_db_mean": sum(sq) / len(sq) if sq else None,
+            "layers": [{**x.report.as_dict(), "stored_bytes": x.stored_bytes} for x in self.layers],
+        }  # fmt: skip
+
+
+def stored_bytes(module: torch.nn.Module) -> int:
+    """Bytes of every tensor a quantized module stores but its bias (its state dict: what the library saves)."""
+    return sum(t.numel() * t.element_size() for k, t in module.state_dict().items() if isinstance(t, torch.Tensor) and k.rsplit(".", 1)[-1] != "bias")
+
+
+@torch.inference_mode()
+def effective_weight(module: torch.nn.Module, in_features: int, like: torch.Tensor, rows: int = 1024) -> torch.Tensor:
+    """The weight a module computes with, read through its forward pass: module(I) − module(0), one block of
+    identity rows at a time (any kernel, any storage)."""
+    zero = module(torch.zeros(1, in_features, dtype=like.dtype, device=like.device))
+    parts = [module(torch.eye(in_features, dtype=like.dtype, device=like.device)[a : a + rows]) - zero for a in range(0, in_features, rows)]
+    return torch.cat(parts).t()
+
+
+def sqnr_db(w: torch.Tensor, w_hat: torch.Tensor) -> float | None:
+    w, w_hat = w.detach().double(), w_hat.detach().double()
+    signal, noise = float(w.square().sum()), float((w - w_hat).square().sum())
+    return 10 * math.log10(signal / noise) if noise > 0 else None
+
+
+def _shared_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of the model's modules that shares every parameter and buffer with it."""
+    memo = {id(t): t for t in [*model.parameters(), *model.buffers()]}
+    return copy.deepcopy(model, memo)
+
+
+@torch.inference_mode()
+def build_method_variant(model: torch.nn.Module, scheme: MethodScheme, include=(), exclude=()) -> MethodVariant:
+    """The library's quantized copy of ``model``: the layers --include/--exclude select (as for every scheme)
+    replaced by the backend's modules; ``model`` itself is left as it is."""
+    adapter = scheme.adapter()
+    copied, layers = _shared_copy(model), []
+    with quiet_libraries():
+        _replace(model, copied, adapter, scheme, plan_layers(model, list(include), list(exclude)), layers)
+    return MethodVariant(scheme, copied.eval(), tuple(layers), sum(x.seconds for x in layers))
+
+
+def _replace(model, copied, adapter, scheme, plan, layers: list) -> None:
+    """Replace each selected Linear of ``copied`` by the backend's module built from ``model``'s; report every layer."""
+    for name, selected, reason in plan:
+        source = model.get_submodule(name)
+        if not selected or not isinstance(source, torch.nn.Linear):
+            layers.append(MethodLayer(LayerReport(name, tuple(getattr(source, "weight", torch.empty(0)).shape), False, reason), 0, 0.0))
+            continue
+        t0 = time.perf_counter()
+        quantized = adapter.quantize_linear(source, scheme.settings)
+        seconds = time.perf_counter() - t0
+        parent, _, child = name.rpartition(".")
+        setattr(copied.get_submodule(parent) if parent else copied, child, quantized)
+        w_hat = effective_weight(quantized, source.in_features, source.weight)
+        report = LayerReport(name, tuple(source.weight.shape), True, reason, sqnr_db(source.weight, w_hat))
+        layers.append(MethodLayer(report, stored_bytes(quantized), seconds))

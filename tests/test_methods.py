@@ -1,0 +1,144 @@
+"""Method-qualified schemes (``hqq:int4-g64``): parsing and its one-line errors, a variant equal to the library
+run directly on a fresh copy, the reference left untouched, bits read from what the library stores, the SQNR read
+through the module, and the CLI (quantize-compare and gate)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from infoeval.errors import UsageError
+from infoeval.quant.methods import BACKENDS, is_method, parse_method, split_schemes
+from infoeval.quant.methods.variant import build_method_variant, effective_weight, sqnr_db, stored_bytes
+
+HAS_HQQ = importlib.util.find_spec("hqq") is not None
+needs_hqq = pytest.mark.skipif(not HAS_HQQ, reason="hqq is not installed (pip install 'infoeval[hqq]')")
+
+
+def _cli(args, cwd):
+    return subprocess.run([sys.executable, "-m", "infoeval", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_llama_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
+
+
+def _ids():
+    return torch.randint(3, 500, (2, 24), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("nope:int4", "unknown quantization backend 'nope'"), ("hqq:int9", "is not an hqq scheme"), ("hqq:int4-g12", "is not an hqq scheme"),
+    ("hqq:fp8", "is not an hqq scheme"),
+])  # fmt: skip
+def test_bad_method_schemes_are_one_line_usage_errors(text, message):
+    if text.startswith("hqq") and not HAS_HQQ:
+        pytest.skip("hqq is not installed")
+    with pytest.raises(UsageError, match=message) as err:
+        parse_method(text)
+    assert "\n" not in str(err.value)
+
+
+def test_a_missing_library_names_the_extra(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "hqq" else real(name, *a))
+    with pytest.raises(UsageError, match=r"needs the hqq package, which is not installed: pip install 'infoeval\[hqq\]'"):
+        parse_method("hqq:int4-g64")
+
+
+@needs_hqq
+def test_split_schemes_keeps_the_plain_ones_for_the_rounding_parser():
+    plain, methods = split_schemes(" int8-channel, hqq:int4-g64 ,int4-g128,HQQ:int8-channel")
+    assert plain == "int8-channel,int4-g128" and [m.name for m in methods] == ["hqq:int4-g64", "hqq:int8-channel"]
+    assert [(m.bits, m.group_size) for m in methods] == [(4, 64), (8, None)] and is_method("hqq:int4") and not is_method("int4-g128")
+    assert parse_method("hqq:int3").settings == {"nbits": 3, "group_size": 64}
+    with pytest.raises(UsageError, match="listed twice"):
+        split_schemes("hqq:int4-g64,hqq:int4-g64")
+    assert set(BACKENDS) >= {"hqq"}
+
+
+def test_effective_weight_of_a_plain_linear_is_its_weight():
+    lin = torch.nn.Linear(40, 24, bias=True)
+    torch.nn.init.normal_(lin.bias)
+    w = effective_weight(lin, 40, lin.weight, rows=16)  # several blocks of identity rows
+    torch.testing.assert_close(w, lin.weight.detach(), atol=1e-6, rtol=0)
+    assert sqnr_db(lin.weight, lin.weight) is None
+    assert sqnr_db(torch.ones(4), torch.full((4,), 0.9)) == pytest.approx(20.0)  # 10·log10(4 / (4·0.01))
+
+
+@needs_hqq
+@pytest.mark.parametrize("spec", ["int4-g32", "int8-channel", "int3-g64"])
+def test_hqq_variant_is_the_library_on_a_fresh_copy(model, spec):
+    from hqq.core.quantize import BaseQuantizeConfig, HQQBackend, HQQLinear
+
+    ids = _ids()
+    before = model(input_ids=ids).logits
+    scheme = parse_method(f"hqq:{spec}")
+    variant = build_method_variant(model, scheme)
+    torch.testing.assert_close(model(input_ids=ids).logits, before, atol=0, rtol=0)  # the reference is untouched
+    fresh = copy.deepcopy(model)
+    HQQLinear.set_backend(HQQBackend.PYTORCH)
+    names = [r.report.name for r in variant.layers if r.report.quantized]
+    assert names and all(n.startswith("model.layers.") for n in names)
+    for name in names:
+        parent, _, child = name.rpartition(".")
+        linear = fresh.get_submodule(name)
+        config = BaseQuantizeConfig(nbits=scheme.settings["nbits"], group_size=scheme.settings["group_size"])
+        setattr(fresh.get_submodule(parent), child, HQQLinear(linear, quant_config=config, compute_dtype=torch.float32, device="cpu"))
+    assert torch.equal(variant.model(input_ids=ids).logits, fresh(input_ids=ids).logits)
+    # the parameters it did not quantize are the reference's own tensors, not copies
+    assert variant.model.get_input_embeddings().weight is model.get_input_embeddings().weight
+
+
+@needs_hqq
+@pytest.mark.parametrize(("spec", "bits", "group"), [("int4-g32", 4, 32), ("int4-g64", 4, 64), ("int8-channel", 8, None), ("int2-g16", 2, 16)])
+def test_hqq_bits_are_what_it_stores(model, spec, bits, group):
+    variant = build_method_variant(model, parse_method(f"hqq:{spec}"))
+    extra = []
+    for layer in (x for x in variant.layers if x.report.quantized):
+        out, inp = layer.report.shape
+        groups = out * inp // group if group else out
+        codes_and_meta = out * inp * bits / 8 + 2 * 4 * groups  # codes, then a float32 scale and zero point per group
+        extra.append(layer.stored_bytes - codes_and_meta)
+        module = variant.model.get_submodule(layer.report.name)
+        assert layer.stored_bytes == stored_bytes(module) and module.W_q.numel() * module.W_q.element_size() == out * inp * bits / 8
+    assert len(set(extra)) == 1 and 0 <= extra[0] < 256  # the same few bytes of settings per layer, nothing else
+    quantized = [x.report.shape for x in variant.layers if x.report.quantized]
+    params = sum(o * i for o, i in quantized)
+    core = sum(o * i * (bits + 64 / (group or i)) for o, i in quantized) / params  # codes + 2 × 32 bits per group (a row per channel)
+    summary = variant.summary()
+    assert summary["bits_per_weight"] == pytest.approx(8 * summary["stored_bytes"] / params)
+    assert summary["bits_per_weight"] == pytest.approx(core + 8 * extra[0] * len(quantized) / params)
+    assert summary["scheme"]["backend"] == "hqq" and summary["scheme"]["library_version"] and summary["quantize_s"] > 0
+
+
+@needs_hqq
+def test_quantize_compare_and_gate_take_method_schemes(tmp_path, tiny_llama_dir, tiny_text):
+    (tmp_path / "t.txt").write_text(tiny_text, encoding="utf-8")
+    text = ["--text", tmp_path / "t.txt", "--ctx", 32, "--max-tokens", 200]
+    r = _cli(["quantize-compare", tiny_llama_dir, *text, "--schemes", "int4-g32,hqq:int4-g32", "--json", tmp_path / "qc.json", "-q"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "Failed to load" not in r.stderr and "W1" not in r.stderr  # no library chatter
+    qc = json.loads((tmp_path / "qc.json").read_text())
+    assert [v["name"] for v in qc["variants"]] == ["int4-g32", "hqq:int4-g32"]
+    hq = qc["variants"][1]
+    assert hq["quantization"]["scheme"]["backend"] == "hqq" and 0 < hq["metrics"]["kl_mean"] < 1 and hq["quantization"]["sqnr_db_mean"] > 10
+    r = _cli(["reference", tiny_llama_dir, *text, "-o", tmp_path / "ref.safetensors", "-q"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = _cli(["gate", "--reference", tmp_path / "ref.safetensors", "--scheme", "hqq:int4-g32", "--max-kl-mean", 1, "--min-top1", 0,
+              "--max-kl-p99", 100, "--max-ppl-ratio", 10, "--max-bpb-increase", 10, "--json", tmp_path / "g.json", "-q"], tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    gate = json.loads((tmp_path / "g.json").read_text())
+    assert gate["candidate"]["scheme"] == "hqq:int4-g32" and gate["metrics"]["kl_mean"] == pytest.approx(hq["metrics"]["kl_mean"], rel=0.2)
+    for bad, message in (("nope:int4", "unknown quantization backend"), ("hqq:int9", "not an hqq scheme")):
+        r = _cli(["gate", "--reference", tmp_path / "ref.safetensors", "--scheme", bad, "-q"], tmp_path)
+        assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
