@@ -142,3 +142,85 @@ def test_quantize_compare_and_gate_take_method_schemes(tmp_path, tiny_llama_dir,
     for bad, message in (("nope:int4", "unknown quantization backend"), ("hqq:int9", "not an hqq scheme")):
         r = _cli(["gate", "--reference", tmp_path / "ref.safetensors", "--scheme", bad, "-q"], tmp_path)
         assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+HAS_QUANTO = importlib.util.find_spec("optimum") is not None and importlib.util.find_spec("optimum.quanto") is not None
+needs_quanto = pytest.mark.skipif(not HAS_QUANTO, reason="optimum-quanto is not installed (pip install 'infoeval[quanto]')")
+
+
+@needs_quanto
+@pytest.mark.parametrize("spec", ["int4", "int8", "int2", "float8"])
+def test_quanto_variant_is_the_library_on_a_fresh_copy(model, spec):
+    from optimum.quanto import freeze, qtypes, quantize
+
+    ids = _ids()
+    before = model(input_ids=ids).logits
+    scheme = parse_method(f"quanto:{spec}")
+    variant = build_method_variant(model, scheme)
+    torch.testing.assert_close(model(input_ids=ids).logits, before, atol=0, rtol=0)
+    names = [r.report.name for r in variant.layers if r.report.quantized]
+    fresh = copy.deepcopy(model)
+    quantize(fresh, weights=qtypes[scheme.settings["weights"]], include=names)  # quanto's whole-model API
+    freeze(fresh)
+    assert torch.equal(variant.model(input_ids=ids).logits, fresh(input_ids=ids).logits)
+    assert variant.model.get_input_embeddings().weight is model.get_input_embeddings().weight
+
+
+@needs_quanto
+@pytest.mark.parametrize(("spec", "bits", "shift"), [("int4", 4, True), ("int2", 2, True), ("int8", 8, False), ("float8", 8, False)])
+def test_quanto_bits_are_what_it_stores(model, spec, bits, shift):
+    variant = build_method_variant(model, parse_method(f"quanto:{spec}"))
+    quantized = [x for x in variant.layers if x.report.quantized]
+    params = sum(x.report.shape[0] * x.report.shape[1] for x in quantized)
+    expected = 0
+    for x in quantized:
+        out, inp = x.report.shape
+        groups = out * inp // x.details["group_size"] if x.details["group_size"] else out
+        expected += out * inp * bits / 8 + (2 if shift else 1) * 4 * groups + 2 * 4  # codes, float32 scale (and shift), input/output scales
+        assert x.details["group_size"] in (None, 128, 96, 64, 32)
+    assert variant.summary()["stored_bytes"] == expected
+    assert variant.summary()["bits_per_weight"] == pytest.approx(8 * expected / params)
+
+
+HAS_TORCHAO = importlib.util.find_spec("torchao") is not None
+needs_torchao = pytest.mark.skipif(not HAS_TORCHAO, reason="torchao is not installed (pip install 'infoeval[torchao]')")
+
+
+@needs_torchao
+@pytest.mark.parametrize("spec", ["int8", "int8-g32", "int4-g32", "int4-channel", "int2-g16", "float8"])
+def test_torchao_variant_is_the_library_on_a_fresh_copy(model, spec):
+    from torchao.quantization import quantize_
+
+    from infoeval.quant.methods.torchao import config
+
+    ids = _ids()
+    before = model(input_ids=ids).logits
+    scheme = parse_method(f"torchao:{spec}")
+    variant = build_method_variant(model, scheme)
+    torch.testing.assert_close(model(input_ids=ids).logits, before, atol=0, rtol=0)
+    names = set(r.report.name for r in variant.layers if r.report.quantized)
+    fresh = copy.deepcopy(model)
+    quantize_(fresh, config(scheme.settings), filter_fn=lambda m, fqn: fqn in names)  # torchao's whole-model API
+    assert torch.equal(variant.model(input_ids=ids).logits, fresh(input_ids=ids).logits)
+    assert not torch.equal(variant.model(input_ids=ids).logits, before)
+
+
+@needs_torchao
+@pytest.mark.parametrize(("spec", "code_bits", "group", "zero"), [("int8", 8, None, True), ("int8-g32", 8, 32, True), ("int4-g32", 8, 32, True),
+                                                                  ("int3-channel", 8, None, True), ("float8", 8, None, False)])  # fmt: skip
+def test_torchao_bits_are_what_it_stores(model, spec, code_bits, group, zero):
+    """torchao keeps int1–7 codes unpacked (an int8 each); integer codes have a float32 scale and an int8 zero point (0 when symmetric) per group."""
+    variant = build_method_variant(model, parse_method(f"torchao:{spec}"))
+    quantized = [x.report.shape for x in variant.layers if x.report.quantized]
+    params = sum(o * i for o, i in quantized)
+    expected = sum(o * i * code_bits / 8 + (o * i // group if group else o) * (4 + (1 if zero else 0)) for o, i in quantized)
+    assert variant.summary()["stored_bytes"] == expected
+    assert variant.summary()["bits_per_weight"] == pytest.approx(8 * expected / params)
+
+
+@pytest.mark.parametrize("text", ["torchao:int4", "torchao:int9-g32", "torchao:fp4", "torchao:int4-g0"])
+def test_torchao_bad_specs(text):
+    if not HAS_TORCHAO:
+        pytest.skip("torchao is not installed")
+    with pytest.raises(UsageError, match="is not a torchao scheme"):
+        parse_method(text)

@@ -3,7 +3,8 @@ library's public API and runs its own kernels in the forward pass, where a plain
 infoeval's round-to-nearest fake quantization. Each backend is an optional dependency (an extra); naming one that
 is not installed, or a spec it does not take, is a usage error of one line, before anything loads.
 
-Backends: ``hqq`` (``methods/hqq.py``). The others of the issue (quanto, torchao, bnb, autoround) come one per step.
+Backends: ``hqq``, ``quanto``, ``torchao`` (``methods/<backend>.py``). The others of the issue (bnb, autoround)
+come one per step.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class Backend:
 
 BACKENDS = {
     "hqq": Backend("hqq", "infoeval.quant.methods.hqq", "hqq", "hqq", "hqq", "int<bits>[-g<N>|-channel], bits 8, 6, 5, 4, 3, 2 or 1; N a multiple of 8 (default 64)"),
+    "quanto": Backend("quanto", "infoeval.quant.methods.quanto", "optimum.quanto", "optimum-quanto", "quanto", "int8, int4, int2 or float8"),
+    "torchao": Backend("torchao", "infoeval.quant.methods.torchao", "torchao", "torchao", "torchao", "int8[-g<N>], int<1-7>-g<N>|-channel or float8"),
 }  # fmt: skip
 
 
@@ -66,6 +69,14 @@ def library_version(backend: Backend) -> str | None:
         return None
 
 
+def installed(package: str) -> bool:
+    """Whether a library can be imported (a dotted name whose parent package is missing is not installed)."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def is_method(text: str) -> bool:
     """Whether a scheme name names a backend (``hqq:int4-g64``) rather than infoeval's own rounding."""
     return ":" in text
@@ -79,7 +90,7 @@ def parse_method(text: str) -> MethodScheme:
     if backend not in BACKENDS:
         raise UsageError(f"unknown quantization backend '{backend}' in '{text}'; backends: {', '.join(sorted(BACKENDS))} (or a plain scheme such as int4-g128)")
     b = BACKENDS[backend]
-    if importlib.util.find_spec(b.package) is None:
+    if not installed(b.package):
         raise UsageError(f"'{text}' needs the {b.distribution} package, which is not installed: pip install 'infoeval[{b.extra}]'")
     settings, bits, group = importlib.import_module(b.module).parse(spec, text)
     return MethodScheme(backend, spec, settings, bits, group)

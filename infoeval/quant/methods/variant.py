@@ -23,6 +23,7 @@ class MethodLayer:
     report: LayerReport
     stored_bytes: int  # 0 where the layer is left as it is
     seconds: float  # in the library's quantization of this layer
+    details: dict  # what the library chose for it (quanto: its group size)
 
 
 @dataclass(frozen=True)
@@ -52,16 +53,24 @@ class MethodVariant:
             "params_quantized": sum(math.prod(x.report.shape) for x in q), "stored_bytes": sum(x.stored_bytes for x in q),
             "bits_per_weight": self.bits_per_weight(), "quantize_s": self.quantize_s,
             "sqnr_db_min": min(sq) if sq else None, "sqnr_db_mean": sum(sq) / len(sq) if sq else None,
-            "layers": [{**x.report.as_dict(), "stored_bytes": x.stored_bytes} for x in self.layers],
+            "layers": [{**x.report.as_dict(), "stored_bytes": x.stored_bytes, **x.details} for x in self.layers],
         }  # fmt: skip
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes a tensor holds: a tensor subclass (torchao's, quanto's) by the plain tensors it is made of."""
+    if hasattr(t, "__tensor_flatten__"):
+        names, _ = t.__tensor_flatten__()
+        return sum(tensor_bytes(getattr(t, name)) for name in names)
+    return t.numel() * t.element_size()
 
 
 def stored_bytes(module: torch.nn.Module) -> int:
     """Bytes of every tensor a quantized module stores but its bias (its state dict: what the library saves)."""
-    return sum(t.numel() * t.element_size() for k, t in module.state_dict().items() if isinstance(t, torch.Tensor) and k.rsplit(".", 1)[-1] != "bias")
+    return sum(tensor_bytes(t) for k, t in module.state_dict().items() if isinstance(t, torch.Tensor) and k.rsplit(".", 1)[-1] != "bias")
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference_mode: the variant's tensors may later meet autograd (quanto saves them)
 def effective_weight(module: torch.nn.Module, in_features: int, like: torch.Tensor, rows: int = 1024) -> torch.Tensor:
     """The weight a module computes with, read through its forward pass: module(I) − module(0), one block of
     identity rows at a time (any kernel, any storage)."""
@@ -82,7 +91,7 @@ def _shared_copy(model: torch.nn.Module) -> torch.nn.Module:
     return copy.deepcopy(model, memo)
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference_mode: the variant's tensors may later meet autograd (quanto saves them)
 def build_method_variant(model: torch.nn.Module, scheme: MethodScheme, include=(), exclude=()) -> MethodVariant:
     """The library's quantized copy of ``model``: the layers --include/--exclude select (as for every scheme)
     replaced by the backend's modules; ``model`` itself is left as it is."""
@@ -98,7 +107,7 @@ def _replace(model, copied, adapter, scheme, plan, layers: list) -> None:
     for name, selected, reason in plan:
         source = model.get_submodule(name)
         if not selected or not isinstance(source, torch.nn.Linear):
-            layers.append(MethodLayer(LayerReport(name, tuple(getattr(source, "weight", torch.empty(0)).shape), False, reason), 0, 0.0))
+            layers.append(MethodLayer(LayerReport(name, tuple(getattr(source, "weight", torch.empty(0)).shape), False, reason), 0, 0.0, {}))
             continue
         t0 = time.perf_counter()
         quantized = adapter.quantize_linear(source, scheme.settings)
@@ -107,4 +116,5 @@ def _replace(model, copied, adapter, scheme, plan, layers: list) -> None:
         setattr(copied.get_submodule(parent) if parent else copied, child, quantized)
         w_hat = effective_weight(quantized, source.in_features, source.weight)
         report = LayerReport(name, tuple(source.weight.shape), True, reason, sqnr_db(source.weight, w_hat))
-        layers.append(MethodLayer(report, stored_bytes(quantized), seconds))
+        details = adapter.describe(quantized) if hasattr(adapter, "describe") else {}
+        layers.append(MethodLayer(report, stored_bytes(quantized), seconds, details))
