@@ -36,6 +36,12 @@ def _ids():
     return torch.randint(3, 500, (2, 24), generator=torch.Generator().manual_seed(0))
 
 
+def _logits(m, ids):
+    """Logits as the engine computes them: in inference mode (quanto's tensors are made in it and need it)."""
+    with torch.inference_mode():
+        return m(input_ids=ids).logits
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("nope:int4", "unknown quantization backend 'nope'"), ("hqq:int9", "is not an hqq scheme"), ("hqq:int4-g12", "is not an hqq scheme"),
     ("hqq:fp8", "is not an hqq scheme"),
@@ -81,10 +87,10 @@ def test_hqq_variant_is_the_library_on_a_fresh_copy(model, spec):
     from hqq.core.quantize import BaseQuantizeConfig, HQQBackend, HQQLinear
 
     ids = _ids()
-    before = model(input_ids=ids).logits
+    before = _logits(model, ids)
     scheme = parse_method(f"hqq:{spec}")
     variant = build_method_variant(model, scheme)
-    torch.testing.assert_close(model(input_ids=ids).logits, before, atol=0, rtol=0)  # the reference is untouched
+    torch.testing.assert_close(_logits(model, ids), before, atol=0, rtol=0)  # the reference is untouched
     fresh = copy.deepcopy(model)
     HQQLinear.set_backend(HQQBackend.PYTORCH)
     names = [r.report.name for r in variant.layers if r.report.quantized]
@@ -94,7 +100,7 @@ def test_hqq_variant_is_the_library_on_a_fresh_copy(model, spec):
         linear = fresh.get_submodule(name)
         config = BaseQuantizeConfig(nbits=scheme.settings["nbits"], group_size=scheme.settings["group_size"])
         setattr(fresh.get_submodule(parent), child, HQQLinear(linear, quant_config=config, compute_dtype=torch.float32, device="cpu"))
-    assert torch.equal(variant.model(input_ids=ids).logits, fresh(input_ids=ids).logits)
+    assert torch.equal(_logits(variant.model, ids), _logits(fresh, ids))
     # the parameters it did not quantize are the reference's own tensors, not copies
     assert variant.model.get_input_embeddings().weight is model.get_input_embeddings().weight
 
@@ -154,15 +160,16 @@ def test_quanto_variant_is_the_library_on_a_fresh_copy(model, spec):
     from optimum.quanto import freeze, qtypes, quantize
 
     ids = _ids()
-    before = model(input_ids=ids).logits
+    before = _logits(model, ids)
     scheme = parse_method(f"quanto:{spec}")
     variant = build_method_variant(model, scheme)
-    torch.testing.assert_close(model(input_ids=ids).logits, before, atol=0, rtol=0)
+    torch.testing.assert_close(_logits(model, ids), before, atol=0, rtol=0)
     names = [r.report.name for r in variant.layers if r.report.quantized]
     fresh = copy.deepcopy(model)
-    quantize(fresh, weights=qtypes[scheme.settings["weights"]], include=names)  # quanto's whole-model API
-    freeze(fresh)
-    assert torch.equal(variant.model(input_ids=ids).logits, fresh(input_ids=ids).logits)
+    with torch.inference_mode():  # where the engine runs it
+        quantize(fresh, weights=qtypes[scheme.settings["weights"]], include=names)  # quanto's whole-model API
+        freeze(fresh)
+    assert torch.equal(_logits(variant.model, ids), _logits(fresh, ids))
     assert variant.model.get_input_embeddings().weight is model.get_input_embeddings().weight
 
 
@@ -194,15 +201,15 @@ def test_torchao_variant_is_the_library_on_a_fresh_copy(model, spec):
     from infoeval.quant.methods.torchao import config
 
     ids = _ids()
-    before = model(input_ids=ids).logits
+    before = _logits(model, ids)
     scheme = parse_method(f"torchao:{spec}")
     variant = build_method_variant(model, scheme)
-    torch.testing.assert_close(model(input_ids=ids).logits, before, atol=0, rtol=0)
+    torch.testing.assert_close(_logits(model, ids), before, atol=0, rtol=0)
     names = set(r.report.name for r in variant.layers if r.report.quantized)
     fresh = copy.deepcopy(model)
     quantize_(fresh, config(scheme.settings), filter_fn=lambda m, fqn: fqn in names)  # torchao's whole-model API
-    assert torch.equal(variant.model(input_ids=ids).logits, fresh(input_ids=ids).logits)
-    assert not torch.equal(variant.model(input_ids=ids).logits, before)
+    assert torch.equal(_logits(variant.model, ids), _logits(fresh, ids))
+    assert not torch.equal(_logits(variant.model, ids), before)
 
 
 @needs_torchao
@@ -224,3 +231,98 @@ def test_torchao_bad_specs(text):
         pytest.skip("torchao is not installed")
     with pytest.raises(UsageError, match="is not a torchao scheme"):
         parse_method(text)
+
+
+HAS_BNB = importlib.util.find_spec("bitsandbytes") is not None
+needs_bnb = pytest.mark.skipif(not HAS_BNB, reason="bitsandbytes is not installed (pip install 'infoeval[bnb]')")
+
+
+@needs_bnb
+@pytest.mark.parametrize("spec", ["nf4", "fp4", "nf4-dq", "int8"])  # blocks of 64: the tiny model's rows are 64 wide
+def test_bnb_variant_is_the_library_on_a_fresh_copy(model, spec):
+    """bitsandbytes' modules put in place the way transformers' BitsAndBytesConfig does (replace_with_bnb_linear),
+    then quantized on the device."""
+    import bitsandbytes as bnb
+
+    ids = _ids()
+    before = _logits(model, ids)
+    scheme = parse_method(f"bnb:{spec}")
+    variant = build_method_variant(model, scheme)
+    torch.testing.assert_close(_logits(model, ids), before, atol=0, rtol=0)
+    fresh = copy.deepcopy(model)
+    s = scheme.settings
+    for name in [r.report.name for r in variant.layers if r.report.quantized]:
+        parent, _, child = name.rpartition(".")
+        lin = fresh.get_submodule(name)
+        if s["kind"] == "int8":
+            q = bnb.nn.Linear8bitLt(lin.in_features, lin.out_features, bias=lin.bias is not None, has_fp16_weights=False, threshold=6.0)
+            q.weight = bnb.nn.Int8Params(lin.weight.data, requires_grad=False, has_fp16_weights=False)
+        else:
+            q = bnb.nn.Linear4bit(lin.in_features, lin.out_features, bias=lin.bias is not None, compute_dtype=torch.float32,
+                                  compress_statistics=s["double_quant"], quant_type=s["kind"])  # fmt: skip
+            q.weight = bnb.nn.Params4bit(lin.weight.data, requires_grad=False, quant_type=s["kind"], blocksize=s["blocksize"], compress_statistics=s["double_quant"])
+        if lin.bias is not None:
+            q.bias = torch.nn.Parameter(lin.bias.data, requires_grad=False)
+        setattr(fresh.get_submodule(parent), child, q.to("cpu"))
+    fresh.eval()  # as from_pretrained leaves a model (bitsandbytes repacks 4-bit weights for its CPU kernel in eval mode)
+    assert torch.equal(_logits(variant.model, ids), _logits(fresh, ids))
+    assert not torch.equal(_logits(variant.model, ids), before)
+
+
+@needs_bnb
+@pytest.mark.parametrize(("spec", "block", "double"), [("nf4", 64, False), ("fp4", 64, False), ("nf4-dq", 64, True)])
+def test_bnb_bits_are_what_it_stores(model, spec, block, double):
+    """4-bit codes, then per block a float32 absmax, or with double quantization a uint8 absmax and per 256 of
+    those a float32 one and a 256-value float32 table; plus the 16-value code table and bitsandbytes' settings
+    (serialized as JSON) per layer."""
+    variant = build_method_variant(model, parse_method(f"bnb:{spec}"))
+    extra = []
+    for x in (x for x in variant.layers if x.report.quantized):
+        out, inp = x.report.shape
+        blocks = -(-out * inp // block)
+        core = out * inp / 2 + (blocks + 4 * -(-blocks // 256) + 256 * 4 if double else 4 * blocks) + 16 * 4
+        extra.append(x.stored_bytes - core)
+    assert 0 < min(extra) and max(extra) - min(extra) <= 4 and max(extra) < 256, extra  # its settings as JSON: a layer's shape's digits
+
+
+@needs_bnb
+def test_bnb_int8_stores_int8_codes_and_a_scale_per_row(model):
+    variant = build_method_variant(model, parse_method("bnb:int8"))
+    for x in (x for x in variant.layers if x.report.quantized):
+        out, inp = x.report.shape
+        assert x.stored_bytes == out * inp + 4 * out + 1  # codes, the float32 row scales (SCB), the weight-format byte
+
+
+@pytest.mark.parametrize("spec", ["fp8", "nf4-g32", "nf4-g100", "int4"])
+def test_bnb_bad_specs(spec):
+    if not HAS_BNB:
+        pytest.skip("bitsandbytes is not installed")
+    with pytest.raises(UsageError, match="is not a bnb scheme"):
+        parse_method(f"bnb:{spec}")
+
+
+@pytest.mark.parametrize("spec", [s for s, ok in (("hqq:int4-g32", HAS_HQQ), ("quanto:int4", HAS_QUANTO), ("torchao:int4-g32", HAS_TORCHAO),
+                                                  ("bnb:nf4", HAS_BNB)) if ok])  # fmt: skip
+def test_the_engine_runs_a_method_variant_as_its_own_role(model, spec):
+    """Window by window the engine computes exactly the library's logits; a shared batch (several windows through
+    the library's module at once) agrees to float rounding; and the library's modules keep their own forward."""
+    import numpy as np
+
+    from infoeval import engine
+    from infoeval.compare import pipeline
+    from infoeval.input.windows import rolling_windows
+
+    variant = build_method_variant(model, parse_method(spec))
+    stream = torch.randint(3, 500, (200,), generator=torch.Generator().manual_seed(1))
+    windows = rolling_windows(len(stream), 32, 32)
+    reducer = pipeline.lockstep_reducer([variant.name])
+    roles = {"reference": model, variant.name: variant.model}
+    plain = engine.run(roles, stream, engine.plan(windows), None, reducer)
+    shared = engine.run(roles, stream, engine.plan_shared(windows, 96), None, reducer)
+    nll = []
+    for w in windows:
+        ids = stream[w.start : w.start + w.length][None]
+        lp = torch.log_softmax(_logits(variant.model, ids)[0, w.first_scored : w.first_scored + w.n_scored].float(), -1)
+        nll.append(-lp.gather(-1, stream[w.first_target : w.first_target + w.n_scored, None])[:, 0])
+    np.testing.assert_array_equal(plain[f"{variant.name}/nll"], torch.cat(nll).numpy())
+    np.testing.assert_allclose(shared[f"{variant.name}/nll"], plain[f"{variant.name}/nll"], rtol=1e-4, atol=1e-5)

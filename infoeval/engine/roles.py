@@ -79,13 +79,19 @@ def batched_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> 
     return out
 
 
+def _plain_linear(m: torch.nn.Module) -> bool:
+    """A Linear that computes ``linear(x, weight, bias)`` with a plain weight: not a library's subclass with its own
+    forward (bitsandbytes' Linear4bit, quanto's QLinear) nor one holding a tensor subclass (torchao's)."""
+    return isinstance(m, torch.nn.Linear) and type(m).forward is torch.nn.Linear.forward and type(m.weight) is torch.nn.Parameter
+
+
 @contextlib.contextmanager
 def linears_row_by_row(model: torch.nn.Module):
     """Every ``nn.Linear`` of the model computes a batch of B sequences with the bits of B separate forward passes
     (``batched_linear``: a BLAS may block one product of B·T rows differently from B products of T rows, as it does
     in bfloat16 and for some float32 shapes), while a forward pre-hook (a variant's dequantization) still runs once
     for the batch."""
-    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and "forward" not in vars(m)]
+    linears = [m for m in model.modules() if _plain_linear(m) and "forward" not in vars(m)]
 
     def batched(mod: torch.nn.Linear):
         def forward(x: torch.Tensor) -> torch.Tensor:

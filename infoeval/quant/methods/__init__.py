@@ -3,8 +3,8 @@ library's public API and runs its own kernels in the forward pass, where a plain
 infoeval's round-to-nearest fake quantization. Each backend is an optional dependency (an extra); naming one that
 is not installed, or a spec it does not take, is a usage error of one line, before anything loads.
 
-Backends: ``hqq``, ``quanto``, ``torchao`` (``methods/<backend>.py``). The others of the issue (bnb, autoround)
-come one per step.
+Backends: ``hqq``, ``quanto``, ``torchao``, ``bnb`` (``methods/<backend>.py``). AutoRound, which calibrates, comes
+next.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ BACKENDS = {
     "hqq": Backend("hqq", "infoeval.quant.methods.hqq", "hqq", "hqq", "hqq", "int<bits>[-g<N>|-channel], bits 8, 6, 5, 4, 3, 2 or 1; N a multiple of 8 (default 64)"),
     "quanto": Backend("quanto", "infoeval.quant.methods.quanto", "optimum.quanto", "optimum-quanto", "quanto", "int8, int4, int2 or float8"),
     "torchao": Backend("torchao", "infoeval.quant.methods.torchao", "torchao", "torchao", "torchao", "int8[-g<N>], int<1-7>-g<N>|-channel or float8"),
+    "bnb": Backend("bnb", "infoeval.quant.methods.bnb", "bitsandbytes", "bitsandbytes", "bnb", "nf4|fp4[-g<N>][-dq] or int8"),
 }  # fmt: skip
 
 

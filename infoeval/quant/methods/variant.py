@@ -70,7 +70,7 @@ def stored_bytes(module: torch.nn.Module) -> int:
     return sum(tensor_bytes(t) for k, t in module.state_dict().items() if isinstance(t, torch.Tensor) and k.rsplit(".", 1)[-1] != "bias")
 
 
-@torch.no_grad()  # not inference_mode: the variant's tensors may later meet autograd (quanto saves them)
+@torch.inference_mode()  # as the engine runs: quanto's tensors made outside inference mode cannot be used inside it
 def effective_weight(module: torch.nn.Module, in_features: int, like: torch.Tensor, rows: int = 1024) -> torch.Tensor:
     """The weight a module computes with, read through its forward pass: module(I) − module(0), one block of
     identity rows at a time (any kernel, any storage)."""
@@ -85,13 +85,22 @@ def sqnr_db(w: torch.Tensor, w_hat: torch.Tensor) -> float | None:
     return 10 * math.log10(signal / noise) if noise > 0 else None
 
 
+def _probe_copy(module: torch.nn.Module) -> torch.nn.Module:
+    """A copy of a library's module to read its weight through, or the module itself where its tensors cannot be
+    copied (quanto's; the tests check that a call leaves such a module as it was)."""
+    try:
+        return copy.deepcopy(module)
+    except (RuntimeError, TypeError, NotImplementedError):
+        return module
+
+
 def _shared_copy(model: torch.nn.Module) -> torch.nn.Module:
     """A copy of the model's modules that shares every parameter and buffer with it."""
     memo = {id(t): t for t in [*model.parameters(), *model.buffers()]}
     return copy.deepcopy(model, memo)
 
 
-@torch.no_grad()  # not inference_mode: the variant's tensors may later meet autograd (quanto saves them)
+@torch.inference_mode()  # as the engine runs: quanto's tensors made outside inference mode cannot be used inside it
 def build_method_variant(model: torch.nn.Module, scheme: MethodScheme, include=(), exclude=()) -> MethodVariant:
     """The library's quantized copy of ``model``: the layers --include/--exclude select (as for every scheme)
     replaced by the backend's modules; ``model`` itself is left as it is."""
@@ -110,11 +119,12 @@ def _replace(model, copied, adapter, scheme, plan, layers: list) -> None:
             layers.append(MethodLayer(LayerReport(name, tuple(getattr(source, "weight", torch.empty(0)).shape), False, reason), 0, 0.0, {}))
             continue
         t0 = time.perf_counter()
-        quantized = adapter.quantize_linear(source, scheme.settings)
+        quantized = adapter.quantize_linear(source, scheme.settings).eval()  # in eval mode from the first call, as it runs
         seconds = time.perf_counter() - t0
         parent, _, child = name.rpartition(".")
         setattr(copied.get_submodule(parent) if parent else copied, child, quantized)
-        w_hat = effective_weight(quantized, source.in_features, source.weight)
+        # read through a copy: a library may change its module at the first call (bitsandbytes repacks for its CPU kernel)
+        w_hat = effective_weight(_probe_copy(quantized), source.in_features, source.weight)
         report = LayerReport(name, tuple(source.weight.shape), True, reason, sqnr_db(source.weight, w_hat))
         details = adapter.describe(quantized) if hasattr(adapter, "describe") else {}
         layers.append(MethodLayer(report, stored_bytes(quantized), seconds, details))
