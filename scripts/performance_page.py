@@ -101,6 +101,13 @@ INTROS = {
         "python-docs text (113,108 positions, the run's positions tiled). Targets: the default page ≤ 4 MB, "
         "written in ≤ 3 s, its text painted in ≤ 2 s; the whole text ≤ 40 MB or paged; top-5 ≤ 5 % more time."
     ),
+    "methods": (
+        "Other libraries' quantizers beside infoeval's rounding (see [Methods](methods.md)): one `quantize-compare` "
+        "run of every scheme on the same python-docs windows (stored bits per weight, mean KL ± SE, KL P99, top-1, "
+        "Δ ln PPL, mean SQNR, the library's quantize seconds), each model's forward time on one 512-token window "
+        "relative to the reference's (median of the repeats, the models taking turns), and each scheme's peak RSS "
+        "alone in a fresh process beside the reference alone. Target: at least four backends besides RTN run here."
+    ),
     "crosscheck_lmeval": (
         "`infoeval --protocol lm-eval` against lm-evaluation-harness itself on the same model files and text (see "
         "[Protocols](protocols.md)): word and byte perplexity and bits per byte side by side, their relative "

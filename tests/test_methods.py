@@ -326,3 +326,9 @@ def test_the_engine_runs_a_method_variant_as_its_own_role(model, spec):
         nll.append(-lp.gather(-1, stream[w.first_target : w.first_target + w.n_scored, None])[:, 0])
     np.testing.assert_array_equal(plain[f"{variant.name}/nll"], torch.cat(nll).numpy())
     np.testing.assert_allclose(shared[f"{variant.name}/nll"], plain[f"{variant.name}/nll"], rtol=1e-4, atol=1e-5)
+
+
+@needs_torchao
+def test_torchao_groups_must_divide_the_rows(model):
+    with pytest.raises(UsageError, match="multiple of the group size: this model has rows of 64, not a multiple of 48"):
+        build_method_variant(model, parse_method("torchao:int4-g48"))

@@ -51,6 +51,10 @@ def quantize_linear(linear: torch.nn.Linear, settings: dict) -> torch.nn.Module:
     a new weight; ``linear`` is left as it is)."""
     from torchao.quantization import quantize_
 
+    group = settings["group_size"]
+    if group and linear.in_features % group:
+        raise UsageError(f"torchao needs each row's inputs to be a multiple of the group size: this model has rows of {linear.in_features}, "
+                         f"not a multiple of {group}; give a group size that divides {linear.in_features}")  # fmt: skip
     module = torch.nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta", dtype=linear.weight.dtype)
     module.weight = linear.weight
     if linear.bias is not None:
