@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -111,8 +112,9 @@ def quantize_compare(
 
         plot_quantize_compare(data, cols, path)
 
-    emit(data, paths=paths, summary=lambda: summary_frame(data), positions=lambda: positions_frame(cols.reference, cols.variants),
-         plot=plot, draw=draw, tables=tables, extras=page_extras(data, lambda: positions_frame(cols.reference, cols.variants), cols.vocab, paths, html,
+    frame = functools.cache(lambda: positions_frame(cols.reference, cols.variants))  # built once for the CSV and the page
+    emit(data, paths=paths, summary=lambda: summary_frame(data), positions=frame,
+         plot=plot, draw=draw, tables=tables, extras=page_extras(data, frame, cols.vocab, paths, html,
                              f"quantize-compare: {model_settings.model}"))  # fmt: skip
 
 
@@ -158,8 +160,9 @@ def compress_bits(
 
         plot_compress_bits(data, cols, path)
 
-    emit(data, paths=paths, summary=lambda: compress_frame(data), positions=lambda: positions_frame(cols.reference, {}),
-         plot=plot, draw=draw, tables=print_compress_bits, extras=page_extras(data, lambda: positions_frame(cols.reference, {}), cols.vocab, paths, html,
+    frame = functools.cache(lambda: positions_frame(cols.reference, {}))  # built once for the CSV and the page
+    emit(data, paths=paths, summary=lambda: compress_frame(data), positions=frame,
+         plot=plot, draw=draw, tables=print_compress_bits, extras=page_extras(data, frame, cols.vocab, paths, html,
                              f"compress-bits: {model_settings.model}"))  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -191,8 +192,9 @@ def _emit_gate(data: dict, cols: dict, outputs: dict, suffix: str | None, extra_
     paths = output_paths_for("gate", model=data["candidate"]["spec"] + (f"-{suffix}" if suffix else ""), source="reference", **outputs)
     makers = {"junit": lambda: junit_xml(data), "markdown": lambda: markdown(data)}
     extras = {path: makers[kind] for path, kind in extra_paths.items() if path}
-    extras |= page_extras(data, lambda: positions_frame(cols), cols.get("vocab", {}), paths, html, " ".join(["gate:", data["candidate"]["spec"], data["candidate"]["scheme"] or ""]).strip())
-    return emit(data, paths=paths, summary=lambda: pd.DataFrame(data["verdicts"]), positions=lambda: positions_frame(cols), extras=extras,
+    frame = functools.cache(lambda: positions_frame(cols))  # built once for the CSV and the page
+    extras |= page_extras(data, frame, cols.get("vocab", {}), paths, html, " ".join(["gate:", data["candidate"]["spec"], data["candidate"]["scheme"] or ""]).strip())
+    return emit(data, paths=paths, summary=lambda: pd.DataFrame(data["verdicts"]), positions=frame, extras=extras,
          tables=print_gate_llamacpp if llama else lambda console, d: (console.print(summary_table(d)), console.print(gate_table(d))))  # fmt: skip
 
 

@@ -11,7 +11,7 @@ from pathlib import PurePath
 import numpy as np
 import pandas as pd
 
-from infoeval.report.packed import pack_floats, pack_ints, unpack
+from infoeval.report.packed import pack_floats, pack_ints
 
 WORST = 30  # positions listed per variant, by KL and by Δp (by the reference's NLL without variants)
 GATE_NAMES = {"nll_reference": "nll_ref", "entropy_reference": "entropy_ref", "nll_candidate": "nll"}  # gate → quantize-compare
@@ -44,8 +44,13 @@ def reference_provenance(result: dict) -> dict:
     return result["provenance"].get("reference_provenance") or result["provenance"]
 
 
+def _top_ids(frame: pd.DataFrame, prefix: str) -> list[str]:
+    """The columns {prefix}top1_id … {prefix}topK_id, in rank order."""
+    return sorted((c for c in frame.columns if c.startswith(f"{prefix}top") and c.endswith("_id")), key=lambda c: int(c[len(prefix) + 3 : -3]))
+
+
 def _top(frame: pd.DataFrame, prefix: str) -> dict | None:
-    ids = sorted((c for c in frame.columns if c.startswith(f"{prefix}top") and c.endswith("_id")), key=lambda c: int(c[len(prefix) + 3 : -3]))
+    ids = _top_ids(frame, prefix)
     if not ids:
         return None
     return {"k": len(ids), "ids": pack_ints(frame[ids].to_numpy(np.int64).ravel()), "p": pack_floats(frame[[c[:-3] + "_p" for c in ids]].to_numpy().ravel())}
@@ -89,14 +94,12 @@ def run_data(result: dict, frame: pd.DataFrame, vocab: dict[int, str], title: st
     for name, f in per.items():
         variants[name] = {"kl": pack_floats(f["kl"]), "dp": pack_floats(f["dp"]), "nll": pack_floats(f["nll"]), "top1": pack_ints(f["top1_match"]),
                           "top": _top(f, ""), "worst": _worst(f["kl"]), "worst_dp": _worst(-f["dp"].to_numpy(np.float64))}  # fmt: skip
-    used = {int(i) for i in first["token_id"]}
-    for top in [_top(first, "ref_")] + [v["top"] for v in variants.values()]:
-        if top:
-            used.update(int(i) for i in np.unique(unpack(top["ids"])))
+    named = [first["token_id"].to_numpy(), first[_top_ids(first, "ref_")].to_numpy().ravel(), *(f[_top_ids(f, "")].to_numpy().ravel() for f in per.values())]
+    used = np.unique(np.concatenate(named).astype(np.int64)).tolist()
     return {
         "title": title, "kind": command_of(result), **_header(result),
         "metrics": variant_metrics(result), "reference_metrics": result["reference"],
         "n": len(first), **{key: pack_ints(first[column]) for key, column in (("token", "token_id"), ("window", "window"), ("context", "context"), ("position", "position"))},
         "ref": {"nll": pack_floats(first["nll_ref"]), "entropy": pack_floats(first["entropy_ref"]), "top": _top(first, "ref_"), "worst": _worst(first["nll_ref"])},
-        "variants": variants, "vocab": {str(i): vocab.get(i, f"<{i}>") for i in sorted(used)},
+        "variants": variants, "vocab": {str(i): vocab.get(i, f"<{i}>") for i in used},
     }  # fmt: skip
