@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from infoeval.cli.options import (
-    MODEL_DEFAULT, ConfigOpt, CsvOpt, ExcludeOpt, IncludeOpt, JsonOpt,
+    MODEL_DEFAULT, ConfigOpt, CsvOpt, ExcludeOpt, IncludeOpt, JsonOpt, calibration_options,
     ModelArg, ModelOpt, OutDirOpt, PlotOpt, PositionsOpt, QuietOpt, RecipeOpt, RunNameOpt,
     SchemesOpt, output_paths_for, pick_model, RunOptions, run_options, text_source,
 )  # fmt: skip
@@ -62,6 +62,7 @@ VerifyCodingOpt = Annotated[bool, typer.Option("--verify-coding", help="Also com
 
 
 @run_options(windows=True)
+@calibration_options
 def quantize_compare(
     context: typer.Context,
     model_arg: ModelArg = None,
@@ -84,6 +85,7 @@ def quantize_compare(
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
     run: RunOptions = None,  # the shared text, window and device options (see run_options)
+    calibration_settings=None,  # --calibration and its options (see calibration_options)
 ) -> None:
     """Fake-quantize a model's weights with each scheme and compare every variant with the original: PPL,
     KL(reference‖variant) mean and tails, top-1 agreement, reverse KL and TV on the same windows."""
@@ -96,7 +98,8 @@ def quantize_compare(
     model_settings, text_settings, window_settings = run.settings(model)
     if recipe and getattr(context.get_parameter_source("schemes"), "name", "") == "DEFAULT":
         schemes = ""  # --recipe alone: only the recipes' variants
-    variant_settings = VariantSettings(schemes=schemes, include=tuple(include or ()), exclude=tuple(exclude or ()), recipes=tuple(recipe or ()))
+    variant_settings = VariantSettings(schemes=schemes, include=tuple(include or ()), exclude=tuple(exclude or ()), recipes=tuple(recipe or ()),
+                                       calibration=calibration_settings)  # fmt: skip
     check_plot(plot)  # before the long run
     tables = print_quantize_compare_llamacpp if check_table(table) == "llama.cpp" else print_quantize_compare
     until = until_settings(context, until_se, order_seed, run)

@@ -10,7 +10,7 @@ import typer
 
 from infoeval.cli.options import (
     DEVICE_DEFAULT, DTYPE_DEFAULT, MODEL_DEFAULT, ConfigOpt, CsvOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, ExcludeOpt, IncludeOpt, JsonOpt,
-    ModelArg, ModelOpt, OutDirOpt, PositionsOpt, QuietOpt, RunNameOpt, output_paths_for, pick_model, read_toml, run_options, typed,
+    ModelArg, ModelOpt, OutDirOpt, PositionsOpt, QuietOpt, RunNameOpt, output_paths_for, pick_model, read_toml, run_options, typed, calibration_options,
     RunOptions,
 )  # fmt: skip
 from infoeval.cli.compare import TableOpt, check_table
@@ -119,6 +119,7 @@ def _run(context: typer.Context, gate_settings, model_settings, seq: tuple | Non
     return run_sequential_gate(gate_settings, SequentialSettings(*seq), model_settings, reporter)
 
 
+@calibration_options
 def gate(
     context: typer.Context,
     candidate: CandidateArg = None,
@@ -159,6 +160,7 @@ def gate(
     run_name: RunNameOpt = None,
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
+    calibration_settings=None,  # --calibration and its options, for a calibrated --scheme (see calibration_options)
 ) -> None:
     """Run only the candidate on the reference's token ids and check it against limits: exit 0 pass, 1 fail."""
     from infoeval.errors import EXIT_GATE_FAILED
@@ -167,10 +169,9 @@ def gate(
     from infoeval.input.settings import ModelSettings
 
     candidate = pick_model(context, candidate, model, "the candidate")
-    overrides = {"max_kl_mean": max_kl_mean, "max_kl_p99": max_kl_p99, "min_top1": min_top1,
-                 "max_ppl_ratio": max_ppl_ratio, "max_bpb_increase": max_bpb_increase}  # fmt: skip
+    overrides = {"max_kl_mean": max_kl_mean, "max_kl_p99": max_kl_p99, "min_top1": min_top1, "max_ppl_ratio": max_ppl_ratio, "max_bpb_increase": max_bpb_increase}
     gate_settings = GateSettings(reference, candidate, scheme, _limits_from(limits, overrides), confidence, point, baseline, baseline_tolerance, recipe,
-                                 topk or (5 if html else 0))  # fmt: skip
+                                 topk or (5 if html else 0), calibration_settings)  # fmt: skip
     model_settings = ModelSettings(model=candidate or "", device=device, dtype=dtype, device_map=device_map)
     llama = check_table(table) == "llama.cpp"
     seq = (alpha, min_tokens, max_tokens, order, order_seed, undecided, round_windows) if sequential else None

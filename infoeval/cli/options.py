@@ -88,6 +88,11 @@ PrefixOpt = Annotated[str, typer.Option(help="Token put before the text: auto (B
 SchemesOpt = Annotated[str, typer.Option(help="Comma-separated schemes: int<bits>-channel | int<bits>-g<N> [-asym] (infoeval's rounding), or <library>:<spec> such as hqq:int4-g64 (the library's own quantizer and kernels; docs/methods.md).")]
 IncludeOpt = Annotated[Optional[list[str]], typer.Option(help="Also quantize modules matching this glob (repeatable), e.g. lm_head.")]
 ExcludeOpt = Annotated[Optional[list[str]], typer.Option(help="Do not quantize modules matching this glob (repeatable).")]
+CalibrationOpt = Annotated[Optional[str], typer.Option("--calibration", help="Calibrated methods (autoround:…): the text they learn from, a dataset name or a UTF-8 file; default: the evaluated text after the evaluated tokens (docs/methods.md).", show_default=False)]
+CalibrationSamplesOpt = Annotated[int, typer.Option(help="Calibrated methods: how many chunks of calibration text.")]
+CalibrationSeqlenOpt = Annotated[int, typer.Option(help="Calibrated methods: tokens per chunk.")]
+CalibrationSeedOpt = Annotated[int, typer.Option(help="Calibrated methods: the seed that draws the chunks and seeds the method.")]
+CalibrationOverlapOpt = Annotated[bool, typer.Option("--calibration-overlap", help="Allow calibration chunks that repeat the evaluated tokens (refused by default).")]
 RecipeOpt = Annotated[Optional[list[Path]], typer.Option(help="Recipe TOML (unit → scheme, as `infoeval mix` writes): one more variant, named after the file (repeatable).")]
 CsvOpt = Annotated[Optional[Path], typer.Option(help="Write the summary CSV here (a row per variant, or per compressor).")]
 JsonOpt = Annotated[Optional[Path], typer.Option(help="Write metrics and provenance as JSON here.")]
@@ -210,6 +215,34 @@ def run_options(windows: bool = True):
         return wrapper
 
     return decorate
+
+
+_CALIBRATION = [_param("calibration", CalibrationOpt, None), _param("calibration_samples", CalibrationSamplesOpt, 128),
+                _param("calibration_seqlen", CalibrationSeqlenOpt, 512), _param("calibration_seed", CalibrationSeedOpt, 42),
+                _param("calibration_overlap", CalibrationOverlapOpt, False)]  # fmt: skip
+
+
+def calibration_options(command):
+    """Give a command the calibration options of the calibrated methods (autoround:…), defined once here, before
+    its output options; they reach it as one ``calibration_settings: CalibrationSettings`` argument."""
+    from infoeval.input.settings import CalibrationSettings
+
+    hints = typing.get_type_hints(command, include_extras=True)
+    own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in inspect.signature(command).parameters.values()
+           if p.name != "calibration_settings"]  # fmt: skip
+    cut = next((i for i, p in enumerate(own) if p.name in _OUTPUTS), len(own))
+    names = [p.name for p in _CALIBRATION]
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        settings = CalibrationSettings(*(kwargs.pop(n) for n in names))
+        return command(*args, calibration_settings=settings, **kwargs)
+
+    params = own[:cut] + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in _CALIBRATION + own[cut:]]
+    wrapper.__signature__ = inspect.Signature(params)
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    del wrapper.__wrapped__
+    return wrapper
 
 
 # ---- where outputs go ------------------------------------------------------------------------------------

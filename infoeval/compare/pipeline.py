@@ -26,6 +26,7 @@ from infoeval.quant import ahead as quant_ahead
 from infoeval.quant import rank_share
 from infoeval.quant.apply import QuantizedVariant, WithVariant, build_variants
 from infoeval.quant.methods import split_schemes
+from infoeval.quant.methods.calibration import for_methods
 from infoeval.quant.methods.variant import MethodVariant, build_method_variant
 from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_schemes
@@ -217,7 +218,9 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
         t0 = time.perf_counter()
         share = rank_share.start(p.loaded.model, p.loaded.info, schemes, variant_settings.include, variant_settings.exclude)  # under a launcher
         variants = build_variants(p.loaded.model, schemes, recipes, variant_settings.include, variant_settings.exclude, ahead or share)
-        variants += [build_method_variant(p.loaded.model, m, variant_settings.include, variant_settings.exclude) for m in methods]
+        calibration = for_methods(methods, variant_settings.calibration, p.text, p.stream, p.loaded.tokenizer)  # autoround:…
+        variants += [build_method_variant(p.loaded.model, m, variant_settings.include, variant_settings.exclude, p.loaded.tokenizer, calibration)
+                     for m in methods]  # fmt: skip
         quantize_s = time.perf_counter() - t0
     finally:
         for made in (ahead, share):
@@ -228,7 +231,7 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
         cols.vocab = _vocab(p, cols)
     timings = {**p.timings, "quantize_s": quantize_s, "quantize_ahead_s": ahead.child_s if ahead else 0.0, **eval_timings}
     result = CompareResult(
-        p.provenance("quantize-compare", **({"top_k": top_k} if top_k else {})), timings,
+        p.provenance("quantize-compare", **({"top_k": top_k} if top_k else {}), **({"calibration": calibration.provenance} if calibration else {})), timings,
         reference=reference_metrics(cols.reference),
         variants=tuple(VariantResult(v.name, variant_metrics(cols.reference, cols.variants[v.name]), v.summary()) for v in variants),
         protocol_metrics=_protocol_metrics(p, cols), until_se=block,

@@ -8,11 +8,13 @@ import hashlib
 import json
 
 from infoeval.errors import DataError
-from infoeval.input.settings import ModelSettings
+from infoeval.input.settings import CalibrationSettings, ModelSettings
+from infoeval.input.text import reload_text
 from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.models.files import BUILTIN
 from infoeval.quant.apply import fake_quantize_, recipe_variant, swap_in
 from infoeval.quant.methods import is_method, parse_method
+from infoeval.quant.methods.calibration import calibration_samples
 from infoeval.quant.methods.variant import build_method_variant
 from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_scheme
@@ -38,9 +40,17 @@ def load_candidate(gate_settings, model_settings: ModelSettings, ref):
     spec = gate_settings.candidate or reference_model_spec(ref.meta["provenance"]["model"])
     device = resolve_device(model_settings.device)
     loaded = load_model(spec, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map)
+    fp = vocab_fingerprint(loaded.tokenizer)
+    if fp != ref.meta["tokenizer_fingerprint"]:
+        raise DataError(
+            f"the candidate's tokenizer ({spec}) differs from the reference's "
+            f"({ref.meta['provenance']['model']['spec']}): vocabularies must be identical to compare distributions"
+        )
     report = None
     if gate_settings.scheme and is_method(gate_settings.scheme):
-        variant = build_method_variant(loaded.model, parse_method(gate_settings.scheme))
+        method = parse_method(gate_settings.scheme)
+        calibration = _calibration(gate_settings.calibration, ref, loaded.tokenizer) if method.calibrated else None
+        variant = build_method_variant(loaded.model, method, tokenizer=loaded.tokenizer, calibration=calibration)
         loaded, report = dataclasses.replace(loaded, model=variant.model), variant.summary()
     elif gate_settings.scheme:
         report = fake_quantize_(loaded.model, parse_scheme(gate_settings.scheme)).summary()
@@ -48,13 +58,14 @@ def load_candidate(gate_settings, model_settings: ModelSettings, ref):
         variant = recipe_variant(loaded.model, read_recipe(gate_settings.recipe))
         swap_in(loaded.model, variant)
         report = variant.summary()
-    fp = vocab_fingerprint(loaded.tokenizer)
-    if fp != ref.meta["tokenizer_fingerprint"]:
-        raise DataError(
-            f"the candidate's tokenizer ({spec}) differs from the reference's "
-            f"({ref.meta['provenance']['model']['spec']}): vocabularies must be identical to compare distributions"
-        )
     return spec, loaded, report
+
+
+def _calibration(settings, ref, tokenizer):
+    """A calibrated method's chunks, held out from the reference's tokens (the reference file's text is read again
+    where it is here unchanged; else a --calibration text is needed)."""
+    evaluated = reload_text(ref.meta["provenance"]["text"])
+    return calibration_samples(settings or CalibrationSettings(), evaluated, ref.stream_ids.numpy(), int(ref.nbytes.sum()), tokenizer)
 
 
 def reference_model_spec(info: dict) -> str:

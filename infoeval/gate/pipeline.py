@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.input.settings import CalibrationSettings, ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import DataError, UsageError
 from infoeval import engine
 from infoeval.gate.compact import CompactDist, compact
@@ -157,6 +157,7 @@ class GateSettings:
     baseline_tolerance: float = 0.05
     recipe: Path | None = None  # a recipe file (quant/recipe.py) applied to the candidate instead of a scheme
     top_k: int = 0  # --topk: both models' k most likely tokens per position in the positions output
+    calibration: CalibrationSettings | None = None  # a calibrated --scheme's (autoround:…) calibration text
 
     def __post_init__(self) -> None:
         if self.scheme and self.recipe:

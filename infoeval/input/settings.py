@@ -79,3 +79,22 @@ class VariantSettings:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     recipes: tuple[Path, ...] = ()  # recipe files (quant/recipe.py): one mixed variant each, named after the file
+    calibration: CalibrationSettings | None = None  # for calibrated methods (autoround:…); None: the defaults
+
+
+@dataclass(frozen=True)
+class CalibrationSettings:
+    """Calibration data for the methods that learn from text (``quant/methods/calibration.py``)."""
+
+    text: str | None = None  # a dataset name or a UTF-8 file; None: the evaluation's text, after its evaluated tokens
+    samples: int = 128  # AutoRound's default
+    seqlen: int = 512
+    seed: int = 42  # AutoRound's default
+    allow_overlap: bool = False
+
+    def __post_init__(self) -> None:
+        if self.samples < 1:
+            raise UsageError(f"--calibration-samples {self.samples} is not allowed; give at least 1")
+        if self.seqlen < 8:
+            raise UsageError(f"--calibration-seqlen {self.seqlen} is not allowed; give at least 8 tokens")
+

@@ -118,3 +118,14 @@ def strip_one_trailing_newline(text: Text) -> Text:
     if text.text.endswith("\n"):
         return Text(text.text[:-1], text.source, text.path, text.sha256, "one trailing newline stripped (llama.cpp)")
     return text
+
+
+def reload_text(info: dict) -> Text | None:
+    """The text a run's provenance (``Text.provenance()``) names, read again, if it is here unchanged; else None."""
+    try:
+        text = load_text(dataset=info["source"]) if info.get("source") != "file" else load_text(text_path=Path(info["path"]))
+    except (UsageError, DataError, KeyError, TypeError):
+        return None
+    if info.get("transform"):
+        text = strip_one_trailing_newline(text)
+    return text if text.sha256 == info.get("sha256") else None

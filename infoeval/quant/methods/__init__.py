@@ -3,8 +3,8 @@ library's public API and runs its own kernels in the forward pass, where a plain
 infoeval's round-to-nearest fake quantization. Each backend is an optional dependency (an extra); naming one that
 is not installed, or a spec it does not take, is a usage error of one line, before anything loads.
 
-Backends: ``hqq``, ``quanto``, ``torchao``, ``bnb`` (``methods/<backend>.py``). AutoRound, which calibrates, comes
-next.
+Backends: ``hqq``, ``quanto``, ``torchao``, ``bnb``, each quantizing one Linear at a time, and ``autoround``, which
+learns from calibration text (``methods/calibration.py``) over the whole model (``methods/<backend>.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ BACKENDS = {
     "quanto": Backend("quanto", "infoeval.quant.methods.quanto", "optimum.quanto", "optimum-quanto", "quanto", "int8, int4, int2 or float8"),
     "torchao": Backend("torchao", "infoeval.quant.methods.torchao", "torchao", "torchao", "torchao", "int8[-g<N>], int<1-7>-g<N>|-channel or float8"),
     "bnb": Backend("bnb", "infoeval.quant.methods.bnb", "bitsandbytes", "bitsandbytes", "bnb", "nf4|fp4[-g<N>][-dq] or int8"),
+    "autoround": Backend("autoround", "infoeval.quant.methods.autoround", "auto_round", "auto-round", "autoround", "int<bits>[-g<N>|-channel][-asym][-iters<N>], bits 2, 3, 4 or 8"),
 }  # fmt: skip
 
 
@@ -55,6 +56,11 @@ class MethodScheme:
 
     def adapter(self):
         return importlib.import_module(BACKENDS[self.backend].module)
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the method learns from calibration text (AutoRound)."""
+        return bool(getattr(self.adapter(), "CALIBRATED", False))
 
     def as_dict(self) -> dict:
         """The scheme's record in a result: the backend, its library's version and the settings it was called with."""
@@ -109,7 +115,7 @@ def split_schemes(text: str) -> tuple[str, list[MethodScheme]]:
     return ",".join(p for p in parts if not is_method(p)), methods
 
 
-LIBRARY_LOGGERS = ("torchao", "torch.utils._pytree", "hqq", "optimum.quanto", "bitsandbytes")
+LIBRARY_LOGGERS = ("torchao", "torch.utils._pytree", "hqq", "optimum.quanto", "bitsandbytes", "autoround")
 
 
 @contextlib.contextmanager

@@ -9,10 +9,11 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from infoeval.errors import UsageError
 from infoeval.quant.apply import plan_layers
 from infoeval.quant.methods import MethodScheme, quiet_libraries
 from infoeval.quant.variant import LayerReport
@@ -34,6 +35,7 @@ class MethodVariant:
     model: torch.nn.Module
     layers: tuple[MethodLayer, ...]
     quantize_s: float  # seconds in the library's quantization (not in infoeval's report)
+    extra: dict = field(default_factory=dict)  # a calibrated method's: its calibration, tuning seconds, kernel
 
     @property
     def name(self) -> str:
@@ -53,7 +55,7 @@ class MethodVariant:
             "params_quantized": sum(math.prod(x.report.shape) for x in q), "stored_bytes": sum(x.stored_bytes for x in q),
             "bits_per_weight": self.bits_per_weight(), "quantize_s": self.quantize_s,
             "sqnr_db_min": min(sq) if sq else None, "sqnr_db_mean": sum(sq) / len(sq) if sq else None,
-            "layers": [{**x.report.as_dict(), "stored_bytes": x.stored_bytes, **x.details} for x in self.layers],
+            **self.extra, "layers": [{**x.report.as_dict(), "stored_bytes": x.stored_bytes, **x.details} for x in self.layers],
         }  # fmt: skip
 
 
@@ -101,30 +103,48 @@ def _shared_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 
 @torch.inference_mode()  # as the engine runs: quanto's tensors made outside inference mode cannot be used inside it
-def build_method_variant(model: torch.nn.Module, scheme: MethodScheme, include=(), exclude=()) -> MethodVariant:
+def build_method_variant(model: torch.nn.Module, scheme: MethodScheme, include=(), exclude=(), tokenizer=None, calibration=None) -> MethodVariant:
     """The library's quantized copy of ``model``: the layers --include/--exclude select (as for every scheme)
-    replaced by the backend's modules; ``model`` itself is left as it is."""
-    adapter = scheme.adapter()
-    copied, layers = _shared_copy(model), []
+    replaced by the backend's modules; ``model`` itself is left as it is. A calibrated backend (AutoRound) learns
+    from ``calibration`` (``quant/methods/calibration.py``) with ``tokenizer``."""
+    adapter, plan = scheme.adapter(), plan_layers(model, list(include), list(exclude))
+    copied, layers, extra = _shared_copy(model), [], {}
     with quiet_libraries():
-        _replace(model, copied, adapter, scheme, plan_layers(model, list(include), list(exclude)), layers)
-    return MethodVariant(scheme, copied.eval(), tuple(layers), sum(x.seconds for x in layers))
+        if getattr(adapter, "CALIBRATED", False):
+            if calibration is None:
+                raise UsageError(f"'{scheme.name}' learns from calibration text, and none was given")
+            selected = [n for n, chosen, _ in plan if chosen and isinstance(model.get_submodule(n), torch.nn.Linear)]
+            made, extra = adapter.quantize_model(model, tokenizer, selected, scheme.settings, calibration)
+            extra = {**extra, "calibration": calibration.provenance}
+            _replace(model, copied, adapter, plan, lambda name, source: made.get(name), layers)
+        else:
+            _replace(model, copied, adapter, plan, lambda name, source: _per_layer(adapter, source, scheme.settings), layers)
+    seconds = extra.pop("quantize_s", sum(x.seconds for x in layers))
+    return MethodVariant(scheme, copied.eval(), tuple(layers), seconds, extra)
 
 
-def _replace(model, copied, adapter, scheme, plan, layers: list) -> None:
-    """Replace each selected Linear of ``copied`` by the backend's module built from ``model``'s; report every layer."""
+def _per_layer(adapter, source: torch.nn.Linear, settings: dict) -> tuple[torch.nn.Module, int, float]:
+    """A per-layer backend's module for one Linear, the bytes it stores and the seconds it took."""
+    t0 = time.perf_counter()
+    quantized = adapter.quantize_linear(source, settings).eval()  # in eval mode from the first call, as it runs
+    return quantized, stored_bytes(quantized), time.perf_counter() - t0
+
+
+def _replace(model, copied, adapter, plan, make, layers: list) -> None:
+    """Replace each selected Linear of ``copied`` by the module ``make(name, source)`` gives (with its stored
+    bytes, and seconds for a per-layer backend; None: the library left that layer as it is); report every layer."""
     for name, selected, reason in plan:
         source = model.get_submodule(name)
-        if not selected or not isinstance(source, torch.nn.Linear):
-            layers.append(MethodLayer(LayerReport(name, tuple(getattr(source, "weight", torch.empty(0)).shape), False, reason), 0, 0.0, {}))
+        made = make(name, source) if selected and isinstance(source, torch.nn.Linear) else None
+        if made is None:
+            why = reason if not selected or not isinstance(source, torch.nn.Linear) else f"{adapter.__name__.rsplit('.', 1)[-1]} does not quantize it"
+            layers.append(MethodLayer(LayerReport(name, tuple(getattr(source, "weight", torch.empty(0)).shape), False, why), 0, 0.0, {}))
             continue
-        t0 = time.perf_counter()
-        quantized = adapter.quantize_linear(source, scheme.settings).eval()  # in eval mode from the first call, as it runs
-        seconds = time.perf_counter() - t0
+        quantized, stored, seconds = (*made, 0.0)[:3]
         parent, _, child = name.rpartition(".")
         setattr(copied.get_submodule(parent) if parent else copied, child, quantized)
         # read through a copy: a library may change its module at the first call (bitsandbytes repacks for its CPU kernel)
         w_hat = effective_weight(_probe_copy(quantized), source.in_features, source.weight)
         report = LayerReport(name, tuple(source.weight.shape), True, reason, sqnr_db(source.weight, w_hat))
         details = adapter.describe(quantized) if hasattr(adapter, "describe") else {}
-        layers.append(MethodLayer(report, stored_bytes(quantized), seconds, details))
+        layers.append(MethodLayer(report, stored, seconds, details))
