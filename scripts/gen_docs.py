@@ -13,7 +13,8 @@ What is read:
   * the result schemas are derived from the result dataclasses (``dataclasses.fields`` and their type hints,
     ``Result`` and ``Provenance``), plus the hand annotations in ``FIELD_NOTES`` / ``ITEM_KEYS`` below where the
     types do not say enough (what a field means; the keys every row of a list carries);
-  * the performance page renders the benchmark records ``benchmarks/results/*.json`` (``scripts/performance_page.py``).
+  * the performance page renders the benchmark records ``benchmarks/results/*.json`` (``scripts/performance_page.py``);
+  * the measured part of docs/methods.md renders ``benchmarks/results/methods.json`` (``scripts/methods_table.py``).
 
 The output is deterministic: no dates, no absolute paths, no terminal widths.
 """
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import methods_table  # noqa: E402  (scripts/methods_table.py)
 import performance_page  # noqa: E402  (scripts/performance_page.py)
 
 CLI_PAGE = Path("docs/reference/cli.md")
@@ -621,6 +623,7 @@ def outputs() -> dict[Path, str]:
     out = {CLI_PAGE: render_cli(list(all_schemas)), METRICS_PAGE: render_metrics(), SCHEMAS_PAGE: render_schemas(all_schemas)}
     out |= {SCHEMA_DIR / f"{c}.schema.json": schema_text(s) for c, s in all_schemas.items()}
     out[performance_page.PAGE] = performance_page.render(ROOT)
+    out[methods_table.PAGE] = methods_table.render(ROOT)
     return out
 
 

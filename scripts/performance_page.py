@@ -106,7 +106,9 @@ INTROS = {
         "run of every scheme on the same python-docs windows (stored bits per weight, mean KL ± SE, KL P99, top-1, "
         "Δ ln PPL, mean SQNR, the library's quantize seconds), each model's forward time on one 512-token window "
         "relative to the reference's (median of the repeats, the models taking turns), and each scheme's peak RSS "
-        "alone in a fresh process beside the reference alone. Target: at least four backends besides RTN run here."
+        "alone in a fresh process beside the reference alone; AutoRound (calibrated on the text after the evaluated "
+        "tokens) against infoeval's rounding at the same group: the mean-KL ratio, the paired difference ± SE and its "
+        "tuning seconds. Targets: at least four backends besides RTN run here; AutoRound below RTN in mean KL."
     ),
     "crosscheck_lmeval": (
         "`infoeval --protocol lm-eval` against lm-evaluation-harness itself on the same model files and text (see "

@@ -281,3 +281,26 @@ def test_a_record_is_written_atomically_with_its_provenance(tmp_path):
     assert path.name == "example.json" and rec["figures"] == {"ratio": 1.25} and rec["settings"] == {"tokens": 4096}
     assert rec["command"] == "python benchmarks/example.py --tokens 4096 --save" and rec["versions"]["infoeval"] == infoeval.__version__
     assert [p.name for p in tmp_path.iterdir()] == ["example.json"]  # no temporary file left behind
+
+
+def test_the_methods_table_is_the_benchmark_record(tmp_path):
+    """docs/methods.md's measured part: a row per scheme of benchmarks/results/methods.json, its figures as
+    recorded; the page's hand-written text is kept around it, and a page without the markers is refused."""
+    mt = gen_docs.methods_table
+    rec = json.loads((ROOT / mt.RECORD).read_text(encoding="utf-8"))
+    page = (ROOT / mt.PAGE).read_text(encoding="utf-8").split(mt.BEGIN, 1)[1].split(mt.END, 1)[0]
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    assert [r.split("`")[1] for r in rows] == list(rec["figures"]["compare"]["schemes"])
+    for row, s in zip(rows, rec["figures"]["compare"]["schemes"].values()):
+        assert f"| {s['bits_per_weight']:.2f} | {s['kl_mean']:.4f} ± {s['kl_se']:.4f} | {s['kl_p99']:.3f} | {100 * s['top1']:.1f} % |" in row
+    for c in rec["figures"].get("calibrated", []):
+        assert f"mean KL ratio **{c['kl_ratio']:.3f}**" in page
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    shutil.copy(ROOT / mt.RECORD, tmp_path / mt.RECORD)
+    (tmp_path / mt.PAGE).write_text(f"# Before\n\n{mt.BEGIN}\nstale\n{mt.END}\n\nAfter.\n", encoding="utf-8")
+    out = mt.render(tmp_path)
+    assert out.startswith(f"# Before\n\n{mt.BEGIN}\n") and out.endswith(f"{mt.END}\n\nAfter.\n") and "stale" not in out
+    (tmp_path / mt.PAGE).write_text("# No markers\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="lacks the markers"):
+        mt.render(tmp_path)

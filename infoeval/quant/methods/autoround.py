@@ -73,7 +73,7 @@ def _quiet():
 
 
 def quantize_model(model: torch.nn.Module, tokenizer, selected: list[str], settings: dict, calibration) -> tuple[dict, dict]:
-    """({name: (AutoRound's module, bytes its checkpoint stores for it)}, what it took) for the ``selected``
+    """({name: (AutoRound's module, bytes its checkpoint stores for it, 0.0)}, what it took) for the ``selected``
     Linear layers of ``model`` (left as it is), tuned on ``calibration.samples``."""
     import copy
 
@@ -124,7 +124,7 @@ def _load_modules(folder: str, selected: list[str], dtype: torch.dtype, device: 
     out = {}
     for name in selected:
         module = loaded.get_submodule(name)
-        out[name] = (module, sizes.get(name, 0)) if not isinstance(module, torch.nn.Linear) else None
+        out[name] = (module, sizes.get(name, 0), 0.0) if not isinstance(module, torch.nn.Linear) else None  # seconds: in tune_s
     return out
 
 
@@ -147,5 +147,5 @@ def describe(module: torch.nn.Module) -> dict:
 
 
 def _kernel(modules: dict) -> str | None:
-    kinds = sorted({f"{type(m).__module__}.{type(m).__name__}" for m, _ in filter(None, modules.values())})
+    kinds = sorted({f"{type(m).__module__}.{type(m).__name__}" for m, _, _ in filter(None, modules.values())})
     return ", ".join(kinds) or None

@@ -131,8 +131,8 @@ def _per_layer(adapter, source: torch.nn.Linear, settings: dict) -> tuple[torch.
 
 
 def _replace(model, copied, adapter, plan, make, layers: list) -> None:
-    """Replace each selected Linear of ``copied`` by the module ``make(name, source)`` gives (with its stored
-    bytes, and seconds for a per-layer backend; None: the library left that layer as it is); report every layer."""
+    """Replace each selected Linear of ``copied`` by the module ``make(name, source)`` gives, with its stored bytes
+    and seconds (None: the library left that layer as it is); report every layer."""
     for name, selected, reason in plan:
         source = model.get_submodule(name)
         made = make(name, source) if selected and isinstance(source, torch.nn.Linear) else None
@@ -140,7 +140,7 @@ def _replace(model, copied, adapter, plan, make, layers: list) -> None:
             why = reason if not selected or not isinstance(source, torch.nn.Linear) else f"{adapter.__name__.rsplit('.', 1)[-1]} does not quantize it"
             layers.append(MethodLayer(LayerReport(name, tuple(getattr(source, "weight", torch.empty(0)).shape), False, why), 0, 0.0, {}))
             continue
-        quantized, stored, seconds = (*made, 0.0)[:3]
+        quantized, stored, seconds = made
         parent, _, child = name.rpartition(".")
         setattr(copied.get_submodule(parent) if parent else copied, child, quantized)
         # read through a copy: a library may change its module at the first call (bitsandbytes repacks for its CPU kernel)
