@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import re
 import tempfile
@@ -120,19 +121,12 @@ def _load_modules(folder: str, selected: list[str], dtype: torch.dtype, device: 
                 layer, _, tensor = key.rpartition(".")
                 if tensor != "bias":
                     t = f.get_slice(key)
-                    sizes[layer] = sizes.get(layer, 0) + _numel(t.get_shape()) * _itemsize(t.get_dtype())
+                    sizes[layer] = sizes.get(layer, 0) + math.prod(t.get_shape()) * _itemsize(t.get_dtype())
     out = {}
     for name in selected:
         module = loaded.get_submodule(name)
         out[name] = (module, sizes.get(name, 0), 0.0) if not isinstance(module, torch.nn.Linear) else None  # seconds: in tune_s
     return out
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
 
 
 def _itemsize(dtype: str) -> int:

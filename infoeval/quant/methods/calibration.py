@@ -31,7 +31,7 @@ import torch
 from infoeval.errors import UsageError
 from infoeval.input.settings import CalibrationSettings
 from infoeval.input.text import DATASETS, Text, load_text
-from infoeval.input.tokens import TokenStream
+from infoeval.input.tokens import TokenStream, text_tokens
 
 OVERLAP_RUN = 32  # tokens: shorter common runs (boilerplate, code idioms) happen between unrelated texts
 
@@ -81,10 +81,6 @@ def _calibration_text(settings: CalibrationSettings, evaluated: Text) -> Text:
     return load_text(dataset=name) if name.lower() in DATASETS else load_text(text_path=Path(name))
 
 
-def _ids(text: str, tokenizer) -> np.ndarray:
-    return np.asarray(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"], dtype=np.int64)
-
-
 def calibration_samples(settings: CalibrationSettings, evaluated: Text | None, evaluated_ids: np.ndarray, evaluated_bytes: int, tokenizer) -> Calibration:
     """The chunks a calibrated method learns from, and their provenance (see the module's docstring).
     ``evaluated``: the evaluation's text (None where it cannot be read: then a --calibration text is needed);
@@ -96,8 +92,8 @@ def calibration_samples(settings: CalibrationSettings, evaluated: Text | None, e
     held_out = own and not settings.allow_overlap
     raw = source.text.encode("utf-8")
     skip = evaluated_bytes if held_out else 0
-    ids = _ids(raw[skip:].decode("utf-8", errors="ignore"), tokenizer)
-    where = f"the {len(raw) - skip} bytes of {_name(source)} after the evaluated ones" if held_out else f"{_name(source)}"
+    ids, _ = text_tokens(raw[skip:].decode("utf-8", errors="ignore"), tokenizer)  # as the evaluation tokenizes
+    where = f"the {len(raw) - skip} bytes of {_name(source)} after the evaluated ones" if held_out else _name(source)
     try:
         starts = chunk_starts(len(ids), settings.seqlen, settings.samples, settings.seed)
     except ValueError:
