@@ -293,6 +293,7 @@ FIELD_NOTES: dict[str, dict[str, str]] = {
         "variants": "one entry per quantized variant: its name, metrics and quantization report",
         "protocol_metrics": "lm-eval's or GPTQ's own figures per model (`null` for the rolling and llama.cpp protocols)",
         "until_se": "`--until-se` only: the target SE, whether it was reached, the SEs at the stop, windows and tokens used of the budget",
+        "floor": "the noise floor (absent with `--floor off`): its definition, mode, seed, windows, metrics (mean KL ± SE, P99, top-1 disagreement) and each variant against it (x_floor, floor_diff ± SE, at_floor); docs/metrics.md, Resolution",
     },
     "compress-bits": {
         "reference": "the model's metrics on the text (total bits, bits/token, bits/byte, ...)",

@@ -66,6 +66,8 @@ ERROR_CASES = {
     "unknown-scheme": (["--schemes", "int8-channel,int4-chanel"], "did you mean 'int4-channel'"),
     "int9": (["--schemes", "int9-channel"], "9 bits"),
     "group-2": (["--schemes", "int4-g2"], "group size 2"),
+    "bf16-group": (["--schemes", "int8-channel,bf16-g128"], "allowed: bf16, fp16 alone"),
+    "floor-value": (["--floor", "some"], "--floor 'some' is not allowed; give one of sampled, full, off"),
     "ctx-1": (["--ctx", "1"], "--ctx 1"),
     "stride-gt-ctx": (["--ctx", "16", "--stride", "17"], "--stride 17"),
     "llamacpp-too-short": (["--protocol", "llama.cpp", "--ctx", "64", "--text", "{cwd}/short.txt"], "llama.cpp"),
@@ -158,7 +160,14 @@ def test_explicit_outputs_written_and_nothing_else(explicit):
 def test_summary_csv_columns_and_rows(explicit):
     csv, res = explicit["csv"], explicit["json"]
     assert list(csv.columns) == CSV_COLUMNS
-    assert csv["variant"].tolist() == ["reference", *SCHEMES]
+    assert csv["variant"].tolist() == ["reference", *SCHEMES, "floor"]
+    floor, m = csv.iloc[-1], res["floor"]["metrics"]  # the noise floor's row: its KL and top-1 on its positions
+    assert floor["tokens"] == m["positions"] and floor["kl_mean"] == pytest.approx(m["kl_mean"], rel=1e-12)
+    assert floor["top1"] == pytest.approx(1 - m["top1_disagree"], rel=1e-12) and pd.isna(floor["ppl"])
+    for i, v in enumerate(res["variants"], start=1):  # each variant against the floor
+        assert csv["x_floor"].iloc[i] == pytest.approx(res["floor"]["variants"][v["name"]]["x_floor"], rel=1e-12)
+        assert bool(csv["at_floor"].iloc[i]) == res["floor"]["variants"][v["name"]]["at_floor"]
+    csv = csv.iloc[:-1]
     n = res["reference"]["tokens"]
     assert csv["tokens"].tolist() == [n] * 3
     assert csv["bytes"].tolist() == [len(explicit["text"].read_bytes())] * 3
@@ -311,7 +320,7 @@ def test_help(cli_runs):
 
 # ------------------------------------------------------------------------------------------- errors
 ERROR_IDS = [f"error-{n}" for n in ERROR_CASES] + [f"error-{n}-explicit" for n in LATE_CASES]
-FAST_ERROR_IDS = {"error-missing-text", "error-unknown-scheme"}  # refused before the model loads; the rest are slow
+FAST_ERROR_IDS = {"error-missing-text", "error-unknown-scheme", "error-bf16-group", "error-floor-value"}  # refused before the model loads; the rest are slow
 ERROR_PARAMS = [pytest.param(c, marks=[pytest.mark.cli_jobs(c), *([] if c in FAST_ERROR_IDS else [pytest.mark.slow])]) for c in ERROR_IDS]
 
 

@@ -94,6 +94,11 @@ def test_quantize_compare_two_ranks_equal_one_process(work, tiny_llama_dir):
             *COMMON[:-1], 1600]  # fmt: skip
     a, b = _both(work, "qc", args, positions=True, rank1_rows=48, shared=True)
     assert compare(a, b, "quantize-compare") == [] and a["reference"]["tokens"] == 1600
+    # the sampled noise floor visits the windows its seed says, under torchrun as in one process, with the same numbers
+    from infoeval.measure.floor import floor_windows
+
+    assert a["floor"]["windows"] == b["floor"]["windows"] == list(floor_windows(range(33), 4, "sampled", 0))
+    assert a["floor"]["metrics"] == b["floor"]["metrics"] and a["floor"]["variants"] == b["floor"]["variants"]
 
 
 @pytest.mark.slow

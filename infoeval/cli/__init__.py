@@ -48,6 +48,16 @@ def _check_launch(argv: list[str]) -> None:
                          f"{os.environ['WORLD_SIZE']}); data-parallel commands: {', '.join(PARALLEL_COMMANDS)}")  # fmt: skip
 
 
+FLOOR_COMMANDS = ("quantize-compare", "gate")  # the commands whose runs have variants, and so a noise floor
+
+
+def _check_floor(argv: list[str]) -> None:
+    """--floor on a command without variants: one line, not Typer's unknown-option box."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command is not None and command not in FLOOR_COMMANDS and any(a == "--floor" or a.startswith("--floor=") for a in argv):
+        raise UsageError(f"--floor applies to runs with variants ({', '.join(FLOOR_COMMANDS)}); '{command}' has none")
+
+
 def _say(e: BaseException, line: str) -> None:
     """Print the one error line; under a launcher rank 0 speaks for everyone, the other ranks only of their own
     failures (a usage error or a failed rank is the same on every rank)."""
@@ -64,6 +74,7 @@ def main() -> None:
             logging.getLogger(name).setLevel(logging.ERROR)
     try:
         _check_launch(sys.argv[1:])
+        _check_floor(sys.argv[1:])
         app()
     except InfoevalError as e:
         if debug:

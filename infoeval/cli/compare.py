@@ -10,7 +10,7 @@ import typer
 
 from infoeval.cli.options import (
     MODEL_DEFAULT, ConfigOpt, CsvOpt, ExcludeOpt, IncludeOpt, JsonOpt, calibration_options,
-    ModelArg, ModelOpt, OutDirOpt, PlotOpt, PositionsOpt, QuietOpt, RecipeOpt, RunNameOpt,
+    FloorOpt, FloorSeedOpt, ModelArg, ModelOpt, OutDirOpt, PlotOpt, PositionsOpt, QuietOpt, RecipeOpt, RunNameOpt,
     SchemesOpt, output_paths_for, pick_model, RunOptions, run_options, text_source,
 )  # fmt: skip
 from infoeval.cli.output import HtmlOpt, TopKOpt, as_json, check_plot, emit, page_extras
@@ -71,6 +71,8 @@ def quantize_compare(
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
     recipe: RecipeOpt = None,
+    floor: FloorOpt = "sampled",
+    floor_seed: FloorSeedOpt = 0,
     csv: CsvOpt = None,
     json: JsonOpt = None,
     positions: PositionsOpt = None,
@@ -99,7 +101,7 @@ def quantize_compare(
     if recipe and getattr(context.get_parameter_source("schemes"), "name", "") == "DEFAULT":
         schemes = ""  # --recipe alone: only the recipes' variants
     variant_settings = VariantSettings(schemes=schemes, include=tuple(include or ()), exclude=tuple(exclude or ()), recipes=tuple(recipe or ()),
-                                       calibration=calibration_settings)  # fmt: skip
+                                       calibration=calibration_settings, floor=floor, floor_seed=floor_seed)  # fmt: skip
     check_plot(plot)  # before the long run
     tables = print_quantize_compare_llamacpp if check_table(table) == "llama.cpp" else print_quantize_compare
     until = until_settings(context, until_se, order_seed, run)

@@ -11,7 +11,7 @@ import typer
 from infoeval.cli.options import (
     DEVICE_DEFAULT, DTYPE_DEFAULT, MODEL_DEFAULT, ConfigOpt, CsvOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, ExcludeOpt, IncludeOpt, JsonOpt,
     ModelArg, ModelOpt, OutDirOpt, PositionsOpt, QuietOpt, RunNameOpt, output_paths_for, pick_model, read_toml, run_options, typed, calibration_options,
-    RunOptions,
+    RunOptions, FloorOpt, FloorSeedOpt,
 )  # fmt: skip
 from infoeval.cli.compare import TableOpt, check_table
 from infoeval.cli.output import HtmlOpt, TopKOpt, as_json, emit, page_extras
@@ -145,10 +145,10 @@ def gate(
     order_seed: OrderSeedOpt = 0,
     undecided: UndecidedOpt = "fail",
     round_windows: RoundOpt = 1,
-    junit: JunitOpt = None,
-    markdown: MarkdownOpt = None,
+    junit: JunitOpt = None, markdown: MarkdownOpt = None,
     topk: TopKOpt = 0,
     html: HtmlOpt = None,
+    floor: FloorOpt = "sampled", floor_seed: FloorSeedOpt = 0,  # the noise floor beside the candidate
     device: DeviceOpt = DEVICE_DEFAULT,
     dtype: DtypeOpt = DTYPE_DEFAULT,
     device_map: DeviceMapOpt = None,
@@ -171,7 +171,7 @@ def gate(
     candidate = pick_model(context, candidate, model, "the candidate")
     overrides = {"max_kl_mean": max_kl_mean, "max_kl_p99": max_kl_p99, "min_top1": min_top1, "max_ppl_ratio": max_ppl_ratio, "max_bpb_increase": max_bpb_increase}
     gate_settings = GateSettings(reference, candidate, scheme, _limits_from(limits, overrides), confidence, point, baseline, baseline_tolerance, recipe,
-                                 topk or (5 if html else 0), calibration_settings)  # fmt: skip
+                                 topk or (5 if html else 0), calibration_settings, floor, floor_seed)  # fmt: skip
     model_settings = ModelSettings(model=candidate or "", device=device, dtype=dtype, device_map=device_map)
     llama = check_table(table) == "llama.cpp"
     seq = (alpha, min_tokens, max_tokens, order, order_seed, undecided, round_windows) if sequential else None
@@ -188,7 +188,7 @@ def _emit_gate(data: dict, cols: dict, outputs: dict, suffix: str | None, extra_
     import pandas as pd
 
     from infoeval.gate.positions import positions_frame
-    from infoeval.gate.report import gate_table, junit_xml, markdown, print_gate_llamacpp, summary_table
+    from infoeval.gate.report import floor_lines, gate_table, junit_xml, markdown, print_gate_llamacpp, summary_table
 
     paths = output_paths_for("gate", model=data["candidate"]["spec"] + (f"-{suffix}" if suffix else ""), source="reference", **outputs)
     makers = {"junit": lambda: junit_xml(data), "markdown": lambda: markdown(data)}
@@ -196,7 +196,8 @@ def _emit_gate(data: dict, cols: dict, outputs: dict, suffix: str | None, extra_
     frame = functools.cache(lambda: positions_frame(cols))  # built once for the CSV and the page
     extras |= page_extras(data, frame, cols.get("vocab", {}), paths, html, " ".join(["gate:", data["candidate"]["spec"], data["candidate"]["scheme"] or ""]).strip())
     return emit(data, paths=paths, summary=lambda: pd.DataFrame(data["verdicts"]), positions=frame, extras=extras,
-         tables=print_gate_llamacpp if llama else lambda console, d: (console.print(summary_table(d)), console.print(gate_table(d))))  # fmt: skip
+         tables=print_gate_llamacpp if llama else lambda console, d: (console.print(summary_table(d)), console.print(gate_table(d)),
+                                                                      *(console.print(line) for line in floor_lines(d))))  # fmt: skip
 
 
 def quantize(

@@ -1,116 +1,38 @@
-"""quantize-compare and compress-bits: the reference model, and each fake-quantized variant, on every window.
-
-Per window the reference's logits are reduced to its statistics (``infotheory.reference_stats``), then each
-variant's logits, one variant at a time, to its comparison with the reference (``infotheory.compare``); only
-per-position numbers are kept.
-"""
+"""quantize-compare and compress-bits: the reference model, and each fake-quantized variant, on every window
+(the lockstep: ``compare/lockstep.py``; the noise floor beside them: ``compare/floor.py``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from infoeval import distributed, engine
 from infoeval.errors import RuntimeFailure, UsageError
-from infoeval.measure.infotheory import Workspace, compare, reference_stats
+from infoeval.compare.floor import floor_at as _floor_at, floor_block
+from infoeval.compare.lockstep import (  # noqa: F401  (REFERENCE … VARIANT_COLUMNS, lockstep_reducer: re-exported)
+    FLOOR_STATISTICS, REF_COLUMNS, REFERENCE, SHARED_TOKENS, TOP_COLUMNS, VARIANT_COLUMNS, CompareColumns, lockstep_reducer, run_lockstep,
+)  # fmt: skip
 from infoeval.compare.until import UntilSettings, bpb_ses, budget_windows, check_protocol, evaluate_until, kl_ses
 from infoeval.measure.metrics import reference_metrics, variant_metrics
-from infoeval.measure.topk import top_k_probs
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.measure.protocol_metrics import protocol_figures
 from infoeval.quant import ahead as quant_ahead
 from infoeval.quant import rank_share
-from infoeval.quant.apply import QuantizedVariant, WithVariant, build_variants
+from infoeval.quant.apply import build_variants
 from infoeval.quant.methods import split_schemes
 from infoeval.quant.methods.calibration import for_methods
-from infoeval.quant.methods.variant import MethodVariant, build_method_variant
+from infoeval.quant.methods.variant import build_method_variant
+from infoeval.quant.floor import FLOOR, FloorVariant, build_floor
 from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_schemes
 from infoeval.output.results import Result
 from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.input.tokens import TokenStream, token_texts
-from infoeval.input.windows import Window
+from infoeval.input.tokens import token_texts
 
-REFERENCE = "reference"
-REF_COLUMNS = {**engine.IDENTITY, "bytes": np.int64, "nll": np.float32, "entropy": np.float32, "argmax": np.int64}
-SHARED_TOKENS = 2048  # inputs per shared pass of the decoder blocks (engine.plan_shared): 4 windows at ctx 512, so a
-# variant dequantizes its layers once per 4 windows (6.7 % faster than window by window, ~+140 MiB peak; 0: window
-# by window); longer windows, or a window of another length, go alone. See the README's speed section
 MAX_TOP_K = 100
-TOP_COLUMNS = {"top_ids": np.int32, "top_p": np.float32}  # (n, k) each, with --topk K
-VARIANT_COLUMNS = {"nll": np.float32, "kl": np.float32, "rkl": np.float32, "tv": np.float32, "entropy": np.float32, "top1": np.bool_}
-
-
-@dataclass
-class CompareColumns:
-    """Per-position columns (numpy), one dict for the reference and one per variant, in scored order."""
-
-    reference: dict[str, np.ndarray]
-    variants: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
-    vocab: dict[int, str] = field(default_factory=dict)  # with --topk: id → text of every token in the columns
-
-    @property
-    def n(self) -> int:
-        return int(self.reference["nll"].shape[0])
-
-    def slice(self, a: int, b: int) -> CompareColumns:
-        """Rows a … b−1 of every column."""
-        return CompareColumns({k: v[a:b] for k, v in self.reference.items()},
-                              {n: {k: v[a:b] for k, v in cols.items()} for n, cols in self.variants.items()})  # fmt: skip
-
-    @classmethod
-    def concat(cls, parts: Sequence[CompareColumns]) -> CompareColumns:
-        """The rows of ``parts`` one after the other."""
-        first = parts[0]
-        return cls({k: np.concatenate([q.reference[k] for q in parts]) for k in first.reference},
-                   {n: {k: np.concatenate([q.variants[n][k] for q in parts]) for k in cols} for n, cols in first.variants.items()})  # fmt: skip
-
-
-def lockstep_reducer(variant_names: Sequence[str], top_k: int = 0) -> engine.Reducer:
-    """Reference statistics, then each variant against them, window by window (buffers reused across windows).
-    Each model's entropies are checked finite, which they are exactly when its logits are (``engine.run`` leaves
-    the check to this reducer: one pass over the logits fewer per model and window). With ``top_k`` every model's
-    k most likely tokens and their probabilities too (``top_ids``, ``top_p``: (n, k) columns)."""
-    workspace = Workspace()
-
-    def reduce(step: engine.Step) -> dict:
-        targets, z = step.targets[0], step.logits[REFERENCE][0]
-        ref = reference_stats(z, targets, workspace)
-        engine.require_finite(ref.entropy, REFERENCE, step.batch)
-        out = {"nll": ref.nll, "entropy": ref.entropy, "argmax": ref.argmax}
-        if top_k:
-            out["top_ids"], out["top_p"] = top_k_probs(z, top_k, log_normalizer=ref.max + ref.log_sum)
-        for name in variant_names:
-            zq = step.logits[name][0]
-            columns = compare(ref, zq, targets, workspace)
-            engine.require_finite(columns["entropy"], name, step.batch)
-            out |= {f"{name}/{k}": columns[k] for k in VARIANT_COLUMNS}
-            if top_k:
-                out[f"{name}/top_ids"], out[f"{name}/top_p"] = top_k_probs(zq, top_k, max_log_prob=columns["max_logq"])
-        return out
-
-    return reduce
-
-
-def run_lockstep(model, stream: TokenStream, windows: Sequence[Window], variants: Sequence[QuantizedVariant] = (),
-                 bos_id: int | None = None, on_forward=None, clock: engine.Clock | None = None,
-                 top_k: int = 0) -> CompareColumns:  # fmt: skip
-    """Evaluate the reference and every variant on every window, window by window (``clock``: ``engine.run``'s;
-    ``top_k``: also every model's k most likely tokens per position)."""
-    roles = {REFERENCE: model, **{v.name: v.model if isinstance(v, MethodVariant) else WithVariant(model, v) for v in variants}}
-    top = TOP_COLUMNS if top_k else {}
-    ref_keys, var_keys = {**REF_COLUMNS, **top}, {**VARIANT_COLUMNS, **top}
-    schema = {**ref_keys, **{f"{v.name}/{k}": t for v in variants for k, t in var_keys.items()}}
-    names = [v.name for v in variants]
-    # with SHARED_TOKENS > ctx the variants' blocks see several windows at a time and dequantize once per batch
-    batches = engine.plan_shared(windows, SHARED_TOKENS) if variants else engine.plan(windows)
-    cols = engine.run(roles, stream.ids, batches, bos_id, lockstep_reducer(names, top_k), schema, stream.nbytes, on_forward,
-                      check_logits=False, clock=clock)  # fmt: skip
-    return CompareColumns({k: cols[k] for k in ref_keys}, {n: {k: cols[f"{n}/{k}"] for k in var_keys} for n in names})
 
 
 @dataclass(frozen=True)
@@ -128,8 +50,9 @@ class CompareResult(Result):
     variants: tuple[VariantResult, ...]
     protocol_metrics: dict | None = None  # the lm-eval / gptq protocol's own figures, per model
     until_se: dict | None = None  # --until-se: the target, whether it was reached, the tokens it took (compare/until.py)
+    floor: dict | None = None  # the noise floor: its windows, metrics, and each variant against it (measure/floor.py)
     FAMILY = "quantize-compare"
-    OMITTED_WHEN_NONE = ("until_se",)  # without --until-se, the same record as before
+    OMITTED_WHEN_NONE = ("until_se", "floor")  # without --until-se or with --floor off, the same record as before
 
 
 @dataclass(frozen=True)
@@ -150,21 +73,25 @@ def _protocol_metrics(p: Prepared, cols: CompareColumns) -> dict | None:
     nll = {REFERENCE: cols.reference["nll"], **{name: v["nll"] for name, v in cols.variants.items()}}
     return protocol_figures(p.protocol.name, p.protocol.layout, p.documents, cols.reference, nll)
 
-
 def _evaluate(p: Prepared, variants, reporter: Reporter, until: UntilSettings | None = None, se_of=None,
-              top_k: int = 0) -> tuple[CompareColumns, dict[str, float], Prepared, dict | None]:  # fmt: skip
+              top_k: int = 0, floor: FloorVariant | None = None, floor_at: tuple[int, ...] = ()
+              ) -> tuple[CompareColumns, dict[str, float], Prepared, dict | None]:  # fmt: skip
     """The lockstep run under a progress bar; returns the columns, its timings (eval_s, and on a CPU how much of
     it the forward passes and the statistics took: ``engine.Clock``), and with ``until`` (a run to a precision:
-    ``se_of(columns)`` the watched SEs) ``p`` restricted to the windows used and the ``until_se`` block."""
+    ``se_of(columns)`` the watched SEs) ``p`` restricted to the windows used and the ``until_se`` block. With
+    ``floor`` the noise floor runs in the same lockstep on the windows ``floor_at``."""
     clock, models = engine.Clock(), 1 + len(variants)
     windows = len(p.windows) if until is None else budget_windows(p, until)
-    with progress(reporter, windows * models, f"{windows} windows × {models} models" + ("" if until is None else ", until the SE is reached")) as bar:
+    steps = windows * models + (len(floor_at) if floor is not None else 0)
+    label = f"{windows} windows × {models} models" + (f" + floor on {len(floor_at)}" if floor is not None and floor_at else "")
+    with progress(reporter, steps, label + ("" if until is None else ", until the SE is reached")) as bar:
 
         def run(windows):
-            return run_lockstep(p.loaded.model, p.stream, windows, variants, p.protocol.prefix_id, bar.step, clock, top_k)
+            return run_lockstep(p.loaded.model, p.stream, windows, variants, p.protocol.prefix_id, bar.step, clock, top_k, floor, floor_at)
 
         cols, p, block = (run(p.windows), p, None) if until is None else evaluate_until(p, run, until, se_of, CompareColumns.concat)
-    return cols, {"eval_s": bar.seconds, **clock.timings()}, p, block
+    floor_s = {"floor_s": clock.roles.get(FLOOR, 0.0) + clock.roles.get(FLOOR_STATISTICS, 0.0)} if floor is not None and clock.measured else {}
+    return cols, {"eval_s": bar.seconds, **clock.timings(), **floor_s}, p, block
 
 
 def _vocab(p: Prepared, cols: CompareColumns) -> dict[int, str]:
@@ -226,7 +153,9 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
         for made in (ahead, share):
             if made is not None:
                 made.release()
-    cols, eval_timings, p, block = _evaluate(p, variants, reporter, until, kl_ses, top_k)
+    floor = None if variant_settings.floor == "off" else build_floor(p.loaded.model, variant_settings.include, variant_settings.exclude, variant_settings.floor_seed)
+    floor_at = _floor_at(p, 1 + len(variants), until, variant_settings.floor, variant_settings.floor_seed) if floor else ()
+    cols, eval_timings, p, block = _evaluate(p, variants, reporter, until, kl_ses, top_k, floor, floor_at)
     if top_k:
         cols.vocab = _vocab(p, cols)
     timings = {**p.timings, "quantize_s": quantize_s, "quantize_ahead_s": ahead.child_s if ahead else 0.0, **eval_timings}
@@ -235,9 +164,9 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
         reference=reference_metrics(cols.reference),
         variants=tuple(VariantResult(v.name, variant_metrics(cols.reference, cols.variants[v.name]), v.summary()) for v in variants),
         protocol_metrics=_protocol_metrics(p, cols), until_se=block,
+        floor=floor_block(cols, floor, variant_settings.floor, floor_at, 1 + len(variants)) if floor else None,
     )  # fmt: skip
     return result, cols
-
 
 def scored_bytes(p: Prepared) -> bytes:
     """The UTF-8 bytes covered by the scored tokens, in order (the whole scored span for rolling windows)."""

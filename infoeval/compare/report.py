@@ -25,12 +25,16 @@ CSV_COLUMNS = [
     # schema 3: the batch-means SEs' blocks, more SEs, and llama.cpp's own sd/√n SEs
     "se_block", "se_blocks", "rkl_se", "tv_se", "bits_per_byte_delta_se",
     *(f"llamacpp_{k}" for k in ("ppl_se", "ppl_base_se", "ln_ppl_ratio_se", "ppl_ratio_se", "ppl_diff_se", "kl_se", "dp_se", "dp_rms_se")),
+    # the noise floor (measure/floor.py): each variant against it; the floor's own row has its KL and top-1
+    "x_floor", "floor_diff", "floor_diff_se", "at_floor",
 ]  # fmt: skip
 
 
 def summary_frame(result: dict) -> pd.DataFrame:
-    """One row for the reference and one per variant, with the stable CSV_COLUMNS."""
+    """One row for the reference, one per variant and one for the noise floor (where the run has one), with the
+    stable CSV_COLUMNS."""
     rows = [{"variant": "reference", **result["reference"]}]
+    floor = result.get("floor") or {}
     for v in result.get("variants", []):
         q = v.get("quantization", {})
         s = q.get("scheme", {})
@@ -46,12 +50,18 @@ def summary_frame(result: dict) -> pd.DataFrame:
                 "sqnr_db_min": q.get("sqnr_db_min"),
                 "sqnr_db_mean": q.get("sqnr_db_mean"),
                 **v["metrics"],
+                **(floor.get("variants") or {}).get(v["name"], {}),
             }
         )
+    if floor.get("metrics"):
+        m = floor["metrics"]
+        rows.append({"variant": "floor", "tokens": m["positions"], "kl_mean": m["kl_mean"], "kl_se": m["kl_se"], "kl_p99": m["kl_p99"],
+                     "top1": 1 - m["top1_disagree"], "top1_se": m["top1_disagree_se"], "layers_quantized": floor["layers"]})  # fmt: skip
     frame = pd.DataFrame(rows).reindex(columns=CSV_COLUMNS)
     for col in ("bits", "group_size", "tokens", "bytes", "layers_quantized", "layers_skipped"):
         frame[col] = frame[col].astype("Int64")  # integers stay integers beside the reference's empty cells
     frame["symmetric"] = frame["symmetric"].astype("boolean")
+    frame["at_floor"] = frame["at_floor"].astype("boolean")
     return frame
 
 
@@ -130,13 +140,33 @@ def reference_table(ref: dict, title: str = "Reference") -> Table:
     return t
 
 
+def floor_cell(versus: dict | None) -> str:
+    """A variant's "× floor" cell: its mean KL over the floor's, and "at floor" where the run cannot tell them apart."""
+    if not versus:
+        return ""
+    x = "–" if versus["x_floor"] is None else f"{fmt_num(versus['x_floor'], 3)}×"
+    return x + (" at floor" if versus["at_floor"] else "")
+
+
+def floor_note(floor: dict) -> str:
+    """The caption's words on the floor: what it is, where it ran, how to read × floor."""
+    if not floor.get("metrics"):
+        return "; the noise floor ran on no window of this run"
+    return (f"; floor: the reference with its weights moved by one bfloat16 rounding step, on {len(floor['windows'])} of "
+            f"{floor['windows_of_run']} windows ({floor['mode']}); × floor: mean KL over the floor's; at floor: within 2 SE of it")  # fmt: skip
+
+
 def variants_tables(result: dict) -> list[Table]:
-    """Two tables so each fits a 100-column terminal: likelihood and agreement, then the KL distribution."""
+    """Two tables so each fits a 100-column terminal: likelihood and agreement, then the KL distribution; with a
+    noise floor, its line under the variants of each and a "× floor" column."""
+    floor = result.get("floor")
+    versus = (floor or {}).get("variants") or {}
     a = report_table("Variants vs reference", ["scheme", "layers q/skip", "PPL", "PPL ratio", "Δ ln PPL", "top-1 agree", "Δ bits/byte"],
                      f"likelihood and agreement of each variant with the reference (± one standard error{se_note(result['reference'])})",
                      no_wrap=True)  # fmt: skip
-    k = report_table("Per-position KL", ["scheme", "mean KL", "P50", "P90", "P99", "P99.9", "max", "rev KL", "TV"],
-                     "per-position KL(reference ‖ variant) in nats; means of reverse KL and TV", no_wrap=True)  # fmt: skip
+    k = report_table("Per-position KL", ["scheme", "mean KL", *(["× floor"] if floor else []), "P50", "P90", "P99", "P99.9", "max", "rev KL", "TV"],
+                     "per-position KL(reference ‖ variant) in nats; means of reverse KL and TV" + (floor_note(floor) if floor else ""),
+                     no_wrap=True)  # fmt: skip
     for v in result["variants"]:
         m, q = v["metrics"], v["quantization"]
         a.add_row(
@@ -145,9 +175,15 @@ def variants_tables(result: dict) -> list[Table]:
             fmt_num(m["bits_per_byte_delta"]),
         )  # fmt: skip
         k.add_row(
-            v["name"], fmt_pm(m["kl_mean"], m["kl_se"]), fmt_num(m["kl_p50"], 3), fmt_num(m["kl_p90"], 3), fmt_num(m["kl_p99"], 3),
-            fmt_num(m["kl_p999"], 3), fmt_num(m["kl_max"], 3), fmt_num(m["rkl_mean"], 3), fmt_num(m["tv_mean"], 3),
+            v["name"], fmt_pm(m["kl_mean"], m["kl_se"]), *([floor_cell(versus.get(v["name"]))] if floor else []), fmt_num(m["kl_p50"], 3),
+            fmt_num(m["kl_p90"], 3), fmt_num(m["kl_p99"], 3), fmt_num(m["kl_p999"], 3), fmt_num(m["kl_max"], 3), fmt_num(m["rkl_mean"], 3),
+            fmt_num(m["tv_mean"], 3),
         )  # fmt: skip
+    if floor and floor.get("metrics"):
+        f = floor["metrics"]
+        a.add_row("floor", f"{floor['layers']}/–", "", "", "", fmt_pm(100 * (1 - f["top1_disagree"]), 100 * f["top1_disagree_se"], 2) + " %", "",
+                  style="dim")  # fmt: skip
+        k.add_row("floor", fmt_pm(f["kl_mean"], f["kl_se"]), "1×", "", "", fmt_num(f["kl_p99"], 3), "", "", "", "", style="dim")
     return [a, k]
 
 

@@ -38,16 +38,16 @@ window-by-window forward passes.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from infoeval import distributed, heap
+from infoeval.engine.clock import Clock
 from infoeval.engine.batches import Batch, each_window, plan, plan_shared  # noqa: F401  (plan, plan_shared: re-exported)
 from infoeval.engine.columns import IDENTITY, Columns, as_numpy, identity_columns
 from infoeval.errors import RuntimeFailure
@@ -104,30 +104,6 @@ def _checked(logits: torch.Tensor, role: str, batch: Batch, on_forward, check: b
     return logits
 
 
-@dataclass
-class Clock:
-    """Where ``run``'s time went, in seconds: ``forward_s`` in the models (decoder blocks, heads, a variant's
-    dequantization, the finiteness check), ``reduce_s`` in the reducer's own work (the per-position statistics);
-    the rest is the engine's (columns, gathering). Measured on a CPU only (``measured``): on an accelerator the
-    kernels run asynchronously, and the host's times would not say where the device's time went."""
-
-    forward_s: float = 0.0
-    reduce_s: float = 0.0
-    measured: bool = False
-
-    @contextlib.contextmanager
-    def forward(self):
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.forward_s += time.perf_counter() - t0
-
-    def timings(self, prefix: str = "eval_") -> dict[str, float]:
-        """{prefix + "forward_s", prefix + "statistics_s"} when measured, else nothing."""
-        return {f"{prefix}forward_s": self.forward_s, f"{prefix}statistics_s": self.reduce_s} if self.measured else {}
-
-
 class RoleLogits(Mapping):
     """``logits[role]``: that role's logits for the current batch, computed when asked (and again if asked again);
     with ``hidden`` (a shared batch's blocks' output per role, and this window's index in it) only the head runs."""
@@ -139,7 +115,7 @@ class RoleLogits(Mapping):
         self._pool, self._check, self._clock = pool, check, clock
 
     def __getitem__(self, role: str) -> torch.Tensor:
-        with self._clock.forward():
+        with self._clock.forward(role):
             return _checked(self._logits(role), role, self._batch, self._on_forward, self._check)
 
     def _logits(self, role: str) -> torch.Tensor:
@@ -154,6 +130,9 @@ class RoleLogits(Mapping):
             self._inputs[device] = next(iter(self._inputs.values())).to(device)
         with pooled_head(parts(model)[0], self._pool):
             return forward_logits(model, self._inputs[device], self._batch.keep)
+
+    def __contains__(self, role) -> bool:  # without computing anything (Mapping's would ask for the logits)
+        return role in self._roles
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._roles)
@@ -171,29 +150,41 @@ class Step:
     logits: RoleLogits
 
 
+def _active(roles: Mapping[str, object], only: Mapping[str, Collection[int]], windows) -> dict[str, object]:
+    """The roles that run on ``windows``: every role, less those ``only`` restricts to windows none of which is here."""
+    return {r: m for r, m in roles.items() if r not in only or any(w.index in only[r] for w in windows)}
+
+
 def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, prefix_id: int | None, device, on_forward,
-           pool: LogitsPool | None, check: bool, clock: Clock) -> Iterator[Step]:  # fmt: skip
+           pool: LogitsPool | None, check: bool, clock: Clock, only: Mapping[str, Collection[int]]) -> Iterator[Step]:  # fmt: skip
     """The reducer's steps of batch ``b``: one, or one per window of a shared batch (whose blocks run first, once
-    per role; window by window instead where a role's model does not ``splits``)."""
+    per role, on the rows of the windows the role runs on; window by window instead where a role's model does not
+    ``splits``). A step's logits hold the roles that run on its windows (``only``)."""
     inputs = torch.cat([window_inputs(stream_ids, w, prefix_id) for w in b.windows]).to(device)
-    split = {role: parts(model) for role, model in roles.items()} if b.shared else {}
+    split = {role: parts(model) for role, model in _active(roles, only, b.windows).items()} if b.shared else {}
     # a model placed by accelerate (device_map) keeps its per-module hooks: it goes window by window
     if b.shared and all(model_device(m, device) == device and not getattr(m, "hf_device_map", None)
                         and splits(m, inputs[:1, :8]) for m, _ in split.values()):  # fmt: skip
-        hidden = {}
+        hidden, row = {}, {}  # role → (B_role, T, hidden); role → {window k of the batch: its row there}
+        for role, (module, active) in split.items():
+            ks = [k for k, w in enumerate(b.windows) if role not in only or w.index in only[role]]
+            row[role] = {k: j for j, k in enumerate(ks)}
+            rows = inputs if len(ks) == len(b.windows) else inputs[ks]
+            with clock.forward(role), active(), headless(module), linears_row_by_row(module):
+                hidden[role] = forward_logits(module, rows, 0)  # (B, T, hidden): the head's inputs
         with clock.forward():
-            for role, (module, active) in split.items():
-                with active(), headless(module), linears_row_by_row(module):
-                    hidden[role] = forward_logits(module, inputs, 0)  # (B, T, hidden): the head's inputs
             heap.release_freed_memory()  # the blocks' activations are free and the heads' logits come next (heap.py)
         for k, w in enumerate(each_window(b)):
             targets = window_targets(stream_ids, w.windows[0])[None].to(device)
-            yield Step(w, targets, RoleLogits(roles, {}, w, on_forward, (hidden, k), pool, check, clock=clock))
+            here = {r: roles[r] for r in hidden if k in row[r]}
+            states = {r: hidden[r][row[r][k] : row[r][k] + 1] for r in here}
+            yield Step(w, targets, RoleLogits(here, {}, w, on_forward, (states, 0), pool, check, clock=clock))
         return
     for k, w in enumerate(each_window(b) if b.shared else [b]):
         w_inputs = inputs[k : k + 1] if b.shared else inputs  # a shared batch's windows share one length
         targets = torch.stack([window_targets(stream_ids, x) for x in w.windows]).to(device)
-        yield Step(w, targets, RoleLogits(roles, {device: w_inputs}, w, on_forward, pool=pool, check=check, clock=clock))
+        here = _active(roles, only, w.windows)
+        yield Step(w, targets, RoleLogits(here, {device: w_inputs}, w, on_forward, pool=pool, check=check, clock=clock))
 
 
 @torch.inference_mode()
@@ -201,12 +192,14 @@ def run(
     roles: Mapping[str, object], stream_ids: torch.Tensor, batches: Sequence[Batch], prefix_id: int | None,
     reducer: Reducer, schema: Mapping[str, type] | None = None, nbytes: np.ndarray | None = None,
     on_forward: Callable[[], None] | None = None, n_rows: int | None = None, check_logits: bool = True,
-    clock: Clock | None = None,
+    clock: Clock | None = None, only: Mapping[str, Collection[int]] | None = None,
 ) -> dict[str, np.ndarray]:  # fmt: skip
     """Evaluate every batch with the roles the reducer asks for; returns the columns (identity columns, ``bytes``
     when ``nbytes`` is given, and the reducer's). ``n_rows`` defaults to the rows of ``batches``. Every role's
     logits are checked finite, unless ``check_logits`` is False: the reducer then checks (``require_finite``).
     A ``clock`` gets the seconds spent in the models and in the reducer (``Clock``; this rank's, under a launcher).
+    ``only``: roles that run on some windows only (role → window indices): a step's ``logits`` hold a role only
+    where it runs (``role in step.logits``), and a column the reducer fills for it only there stays 0 elsewhere.
 
     Under a launcher (``distributed.launched()``) this rank evaluates its share of the batches and the rows of
     all ranks are gathered, so every rank returns the same columns as one process would."""
@@ -220,7 +213,7 @@ def run(
     clock.measured = device.type == "cpu"
     try:
         for b in distributed.shard(batches) if parallel else batches:
-            for step in _steps(roles, stream_ids, b, prefix_id, device, on_forward, pool, check_logits, clock):
+            for step in _steps(roles, stream_ids, b, prefix_id, device, on_forward, pool, check_logits, clock, only or {}):
                 part = identity_columns(step.batch, stream_ids)
                 if nbytes is not None:
                     part["bytes"] = np.concatenate([nbytes[w.target_slice] for w in step.batch.windows])

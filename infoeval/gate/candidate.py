@@ -7,12 +7,13 @@ import dataclasses
 import hashlib
 import json
 
-from infoeval.errors import DataError
+from infoeval.errors import DataError, InfoevalError
 from infoeval.input.settings import CalibrationSettings, ModelSettings
 from infoeval.input.text import reload_text
 from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.models.files import BUILTIN
-from infoeval.quant.apply import fake_quantize_, recipe_variant, swap_in
+from infoeval.quant.apply import WithVariant, fake_quantize_, recipe_variant, swap_in
+from infoeval.quant.floor import build_floor, original_weights
 from infoeval.quant.methods import is_method, parse_method
 from infoeval.quant.methods.calibration import calibration_samples
 from infoeval.quant.methods.variant import build_method_variant
@@ -34,9 +35,12 @@ def vocab_fingerprint(tokenizer) -> str:
 
 
 def load_candidate(gate_settings, model_settings: ModelSettings, ref):
-    """The candidate (spec, loaded model, quantization report): its own checkpoint, or the reference's model, with
-    --scheme (infoeval's rounding or a library's, ``hqq:int4-g64``) or --recipe applied; its tokenizer must be the
-    reference's."""
+    """The candidate (spec, loaded model, quantization report, the noise floor's model or None): its own
+    checkpoint, or the reference's model, with --scheme (infoeval's rounding or a library's, ``hqq:int4-g64``) or
+    --recipe applied; its tokenizer must be the reference's. The floor (``--floor`` not off) is the reference's
+    model with the quantized layers' weights moved by one bfloat16 rounding step (``quant/floor.py``): made from
+    the reference's weights of the candidate's own model, taken before it is quantized, where the candidate is the
+    reference's model; else from the reference's model, loaded beside it."""
     spec = gate_settings.candidate or reference_model_spec(ref.meta["provenance"]["model"])
     device = resolve_device(model_settings.device)
     loaded = load_model(spec, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map)
@@ -46,6 +50,8 @@ def load_candidate(gate_settings, model_settings: ModelSettings, ref):
             f"the candidate's tokenizer ({spec}) differs from the reference's "
             f"({ref.meta['provenance']['model']['spec']}): vocabularies must be identical to compare distributions"
         )
+    original = loaded.model
+    sources = original_weights(original) if gate_settings.floor != "off" and gate_settings.candidate is None else None
     report = None
     if gate_settings.scheme and is_method(gate_settings.scheme):
         method = parse_method(gate_settings.scheme)
@@ -58,7 +64,26 @@ def load_candidate(gate_settings, model_settings: ModelSettings, ref):
         variant = recipe_variant(loaded.model, read_recipe(gate_settings.recipe))
         swap_in(loaded.model, variant)
         report = variant.summary()
-    return spec, loaded, report
+    if gate_settings.floor == "off":
+        floor = None
+    elif sources is None:  # the candidate is a checkpoint of its own: the floor is the reference's model, loaded here
+        floor = _reference_floor(gate_settings, ref, loaded)
+    else:  # the layers the candidate changed (the default ones when it changed none), from the weights before
+        changed = [r["name"] for r in (report or {}).get("layers", []) if r.get("action") == "quantized"] or None
+        floor = WithVariant(original, build_floor(original, seed=gate_settings.floor_seed, sources=sources, layers=changed))
+    return spec, loaded, report, floor
+
+
+def _reference_floor(gate_settings, ref, candidate):
+    """The floor of a candidate that is a checkpoint of its own: the reference's model, loaded on the candidate's
+    device and dtype (one more model in memory), its default layers moved."""
+    spec = reference_model_spec(ref.meta["provenance"]["model"])
+    device = next(candidate.model.parameters()).device
+    try:
+        model = load_model(spec, device, next(candidate.model.parameters()).dtype).model
+    except InfoevalError as e:
+        raise DataError(f"the noise floor needs the reference's model ({spec}), which did not load ({e}); pass --floor off") from None
+    return WithVariant(model, build_floor(model, seed=gate_settings.floor_seed))
 
 
 def _calibration(settings, ref, tokenizer):

@@ -17,6 +17,7 @@ Worked example: kl_mean = 0.040, kl_se = 0.004, max_kl_mean = 0.045 → bound 0.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
@@ -64,12 +65,13 @@ class Verdict:
     bound: float  # what was compared with the limit
     judged: str  # "95% one-sided bound", "point estimate"
     passed: bool
+    floor: float | None = None  # set where the noise floor itself does not meet the limit (``below_floor``)
 
     def as_dict(self) -> dict:
         return {
             "limit": self.limit.key, "metric": self.limit.metric, "side": self.limit.side, "threshold": self.limit.value,
             "value": self.value, "se": self.se, "bound": self.bound, "judged": self.judged, "passed": self.passed,
-        }  # fmt: skip
+        } | ({"below_floor": True, "floor_value": self.floor} if self.floor is not None else {})  # fmt: skip
 
 
 def parse_limits(raw: dict) -> list[Limit]:
@@ -129,6 +131,37 @@ def judge(limits: list[Limit], metrics: dict, confidence: float = DEFAULT_CONFID
         passed = math.isfinite(bound) and (bound <= lim.value if lim.side == "max" else bound >= lim.value)
         out.append(Verdict(lim, value, se, bound, judged, passed))
     return out
+
+
+def below_floor(verdicts: list[Verdict], floor_metrics: dict | None) -> list[Verdict]:
+    """The verdicts with every limit that the noise floor itself does not meet (its point estimate on the wrong
+    side of the threshold) failed, closed, with the floor's value: a limit below what the run can resolve cannot be
+    judged. Metrics the floor does not have are left as they are; without a floor (``--floor off``) nothing changes.
+
+    >>> v = judge(parse_limits({"max_kl_mean": 1e-5, "max_kl_p99": 0.5}), {"kl_mean": 2e-6, "kl_se": 1e-7, "kl_p99": 0.1})
+    >>> [(x.passed, x.floor) for x in below_floor(v, {"kl_mean": 3e-5, "kl_p99": 1e-4})]
+    [(False, 3e-05), (True, None)]
+    """
+    if not floor_metrics:
+        return verdicts
+    out = []
+    for v in verdicts:
+        f = floor_metrics.get(v.limit.metric)
+        if f is None or not math.isfinite(float(f)):
+            out.append(v)
+            continue
+        f = float(f)
+        below = f > v.limit.value if v.limit.side == "max" else f < v.limit.value
+        out.append(dataclasses.replace(v, passed=False, judged="below the noise floor", floor=f) if below else v)
+    return out
+
+
+def floor_line(verdict: dict) -> str | None:
+    """The one line of a limit below the noise floor (a verdict as in the result JSON; None for any other)."""
+    if not verdict.get("below_floor"):
+        return None
+    return (f"{verdict['limit']} {verdict['threshold']:g} is below the noise floor ({verdict['metric']} {verdict['floor_value']:.4g} for a "
+            f"checkpoint no user could tell from the reference): this run cannot judge it, so it fails; raise the limit, or pass --floor off")  # fmt: skip
 
 
 def compare_baseline(metrics: dict, baseline: dict, names: list[str], tolerance: float) -> list[dict]:

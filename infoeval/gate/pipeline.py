@@ -16,7 +16,10 @@ from infoeval.errors import DataError, UsageError
 from infoeval import engine
 from infoeval.gate.compact import CompactDist, compact
 from infoeval.measure.infotheory import by_rows, chunk_rows, compact_divergences, entropy, log_softmax
-from infoeval.gate.limits import Limit, compare_baseline, judge
+from infoeval.gate.limits import Limit, below_floor, compare_baseline, judge
+from infoeval.input.settings import check_floor
+from infoeval.measure.floor import floor_windows
+from infoeval.quant.floor import FLOOR
 from infoeval.gate.positions import TOP_COLUMNS, candidate_top, check_top_k, row_columns
 from infoeval.gate.reference_file import Reference, read_reference, write_reference
 from infoeval.measure.metrics import reference_metrics, variant_metrics
@@ -83,8 +86,9 @@ class GateResult(Result):
     reference: dict[str, float]
     candidate: dict
     sequential: dict | None = None  # gate --sequential: the stop, tokens used of the budget, the bounds (sequential_gate.py)
+    floor: dict | None = None  # the noise floor: its windows, metrics, the candidate against it, the limits below it
     FAMILY = "gate"
-    OMITTED_WHEN_NONE = ("sequential",)  # the fixed gate's record is the same as before the sequential gate
+    OMITTED_WHEN_NONE = ("sequential", "floor")  # the fixed gate's record with --floor off is the same as before
 
 
 def window_seed(seed: int, window: int) -> int:
@@ -158,11 +162,14 @@ class GateSettings:
     recipe: Path | None = None  # a recipe file (quant/recipe.py) applied to the candidate instead of a scheme
     top_k: int = 0  # --topk: both models' k most likely tokens per position in the positions output
     calibration: CalibrationSettings | None = None  # a calibrated --scheme's (autoround:…) calibration text
+    floor: str = "sampled"  # the noise floor beside the candidate: sampled, full or off (measure/floor.py)
+    floor_seed: int = 0
 
     def __post_init__(self) -> None:
         if self.scheme and self.recipe:
             raise UsageError("--scheme and --recipe both quantize the candidate; give one")
         check_scheme(self.scheme)
+        check_floor(self.floor)
 
 
 def _baseline_metrics(path: Path) -> dict:
@@ -180,19 +187,26 @@ def _baseline_metrics(path: Path) -> dict:
 @torch.inference_mode()
 def run_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporter: Reporter | None = None) -> tuple[GateResult, dict]:
     """Run the candidate on the reference's windows; returns (result dict, per-position columns)."""
+    from infoeval.gate.floor import floor_roles, gate_floor
+
     reporter = reporter or Reporter()
     ref, baseline, candidate, load_s = open_gate(gate_settings, model_settings, reporter)
-    with progress(reporter, len(ref.windows), f"candidate: {len(ref.windows)} windows") as bar:
-        cols = engine.run({CANDIDATE: candidate[1].model}, ref.stream_ids, engine.plan(ref.windows), ref.meta["provenance"]["protocol"]["prefix_id"],
-                          gate_reducer(ref, gate_settings.top_k), {"top1": np.bool_, **TOP_COLUMNS}, on_forward=bar.step)  # fmt: skip
+    floor_at = floor_windows([w.index for w in ref.windows], 1, gate_settings.floor, gate_settings.floor_seed) if candidate[3] is not None else ()
+    roles, only = floor_roles(candidate, floor_at)
+    with progress(reporter, len(ref.windows) + len(floor_at), f"candidate: {len(ref.windows)} windows" + (f", floor: {len(floor_at)}" if floor_at else "")) as bar:
+        cols = engine.run(roles, ref.stream_ids, engine.plan(ref.windows), ref.meta["provenance"]["protocol"]["prefix_id"],
+                          gate_reducer(ref, gate_settings.top_k), {"top1": np.bool_, f"{FLOOR}/top1": np.bool_, **TOP_COLUMNS},
+                          on_forward=bar.step, only=only)  # fmt: skip
     var = {k: cols[k] for k in ("nll", *GATE_COLUMNS, *TOP_COLUMNS) if k in cols}
     ref_cols = reference_columns(ref)
     metrics = gate_metrics(ref_cols, var)
     verdicts = judge(list(gate_settings.limits), metrics, gate_settings.confidence, gate_settings.point)
+    floor = gate_floor(gate_settings, candidate, cols, ref_cols, var, floor_at, np.ones(ref.n, bool))
+    verdicts = below_floor(verdicts, floor["metrics_all"] if floor else None)
     base_rows = compare_baseline(metrics, baseline, [v.limit.metric for v in verdicts], gate_settings.baseline_tolerance) if baseline else []
     passed = all(v.passed for v in verdicts) and all(r["passed"] for r in base_rows)
     result = gate_result(gate_settings, ref, candidate, {"load_s": load_s, "eval_s": bar.seconds}, passed,
-                         tuple(v.as_dict() for v in verdicts), base_rows, metrics)  # fmt: skip
+                         tuple(v.as_dict() for v in verdicts), base_rows, metrics, floor=floor)  # fmt: skip
     return result, {"reference": ref_cols, "variant": var, **row_columns(ref, np.arange(ref.n), var, gate_settings.top_k, candidate[1].tokenizer)}
 
 
@@ -217,7 +231,12 @@ def gate_reducer(ref: Reference, top_k: int = 0):
         z, a = step.logits[CANDIDATE][0], step.batch.rows.start
         if z.shape[1] != ref.meta["vocab_size"]:
             raise DataError(f"the candidate has {z.shape[1]} output logits, the reference {ref.meta['vocab_size']}: different vocabularies")
-        return by_rows(z.shape[0], lambda r: _gate_rows(ref, z[r], slice(a + r.start, a + r.stop), top_k), chunk_rows(z))
+        out = by_rows(z.shape[0], lambda r: _gate_rows(ref, z[r], slice(a + r.start, a + r.stop), top_k), chunk_rows(z))
+        if FLOOR in step.logits:  # the noise floor on its windows, judged against the reference file as the candidate is
+            zf = step.logits[FLOOR][0]
+            floor = by_rows(zf.shape[0], lambda r: _gate_rows(ref, zf[r], slice(a + r.start, a + r.stop)), chunk_rows(zf))
+            out |= {f"{FLOOR}/{k}": floor[k] for k in ("nll", *GATE_COLUMNS)}
+        return out
 
     return reduce
 
@@ -228,9 +247,10 @@ def reference_columns(ref: Reference) -> dict:
 
 
 def gate_result(gate_settings: GateSettings, ref: Reference, candidate: tuple, timings: dict, passed: bool, verdicts: tuple,
-                base_rows: list, metrics: dict, sequential: dict | None = None) -> GateResult:  # fmt: skip
-    """The gate's result record (``sequential``: the block of a sequential gate, else None)."""
-    spec, loaded, qreport = candidate
+                base_rows: list, metrics: dict, sequential: dict | None = None, floor: dict | None = None) -> GateResult:  # fmt: skip
+    """The gate's result record (``sequential``: the block of a sequential gate, else None; ``floor``: the noise
+    floor's block, ``gate_floor``)."""
+    spec, loaded, qreport = candidate[:3]
     return GateResult(
         provenance(
             "gate", model=loaded.info, reference_file=str(gate_settings.reference), reference_provenance=ref.meta["provenance"],
@@ -242,7 +262,7 @@ def gate_result(gate_settings: GateSettings, ref: Reference, candidate: tuple, t
         reference=ref.meta["reference"],
         candidate={"spec": spec, "model": loaded.info.to_json(), "scheme": gate_settings.scheme or (f"recipe {gate_settings.recipe}" if gate_settings.recipe else None),
                    "quantization": qreport},
-        sequential=sequential,
+        sequential=sequential, floor=floor,
     )  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from infoeval.gate.limits import floor_line
 from infoeval.output.llamacpp_report import print_block, scope_note
 from infoeval.output.report import report_table
 from infoeval.output.results import atomic_write_bytes
@@ -98,6 +99,21 @@ def gate_table(result: dict) -> Table:
         style = None if row[-1] == "PASS" else "red"
         t.add_row(*row, style=style)
     return t
+
+
+def floor_lines(result: dict) -> list[str]:
+    """The noise floor under the tables: its numbers and the candidate against it, then one line per limit below it."""
+    f = result.get("floor")
+    if not f:
+        return []
+    if not f.get("metrics"):
+        out = ["noise floor: it ran on no window the gate judged"]
+    else:
+        m, c = f["metrics"], f["candidate"]
+        x = "" if c["x_floor"] is None else f"; the candidate's mean KL is {c['x_floor']:.3g}× the floor's" + (", at floor" if c["at_floor"] else "")
+        out = [f"noise floor ({len(f['windows'])} windows, {f['mode']}): mean KL {_num(m['kl_mean'])} ± {_num(m['kl_se'])}, P99 {_num(m['kl_p99'])}, "
+               f"top-1 disagreement {100 * m['top1_disagree']:.2f} %{x}"]  # fmt: skip
+    return out + [line for v in result["verdicts"] if (line := floor_line(v))]
 
 
 def summary_table(result: dict) -> Table:

@@ -20,10 +20,12 @@ import torch
 from infoeval import distributed, engine
 from infoeval.errors import UsageError
 from infoeval.gate.limit_streams import Plan, limit_stream, window_columns
-from infoeval.gate.limits import compare_baseline, judge
+from infoeval.gate.floor import floor_roles, gate_floor
+from infoeval.gate.limits import below_floor, compare_baseline, judge
+from infoeval.measure.floor import floor_windows
+from infoeval.quant.floor import FLOOR
 from infoeval.gate.positions import TOP_COLUMNS, row_columns
 from infoeval.gate.pipeline import (
-    CANDIDATE,
     GATE_COLUMNS,
     GateResult,
     GateSettings,
@@ -97,15 +99,20 @@ def run_sequential_gate(gate_settings: GateSettings, seq: SequentialSettings, mo
     batches, tokens, ref_cols, streams, order, budget = (planned[k] for k in ("batches", "tokens", "ref_cols", "streams", "order", "budget"))
     rule = sequential_rule(streams, seq, len(batches))
     var: dict = {}
+    floors: dict = {"window": np.concatenate([np.full(b.rows.stop - b.rows.start, b.windows[0].index) for b in batches])}
     reduce, prefix_id = gate_reducer(ref, gate_settings.top_k), ref.meta["provenance"]["protocol"]["prefix_id"]
+    # the noise floor on the first windows of the visiting order, which every sequential gate evaluates
+    floor_at = floor_windows([batches[i].windows[0].index for i in order[:budget]], 1, gate_settings.floor, first=True) if candidate[3] is not None else ()
+    roles, only = floor_roles(candidate, floor_at)
 
     def evaluate(idx: np.ndarray) -> list:
-        part = engine.run({CANDIDATE: candidate[1].model}, ref.stream_ids, [batches[i] for i in idx], prefix_id, reduce,
-                          {"top1": np.bool_, **TOP_COLUMNS}, on_forward=bar.step, n_rows=ref.n)  # fmt: skip
-        for k in (k for k in ("nll", *GATE_COLUMNS, *TOP_COLUMNS) if k in part):
-            var.setdefault(k, np.zeros_like(part[k]))
+        part = engine.run(roles, ref.stream_ids, [batches[i] for i in idx], prefix_id, reduce,
+                          {"top1": np.bool_, f"{FLOOR}/top1": np.bool_, **TOP_COLUMNS}, on_forward=bar.step, n_rows=ref.n, only=only)  # fmt: skip
+        for k in (k for k in part if k in ("nll", *GATE_COLUMNS, *TOP_COLUMNS) or k.startswith(f"{FLOOR}/")):
+            into = floors if k.startswith(f"{FLOOR}/") else var
+            into.setdefault(k, np.zeros_like(part[k]))
             for i in idx:
-                var[k][batches[i].rows] = part[k][batches[i].rows]
+                into[k][batches[i].rows] = part[k][batches[i].rows]
         return [[s.observe(w) for s in streams] for w in (window_columns(ref_cols, var, batches[i].rows) for i in idx)]
 
     with progress(reporter, budget, f"candidate: up to {budget} of {len(batches)} windows, sequential") as bar:
@@ -116,12 +123,17 @@ def run_sequential_gate(gate_settings: GateSettings, seq: SequentialSettings, mo
     ref_used = {k: v[rows] for k, v in ref_cols.items()}
     metrics = gate_metrics(ref_used, var_used)
     verdicts = judge(list(gate_settings.limits), metrics, gate_settings.confidence, False)
+    used_rows = np.zeros(ref.n, bool)
+    used_rows[rows] = True
+    floor = gate_floor(gate_settings, candidate, floors, ref_cols, var, floor_at, used_rows)
+    verdicts = below_floor(verdicts, floor["metrics_all"] if floor else None)
+    floor_failed = any(v.floor is not None for v in verdicts)
     base_rows = compare_baseline(metrics, baseline, [v.limit.metric for v in verdicts], gate_settings.baseline_tolerance) if baseline else []
     fixed_ok = all(v.passed for v in verdicts)
-    decided = outcome.decision == PASS or (outcome.decision == 0 and fixed_ok and seq.undecided == "pass")
+    decided = not floor_failed and (outcome.decision == PASS or (outcome.decision == 0 and fixed_ok and seq.undecided == "pass"))
     report = sequential_report(seq, rule, streams, outcome, obs, order, tokens, fixed_ok)
     result = gate_result(gate_settings, ref, candidate, {"load_s": load_s, "eval_s": bar.seconds}, decided and all(r["passed"] for r in base_rows),
-                         tuple(v.as_dict() for v in verdicts), base_rows, metrics, report)  # fmt: skip
+                         tuple(v.as_dict() for v in verdicts), base_rows, metrics, report, floor)  # fmt: skip
     return result, {"reference": ref_used, "variant": var_used, "rows": rows, **row_columns(ref, rows, var_used, gate_settings.top_k, candidate[1].tokenizer)}
 
 

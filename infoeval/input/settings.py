@@ -15,6 +15,14 @@ GPTQ_CTX = 2048  # the GPTQ/AWQ papers' sequence length
 
 PROTOCOLS = ("rolling", "llama.cpp", "lm-eval", "gptq")
 PREFIXES = ("auto", "bos", "eos", "none")
+FLOOR_MODES = ("sampled", "full", "off")  # --floor: the noise floor on a seeded share of the windows, all, none
+
+
+def check_floor(mode: str) -> str:
+    """--floor's value, or a usage error naming the allowed ones."""
+    if mode not in FLOOR_MODES:
+        raise UsageError(f"--floor '{mode}' is not allowed; give one of {', '.join(FLOOR_MODES)}")
+    return mode
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,11 @@ class VariantSettings:
     exclude: tuple[str, ...] = ()
     recipes: tuple[Path, ...] = ()  # recipe files (quant/recipe.py): one mixed variant each, named after the file
     calibration: CalibrationSettings | None = None  # for calibrated methods (autoround:…); None: the defaults
+    floor: str = "sampled"  # the noise floor's windows: sampled, full or off (measure/floor.py)
+    floor_seed: int = 0  # the floor's weights and its sampled windows
+
+    def __post_init__(self) -> None:
+        check_floor(self.floor)
 
 
 @dataclass(frozen=True)

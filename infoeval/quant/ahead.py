@@ -242,7 +242,9 @@ def _send(fd: int, record: dict) -> None:
 
 
 def start(folder: Path | None, schemes: list[Scheme], dtype: torch.dtype, exclude=()) -> Ahead | None:
-    """Fork a child quantizing ``folder``'s block weights with ``schemes``, or None where it does not apply."""
+    """Fork a child quantizing ``folder``'s block weights with ``schemes``' integer ones (a 16-bit cast needs no
+    child), or None where it does not apply."""
+    schemes = [s for s in schemes if not s.fmt]
     if folder is None or not schemes or not sys.platform.startswith("linux") or os.environ.get("INFOEVAL_AHEAD") == "0":
         return None
     try:

@@ -221,12 +221,14 @@ def _records_grad(args, kwargs) -> bool:
     return torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values()))
 
 
-def _hook(module: torch.nn.Module, weight: PackedWeight | torch.Tensor, bufs: DequantBuffers, original) -> list:
+def _hook(module: torch.nn.Module, weight, bufs: DequantBuffers, original) -> list:
     """Hooks that put the dequantized weight in place of ``original`` for each forward pass of ``module``."""
 
     def before(mod, args, kwargs):
-        if not isinstance(weight, PackedWeight):
-            mod._parameters["weight"] = weight
+        if hasattr(weight, "materialize"):  # made for each pass from what it holds (the floor's: quant/floor.py)
+            mod._parameters["weight"] = weight.materialize()
+        elif not isinstance(weight, PackedWeight):  # a full weight (a 16-bit scheme's: cast to the module's dtype)
+            mod._parameters["weight"] = weight if weight.dtype == original.dtype else weight.to(original.dtype)
         elif _records_grad(args, kwargs):  # autograd keeps the weight for backward: no shared buffer
             mod._parameters["weight"] = codes.dequantize(weight)
         else:
@@ -265,7 +267,7 @@ def swap_in(model: torch.nn.Module, variant: QuantizedVariant) -> None:
     """Put the variant's weights, dequantized, in the model for good (new Parameters)."""
     modules = dict(model.named_modules())
     for name, weight in variant.weights.items():
-        full = codes.dequantize(weight) if isinstance(weight, PackedWeight) else weight
+        full = codes.dequantize(weight) if isinstance(weight, PackedWeight) else weight.to(modules[name].weight.dtype)
         modules[name].weight = full if isinstance(full, torch.nn.Parameter) else torch.nn.Parameter(full, requires_grad=False)
 
 

@@ -20,6 +20,7 @@ an integer, so sums over layers and budgets compare exactly. Per weight:
 | int5-g128        | 5 + 16·⌈in/128⌉/in              | 5.1389                     | 5.1250    |
 | int8-channel     | 8 + 16/in                       | 8.0278                     | 8.0104    |
 | int4-g32         | 4 + 16/32 = 4.5                 | 4.5                        | 4.5       |
+| bf16, fp16       | 16 (the weight itself)          | 16                         | 16        |
 
 (llama.cpp's Q4_0 block of 32 is 4.5 bits per weight, Q8_0's 8.5, Q4_1's 5.0 with an fp16 minimum.)
 """
@@ -58,6 +59,8 @@ def layer_bits(scheme: Scheme, shape: tuple[int, int]) -> int:
     2112
     """
     out_f, in_f = int(shape[0]), int(shape[1])
+    if scheme.fmt:  # a 16-bit float weight: 16 bits each, no scales
+        return out_f * in_f * 16
     return out_f * (in_f * scheme.bits + groups_per_row(scheme, in_f) * (SCALE_BITS + zero_point_bits(scheme)))
 
 

@@ -151,9 +151,14 @@ def encode(w: torch.Tensor, scheme: Scheme) -> PackedWeight:
     return _encode(w, scheme)[0]
 
 
-def encode_dequantized(w: torch.Tensor, scheme: Scheme) -> tuple[PackedWeight, torch.Tensor]:
+def encode_dequantized(w: torch.Tensor, scheme: Scheme) -> tuple[PackedWeight | torch.Tensor, torch.Tensor]:
     """``encode``, and ŵ (out, in) in the weight's dtype: the bits ``dequantize`` gives, made from the float
-    codes (s·q, or s·(q − z)) with no unpacking (a strided float32 view when the last group is padded)."""
+    codes (s·q, or s·(q − z)) with no unpacking (a strided float32 view when the last group is padded). A 16-bit
+    float scheme (bf16, fp16) stores the weight cast to its dtype (round to nearest even; the weight itself when
+    it already has that dtype), and ŵ is that cast back to the weight's dtype."""
+    if scheme.fmt:
+        stored = w.to(getattr(torch, scheme.dtype_name))
+        return stored, stored.to(w.dtype)
     pw, q, zero = _encode(w, scheme)
     if not pw.symmetric:
         q.sub_(zero.unsqueeze(-1))  # q − z as fake_quantize subtracts it (a −0.0 zero point included)

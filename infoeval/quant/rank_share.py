@@ -113,7 +113,9 @@ def _identity(info, weights: dict[str, torch.Tensor]) -> tuple | None:
 
 def start(model: torch.nn.Module, info, schemes: list[Scheme], include=(), exclude=()) -> RankShare | None:
     """Under a launcher: each rank encodes its share of ``schemes``' layers and receives the others' (``info``: the
-    loaded model's ``ModelInfo``); None without one, or where the ranks cannot share."""
+    loaded model's ``ModelInfo``); None without one, or where the ranks cannot share. A 16-bit cast (bf16, fp16)
+    is made by every rank itself."""
+    schemes = [s for s in schemes if not s.fmt]
     if not schemes or not distributed.launched():
         return None
     import torch.distributed as dist

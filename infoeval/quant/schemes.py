@@ -8,8 +8,10 @@ Grammar (case-insensitive)::
                  g<N>           one scale per group of N consecutive input columns, N ≥ 4;
                                 the last group of a row is shorter when N does not divide it
     default      symmetric (absmax), no zero point
+    bf16 | fp16      the weight rounded to bfloat16 / float16 (round to nearest even), nothing else: the cost of
+                     shipping the checkpoint at 16 bits, 16 bits per weight, no scales
 
-Examples: ``int8-channel``, ``int4-g128``, ``int4-channel``, ``int3-g64-asym``.
+Examples: ``int8-channel``, ``int4-g128``, ``int4-channel``, ``int3-g64-asym``, ``bf16``.
 """
 
 from __future__ import annotations
@@ -24,25 +26,35 @@ MIN_BITS, MAX_BITS = 2, 8
 MIN_GROUP = 4
 DEFAULT_SCHEMES = "int8-channel,int4-g128,int4-channel"
 
+FLOAT_FORMATS = {"bf16": "bfloat16", "fp16": "float16"}  # scheme name → torch dtype name
 _PATTERN = re.compile(r"^int(\d+)-(channel|g(\d+))(?:-(sym|asym))?$")
 _KNOWN = [
     f"int{b}-{g}{s}"
     for b in (8, 6, 5, 4, 3, 2)
     for g in ("channel", "g32", "g64", "g128", "g256")
     for s in ("", "-asym")
-]
+] + list(FLOAT_FORMATS)
 
 
 @dataclass(frozen=True)
 class Scheme:
-    """One fake-quantization scheme; ``group_size`` None means per output channel."""
+    """One fake-quantization scheme; ``group_size`` None means per output channel. ``fmt`` "bf16" or "fp16": a
+    16-bit float scheme (the weight cast to that dtype; ``bits`` 16, no group, no scale)."""
 
     bits: int
     group_size: int | None
     symmetric: bool = True
+    fmt: str | None = None
+
+    @property
+    def dtype_name(self) -> str | None:
+        """The torch dtype name of a 16-bit float scheme ("bfloat16", "float16"), else None."""
+        return FLOAT_FORMATS[self.fmt] if self.fmt else None
 
     @property
     def name(self) -> str:
+        if self.fmt:
+            return self.fmt
         gran = "channel" if self.group_size is None else f"g{self.group_size}"
         return f"int{self.bits}-{gran}" + ("" if self.symmetric else "-asym")
 
@@ -61,6 +73,9 @@ class Scheme:
         return "per-channel" if self.group_size is None else f"per-group({self.group_size})"
 
     def as_dict(self) -> dict:
+        if self.fmt:
+            return {"name": self.name, "bits": 16, "group_size": None, "symmetric": True, "format": self.dtype_name,
+                    "rounding": "round-to-nearest-even"}  # fmt: skip
         return {
             "name": self.name,
             "bits": self.bits,
@@ -75,13 +90,17 @@ class Scheme:
 def parse_scheme(text: str) -> Scheme:
     """Parse one scheme name; raise SchemeError with the allowed forms (and a close match) otherwise."""
     name = text.strip().lower()
+    if name in FLOAT_FORMATS:
+        return Scheme(bits=16, group_size=None, fmt=name)
+    if re.match(r"^(bf16|fp16)-", name):
+        raise SchemeError(f"scheme '{text}': {name[:4]} takes no group, bit or symmetry option; allowed: bf16, fp16 alone")
     m = _PATTERN.match(name)
     if not m:
         close = difflib.get_close_matches(name, _KNOWN, n=1, cutoff=0.6)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise SchemeError(
             f"unknown quantization scheme '{text}'{hint}; allowed: int<bits>-channel or int<bits>-g<N>, "
-            f"optionally -asym, e.g. int8-channel, int4-g128, int3-g64-asym"
+            f"optionally -asym, or bf16 / fp16, e.g. int8-channel, int4-g128, int3-g64-asym, bf16"
         )
     bits = int(m.group(1))
     if not MIN_BITS <= bits <= MAX_BITS:

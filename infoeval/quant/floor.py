@@ -1,0 +1,109 @@
+"""The noise floor's variant: the reference with every quantized layer's weights moved by about one bfloat16
+rounding step, a checkpoint no user could tell from the reference. THE definition, stated once (the docs and
+the results quote ``DEFINITION``):
+
+    ŵ = cast(w · (1 + u)),   u ~ Uniform(−2⁻⁹, 2⁻⁹) per weight, drawn from a generator seeded with
+                             (seed, the layer's ordinal among the quantized layers)
+
+computed in float32, then cast back to the weight's dtype: a plain cast in float32; in a 16-bit dtype (where
+a nearest-even cast would round most weights straight back to w) a stochastic rounding to one of the two
+neighbouring values, with the probabilities that make it unbiased, drawn from the same generator. 2⁻⁹ is half
+of bfloat16's unit roundoff 2⁻⁸: the relative change of a weight that bfloat16 stores well.
+
+The variant stores nothing: each forward pass makes a layer's weights again from (w, seed, ordinal), the same
+bits every time, in a fresh tensor that replaces the weight for that pass only (``apply.swapped``). The layers
+are those the schemes quantize (``apply.plan_layers``: the same --include / --exclude).
+
+>>> w = torch.tensor([[1.0, -2.0, 0.5]])
+>>> a, b = floor_weight(w, seed=0, ordinal=3), floor_weight(w, seed=0, ordinal=3)
+>>> torch.equal(a, b), bool(((a - w).abs() <= STEP * w.abs()).all()), torch.equal(a, w)
+(True, True, False)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from infoeval.quant.apply import plan_layers
+
+STEP = 2.0**-9  # the largest relative change: half of bfloat16's unit roundoff
+FLOOR = "floor"  # the floor's role and column prefix
+DEFINITION = ("the reference with each quantized layer's weights w replaced by cast(w·(1+u)), u ~ U(±2^-9) per weight, "
+              "seeded per layer (float32: a plain cast; 16-bit dtypes: unbiased stochastic rounding)")  # fmt: skip
+
+
+def _generator(device: torch.device, seed: int, ordinal: int) -> torch.Generator:
+    """A generator seeded from (seed, ordinal) through numpy's SeedSequence: 32 well-mixed bits, as a CPU
+    generator (mt19937) uses only the low 32 bits of its seed (seed · 2³² + ordinal would repeat every seed's)."""
+    return torch.Generator(device=device).manual_seed(int(np.random.SeedSequence([int(seed), int(ordinal)]).generate_state(1)[0]))
+
+
+def stochastic_round(x: torch.Tensor, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    """``x`` (float32) to ``dtype`` rounding each value to one of its two neighbours in ``dtype``, the far one with
+    probability |x − near| / |far − near|, so that the expected value is x (a value ``dtype`` holds stays)."""
+    near = x.to(dtype)
+    gap = x - near.float()
+    far = torch.nextafter(near, torch.where(gap > 0, torch.inf, -torch.inf).to(dtype))
+    width = (far.float() - near.float()).abs()
+    p = torch.where(width > 0, gap.abs() / width, torch.zeros_like(gap))
+    pick = torch.rand(x.shape, generator=gen, device=x.device, dtype=torch.float32) < p
+    return torch.where(pick, far, near)
+
+
+@torch.no_grad()
+def floor_weight(w: torch.Tensor, seed: int, ordinal: int) -> torch.Tensor:
+    """The floor's weight of one layer (a new tensor of ``w``'s dtype and device): see the module docstring."""
+    gen = _generator(w.device, seed, ordinal)
+    u = torch.rand(w.shape, generator=gen, device=w.device, dtype=torch.float32).mul_(2 * STEP).sub_(STEP)
+    x = u.add_(1.0).mul_(w.float())
+    if w.dtype == torch.float32:
+        return x
+    if w.dtype in (torch.bfloat16, torch.float16):
+        return stochastic_round(x, w.dtype, gen)
+    return x.to(w.dtype)
+
+
+@dataclass(frozen=True)
+class NoisyWeight:
+    """A layer's floor weight, made when a forward pass needs it (``apply.swapped``): nothing is stored."""
+
+    source: torch.Tensor
+    seed: int
+    ordinal: int
+
+    def materialize(self) -> torch.Tensor:
+        return floor_weight(self.source, self.seed, self.ordinal)
+
+
+@dataclass(frozen=True)
+class FloorVariant:
+    """The floor as a variant ``apply.WithVariant`` runs: a NoisyWeight per quantized layer, no stored bytes."""
+
+    weights: dict[str, NoisyWeight]
+    seed: int
+    name: str = FLOOR
+    scratch = {}  # no shared dequantization buffers (``DequantBuffers.reserve``)
+
+    def summary(self) -> dict:
+        return {"definition": DEFINITION, "seed": self.seed, "layers": len(self.weights),
+                "params": sum(int(w.source.numel()) for w in self.weights.values())}  # fmt: skip
+
+
+def build_floor(model: torch.nn.Module, include=(), exclude=(), seed: int = 0, sources: dict[str, torch.Tensor] | None = None,
+                layers: list[str] | None = None) -> FloorVariant:  # fmt: skip
+    """The floor of ``model``: every layer the schemes would quantize (same --include / --exclude), or ``layers``;
+    ``sources``: the reference's weights of those layers where the model's own have been replaced since (a gate's
+    candidate quantized in place: ``original_weights`` taken before)."""
+    modules = dict(model.named_modules())
+    chosen = layers if layers is not None else [name for name, selected, _ in plan_layers(model, list(include), list(exclude)) if selected]
+    source = sources or {name: modules[name].weight.data for name in chosen}
+    return FloorVariant({name: NoisyWeight(source[name], seed, k) for k, name in enumerate(chosen)}, seed)
+
+
+def original_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every Linear layer's weight tensor as it is now (references, no copies): the floor's sources after the
+    model's own weights have been swapped for quantized ones (``apply.swap_in`` puts new Parameters in)."""
+    return {name: m.weight.data for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
