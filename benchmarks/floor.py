@@ -43,15 +43,16 @@ def cpu_flags() -> list[str]:
     return [f for f in FLAGS if f in have]
 
 
-def infoeval(args: list, folder: Path) -> tuple[dict, float]:
-    """One fresh ``infoeval`` process writing its JSON to ``folder``; (the result, its wall seconds)."""
+def infoeval(args: list, folder: Path, result: bool = True) -> tuple[dict | None, float]:
+    """One fresh ``infoeval`` process (with ``result``, writing its JSON to ``folder``); (the result, its wall seconds)."""
     out = folder / f"r{len(list(folder.iterdir()))}.json"
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "infoeval", *map(str, args), "--json", out, "-q"], env=ENV, capture_output=True, text=True)
+    json_args = ["--json", out] if result else []
+    proc = subprocess.run([sys.executable, "-m", "infoeval", *map(str, args), *json_args, "-q"], env=ENV, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if proc.returncode not in (0, 1):
         raise SystemExit(f"infoeval {' '.join(map(str, args))} failed:\n{proc.stderr[-2000:]}")
-    return json.loads(out.read_text(encoding="utf-8")), wall
+    return (json.loads(out.read_text(encoding="utf-8")) if result else None), wall
 
 
 def dtype_figures(dtype: str, max_tokens: int, folder: Path) -> dict:
@@ -72,7 +73,7 @@ def dtype_figures(dtype: str, max_tokens: int, folder: Path) -> dict:
 def dtype_cost(max_tokens: int, folder: Path) -> dict:
     """The float32 reference against the same model computed in bfloat16 (gate, no candidate, no scheme)."""
     ref = folder / "reference.safetensors"
-    infoeval(["reference", "--dtype", "float32", "--max-tokens", max_tokens, "--out", ref], folder)
+    infoeval(["reference", "--dtype", "float32", "--max-tokens", max_tokens, "--out", ref], folder, result=False)
     gate, wall = infoeval(["gate", "--reference", ref, "--dtype", "bfloat16", "--floor", "off"], folder)
     m = gate["metrics"]
     return {"kl_mean": m["kl_mean"], "kl_se": m["kl_se"], "kl_p99": m["kl_p99"], "top1": m["top1"], "top1_disagree": 1 - m["top1"], "wall_s": wall}

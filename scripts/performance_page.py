@@ -110,6 +110,16 @@ INTROS = {
         "tokens) against infoeval's rounding at the same group: the mean-KL ratio, the paired difference ± SE and its "
         "tuning seconds. Targets: at least four backends besides RTN run here; AutoRound below RTN in mean KL."
     ),
+    "floor": (
+        "The noise floor and bfloat16 on the CPU (see [Resolution](metrics.md#resolution-the-noise-floor)): the "
+        "default `quantize-compare` of SmolLM2-135M on 4,096 python-docs tokens in float32 and in bfloat16, each a "
+        "fresh process, with its sampled floor and again with `--floor off`; the floor's mean KL, P99 and top-1 "
+        "disagreement per dtype, each scheme's mean KL, P99 and × floor per dtype, bfloat16's own cost (the float32 "
+        "reference against the model computed in bfloat16, `gate --dtype bfloat16`), the wall seconds, the floor's "
+        "share of the run's wall time (`timings.floor_s` over the wall), the CPU flags found, and the rule for the "
+        "`auto` dtype on a CPU (bfloat16 only if ≥ 1.5× faster and its floor ≤ a tenth of int8-channel's float32 "
+        "mean KL). Target: the floor ≤ 10 % of the default run's wall time."
+    ),
     "crosscheck_lmeval": (
         "`infoeval --protocol lm-eval` against lm-evaluation-harness itself on the same model files and text (see "
         "[Protocols](protocols.md)): word and byte perplexity and bits per byte side by side, their relative "

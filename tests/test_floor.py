@@ -63,12 +63,16 @@ def test_float16_floor_weight_is_within_one_step_and_one_ulp():
 def test_stochastic_rounding_is_unbiased_and_keeps_representable_values():
     gen = torch.Generator().manual_seed(0)
     exact = torch.tensor([1.0, -2.5, 0.0, 3.0])
-    assert torch.equal(stochastic_round(exact, torch.bfloat16, gen).float(), exact)
+    for dtype in (torch.bfloat16, torch.float16):  # (the argument is overwritten: give a copy)
+        assert torch.equal(stochastic_round(exact.clone(), dtype, gen).float(), exact)
     x = torch.full((200_000,), 1.0 + 2**-9)  # a quarter of the way from 1 to bfloat16's next value 1 + 2⁻⁷
-    r = stochastic_round(x, torch.bfloat16, gen).float()
-    assert set(r.unique().tolist()) == {1.0, 1.0 + 2**-7}
-    assert abs((r == 1.0 + 2**-7).float().mean().item() - 0.25) < 0.005
-    assert abs(r.double().mean().item() - (1.0 + 2**-9)) < 4 * 2**-7 * np.sqrt(0.25 * 0.75 / x.numel())  # 4 SE
+    for sign in (1.0, -1.0):  # the bit trick of bfloat16 works on the magnitude: the same for negative values
+        r = stochastic_round(sign * x, torch.bfloat16, gen).float() * sign
+        assert set(r.unique().tolist()) == {1.0, 1.0 + 2**-7}
+        assert abs((r == 1.0 + 2**-7).float().mean().item() - 0.25) < 0.005
+        assert abs(r.double().mean().item() - (1.0 + 2**-9)) < 4 * 2**-7 * np.sqrt(0.25 * 0.75 / x.numel())  # 4 SE
+    h = stochastic_round(torch.full((200_000,), 1.0 + 2**-12), torch.float16, gen).float()  # float16: 1 and 1 + 2⁻¹⁰
+    assert set(h.unique().tolist()) == {1.0, 1.0 + 2**-10} and abs((h > 1).float().mean().item() - 0.25) < 0.005
 
 
 def test_sampled_windows_count_seed_and_modes():

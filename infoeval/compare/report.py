@@ -144,7 +144,8 @@ def floor_cell(versus: dict | None) -> str:
     """A variant's "× floor" cell: its mean KL over the floor's, and "at floor" where the run cannot tell them apart."""
     if not versus:
         return ""
-    x = "–" if versus["x_floor"] is None else f"{fmt_num(versus['x_floor'], 3)}×"
+    r = versus["x_floor"]
+    x = "–" if r is None else (f"{r:,.0f}×" if r >= 100 else f"{r:.3g}×")
     return x + (" at floor" if versus["at_floor"] else "")
 
 

@@ -43,7 +43,12 @@ def _generator(device: torch.device, seed: int, ordinal: int) -> torch.Generator
 
 def stochastic_round(x: torch.Tensor, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
     """``x`` (float32) to ``dtype`` rounding each value to one of its two neighbours in ``dtype``, the far one with
-    probability |x − near| / |far − near|, so that the expected value is x (a value ``dtype`` holds stays)."""
+    probability |x − near| / |far − near|, so that the expected value is x (a value ``dtype`` holds stays);
+    ``x`` may be overwritten. bfloat16 is the top half of a float32: a uniform 16-bit integer added to the bottom half carries into the top
+    half with exactly that probability, and the top half is the rounded value."""
+    if dtype == torch.bfloat16:
+        bits = x.view(torch.int32).add_(torch.randint(0, 1 << 16, x.shape, generator=gen, device=x.device, dtype=torch.int32))
+        return (bits >> 16).to(torch.int16).view(torch.bfloat16)
     near = x.to(dtype)
     gap = x - near.float()
     far = torch.nextafter(near, torch.where(gap > 0, torch.inf, -torch.inf).to(dtype))
@@ -57,8 +62,9 @@ def stochastic_round(x: torch.Tensor, dtype: torch.dtype, gen: torch.Generator) 
 def floor_weight(w: torch.Tensor, seed: int, ordinal: int) -> torch.Tensor:
     """The floor's weight of one layer (a new tensor of ``w``'s dtype and device): see the module docstring."""
     gen = _generator(w.device, seed, ordinal)
-    u = torch.rand(w.shape, generator=gen, device=w.device, dtype=torch.float32).mul_(2 * STEP).sub_(STEP)
-    x = u.add_(1.0).mul_(w.float())
+    u = torch.empty(w.shape, dtype=torch.float32, device=w.device).uniform_(-STEP, STEP, generator=gen)
+    wf = w.float()
+    x = torch.addcmul(wf, wf, u, out=u)  # w + w·u = w·(1 + u), in float32
     if w.dtype == torch.float32:
         return x
     if w.dtype in (torch.bfloat16, torch.float16):

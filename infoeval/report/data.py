@@ -84,7 +84,19 @@ def _header(result: dict) -> dict:
                        "sequential": {k: seq[k] for k in keep if k in seq} or None, "reference_model": ref_prov.get("model", {}).get("spec")}  # fmt: skip
     if "compressors" in result:
         out["compressors"] = [{k: r[k] for k in ("method", "bits_per_byte")} for r in result["compressors"]]
+    out["floor"] = floor_header(result)
     return out
+
+
+def floor_header(result: dict) -> dict | None:
+    """The noise floor as the header shows it: its windows, mean KL ± SE, P99, top-1 disagreement, and each
+    variant's × floor and at floor (a gate's candidate under its name); None without one."""
+    f = result.get("floor") or {}
+    if not f.get("metrics"):
+        return None
+    versus = f.get("variants") or ({variant_names(result)[0]: f["candidate"]} if f.get("candidate") else {})
+    return {"windows": len(f["windows"]), "mode": f["mode"], **{k: f["metrics"][k] for k in ("kl_mean", "kl_se", "kl_p99", "top1_disagree")},
+            "versus": {n: {"x_floor": v["x_floor"], "at_floor": v["at_floor"]} for n, v in versus.items()}}  # fmt: skip
 
 
 def run_data(result: dict, frame: pd.DataFrame, vocab: dict[int, str], title: str) -> dict:

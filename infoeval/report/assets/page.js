@@ -89,9 +89,13 @@ function verdicts(g) {
 }
 
 function header(sec, el) {
-  const m = sec.metrics, names = Object.keys(sec.variants), r = sec.reference_metrics || {};
-  const rows = names.map((n) => `<tr><td>${esc(n)}</td><td>${fmt(m[n].kl_mean)} ± ${fmt(m[n].kl_se)}</td><td>${fmt(m[n].kl_p99)}</td>` +
+  const m = sec.metrics, names = Object.keys(sec.variants), r = sec.reference_metrics || {}, fl = sec.floor;
+  // with a noise floor: a "× floor" column, and the floor's own line under the variants
+  const xf = (n) => { const v = fl && fl.versus[n]; return v ? `<td>${v.x_floor === null ? "–" : fmt(v.x_floor) + "×"}${v.at_floor ? " at floor" : ""}</td>` : (fl ? "<td></td>" : ""); };
+  const rows = names.map((n) => `<tr><td>${esc(n)}</td><td>${fmt(m[n].kl_mean)} ± ${fmt(m[n].kl_se)}</td>${xf(n)}<td>${fmt(m[n].kl_p99)}</td>` +
     `<td>${pct(m[n].top1)}</td><td>${fmt(m[n].ppl_ratio)}</td></tr>`);
+  if (fl) rows.push(`<tr class="floor"><td>noise floor (${fl.windows} windows, ${esc(fl.mode)})</td><td>${fmt(fl.kl_mean)} ± ${fmt(fl.kl_se)}</td><td>1×</td>` +
+    `<td>${fmt(fl.kl_p99)}</td><td>${pct(1 - fl.top1_disagree)}</td><td></td></tr>`);
   const text = sec.text || {}, proto = sec.protocol || {};
   const comp = sec.compressors ? `<table class="compressors"><tr><th>coder</th><th>bits/byte</th></tr><tr><td>the model</td><td>${fmt(r.bits_per_byte)}</td></tr>` +
     sec.compressors.map((c) => `<tr><td>${esc(c.method)}</td><td>${fmt(c.bits_per_byte)}</td></tr>`).join("") + "</table>" : "";
@@ -101,7 +105,7 @@ function header(sec, el) {
     ` · protocol ${esc(String(proto.name || ""))} ctx ${esc(String(proto.ctx || ""))} · ${sec.n.toLocaleString()} positions · ${esc(String(sec.created || ""))}` +
     `<br>command <code>${esc(String(sec.command || ""))}</code></div>` +
     `<div class="refm">reference: PPL ${fmt(r.ppl)} · ${fmt(r.bits_per_byte)} bits/byte · ${Number(r.tokens || 0).toLocaleString()} positions</div>` +
-    (names.length ? `<table class="metrics"><tr><th>variant</th><th>mean KL ± SE</th><th>KL P99</th><th>top-1</th><th>PPL ratio</th></tr>${rows.join("")}</table>` : "") + comp;
+    (names.length ? `<table class="metrics"><tr><th>variant</th><th>mean KL ± SE</th>${fl ? "<th>× floor</th>" : ""}<th>KL P99</th><th>top-1</th><th>PPL ratio</th></tr>${rows.join("")}</table>` : "") + comp;
 }
 
 function comparison(rows, el) {
