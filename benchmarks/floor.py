@@ -1,7 +1,7 @@
 """Benchmark: the noise floor and bfloat16 on the CPU (issue 48): SmolLM2-135M, the default text and schemes, in
 float32 and in bfloat16.
 
-    python benchmarks/floor.py [--max-tokens 4096] [--dtypes float32,bfloat16] [--save]
+    python benchmarks/floor.py [--max-tokens 8192] [--dtypes float32,bfloat16] [--save]
     python benchmarks/floor.py --markdown benchmarks/results/floor.json   # the docs' table
 
 Per dtype, each a fresh process: the default ``infoeval quantize-compare`` (its sampled floor) and the same run
@@ -115,7 +115,7 @@ def markdown(record: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--max-tokens", type=int, default=4096)
+    ap.add_argument("--max-tokens", type=int, default=8192)
     ap.add_argument("--dtypes", default="float32,bfloat16")
     add_save(ap)
     ap.add_argument("--markdown", type=Path, default=None, help="print the table of a saved record and stop")

@@ -1,3 +1,18 @@
-"""infoeval: information-theoretic measurements of quantized, distilled and draft language models."""
+"""infoeval: information-theoretic measurements of quantized, distilled and draft language models.
+
+The Python API (``infoeval.api``) is imported when first used: ``infoeval.load(path)`` reads a result back."""
 
 __version__ = "0.2.0"
+_API = ("load",)
+
+
+def __getattr__(name: str):
+    if name in _API:
+        from infoeval import api
+
+        return getattr(api, name)
+    if name in ("UsageError", "DataError"):
+        from infoeval import errors
+
+        return getattr(errors, name)
+    raise AttributeError(f"module 'infoeval' has no attribute {name!r}")

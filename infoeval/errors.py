@@ -16,31 +16,31 @@ class InfoevalError(Exception):
     exit_code = EXIT_RUNTIME
 
 
-class UsageError(InfoevalError):
+class UsageError(InfoevalError, ValueError):
     """An option or argument has a value that is not allowed."""
 
     exit_code = EXIT_USAGE
 
 
-class DataError(InfoevalError):
+class DataError(InfoevalError, ValueError):
     """The text is missing, unreadable, not UTF-8 or too short."""
 
     exit_code = EXIT_USAGE
 
 
-class SchemeError(InfoevalError):
+class SchemeError(UsageError):
     """A quantization scheme name that cannot be parsed or is impossible."""
 
     exit_code = EXIT_USAGE
 
 
-class ModelLoadError(InfoevalError):
+class ModelLoadError(DataError):
     """The model cannot be found or is not a causal language model."""
 
     exit_code = EXIT_USAGE
 
 
-class DeviceError(InfoevalError):
+class DeviceError(UsageError):
     """The requested device is not available."""
 
     exit_code = EXIT_USAGE

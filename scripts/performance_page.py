@@ -112,7 +112,7 @@ INTROS = {
     ),
     "floor": (
         "The noise floor and bfloat16 on the CPU (see [Resolution](metrics.md#resolution-the-noise-floor)): the "
-        "default `quantize-compare` of SmolLM2-135M on 4,096 python-docs tokens in float32 and in bfloat16, each a "
+        "default `quantize-compare` of SmolLM2-135M (8,192 python-docs tokens) in float32 and in bfloat16, each a "
         "fresh process, with its sampled floor and again with `--floor off`; the floor's mean KL, P99 and top-1 "
         "disagreement per dtype, each scheme's mean KL, P99 and × floor per dtype, bfloat16's own cost (the float32 "
         "reference against the model computed in bfloat16, `gate --dtype bfloat16`), the wall seconds, the floor's "

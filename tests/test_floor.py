@@ -76,11 +76,11 @@ def test_stochastic_rounding_is_unbiased_and_keeps_representable_values():
 
 
 def test_sampled_windows_count_seed_and_modes():
-    assert fm.sampled_count(8, 4) == 3 and fm.sampled_count(100, 1) == 11 and fm.sampled_count(5, 1) == 2
+    assert fm.sampled_count(16, 4) == 5 and fm.sampled_count(100, 1) == 8 and fm.sampled_count(5, 1) == 2
     assert fm.sampled_count(1, 4) == 1
     for n, m in [(8, 4), (33, 4), (100, 2), (400, 1)]:
         k = fm.sampled_count(n, m)
-        assert k == n or k == fm.MIN_WINDOWS or k / (n * m + k) <= fm.MAX_SHARE  # within 10 % of the forward passes
+        assert k == n or k == fm.MIN_WINDOWS or k / (n * m + k) <= fm.FORWARD_SHARE  # within 8 % of the forward passes
     a = fm.floor_windows(range(40), 4, "sampled", seed=7)
     assert a == fm.floor_windows(range(40), 4, "sampled", seed=7) != fm.floor_windows(range(40), 4, "sampled", seed=8)
     assert len(a) == fm.sampled_count(40, 4) and list(a) == sorted(set(a)) and set(a) <= set(range(40))

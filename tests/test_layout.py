@@ -65,6 +65,7 @@ STAGES: list[tuple[str, set[str]]] = [
     ("measure", {"measure"}),  # per-position information theory, aggregates, SEs, the metric registry
     ("output", {"output", "schemas"}),  # results, tables, llama.cpp's block, plots; the results' JSON Schemas
     ("commands", {"codec", "compare", "gate", "klfit", "mix", "mutual_info", "report", "sensitivity", "speculative"}),
+    ("api", {"api"}),  # the library's functions over the commands' pipelines
     ("cli", {"cli", "__main__"}),
 ]
 LOOSE_MODULES = {"__init__", "__main__", "errors", "distributed", "heap"}  # at most 6

@@ -92,7 +92,7 @@ def quantize_compare(
     """Fake-quantize a model's weights with each scheme and compare every variant with the original: PPL,
     KL(reference‖variant) mean and tails, top-1 agreement, reverse KL and TV on the same windows."""
     from infoeval.compare import pipeline
-    from infoeval.compare.report import positions_frame, print_quantize_compare, print_quantize_compare_llamacpp, summary_frame
+    from infoeval.compare.report import positions_frame, print_quantize_compare, print_quantize_compare_llamacpp
     from infoeval.output.report import RichReporter
     from infoeval.input.settings import VariantSettings
 
@@ -118,7 +118,7 @@ def quantize_compare(
         plot_quantize_compare(data, cols, path)
 
     frame = functools.cache(lambda: positions_frame(cols.reference, cols.variants))  # built once for the CSV and the page
-    emit(data, paths=paths, summary=lambda: summary_frame(data), positions=frame,
+    emit(data, paths=paths, positions=frame,
          plot=plot, draw=draw, tables=tables, extras=page_extras(data, frame, cols.vocab, paths, html,
                              f"quantize-compare: {model_settings.model}"))  # fmt: skip
 
@@ -146,7 +146,7 @@ def compress_bits(
     """Total bits, bits/token and bits/byte of a model on a text, beside gzip, bz2, xz and zstd on the very
     same bytes (and, with --verify-coding, a real arithmetic-coded file of them)."""
     from infoeval.compare import pipeline
-    from infoeval.compare.report import compress_frame, positions_frame, print_compress_bits
+    from infoeval.compare.report import positions_frame, print_compress_bits
     from infoeval.output.report import RichReporter
 
     model = pick_model(context, model_arg, model)
@@ -166,7 +166,7 @@ def compress_bits(
         plot_compress_bits(data, cols, path)
 
     frame = functools.cache(lambda: positions_frame(cols.reference, {}))  # built once for the CSV and the page
-    emit(data, paths=paths, summary=lambda: compress_frame(data), positions=frame,
+    emit(data, paths=paths, positions=frame,
          plot=plot, draw=draw, tables=print_compress_bits, extras=page_extras(data, frame, cols.vocab, paths, html,
                              f"compress-bits: {model_settings.model}"))  # fmt: skip
 

@@ -185,7 +185,6 @@ def gate(
 def _emit_gate(data: dict, cols: dict, outputs: dict, suffix: str | None, extra_paths: dict, llama: bool, html: Path | None) -> dict:
     """Write the gate's result files (JSON, CSVs, JUnit, markdown, the tokens' text and the page; ``outputs``: the
     output options, ``suffix``: the scheme or recipe that names the run) and print its tables."""
-    import pandas as pd
 
     from infoeval.gate.positions import positions_frame
     from infoeval.gate.report import floor_lines, gate_table, junit_xml, markdown, print_gate_llamacpp, summary_table
@@ -195,7 +194,7 @@ def _emit_gate(data: dict, cols: dict, outputs: dict, suffix: str | None, extra_
     extras = {path: makers[kind] for path, kind in extra_paths.items() if path}
     frame = functools.cache(lambda: positions_frame(cols))  # built once for the CSV and the page
     extras |= page_extras(data, frame, cols.get("vocab", {}), paths, html, " ".join(["gate:", data["candidate"]["spec"], data["candidate"]["scheme"] or ""]).strip())
-    return emit(data, paths=paths, summary=lambda: pd.DataFrame(data["verdicts"]), positions=frame, extras=extras,
+    return emit(data, paths=paths, positions=frame, extras=extras,
          tables=print_gate_llamacpp if llama else lambda console, d: (console.print(summary_table(d)), console.print(gate_table(d)),
                                                                       *(console.print(line) for line in floor_lines(d))))  # fmt: skip
 

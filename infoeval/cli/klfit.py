@@ -45,7 +45,7 @@ def kl_fit(
     """Fit one discretized Gaussian to a two-bump target by forward KL (mode covering) and by reverse KL
     (mode seeking), from each start; prints centre, width and KL of each fit."""
     from infoeval.klfit.fit import KLFitSettings, kl_fit_result, parse_target
-    from infoeval.klfit.report import klfit_frame, print_kl_fit
+    from infoeval.klfit.report import print_kl_fit
 
     mu0 = _starts(starts)
     dirs = tuple(d.strip() for d in directions.split(",") if d.strip())
@@ -59,7 +59,7 @@ def kl_fit(
 
         plot_kl_fit(data, path)
 
-    emit(data, paths=paths, summary=lambda: klfit_frame(data), positions=lambda: None, plot=plot, draw=draw, tables=print_kl_fit)
+    emit(data, paths=paths, positions=lambda: None, plot=plot, draw=draw, tables=print_kl_fit)
 
 
 def register(app: typer.Typer) -> None:

@@ -54,7 +54,7 @@ def mix(
     compressed-tensors config."""
     from infoeval.compare.report import positions_frame
     from infoeval.mix.pipeline import MixSettings, mix as run_mix
-    from infoeval.mix.report import plot_mix, print_mix, summary_frame
+    from infoeval.mix.report import plot_mix, print_mix
     from infoeval.output.report import RichReporter
 
     model = pick_model(context, model_arg, model)
@@ -66,7 +66,7 @@ def mix(
     data = as_json(result)
     paths = output_paths_for("mix", model=model_settings.model, source=text_source(data), csv=csv, json=json, positions=positions,
                              out_dir=out_dir, run_name=run_name)  # fmt: skip
-    emit(data, paths=paths, summary=lambda: summary_frame(data), positions=lambda: positions_frame(cols.reference, cols.variants),
+    emit(data, paths=paths, positions=lambda: positions_frame(cols.reference, cols.variants),
          plot=plot, draw=lambda path: plot_mix(data, path), tables=print_mix,
          extras=export_files(data, sweep_json, Path(next(iter(paths.values()))).parent, recipe_out))  # fmt: skip
 

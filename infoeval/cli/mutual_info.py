@@ -51,7 +51,7 @@ def mutual_info(
     H(Y|X) in bits, for each length; and the power law I(L) ≈ A·L^β with a bootstrap CI for β (L²M)."""
     from infoeval.mutual_info.estimator import parse_lengths
     from infoeval.mutual_info.pipeline import MISettings, check_settings, run_mutual_info
-    from infoeval.mutual_info.report import mi_blocks_frame, mi_summary_frame, print_mutual_info
+    from infoeval.mutual_info.report import mi_blocks_frame, print_mutual_info
     from infoeval.output.report import RichReporter
 
     model = pick_model(context, model_arg, model)
@@ -68,7 +68,7 @@ def mutual_info(
 
         plot_mutual_info(data, path)
 
-    emit(data, paths=paths, summary=lambda: mi_summary_frame(data), positions=lambda: mi_blocks_frame(data), plot=plot,
+    emit(data, paths=paths, positions=lambda: mi_blocks_frame(data), plot=plot,
          draw=draw, tables=print_mutual_info)  # fmt: skip
 
 

@@ -65,12 +65,16 @@ def emit(
     also_written: tuple[str, ...] = (),
 ) -> dict:
     """Write the result JSON and CSVs named in ``paths`` (``summary`` and ``positions`` build the frames, only when
-    wanted), then each extra file (path → its text), then the plot (``draw(plot)``); print the tables
+    wanted; ``summary`` by default the command's own summary table, ``Result.to_frame``), then each extra file (path → its text), then the plot (``draw(plot)``); print the tables
     (``tables(console, data)``) on stdout and the files written on stderr. Returns the result's JSON dict."""
     from infoeval.output.report import stdout_console
     from infoeval.output.results import atomic_write_bytes, write_outputs
 
     data = as_json(result)
+    if summary is None:  # the command's own summary table (its result class's SUMMARY)
+        from infoeval.api import summary_of
+
+        summary = lambda: summary_of(data)  # noqa: E731
     if not distributed.is_main():  # under a launcher rank 0 writes and prints; the others stay silent
         return data
     written = write_outputs(paths, data, summary, positions) if paths else []

@@ -48,7 +48,7 @@ def sensitivity(
     from infoeval.quant.schemes import parse_schemes
     from infoeval.output.report import RichReporter
     from infoeval.sensitivity import sweep
-    from infoeval.sensitivity.report import print_sensitivity, summary_frame
+    from infoeval.sensitivity.report import print_sensitivity
     from infoeval.sensitivity.units import KINDS, split_globs
 
     from infoeval.errors import UsageError
@@ -71,7 +71,7 @@ def sensitivity(
 
         plot_sensitivity(data, path)
 
-    emit(data, paths=paths, summary=lambda: summary_frame(data), plot=plot, draw=draw, tables=print_sensitivity)
+    emit(data, paths=paths, plot=plot, draw=draw, tables=print_sensitivity)
 
 
 def register(app) -> None:

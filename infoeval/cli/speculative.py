@@ -69,10 +69,9 @@ def spec_accept(
 ) -> None:
     """How well a draft q would draft for the target p: per-position acceptance β = Σ min(p, q), KL(p‖q), Pinsker,
     acceptance by target-entropy quartile, top-1 runs and expected tokens per target call, at each temperature."""
-    import pandas as pd
 
     from infoeval.output.report import RichReporter
-    from infoeval.speculative.accept import SUMMARY_COLUMNS, parse_temperatures, plot_acceptance, positions_frame, spec_accept, summary_rows
+    from infoeval.speculative.accept import parse_temperatures, plot_acceptance, positions_frame, spec_accept
     from infoeval.speculative.drafts import DraftSettings
     from infoeval.speculative.report import print_spec_accept
 
@@ -84,8 +83,7 @@ def spec_accept(
     data = as_json(result)
     paths = output_paths_for("spec-accept", model=model_settings.model, source=text_source(data), csv=csv, json=json, positions=positions,
                              out_dir=out_dir, run_name=run_name)  # fmt: skip
-    emit(data, paths=paths, summary=lambda: pd.DataFrame(summary_rows(data)).reindex(columns=SUMMARY_COLUMNS),
-         positions=lambda: positions_frame(cols), plot=plot, draw=lambda path: plot_acceptance(data, cols, path),
+    emit(data, paths=paths, positions=lambda: positions_frame(cols), plot=plot, draw=lambda path: plot_acceptance(data, cols, path),
          tables=print_spec_accept)  # fmt: skip
 
 
@@ -119,7 +117,7 @@ def spec_decode(
     from infoeval.output.report import RichReporter
     from infoeval.input.settings import ModelSettings
     from infoeval.speculative.drafts import DraftSettings
-    from infoeval.speculative.generate import rounds_frame, spec_decode, summary_frame
+    from infoeval.speculative.generate import rounds_frame, spec_decode
     from infoeval.speculative.report import print_spec_decode
 
     model_settings = ModelSettings(model=pick_model(context, target, model, "the target"), device=device, dtype=dtype, device_map=device_map)
@@ -128,7 +126,7 @@ def spec_decode(
     data = as_json(result)
     paths = output_paths_for("spec-decode", model=model_settings.model, source="prompt", csv=csv, json=json, positions=positions,
                              out_dir=out_dir, run_name=run_name)  # fmt: skip
-    emit(data, paths=paths, summary=lambda: summary_frame(data), positions=lambda: rounds_frame(spec), tables=print_spec_decode)
+    emit(data, paths=paths, positions=lambda: rounds_frame(spec), tables=print_spec_decode)
 
 
 @run_options(windows=True)
@@ -152,11 +150,10 @@ def distill(
 ) -> None:
     """Distillation terms per temperature: hard CE, KL(p_T‖q_T), T²·KL and the total loss, the teacher's entropy and
     tail mass, and the norm of the soft gradient with and without the T² factor."""
-    import pandas as pd
 
     from infoeval.output.report import RichReporter
     from infoeval.speculative.accept import parse_temperatures
-    from infoeval.speculative.distill import SUMMARY_COLUMNS, distill, positions_frame
+    from infoeval.speculative.distill import distill, positions_frame
     from infoeval.speculative.drafts import DraftSettings
     from infoeval.speculative.report import print_distill
 
@@ -168,8 +165,7 @@ def distill(
     data = as_json(result)
     paths = output_paths_for("distill", model=model_settings.model, source=text_source(data), csv=csv, json=json, positions=positions,
                              out_dir=out_dir, run_name=run_name)  # fmt: skip
-    emit(data, paths=paths, summary=lambda: pd.DataFrame(data["rows"]).reindex(columns=SUMMARY_COLUMNS),
-         positions=lambda: positions_frame(cols), tables=print_distill)  # fmt: skip
+    emit(data, paths=paths, positions=lambda: positions_frame(cols), tables=print_distill)
 
 
 def _temperature_result(temps, logits, labels, model, prompt, top, device, dtype):
@@ -211,14 +207,13 @@ def temperature(
     for --logits given by hand or a model's next-token logits (--model M --prompt TEXT)."""
     from infoeval.speculative.accept import parse_temperatures
     from infoeval.speculative.report import print_temperature
-    from infoeval.speculative.temperature import summary_frame
 
     temps = parse_temperatures(temperature, "--T")
     data = as_json(_temperature_result(temps, logits, labels, model, prompt, top, device, dtype))
     paths = output_paths_for("temperature", model=model or "logits", source="prompt" if model else "table", csv=csv, json=json,
                              positions=None, out_dir=out_dir, run_name=run_name)  # fmt: skip
     paths.pop("positions", None)
-    emit(data, paths=paths, summary=lambda: summary_frame(data), tables=print_temperature)
+    emit(data, paths=paths, tables=print_temperature)
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,7 @@ from infoeval.compare.floor import floor_at as _floor_at, floor_block
 from infoeval.compare.lockstep import (  # noqa: F401  (REFERENCE … VARIANT_COLUMNS, lockstep_reducer: re-exported)
     FLOOR_STATISTICS, REF_COLUMNS, REFERENCE, SHARED_TOKENS, TOP_COLUMNS, VARIANT_COLUMNS, CompareColumns, lockstep_reducer, run_lockstep,
 )  # fmt: skip
+from infoeval.compare.report import compress_frame, summary_frame
 from infoeval.compare.until import UntilSettings, bpb_ses, budget_windows, check_protocol, evaluate_until, kl_ses
 from infoeval.measure.metrics import reference_metrics, variant_metrics
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
@@ -52,6 +53,7 @@ class CompareResult(Result):
     until_se: dict | None = None  # --until-se: the target, whether it was reached, the tokens it took (compare/until.py)
     floor: dict | None = None  # the noise floor: its windows, metrics, and each variant against it (measure/floor.py)
     FAMILY = "quantize-compare"
+    SUMMARY = staticmethod(summary_frame)
     OMITTED_WHEN_NONE = ("until_se", "floor")  # without --until-se or with --floor off, the same record as before
 
 
@@ -65,6 +67,7 @@ class CompressResult(Result):
     protocol_metrics: dict | None = None  # the lm-eval / gptq protocol's own figures
     until_se: dict | None = None  # --until-se: the target, whether it was reached, the tokens it took (compare/until.py)
     FAMILY = "compress-bits"
+    SUMMARY = staticmethod(compress_frame)
     OMITTED_WHEN_NONE = ("until_se",)  # without --until-se, the same record as before
 
 

@@ -16,6 +16,7 @@ from infoeval.errors import DataError, UsageError
 from infoeval import engine
 from infoeval.gate.compact import CompactDist, compact
 from infoeval.measure.infotheory import by_rows, chunk_rows, compact_divergences, entropy, log_softmax
+from infoeval.gate.report import verdicts_frame
 from infoeval.gate.limits import Limit, below_floor, compare_baseline, judge
 from infoeval.input.settings import check_floor
 from infoeval.measure.floor import floor_windows
@@ -88,6 +89,7 @@ class GateResult(Result):
     sequential: dict | None = None  # gate --sequential: the stop, tokens used of the budget, the bounds (sequential_gate.py)
     floor: dict | None = None  # the noise floor: its windows, metrics, the candidate against it, the limits below it
     FAMILY = "gate"
+    SUMMARY = staticmethod(verdicts_frame)
     OMITTED_WHEN_NONE = ("sequential", "floor")  # the fixed gate's record with --floor off is the same as before
 
 

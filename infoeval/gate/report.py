@@ -6,6 +6,7 @@ import math
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pandas as pd
 from rich.table import Table
 
 from infoeval.gate.limits import floor_line
@@ -114,6 +115,11 @@ def floor_lines(result: dict) -> list[str]:
         out = [f"noise floor ({len(f['windows'])} windows, {f['mode']}): mean KL {_num(m['kl_mean'])} ± {_num(m['kl_se'])}, P99 {_num(m['kl_p99'])}, "
                f"top-1 disagreement {100 * m['top1_disagree']:.2f} %{x}"]  # fmt: skip
     return out + [line for v in result["verdicts"] if (line := floor_line(v))]
+
+
+def verdicts_frame(result: dict) -> pd.DataFrame:
+    """The summary CSV of a gate: one row per verdict."""
+    return pd.DataFrame(result["verdicts"])
 
 
 def summary_table(result: dict) -> Table:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from infoeval.klfit.report import klfit_frame
 from infoeval.input.provenance import provenance
 from infoeval.output.results import Result
 from infoeval.errors import UsageError
@@ -188,6 +189,7 @@ class KLFitResult(Result):
     p: tuple[float, ...]
     fits: tuple[dict, ...]
     FAMILY = "kl-fit"
+    SUMMARY = staticmethod(klfit_frame)
 
 
 def kl_fit_result(s: KLFitSettings) -> KLFitResult:

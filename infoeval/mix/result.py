@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from infoeval.mix.problem import Problem
+from infoeval.mix.report import summary_frame
 from infoeval.mix.solve import Choice
 from infoeval.output.results import Result
 
@@ -28,6 +29,7 @@ class MixResult(Result):
     exports: dict
     sensitivity: dict
     FAMILY = "quantize-compare"
+    SUMMARY = staticmethod(summary_frame)
 
 
 def unit_rows(problem: Problem) -> list[dict]:

@@ -94,8 +94,8 @@ def resolve_device(device: str) -> torch.device:
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """auto → float32 on CPU, bfloat16 on CUDA. On a CPU bfloat16 stays an option: measured on SmolLM2
-    (benchmarks/floor.py) it was 1.36× faster, short of the 1.5× asked, and its noise floor 71 % of int8-channel's
-    float32 KL, not the tenth asked (docs/metrics.md, Resolution)."""
+    (benchmarks/floor.py) it was 1.64× faster, but its noise floor is 72 % of int8-channel's float32 KL, not the
+    tenth asked (docs/metrics.md, Resolution)."""
     d = dtype.lower()
     if d == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32

@@ -14,6 +14,7 @@ from infoeval.mutual_info.estimator import (
     check_max_positions, estimate, forwards_needed, parse_lengths,
 )
 from infoeval.mutual_info.powerlaw import fit_with_ci
+from infoeval.mutual_info.report import mi_summary_frame
 from infoeval.input.prepare import Reporter, prepare, progress
 from infoeval.input.provenance import provenance
 from infoeval.output.results import Result
@@ -29,6 +30,7 @@ class MutualInfoResult(Result):
     fit: dict
     blocks: tuple[dict, ...]
     FAMILY = "mutual-info"
+    SUMMARY = staticmethod(mi_summary_frame)
 
 
 @dataclass(frozen=True)

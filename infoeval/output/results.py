@@ -37,6 +37,42 @@ class Result:
     timings: Mapping[str, float]
     FAMILY: ClassVar[str] = ""
     OMITTED_WHEN_NONE: ClassVar[tuple[str, ...]] = ()  # fields of a mode only: left out of the JSON when None
+    SUMMARY: ClassVar = None  # (result JSON) → the summary table the CLI writes as summary.csv; None: it writes none
+
+    @classmethod
+    def from_json(cls, data: dict) -> Result:
+        """The result a result JSON holds (``to_json``'s inverse for the declared fields; ``output/loading.py``)."""
+        from infoeval.output.loading import result_of
+
+        return result_of(cls, data)
+
+    def to_frame(self) -> pd.DataFrame | None:
+        """The summary as a DataFrame: the rows and columns of the CLI's summary.csv (None for a command without one)."""
+        return None if type(self).SUMMARY is None else type(self).SUMMARY(self.to_json())
+
+    @property
+    def positions(self) -> pd.DataFrame | None:
+        """The per-position table, where the run kept it (``with_positions``): the CLI's positions.csv."""
+        made = self.__dict__.get("_positions")
+        if callable(made):
+            made = self.__dict__["_positions"] = made()
+        return made
+
+    def with_positions(self, frame) -> Result:
+        """This result holding its per-position table (a DataFrame, or a function that makes it when first read)."""
+        object.__setattr__(self, "_positions", frame)
+        return self
+
+    def save(self, folder: Path) -> list[str]:
+        """Write what the CLI writes into a run folder, atomically: result.json, summary.csv (where the command has
+        one) and positions.csv (where the result holds its positions); returns the paths."""
+        folder = Path(folder)
+        paths = {"json": folder / "result.json"}
+        if type(self).SUMMARY is not None:
+            paths["csv"] = folder / "summary.csv"
+        if self.positions is not None:
+            paths["positions"] = folder / "positions.csv"
+        return write_outputs(paths, self.to_json(), self.to_frame, lambda: self.positions)
 
     def to_json(self) -> dict:
         own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("provenance", "timings")}

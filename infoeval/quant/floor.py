@@ -7,7 +7,8 @@ the results quote ``DEFINITION``):
 
 computed in float32, then cast back to the weight's dtype: a plain cast in float32; in a 16-bit dtype (where
 a nearest-even cast would round most weights straight back to w) a stochastic rounding to one of the two
-neighbouring values, with the probabilities that make it unbiased, drawn from the same generator. 2⁻⁹ is half
+neighbouring values, with the probabilities that make it unbiased, drawn from the same generator (in bfloat16 u
+and the rounding share one 31-bit draw per weight: u on 2¹⁵ levels, the rounding from 16 bits). 2⁻⁹ is half
 of bfloat16's unit roundoff 2⁻⁸: the relative change of a weight that bfloat16 stores well.
 
 The variant stores nothing: each forward pass makes a layer's weights again from (w, seed, ordinal), the same
@@ -62,14 +63,25 @@ def stochastic_round(x: torch.Tensor, dtype: torch.dtype, gen: torch.Generator) 
 def floor_weight(w: torch.Tensor, seed: int, ordinal: int) -> torch.Tensor:
     """The floor's weight of one layer (a new tensor of ``w``'s dtype and device): see the module docstring."""
     gen = _generator(w.device, seed, ordinal)
+    if w.dtype == torch.bfloat16:
+        return _bfloat16_floor(w, gen)
     u = torch.empty(w.shape, dtype=torch.float32, device=w.device).uniform_(-STEP, STEP, generator=gen)
     wf = w.float()
     x = torch.addcmul(wf, wf, u, out=u)  # w + w·u = w·(1 + u), in float32
     if w.dtype == torch.float32:
         return x
-    if w.dtype in (torch.bfloat16, torch.float16):
-        return stochastic_round(x, w.dtype, gen)
-    return x.to(w.dtype)
+    return stochastic_round(x, w.dtype, gen) if w.dtype == torch.float16 else x.to(w.dtype)
+
+
+def _bfloat16_floor(w: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """The bfloat16 floor from one random draw per weight (the generator's cost is most of the floor's own): of 31
+    random bits, the top 15 give u (centred on 2¹⁵ levels of ±2⁻⁹) and the low 16 the stochastic rounding."""
+    k = torch.empty(w.shape, dtype=torch.int32, device=w.device).random_(generator=gen)
+    u = (k >> 16).float().mul_(2 * STEP / 32768).sub_(STEP - STEP / 32768)
+    wf = w.float()
+    x = torch.addcmul(wf, wf, u, out=u)
+    bits = x.view(torch.int32).add_(k.bitwise_and_(0xFFFF))
+    return (bits >> 16).to(torch.int16).view(torch.bfloat16)
 
 
 @dataclass(frozen=True)

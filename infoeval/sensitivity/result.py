@@ -14,6 +14,7 @@ import numpy as np
 
 from infoeval.measure.metrics import METRICS, Metric
 from infoeval.output.results import Result
+from infoeval.sensitivity.report import summary_frame
 from infoeval.measure.stats import mean_se, quantile
 
 UNIT_METRICS: dict[str, Metric] = {
@@ -57,6 +58,7 @@ class SensitivityResult(Result):
     units: tuple
     proxy: dict | None
     FAMILY = "sensitivity"
+    SUMMARY = staticmethod(summary_frame)
 
     def to_json(self) -> dict:
         data = super().to_json()

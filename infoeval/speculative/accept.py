@@ -70,6 +70,7 @@ class AcceptResult(Result):
     conditions: tuple[dict, ...]
     top1: dict
     FAMILY = "spec-accept"
+    SUMMARY = staticmethod(lambda data: summary_table_frame(data))
 
 
 @dataclass
@@ -234,3 +235,10 @@ def plot_acceptance(result: dict, cols: AcceptColumns, path) -> None:
     pv = result["provenance"]
     title = f"{pv['model']['spec']} vs draft {name} on {pv['text']['source']}, T = {t:g} ({mode})"
     plot_acceptance_by_entropy(s["entropy_p"].astype(np.float64) / LN2, s["beta"].astype(np.float64), title, Path(path))
+
+
+def summary_table_frame(result: dict):
+    """The CLI's summary.csv of a spec-accept result: one row per condition, SUMMARY_COLUMNS."""
+    import pandas as pd
+
+    return pd.DataFrame(summary_rows(result)).reindex(columns=SUMMARY_COLUMNS)

@@ -91,6 +91,7 @@ class DistillResult(Result):
     rows: tuple[dict, ...]
     grad_check: dict
     FAMILY = "distill"
+    SUMMARY = staticmethod(lambda data: rows_frame(data))
 
 
 @dataclass
@@ -182,3 +183,10 @@ def positions_frame(cols: DistillColumns):
             f[k if k != "teacher_entropy" else "teacher_entropy_bits"] = c[k] / LN2 if k == "teacher_entropy" else c[k]
         frames.append(f)
     return pd.concat(frames, ignore_index=True)
+
+
+def rows_frame(result: dict):
+    """The CLI's summary.csv of a distill result: its rows, SUMMARY_COLUMNS."""
+    import pandas as pd
+
+    return pd.DataFrame(result["rows"]).reindex(columns=SUMMARY_COLUMNS)

@@ -33,6 +33,7 @@ class DecodeResult(Result):
     model_of_speedup: dict
     verify: dict | None
     FAMILY = "spec-decode"
+    SUMMARY = staticmethod(lambda data: summary_frame(data))
 
 
 def check_options(gamma: int, max_new: int, temperature: float, repeats: int, verify: int) -> None:

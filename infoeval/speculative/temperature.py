@@ -32,6 +32,7 @@ class TemperatureResult(Result):
     logits: tuple[float, ...]
     rows: tuple[dict, ...]
     FAMILY = "temperature"
+    SUMMARY = staticmethod(lambda data: summary_frame(data))
 
 
 def parse_logits(spec: str) -> list[float]:

@@ -1,0 +1,14 @@
+"""infoeval as a library: the functions a Python user calls, over the same pipelines as the CLI.
+
+    import infoeval
+    result = infoeval.load("results/quantize-compare-smollm2-135m/")   # any result JSON or run folder
+    result.to_frame()        # the summary table (summary.csv)
+    result.positions         # the per-position table, where the run kept it (positions.csv)
+    result.save("copy/")     # what the CLI writes: result.json, summary.csv, positions.csv
+
+Results are the commands' typed records (``CompareResult``, ``GateResult``, …; ``output/results.py``).
+"""
+
+from infoeval.api.results import RESULT_CLASSES, load, summary_of
+
+__all__ = ["RESULT_CLASSES", "load", "summary_of"]
