@@ -24,7 +24,7 @@ from infoeval import engine
 from infoeval.codec import core, segments
 from infoeval.codec.container import pack, unpack
 from infoeval.codec.pipeline import load, load_as
-from infoeval.compare.compressors import compress_all
+from infoeval.comparison.compressors import compress_all
 from infoeval.input.prepare import Reporter
 from infoeval.input.text import load_text
 

@@ -33,7 +33,7 @@ def child(mode: str, tokens: int, model: str, data_dir: str) -> dict:
     import torch
 
     from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
-    from infoeval.compare.pipeline import quantize_compare
+    from infoeval.comparison.pipeline import quantize_compare
     from infoeval.input.prepare import Reporter, prepare
 
     model_settings = ModelSettings(model=model)

@@ -252,7 +252,7 @@ def render_metrics() -> str:
 def result_types() -> dict[str, type]:
     """Every command that writes a result JSON (``--json``) → its result dataclass (a ``Result``)."""
     from infoeval.codec.pipeline import CompressResult as CodecCompress, DecompressResult
-    from infoeval.compare.pipeline import CompareResult, CompressResult
+    from infoeval.comparison.pipeline import CompareResult, CompressResult
     from infoeval.gate.pipeline import GateResult
     from infoeval.klfit.fit import KLFitResult
     from infoeval.mix.result import MixResult

@@ -20,7 +20,7 @@ import os
 import pytest
 import torch
 
-from infoeval.compare.pipeline import quantize_compare
+from infoeval.comparison.pipeline import quantize_compare
 from infoeval.models import load_model
 from infoeval.input.prepare import Reporter
 from infoeval.quant import ahead as quant_ahead

@@ -10,10 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from golden_runs import compare
-from tiny_models import as_json
+from tiny_models import as_json, tiny_text
 
 import infoeval
-from infoeval.compare import pipeline as compare_pipeline
+from infoeval.comparison import pipeline as compare_pipeline
 from infoeval.errors import DataError, UsageError
 from infoeval.gate.limits import parse_limits
 from infoeval.gate.pipeline import GateResult, GateSettings, build_reference, run_gate
@@ -35,17 +35,17 @@ def test_every_golden_result_loads_into_its_class_and_back(path):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tiny_llama_dir, tiny_text):
+def runs(tmp_path_factory, tiny_llama_dir):
     d = tmp_path_factory.mktemp("api")
     text = d / "text.txt"
-    text.write_text(tiny_text, encoding="utf-8")
+    text.write_text(tiny_text(), encoding="utf-8")
     model = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
     compared, cols = compare_pipeline.quantize_compare(model, TextSettings(text=text, max_tokens=300), WindowSettings(ctx=64),
                                                        VariantSettings(schemes="int8-channel,int4-g32"))  # fmt: skip
     ref = d / "ref.safetensors"
     reference = build_reference(model, TextSettings(text=text, max_tokens=300), WindowSettings(ctx=64), ref, top_k=16, tail_samples=8)
     gated, _ = run_gate(GateSettings(ref, None, "int8-channel", tuple(parse_limits({"max_kl_mean": 1.0}))), model)
-    return {"compare": (compared, cols), "reference": reference, "gate": gated, "dir": d}
+    return {"compare": (compared, cols), "reference": reference, "gate": gated, "dir": d, "model": tiny_llama_dir}
 
 
 def test_a_fresh_result_round_trips_exactly(runs):
@@ -60,7 +60,7 @@ def test_a_fresh_result_round_trips_exactly(runs):
 
 
 def test_save_writes_what_the_cli_writes_and_load_reads_it_back(runs, tmp_path):
-    from infoeval.compare.report import positions_frame
+    from infoeval.comparison.report import positions_frame
 
     result, cols = runs["compare"]
     result.with_positions(lambda: positions_frame(cols.reference, cols.variants))
@@ -106,7 +106,7 @@ def test_the_python_api_page_runs(runs, tmp_path):
     """docs/python-api.md's code blocks, run in order on a run folder this test writes (RUN) and a copy (COPY)."""
     import re
 
-    from infoeval.compare.report import positions_frame
+    from infoeval.comparison.report import positions_frame
 
     result, cols = runs["compare"]
     run = tmp_path / "run"
@@ -114,7 +114,9 @@ def test_the_python_api_page_runs(runs, tmp_path):
     page = (Path(__file__).resolve().parents[1] / "docs" / "python-api.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
     assert len(blocks) >= 2
-    namespace = {"RUN": str(run), "COPY": str(tmp_path / "copy")}
+    text = tmp_path / "text.txt"
+    text.write_text(tiny_text(), encoding="utf-8")
+    namespace = {"RUN": str(run), "COPY": str(tmp_path / "copy"), "MODEL": str(runs["model"]), "TEXT": str(text)}
     for block in blocks:
         exec(compile(block, "docs/python-api.md", "exec"), namespace)  # noqa: S102  (the page's own examples)
     assert namespace["summary"]["variant"].tolist() == ["reference", "int8-channel", "int4-g32", "floor"]

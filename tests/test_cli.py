@@ -27,7 +27,7 @@ from cli_jobs import JobPool, declared_jobs
 from infoeval import __version__
 from infoeval.quant.primitives import fake_quantize
 from infoeval.quant.schemes import parse_scheme
-from infoeval.compare.report import CSV_COLUMNS
+from infoeval.comparison.report import CSV_COLUMNS
 
 SCHEMES = ["int8-channel", "int4-g32"]
 CTX = 64

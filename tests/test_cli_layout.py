@@ -30,8 +30,8 @@ class _Stop(Exception):
 
 # command → (module of the library entry point the command calls, its name, arguments that make the command valid)
 ENTRY = {
-    "quantize-compare": ("infoeval.compare.pipeline", "quantize_compare", []),
-    "compress-bits": ("infoeval.compare.pipeline", "compress_bits", []),
+    "quantize-compare": ("infoeval.comparison.pipeline", "quantize_compare", []),
+    "compress-bits": ("infoeval.comparison.pipeline", "compress_bits", []),
     "reference": ("infoeval.gate.pipeline", "build_reference", []),
     "gate": ("infoeval.gate.pipeline", "run_gate", []),
     "quantize": ("infoeval.gate.checkpoint", "quantize_checkpoint", []),
@@ -170,7 +170,7 @@ def _golden(name: str) -> dict:
 
 
 def _print_reports(console: Console) -> None:
-    from infoeval.compare import report
+    from infoeval.comparison import report
     from infoeval.gate import report as gate_report
     from infoeval.klfit import report as klfit_report
     from infoeval.mutual_info import report as mi_report

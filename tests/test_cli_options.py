@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from infoeval.compare.report import compress_frame
+from infoeval.comparison.report import compress_frame
 from infoeval.output.results import output_paths
 
 ENV = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"}

@@ -172,7 +172,7 @@ def test_refused_fallback_and_bad_input_exit_2(tiny_llama_dir, tmp_path, monkeyp
 
 
 def test_compress_bits_verify_coding_adds_a_measured_row(tiny_llama_dir):
-    from infoeval.compare.pipeline import compress_bits
+    from infoeval.comparison.pipeline import compress_bits
     from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
     model_settings, text_settings, window_settings = ModelSettings(model=str(tiny_llama_dir)), TextSettings(max_tokens=300), WindowSettings(ctx=64)
@@ -187,7 +187,7 @@ def test_compress_bits_verify_coding_adds_a_measured_row(tiny_llama_dir):
 def test_compress_bits_passes_verify_coding(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
-    from infoeval.compare import pipeline
+    from infoeval.comparison import pipeline
 
     seen = []
     monkeypatch.setattr(pipeline, "compress_bits", lambda *a, **kw: seen.append(kw) or (_ for _ in ()).throw(KeyboardInterrupt))

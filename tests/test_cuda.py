@@ -9,7 +9,7 @@ import torch
 from tiny_models import as_json, requires_cuda
 
 from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.compare.pipeline import quantize_compare
+from infoeval.comparison.pipeline import quantize_compare
 
 
 @requires_cuda

@@ -11,7 +11,7 @@ import torch
 
 from infoeval import engine
 from infoeval.engine import roles
-from infoeval.compare import pipeline as compare_pipeline
+from infoeval.comparison import pipeline as compare_pipeline
 from infoeval.errors import RuntimeFailure
 from infoeval.models import load_model
 from infoeval.quant import apply

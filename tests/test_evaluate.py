@@ -21,11 +21,11 @@ import torch
 import zstandard
 
 from tiny_models import as_json
-from infoeval.compare import pipeline as compare_pipeline
+from infoeval.comparison import pipeline as compare_pipeline
 from infoeval.input import prepare as runs
-from infoeval.compare.compressors import COMPRESSORS, compress_all
+from infoeval.comparison.compressors import COMPRESSORS, compress_all
 from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.compare.pipeline import REF_COLUMNS, VARIANT_COLUMNS, run_lockstep
+from infoeval.comparison.pipeline import REF_COLUMNS, VARIANT_COLUMNS, run_lockstep
 from infoeval.models import load_model
 from infoeval.quant.apply import fake_quantize_, quantize_variant
 from infoeval.quant.schemes import parse_scheme

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from infoeval.compare.report import CSV_COLUMNS, summary_frame, variants_tables
+from infoeval.comparison.report import CSV_COLUMNS, summary_frame, variants_tables
 from infoeval.gate.limits import below_floor, floor_line, judge, parse_limits
 from infoeval.gate.report import floor_lines
 from infoeval.report.data import floor_header

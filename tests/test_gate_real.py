@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from infoeval.compare import pipeline as compare_pipeline
+from infoeval.comparison import pipeline as compare_pipeline
 from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.gate.limits import parse_limits
 from infoeval.gate.pipeline import GateSettings, build_reference, run_gate

@@ -510,7 +510,7 @@ def test_every_reducer_gives_the_whole_windows_columns_in_3_row_chunks(monkeypat
     """quantize-compare, reference, gate, spec-accept and distill on the tiny Llama (its windows fit one chunk):
     chunks of 3 rows give the very columns of one chunk per window."""
     from infoeval.input import settings as st
-    from infoeval.compare.pipeline import quantize_compare
+    from infoeval.comparison.pipeline import quantize_compare
     from infoeval.gate.limits import parse_limits
     from infoeval.gate.pipeline import GateSettings, build_reference, run_gate
     from infoeval.gate.reference_file import read_reference

@@ -64,7 +64,7 @@ STAGES: list[tuple[str, set[str]]] = [
     ("engine", {"engine"}),  # the one window loop: batches, columns, roles, logits, caches
     ("measure", {"measure"}),  # per-position information theory, aggregates, SEs, the metric registry
     ("output", {"output", "schemas"}),  # results, tables, llama.cpp's block, plots; the results' JSON Schemas
-    ("commands", {"codec", "compare", "gate", "klfit", "mix", "mutual_info", "report", "sensitivity", "speculative"}),
+    ("commands", {"codec", "comparison", "gate", "klfit", "mix", "mutual_info", "report", "sensitivity", "speculative"}),
     ("api", {"api"}),  # the library's functions over the commands' pipelines
     ("cli", {"cli", "__main__"}),
 ]
@@ -124,8 +124,8 @@ def test_the_stage_check_catches_a_later_import(tmp_path):
     bad = tmp_path / "infoeval" / "measure" / "probe.py"
     bad.parent.mkdir(parents=True)
     bad.write_text("from infoeval.output.results import Result\nfrom infoeval.input import text\n\n\n"
-                   "def f():\n    from infoeval import compare\n", encoding="utf-8")  # fmt: skip
+                   "def f():\n    from infoeval import comparison\n", encoding="utf-8")  # fmt: skip
     assert stage_violations([bad], tmp_path) == [
         "infoeval/measure/probe.py:1 imports infoeval.output.results (measure → output)",
-        "infoeval/measure/probe.py:6 imports infoeval.compare (measure → commands)",
+        "infoeval/measure/probe.py:6 imports infoeval.comparison (measure → commands)",
     ]

@@ -165,7 +165,7 @@ def test_mix_measures_held_out_tokens_after_the_sweep(mixed):
 
 
 def test_mix_uniform_points_equal_quantize_compare(mixed):
-    from infoeval.compare.pipeline import quantize_compare
+    from infoeval.comparison.pipeline import quantize_compare
     from infoeval.input.settings import VariantSettings
 
     settings, mx, data, _, _, _ = mixed
@@ -193,7 +193,7 @@ def test_mix_rows_are_consistent(mixed):
 
 
 def test_recipe_round_trip_gives_the_measured_numbers_again(mixed):
-    from infoeval.compare.pipeline import quantize_compare
+    from infoeval.comparison.pipeline import quantize_compare
     from infoeval.input.settings import VariantSettings
 
     settings, _, data, _, _, tmp = mixed

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from infoeval.compare.pipeline import compress_bits, quantize_compare
+from infoeval.comparison.pipeline import compress_bits, quantize_compare
 from infoeval.input.documents import (
     count_words, gptq_text, hf_wikitext_rows, load_documents, wikitext_articles, wikitext_detokenizer,
 )  # fmt: skip

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import torch
 
-from infoeval.compare import pipeline as compare_pipeline
+from infoeval.comparison import pipeline as compare_pipeline
 from infoeval.input import prepare as runs
 from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.compare.pipeline import run_lockstep
+from infoeval.comparison.pipeline import run_lockstep
 from tiny_models import as_json, requires_smollm2
 
 pytestmark = [pytest.mark.slow, requires_smollm2]

@@ -254,7 +254,7 @@ def test_config_groups_parse_in_compressed_tensors():
 
 
 def test_gate_recipe_judges_the_mix(tiny_llama_dir, tmp_path):
-    from infoeval.compare.pipeline import quantize_compare
+    from infoeval.comparison.pipeline import quantize_compare
     from infoeval.gate.limits import parse_limits
     from infoeval.gate.pipeline import GateSettings, build_reference, run_gate
     from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
@@ -274,7 +274,7 @@ def test_gate_recipe_judges_the_mix(tiny_llama_dir, tmp_path):
 
 
 def test_one_scheme_recipe_gives_the_plain_schemes_numbers(tiny_qwen3_dir, tmp_path):
-    from infoeval.compare.pipeline import quantize_compare
+    from infoeval.comparison.pipeline import quantize_compare
     from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 
     path = tmp_path / "same.toml"

@@ -1,4 +1,4 @@
-"""Runs to a precision: `quantize-compare --until-se X`, `compress-bits --until-se X` (compare/until.py) and the
+"""Runs to a precision: `quantize-compare --until-se X`, `compress-bits --until-se X` (comparison/until.py) and the
 stopping driver (measure/stopping.run_until_se)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from tiny_models import as_json
 
-from infoeval.compare import pipeline
-from infoeval.compare.until import MIN_WINDOWS, UntilSettings
+from infoeval.comparison import pipeline
+from infoeval.comparison.until import MIN_WINDOWS, UntilSettings
 from infoeval.errors import UsageError
 from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.measure import stopping as st

@@ -1,6 +1,7 @@
 """infoeval as a library: the functions a Python user calls, over the same pipelines as the CLI.
 
     import infoeval
+    result = infoeval.compare(schemes=("int8-channel", "int4-g128"), max_tokens=2048)   # quantize-compare
     result = infoeval.load("results/quantize-compare-smollm2-135m/")   # any result JSON or run folder
     result.to_frame()        # the summary table (summary.csv)
     result.positions         # the per-position table, where the run kept it (positions.csv)
@@ -9,6 +10,7 @@
 Results are the commands' typed records (``CompareResult``, ``GateResult``, …; ``output/results.py``).
 """
 
+from infoeval.api.scoring import compare, compress_bits
 from infoeval.api.results import RESULT_CLASSES, load, summary_of
 
-__all__ = ["RESULT_CLASSES", "load", "summary_of"]
+__all__ = ["RESULT_CLASSES", "compare", "compress_bits", "load", "summary_of"]

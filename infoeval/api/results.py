@@ -14,7 +14,7 @@ from infoeval.output.results import SCHEMA_VERSION, Result
 def _classes() -> dict[str, type[Result]]:
     """Each command's result class, by the command its schema names."""
     from infoeval.codec.pipeline import CompressResult as CodecCompress, DecompressResult
-    from infoeval.compare.pipeline import CompareResult, CompressResult
+    from infoeval.comparison.pipeline import CompareResult, CompressResult
     from infoeval.gate.pipeline import GateResult, ReferenceResult
     from infoeval.klfit.fit import KLFitResult
     from infoeval.mix.result import MixResult

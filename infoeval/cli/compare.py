@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -33,19 +32,21 @@ UntilSeOpt = Annotated[Optional[float], typer.Option("--until-se", help="Run to 
 OrderSeedOpt = Annotated[int, typer.Option(help="--until-se: the seed of the windows' visiting order.")]
 
 
-def until_settings(context: typer.Context, until_se: float | None, order_seed: int, run: RunOptions):
-    """The run-to-a-precision settings (None without --until-se). The budget is --max-tokens only when given:
-    its default keeps a first run short, a precision run reads the whole text unless told otherwise."""
+def until_settings(context: typer.Context, until_se: float | None, order_seed: int, run: RunOptions) -> bool:
+    """Whether the run reads the whole text: a run to a precision (--until-se) whose --max-tokens was not given (its
+    default keeps a first run short; a precision run reads the whole text unless told otherwise). The settings are
+    checked here, before anything loads."""
     from infoeval.cli.options import parse_max_tokens, typed
-    from infoeval.compare.until import UntilSettings
+    from infoeval.comparison.until import UntilSettings
     from infoeval.errors import UsageError
 
     if until_se is None:
         if typed(context, "order_seed", order_seed):
             raise UsageError("--order-seed needs --until-se")
-        return None
+        return False
     given = getattr(context.get_parameter_source("max_tokens"), "name", "DEFAULT") != "DEFAULT"  # typed, or from --config
-    return UntilSettings(until_se, parse_max_tokens(run.max_tokens) if given else None, order_seed)
+    UntilSettings(until_se, parse_max_tokens(run.max_tokens) if given else None, order_seed)
+    return not given
 
 
 
@@ -91,36 +92,38 @@ def quantize_compare(
 ) -> None:
     """Fake-quantize a model's weights with each scheme and compare every variant with the original: PPL,
     KL(reference‖variant) mean and tails, top-1 agreement, reverse KL and TV on the same windows."""
-    from infoeval.compare import pipeline
-    from infoeval.compare.report import positions_frame, print_quantize_compare, print_quantize_compare_llamacpp
-    from infoeval.output.report import RichReporter
-    from infoeval.input.settings import VariantSettings
+    from infoeval.api.scoring import compare
+    from infoeval.comparison.report import print_quantize_compare, print_quantize_compare_llamacpp
+    from infoeval.input.settings import check_floor
 
     model = pick_model(context, model_arg, model)
-    model_settings, text_settings, window_settings = run.settings(model)
     if recipe and getattr(context.get_parameter_source("schemes"), "name", "") == "DEFAULT":
         schemes = ""  # --recipe alone: only the recipes' variants
-    variant_settings = VariantSettings(schemes=schemes, include=tuple(include or ()), exclude=tuple(exclude or ()), recipes=tuple(recipe or ()),
-                                       calibration=calibration_settings, floor=floor, floor_seed=floor_seed)  # fmt: skip
+    check_floor(floor)
     check_plot(plot)  # before the long run
     tables = print_quantize_compare_llamacpp if check_table(table) == "llama.cpp" else print_quantize_compare
-    until = until_settings(context, until_se, order_seed, run)
+    whole = until_settings(context, until_se, order_seed, run)
     check_outputs(csv, positions)
-    result, cols = pipeline.quantize_compare(model_settings, text_settings, window_settings, variant_settings, RichReporter(enabled=not quiet), until,
-                                             topk or (5 if html else 0))  # fmt: skip
-    data = as_json(result)
-    paths = output_paths_for("quantize-compare", model=model_settings.model, source=text_source(data), csv=csv, json=json,
-                             positions=positions, out_dir=out_dir, run_name=run_name)  # fmt: skip
+    result = compare(model, schemes=schemes, include=include or (), exclude=exclude or (), recipes=recipe or (), floor=floor, floor_seed=floor_seed,
+                     calibration=calibration_settings, until_se=until_se, order_seed=order_seed, top_k=topk or (5 if html else 0),
+                     progress=not quiet, **run.keywords(whole))  # fmt: skip
+    _emit_run(result, "quantize-compare", model, tables, plot, html,
+              dict(csv=csv, json=json, positions=positions, out_dir=out_dir, run_name=run_name))  # fmt: skip
+
+
+def _emit_run(result, command: str, model: str, tables, plot, html, outputs: dict) -> None:
+    """Write, draw and print a quantize-compare or compress-bits run (``outputs``: the output options)."""
+    data, cols = as_json(result), result.columns
+    paths = output_paths_for(command, model=model, source=text_source(data), **outputs)
 
     def draw(path):
-        from infoeval.output.plots import plot_quantize_compare
+        from infoeval.output.plots import plot_compress_bits, plot_quantize_compare
 
-        plot_quantize_compare(data, cols, path)
+        (plot_quantize_compare if command == "quantize-compare" else plot_compress_bits)(data, cols, path)
 
-    frame = functools.cache(lambda: positions_frame(cols.reference, cols.variants))  # built once for the CSV and the page
-    emit(data, paths=paths, positions=frame,
-         plot=plot, draw=draw, tables=tables, extras=page_extras(data, frame, cols.vocab, paths, html,
-                             f"quantize-compare: {model_settings.model}"))  # fmt: skip
+    frame = lambda: result.positions  # noqa: E731  (built once, for the CSV and the page)
+    emit(data, paths=paths, positions=frame, plot=plot, draw=draw, tables=tables,
+         extras=page_extras(data, frame, cols.vocab, paths, html, f"{command}: {model}"))  # fmt: skip
 
 
 @run_options(windows=True)
@@ -145,30 +148,17 @@ def compress_bits(
 ) -> None:
     """Total bits, bits/token and bits/byte of a model on a text, beside gzip, bz2, xz and zstd on the very
     same bytes (and, with --verify-coding, a real arithmetic-coded file of them)."""
-    from infoeval.compare import pipeline
-    from infoeval.compare.report import positions_frame, print_compress_bits
-    from infoeval.output.report import RichReporter
+    from infoeval.api.scoring import compress_bits as run_compress_bits
+    from infoeval.comparison.report import print_compress_bits
 
     model = pick_model(context, model_arg, model)
-    model_settings, text_settings, window_settings = run.settings(model)
     check_plot(plot)  # before the long run
-    until = until_settings(context, until_se, order_seed, run)
+    whole = until_settings(context, until_se, order_seed, run)
     check_outputs(csv, positions)
-    result, cols = pipeline.compress_bits(model_settings, text_settings, window_settings, RichReporter(enabled=not quiet), verify_coding=verify_coding,
-                                          until=until, top_k=topk or (5 if html else 0))  # fmt: skip
-    data = as_json(result)
-    paths = output_paths_for("compress-bits", model=model_settings.model, source=text_source(data), csv=csv, json=json,
-                             positions=positions, out_dir=out_dir, run_name=run_name)  # fmt: skip
-
-    def draw(path):
-        from infoeval.output.plots import plot_compress_bits
-
-        plot_compress_bits(data, cols, path)
-
-    frame = functools.cache(lambda: positions_frame(cols.reference, {}))  # built once for the CSV and the page
-    emit(data, paths=paths, positions=frame,
-         plot=plot, draw=draw, tables=print_compress_bits, extras=page_extras(data, frame, cols.vocab, paths, html,
-                             f"compress-bits: {model_settings.model}"))  # fmt: skip
+    result = run_compress_bits(model, verify_coding=verify_coding, until_se=until_se, order_seed=order_seed, top_k=topk or (5 if html else 0),
+                               progress=not quiet, **run.keywords(whole))  # fmt: skip
+    _emit_run(result, "compress-bits", model, print_compress_bits, plot, html,
+              dict(csv=csv, json=json, positions=positions, out_dir=out_dir, run_name=run_name))  # fmt: skip
 
 
 def register(app) -> None:

@@ -52,7 +52,7 @@ def mix(
     own KLs from a sensitivity sweep) within a budget of stored bits per weight, solved exactly; then measure the
     mix and every uniform scheme on held-out text, and write the recipe, a llama.cpp --tensor-type file and a
     compressed-tensors config."""
-    from infoeval.compare.report import positions_frame
+    from infoeval.comparison.report import positions_frame
     from infoeval.mix.pipeline import MixSettings, mix as run_mix
     from infoeval.mix.report import plot_mix, print_mix
     from infoeval.output.report import RichReporter

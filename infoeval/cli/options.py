@@ -168,6 +168,14 @@ class RunOptions:
             TextSettings(text=self.text, dataset=self.dataset, data_dir=self.data_dir, max_tokens=parse_max_tokens(self.max_tokens)),
         )
 
+    def keywords(self, whole_text: bool = False) -> dict:
+        """The API's text, window and device keywords (``infoeval.api.scoring.run_settings``); ``whole_text``: no
+        --max-tokens budget (a run to a precision whose --max-tokens was not given reads the whole text)."""
+        return {"text": self.text, "dataset": self.dataset, "data_dir": self.data_dir,
+                "max_tokens": None if whole_text else parse_max_tokens(self.max_tokens), "ctx": self.ctx, "stride": self.stride,
+                "protocol": self.protocol, "prefix": self.prefix, "documents": self.documents, "document_field": self.document_field,
+                "device": self.device, "dtype": self.dtype, "device_map": self.device_map}  # fmt: skip
+
     def settings(self, model: str) -> tuple[ModelSettings, TextSettings, WindowSettings]:
         """The model, the text and the scoring windows of a run."""
         model_settings, text_settings = self.model_text(model)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from infoeval.compare.pipeline import CompareColumns, run_lockstep
+from infoeval.comparison.pipeline import CompareColumns, run_lockstep
 from infoeval.errors import DataError, UsageError
 from infoeval.measure.metrics import reference_metrics, variant_metrics
 from infoeval.mix import export

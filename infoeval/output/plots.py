@@ -93,7 +93,7 @@ def rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
 def plot_quantize_compare(result: dict, columns, path: Path) -> None:
     """Left: CDF of per-position KL(reference ‖ variant) per scheme, log x; right: reference entropy histogram.
 
-    ``columns`` is what ``compare.pipeline.quantize_compare`` returns (``.reference`` and ``.variants`` dicts of arrays).
+    ``columns`` is what ``comparison.pipeline.quantize_compare`` returns (``.reference`` and ``.variants`` dicts of arrays).
     """
     fig, (ax, bx) = _figure(2)
     for name, cols in columns.variants.items():

@@ -58,9 +58,16 @@ class Result:
             made = self.__dict__["_positions"] = made()
         return made
 
-    def with_positions(self, frame) -> Result:
-        """This result holding its per-position table (a DataFrame, or a function that makes it when first read)."""
+    @property
+    def columns(self):
+        """The run's per-position columns as the pipeline made them (plots and the report page read them), or None."""
+        return self.__dict__.get("_columns")
+
+    def with_positions(self, frame, columns=None) -> Result:
+        """This result holding its per-position table (a DataFrame, or a function that makes it when first read)
+        and, from a run, the pipeline's columns it was made from."""
         object.__setattr__(self, "_positions", frame)
+        object.__setattr__(self, "_columns", columns)
         return self
 
     def save(self, folder: Path) -> list[str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from infoeval.compare.lockstep import CompareColumns
-from infoeval.compare.until import UntilSettings, budget_windows
+from infoeval.comparison.lockstep import CompareColumns
+from infoeval.comparison.until import UntilSettings, budget_windows
 from infoeval.input.prepare import Prepared
 from infoeval.measure import floor as floor_measure
 from infoeval.measure.stopping import visit_order

@@ -201,7 +201,7 @@ def compress_table(result: dict) -> Table:
 def print_until(console: Console, result: dict) -> None:
     """--until-se: one line saying whether the precision was reached and what it took."""
     if result.get("until_se"):
-        from infoeval.compare.until import until_line
+        from infoeval.comparison.until import until_line
 
         console.print(until_line(result["until_se"]))
 

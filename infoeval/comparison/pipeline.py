@@ -1,5 +1,5 @@
 """quantize-compare and compress-bits: the reference model, and each fake-quantized variant, on every window
-(the lockstep: ``compare/lockstep.py``; the noise floor beside them: ``compare/floor.py``)."""
+(the lockstep: ``comparison/lockstep.py``; the noise floor beside them: ``comparison/floor.py``)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import numpy as np
 
 from infoeval import distributed, engine
 from infoeval.errors import RuntimeFailure, UsageError
-from infoeval.compare.floor import floor_at as _floor_at, floor_block
-from infoeval.compare.lockstep import (  # noqa: F401  (REFERENCE … VARIANT_COLUMNS, lockstep_reducer: re-exported)
+from infoeval.comparison.floor import floor_at as _floor_at, floor_block
+from infoeval.comparison.lockstep import (  # noqa: F401  (REFERENCE … VARIANT_COLUMNS, lockstep_reducer: re-exported)
     FLOOR_STATISTICS, REF_COLUMNS, REFERENCE, SHARED_TOKENS, TOP_COLUMNS, VARIANT_COLUMNS, CompareColumns, lockstep_reducer, run_lockstep,
 )  # fmt: skip
-from infoeval.compare.report import compress_frame, summary_frame
-from infoeval.compare.until import UntilSettings, bpb_ses, budget_windows, check_protocol, evaluate_until, kl_ses
+from infoeval.comparison.report import compress_frame, summary_frame
+from infoeval.comparison.until import UntilSettings, bpb_ses, budget_windows, check_protocol, evaluate_until, kl_ses
 from infoeval.measure.metrics import reference_metrics, variant_metrics
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.measure.protocol_metrics import protocol_figures
@@ -50,7 +50,7 @@ class CompareResult(Result):
     reference: dict[str, float]
     variants: tuple[VariantResult, ...]
     protocol_metrics: dict | None = None  # the lm-eval / gptq protocol's own figures, per model
-    until_se: dict | None = None  # --until-se: the target, whether it was reached, the tokens it took (compare/until.py)
+    until_se: dict | None = None  # --until-se: the target, whether it was reached, the tokens it took (comparison/until.py)
     floor: dict | None = None  # the noise floor: its windows, metrics, and each variant against it (measure/floor.py)
     FAMILY = "quantize-compare"
     SUMMARY = staticmethod(summary_frame)
@@ -65,7 +65,7 @@ class CompressResult(Result):
     compressors: tuple[dict, ...]
     model_over_xz: float | None
     protocol_metrics: dict | None = None  # the lm-eval / gptq protocol's own figures
-    until_se: dict | None = None  # --until-se: the target, whether it was reached, the tokens it took (compare/until.py)
+    until_se: dict | None = None  # --until-se: the target, whether it was reached, the tokens it took (comparison/until.py)
     FAMILY = "compress-bits"
     SUMMARY = staticmethod(compress_frame)
     OMITTED_WHEN_NONE = ("until_se",)  # without --until-se, the same record as before
@@ -190,7 +190,7 @@ def compress_bits(model_settings: ModelSettings, text_settings: TextSettings, wi
     a real arithmetic-coded file of those bytes, measured by a round trip (``codec.verify``); with ``until`` the
     windows in a seeded order until the bits/byte SE is ≤ the target (the compressors then get those windows'
     bytes, in text order)."""
-    from infoeval.compare.compressors import compress_all
+    from infoeval.comparison.compressors import compress_all
 
     reporter = reporter or Reporter()
     text_settings = _checked_text(text_settings, window_settings, until, top_k)

@@ -1,0 +1,103 @@
+"""``infoeval.compare`` and ``infoeval.compress_bits``: the commands quantize-compare and compress-bits as functions,
+their options as keyword arguments with the command line's defaults; the CLI's commands call them.
+
+    import infoeval
+    result = infoeval.compare(schemes=("int8-channel", "int4-g128"), max_tokens=2048)
+    result.to_frame()            # summary.csv's table
+    result.positions             # positions.csv's table (built when first asked for)
+    result.save("results/run")   # what the command line writes
+
+A bad value raises ``infoeval.UsageError`` (or ``DataError`` for bad text) with one line, before anything loads
+where it can be checked then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from infoeval.errors import UsageError
+from infoeval.input.settings import (
+    DEFAULT_MODEL, CalibrationSettings, ModelSettings, TextSettings, VariantSettings, WindowSettings, default_ctx,
+)  # fmt: skip
+from infoeval.quant.schemes import DEFAULT_SCHEMES
+
+SCHEMES = tuple(DEFAULT_SCHEMES.split(","))
+MAX_TOKENS = 8192  # the command line's --max-tokens default
+
+
+def max_tokens_of(value) -> int | None:
+    """A token budget: a positive integer, or None (the whole text)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"--max-tokens {value!r} is not allowed; give a positive integer or 'all'")
+    return value
+
+
+def run_settings(model: str, *, text=None, dataset=None, data_dir=None, max_tokens=MAX_TOKENS, ctx=None, stride=None,
+                 protocol="rolling", prefix="auto", documents=None, document_field="text", device="auto", dtype="auto",
+                 device_map=None) -> tuple[ModelSettings, TextSettings, WindowSettings]:  # fmt: skip
+    """The model, text and window settings of a run, from the keyword arguments every scoring command takes."""
+    model_settings = ModelSettings(model=model, device=device, dtype=dtype, device_map=device_map)
+    text_settings = TextSettings(text=None if text is None else Path(text), dataset=dataset, data_dir=None if data_dir is None else Path(data_dir),
+                                 max_tokens=max_tokens_of(max_tokens), documents=documents, document_field=document_field)  # fmt: skip
+    window = WindowSettings(ctx=ctx if ctx is not None else default_ctx(protocol), stride=stride, protocol=protocol, prefix=prefix)
+    return model_settings, text_settings, window
+
+
+def _reporter(progress: bool):
+    from infoeval.output.report import RichReporter
+
+    return RichReporter(enabled=progress)
+
+
+RUN_KEYWORDS = ("text", "dataset", "data_dir", "max_tokens", "ctx", "stride", "protocol", "prefix", "documents", "document_field",
+                "device", "dtype", "device_map")  # fmt: skip
+
+
+def _checked(run: dict) -> dict:
+    """The text, window and device keywords, or a usage error naming the unknown one and the allowed ones."""
+    unknown = sorted(set(run) - set(RUN_KEYWORDS))
+    if unknown:
+        raise UsageError(f"unknown keyword '{unknown[0]}'; allowed besides the command's own: {', '.join(RUN_KEYWORDS)}")
+    return run
+
+
+def _until(until_se: float | None, run: dict, order_seed: int):
+    """A run to a precision: its budget is ``max_tokens`` where given, else the whole text (as --until-se's)."""
+    from infoeval.comparison.until import UntilSettings
+
+    return None if until_se is None else UntilSettings(until_se, max_tokens_of(run.get("max_tokens")), order_seed)
+
+
+def compare(model: str = DEFAULT_MODEL, *, schemes: str | Sequence[str] = SCHEMES, include: Sequence[str] = (), exclude: Sequence[str] = (),
+            recipes: Sequence[str | Path] = (), floor: str = "sampled", floor_seed: int = 0, calibration: CalibrationSettings | None = None,
+            until_se: float | None = None, order_seed: int = 0, top_k: int = 0, progress: bool = False, **run):  # fmt: skip
+    """quantize-compare: the reference and each variant (``schemes``, ``recipes``) on the same windows; returns the
+    ``CompareResult`` holding its per-position table. ``run``: the text, window and device keywords of
+    ``run_settings`` (``text``, ``dataset``, ``max_tokens``, ``ctx``, ``protocol``, ``device``, ``dtype``, …); with
+    ``until_se``, ``max_tokens`` is the budget of the run to a precision (None: the whole text)."""
+    from infoeval.comparison import pipeline
+    from infoeval.comparison.report import positions_frame
+
+    model_settings, text_settings, window_settings = run_settings(model, **_checked(run))
+    variant_settings = VariantSettings(schemes=schemes if isinstance(schemes, str) else ",".join(schemes), include=tuple(include),
+                                       exclude=tuple(exclude), recipes=tuple(Path(r) for r in recipes), calibration=calibration,
+                                       floor=floor, floor_seed=floor_seed)  # fmt: skip
+    result, cols = pipeline.quantize_compare(model_settings, text_settings, window_settings, variant_settings, _reporter(progress),
+                                             _until(until_se, run, order_seed), top_k)  # fmt: skip
+    return result.with_positions(lambda: positions_frame(cols.reference, cols.variants), cols)
+
+
+def compress_bits(model: str = DEFAULT_MODEL, *, verify_coding: bool = False, until_se: float | None = None, order_seed: int = 0,
+                  top_k: int = 0, progress: bool = False, **run):  # fmt: skip
+    """compress-bits: the model's code length for the text beside gzip, bz2, xz and zstd on the same bytes (and with
+    ``verify_coding`` a real arithmetic-coded file of them); returns the ``CompressResult`` with its positions."""
+    from infoeval.comparison import pipeline
+    from infoeval.comparison.report import positions_frame
+
+    model_settings, text_settings, window_settings = run_settings(model, **_checked(run))
+    result, cols = pipeline.compress_bits(model_settings, text_settings, window_settings, _reporter(progress), verify_coding=verify_coding,
+                                          until=_until(until_se, run, order_seed), top_k=top_k)  # fmt: skip
+    return result.with_positions(lambda: positions_frame(cols.reference, {}), cols)

@@ -1,0 +1,69 @@
+"""infoeval.compare / infoeval.compress_bits (issue 49, step 2): the functions the CLI's quantize-compare and
+compress-bits now call. In-process results equal the CLI's JSON, every number (a tiny model here, the default
+SmolLM2 run in the slow lane); keyword errors are one-line UsageErrors raised before anything loads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from tiny_models import requires_smollm2
+
+import infoeval
+from infoeval.errors import UsageError
+
+
+def _numbers(data: dict) -> dict:
+    """A result without what differs between two runs of the same settings: when and how it was launched, timings."""
+    data = json.loads(json.dumps(data))
+    data.pop("timings", None)
+    for k in ("argv", "created"):
+        data["provenance"].pop(k, None)
+    return data
+
+
+def _cli(args: list, out) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "infoeval", *map(str, args), "--json", str(out), "-q"], capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def test_api_and_cli_give_the_same_json(tiny_llama_dir, tiny_text, tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text(tiny_text, encoding="utf-8")
+    kw = dict(text=text, ctx=64, max_tokens=400, device="cpu")
+    api = infoeval.compare(str(tiny_llama_dir), schemes=("int8-channel", "int4-g32"), **kw)
+    cli = _cli(["quantize-compare", tiny_llama_dir, "--schemes", "int8-channel,int4-g32", "--text", text, "--ctx", 64, "--max-tokens", 400,
+                "--device", "cpu"], tmp_path / "qc.json")  # fmt: skip
+    assert _numbers(api.to_json()) == _numbers(cli)
+    assert len(api.positions) == 2 * api.reference["tokens"] and api.columns is not None  # a row per position and variant
+    bits = infoeval.compress_bits(str(tiny_llama_dir), **kw)
+    cli = _cli(["compress-bits", tiny_llama_dir, "--text", text, "--ctx", 64, "--max-tokens", 400, "--device", "cpu"], tmp_path / "cb.json")
+    assert _numbers(bits.to_json()) == _numbers(cli)
+    assert "xz -9" in bits.to_frame()["method"].tolist() and len(bits.positions) == bits.reference["tokens"]
+
+
+@pytest.mark.parametrize("kw,fragment", [
+    ({"max_tokens": 0}, "--max-tokens 0 is not allowed"),
+    ({"max_tokens": "all"}, "--max-tokens 'all' is not allowed"),
+    ({"floor": "some"}, "--floor 'some' is not allowed"),
+    ({"schemes": ("int9-channel",)}, "9 bits"),
+    ({"contxt": 64}, "unknown keyword 'contxt'"),
+    ({"until_se": -1.0}, "--until-se -1.0 is not allowed"),
+])  # fmt: skip
+def test_bad_keywords_are_one_line_usage_errors_before_loading(kw, fragment):
+    with pytest.raises(UsageError) as e:
+        infoeval.compare("no/such-model-anywhere", **kw)
+    assert fragment in str(e.value) and "\n" not in str(e.value)
+    assert isinstance(e.value, ValueError)
+
+
+@pytest.mark.slow
+@requires_smollm2
+def test_the_default_run_api_equals_cli(tmp_path):
+    """The default run (SmolLM2, 8,192 python-docs tokens, the three default schemes): every number equal."""
+    api = infoeval.compare()
+    cli = _cli(["quantize-compare"], tmp_path / "default.json")
+    assert _numbers(api.to_json()) == _numbers(cli)
