@@ -270,7 +270,7 @@ def test_default_output_folder(cli_runs):
     assert _listing(folders[0]) == {"result.json", "summary.csv", "positions.csv"}
     res = _strict_json(folders[0] / "result.json")
     assert res["reference"]["tokens"] == 100
-    assert len(pd.read_csv(folders[0] / "summary.csv")) == 1 + len(SCHEMES)
+    assert len(pd.read_csv(folders[0] / "summary.csv")) == 1 + len(SCHEMES) + 1  # the reference, the schemes, the floor
     assert len(pd.read_csv(folders[0] / "positions.csv")) == 100 * len(SCHEMES)
 
 
