@@ -89,3 +89,11 @@ def test_csv_frame_round_trips_booleans():
     frame = summary_frame(_result(FLOOR))
     back = pd.read_csv(io.StringIO(frame.to_csv(index=False)))
     assert back["at_floor"].tolist()[1:3] == [False, True]
+
+
+def test_the_llama_cpp_layout_ends_with_the_floor_line():
+    from infoeval.comparison.report import floor_summary
+
+    line = floor_summary(FLOOR)
+    assert "noise floor (2 of 8 windows, sampled): mean KL 3.000e-05" in line and "int8-channel 100×" in line
+    assert "bf16 1.02× at floor" in line and "top-1 disagreement 0.30 %" in line

@@ -223,6 +223,16 @@ def print_quantize_compare_llamacpp(console: Console, result: dict) -> None:
     print_protocol_figures(console, result)
     for v in result["variants"]:
         print_block(console, f"\n### {v['name']} (Q) vs the reference (base)", v["metrics"], result["reference"], (scope_note(result),))
+    if (result.get("floor") or {}).get("metrics"):
+        console.print(floor_summary(result["floor"]))
+
+
+def floor_summary(floor: dict) -> str:
+    """The noise floor in one line (under llama.cpp's blocks): its numbers and each variant's × floor."""
+    m = floor["metrics"]
+    times = ", ".join(f"{name} {floor_cell(v)}" for name, v in floor["variants"].items())
+    return (f"\nnoise floor ({len(floor['windows'])} of {floor['windows_of_run']} windows, {floor['mode']}): mean KL {fmt_pm(m['kl_mean'], m['kl_se'])}, "
+            f"P99 {fmt_num(m['kl_p99'], 3)}, top-1 disagreement {100 * m['top1_disagree']:.2f} %; × floor: {times}")  # fmt: skip
 
 
 def print_compress_bits(console: Console, result: dict) -> None:
