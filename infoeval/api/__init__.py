@@ -11,6 +11,6 @@ Results are the commands' typed records (``CompareResult``, ``GateResult``, …;
 """
 
 from infoeval.api.scoring import compare, compress_bits
-from infoeval.api.results import RESULT_CLASSES, load, summary_of
+from infoeval.api.results import load, summary_of
 
-__all__ = ["RESULT_CLASSES", "compare", "compress_bits", "load", "summary_of"]
+__all__ = ["compare", "compress_bits", "load", "summary_of"]

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from infoeval.errors import DataError
-from infoeval.output.results import SCHEMA_VERSION, Result
+from infoeval.output.results import SCHEMA_VERSION, Result, schema_parts
 
 
 def _classes() -> dict[str, type[Result]]:
@@ -31,8 +31,6 @@ def _classes() -> dict[str, type[Result]]:
             "temperature": TemperatureResult}  # fmt: skip
 
 
-RESULT_CLASSES = ("quantize-compare", "compress-bits", "compress", "decompress", "reference", "gate", "kl-fit", "mix", "mutual-info",
-                  "sensitivity", "spec-accept", "distill", "spec-decode", "temperature")  # fmt: skip
 POSITIONS = ("positions.parquet", "positions.csv")
 
 
@@ -56,15 +54,14 @@ def load(path) -> Result:
     import pandas as pd
 
     data, file = _read(Path(path))
-    schema = str(data.get("schema", ""))
-    command, _, version = schema.removeprefix("infoeval/").partition("/")
-    if not schema.startswith("infoeval/") or not version.isdigit():
-        raise DataError(f"'{file}' is not an infoeval result (schema {schema!r})")
-    if not 1 <= int(version) <= SCHEMA_VERSION:
+    command, version = schema_parts(data)
+    if version is None:
+        raise DataError(f"'{file}' is not an infoeval result (schema {str(data.get('schema', ''))!r})")
+    if not 1 <= version <= SCHEMA_VERSION:
         raise DataError(f"'{file}' has schema version {version}; this infoeval reads versions 1 to {SCHEMA_VERSION}")
     classes = _classes()
     if command not in classes:
-        raise DataError(f"'{file}' is a result of '{command}', which this infoeval does not know; known: {', '.join(RESULT_CLASSES)}")
+        raise DataError(f"'{file}' is a result of '{command}', which this infoeval does not know; known: {', '.join(classes)}")
     result = classes[command].from_json(data)
     table = next((file.parent / name for name in POSITIONS if (file.parent / name).is_file()), None) if file.name == "result.json" else None
     if table is not None:
@@ -75,6 +72,5 @@ def load(path) -> Result:
 def summary_of(data: dict):
     """The summary table (the CLI's summary.csv) of a result JSON, by its command's result class; None for a
     command without one."""
-    command = str(data.get("schema", "")).removeprefix("infoeval/").partition("/")[0]
-    cls = _classes()[command]
+    cls = _classes()[schema_parts(data)[0]]
     return None if cls.SUMMARY is None else cls.SUMMARY(data)

@@ -106,9 +106,9 @@ def run_lockstep(model, stream: TokenStream, windows: Sequence[Window], variants
     ref_keys, var_keys = {**REF_COLUMNS, **top}, {**VARIANT_COLUMNS, **top}
     schema = {**ref_keys, **{f"{v.name}/{k}": t for v in variants for k, t in var_keys.items()}}
     names = [v.name for v in variants]
-    only = {}
-    if floor is not None and any(w.index in set(floor_at) for w in windows):
-        roles[FLOOR], only[FLOOR] = WithVariant(model, floor), frozenset(floor_at)
+    only, at = {}, frozenset(floor_at)
+    if floor is not None and any(w.index in at for w in windows):
+        roles[FLOOR], only[FLOOR] = WithVariant(model, floor), at
         schema |= {f"{FLOOR}/{k}": t for k, t in FLOOR_COLUMNS.items()}
     # with SHARED_TOKENS > ctx the variants' blocks see several windows at a time and dequantize once per batch
     batches = engine.plan_shared(windows, SHARED_TOKENS) if len(roles) > 1 else engine.plan(windows)

@@ -91,6 +91,18 @@ class Result:
         })  # fmt: skip
 
 
+def schema_parts(data) -> tuple[str, int | None]:
+    """(command, version) of a result JSON's schema tag ``infoeval/<command>/<version>``; the version is None when
+    the tag is not one (a JSON that is not an infoeval result).
+
+    >>> schema_parts({"schema": "infoeval/gate/3"}), schema_parts({"schema": "other/gate/3"})[1], schema_parts([1])[1]
+    (('gate', 3), None, None)
+    """
+    schema = str(data.get("schema", "")) if isinstance(data, dict) else ""
+    command, _, version = schema.removeprefix("infoeval/").partition("/")
+    return command, int(version) if schema.startswith("infoeval/") and version.isdigit() else None
+
+
 def jsonable(obj):
     """Plain JSON types: typed records (``to_json()`` or dataclass fields) become dicts, tuples lists."""
     if hasattr(obj, "to_json"):

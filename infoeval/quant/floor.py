@@ -45,11 +45,9 @@ def _generator(device: torch.device, seed: int, ordinal: int) -> torch.Generator
 def stochastic_round(x: torch.Tensor, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
     """``x`` (float32) to ``dtype`` rounding each value to one of its two neighbours in ``dtype``, the far one with
     probability |x − near| / |far − near|, so that the expected value is x (a value ``dtype`` holds stays);
-    ``x`` may be overwritten. bfloat16 is the top half of a float32: a uniform 16-bit integer added to the bottom half carries into the top
-    half with exactly that probability, and the top half is the rounded value."""
+    ``x`` may be overwritten (bfloat16: ``_bfloat16_carry``)."""
     if dtype == torch.bfloat16:
-        bits = x.view(torch.int32).add_(torch.randint(0, 1 << 16, x.shape, generator=gen, device=x.device, dtype=torch.int32))
-        return (bits >> 16).to(torch.int16).view(torch.bfloat16)
+        return _bfloat16_carry(x, torch.randint(0, 1 << 16, x.shape, generator=gen, device=x.device, dtype=torch.int32))
     near = x.to(dtype)
     gap = x - near.float()
     far = torch.nextafter(near, torch.where(gap > 0, torch.inf, -torch.inf).to(dtype))
@@ -79,8 +77,14 @@ def _bfloat16_floor(w: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     k = torch.empty(w.shape, dtype=torch.int32, device=w.device).random_(generator=gen)
     u = (k >> 16).float().mul_(2 * STEP / 32768).sub_(STEP - STEP / 32768)
     wf = w.float()
-    x = torch.addcmul(wf, wf, u, out=u)
-    bits = x.view(torch.int32).add_(k.bitwise_and_(0xFFFF))
+    return _bfloat16_carry(torch.addcmul(wf, wf, u, out=u), k.bitwise_and_(0xFFFF))
+
+
+def _bfloat16_carry(x: torch.Tensor, r16: torch.Tensor) -> torch.Tensor:
+    """``x`` (float32, overwritten) stochastically rounded to bfloat16 by ``r16``, uniform 16-bit integers (int32):
+    bfloat16 is the top half of a float32, and r16 added to the bottom half carries into the top half with
+    probability |x − near| / |far − near| (on the magnitude, so for either sign); the top half is the result."""
+    bits = x.view(torch.int32).add_(r16)
     return (bits >> 16).to(torch.int16).view(torch.bfloat16)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from infoeval.errors import UsageError
-from infoeval.output.results import SCHEMA_VERSION
+from infoeval.output.results import SCHEMA_VERSION, schema_parts
 
 COMMANDS = ("quantize-compare", "compress-bits", "gate")  # the commands whose runs the page shows
 POSITIONS = ("positions.parquet", "positions.csv")
@@ -51,13 +51,13 @@ def read_result(path: Path) -> dict:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise UsageError(f"'{path}' is not a result JSON") from None
-    schema = str(data.get("schema", "")) if isinstance(data, dict) else ""
-    command, _, version = schema.removeprefix("infoeval/").partition("/")
-    if not schema.startswith("infoeval/") or not version.isdigit():
+    command, version = schema_parts(data)
+    if version is None:
+        schema = str(data.get("schema", "")) if isinstance(data, dict) else ""
         raise UsageError(f"'{path}' is not an infoeval result (schema {schema or 'missing'!r})")
     if command not in COMMANDS:
         raise UsageError(f"'{path}' is a result of `{command}`; the page shows {', '.join(COMMANDS)} runs")
-    if not 1 <= int(version) <= SCHEMA_VERSION:
+    if not 1 <= version <= SCHEMA_VERSION:
         raise UsageError(f"'{path}' has schema version {version}; this infoeval reads versions 1 to {SCHEMA_VERSION}")
     return data
 
