@@ -5,6 +5,11 @@ Usage errors (bad options, bad input files) exit 2, runtime failures exit 3, a f
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
+import re
+
 EXIT_GATE_FAILED = 1
 EXIT_USAGE = 2
 EXIT_RUNTIME = 3
@@ -54,3 +59,38 @@ class RuntimeFailure(InfoevalError):
 
 class RankFailure(RuntimeFailure):
     """Under a launcher, a rank failed while evaluating; every rank raises this with the failing rank's reason."""
+
+
+# ---- one message, two spellings: the CLI's flags (--max-tokens), the Python API's keywords (max_tokens) ------
+_FLAGS = contextvars.ContextVar("infoeval_flag_spelling", default=False)
+_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
+
+
+def keyword_spelling(message: str) -> str:
+    """A message written with the CLI's option names, in the Python API's keyword names (--max-tokens → max_tokens)."""
+    return _FLAG.sub(lambda m: m.group(1).replace("-", "_"), message)
+
+
+@contextlib.contextmanager
+def flag_spelling():
+    """Within: errors raised through the API keep the CLI's option names (the command line calling the API)."""
+    token = _FLAGS.set(True)
+    try:
+        yield
+    finally:
+        _FLAGS.reset(token)
+
+
+def keyword_errors(function):
+    """A public API function whose errors name its keywords, not the command line's flags (outside ``flag_spelling``)."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except InfoevalError as e:
+            if not _FLAGS.get() and e.args and isinstance(e.args[0], str):
+                e.args = (keyword_spelling(e.args[0]), *e.args[1:])
+            raise
+
+    return wrapper

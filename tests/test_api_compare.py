@@ -46,18 +46,28 @@ def test_api_and_cli_give_the_same_json(tiny_llama_dir, tiny_text, tmp_path):
 
 
 @pytest.mark.parametrize("kw,fragment", [
-    ({"max_tokens": 0}, "--max-tokens 0 is not allowed"),
-    ({"max_tokens": "all"}, "--max-tokens 'all' is not allowed"),
-    ({"floor": "some"}, "--floor 'some' is not allowed"),
+    ({"max_tokens": 0}, "max_tokens 0 is not allowed"),
+    ({"max_tokens": 1.5}, "max_tokens 1.5 is not allowed"),
+    ({"floor": "some"}, "floor 'some' is not allowed"),
     ({"schemes": ("int9-channel",)}, "9 bits"),
     ({"contxt": 64}, "unknown keyword 'contxt'"),
-    ({"until_se": -1.0}, "--until-se -1.0 is not allowed"),
+    ({"until_se": -1.0}, "until_se -1.0 is not allowed"),
 ])  # fmt: skip
 def test_bad_keywords_are_one_line_usage_errors_before_loading(kw, fragment):
     with pytest.raises(UsageError) as e:
         infoeval.compare("no/such-model-anywhere", **kw)
-    assert fragment in str(e.value) and "\n" not in str(e.value)
+    assert fragment in str(e.value) and "\n" not in str(e.value) and "--" not in str(e.value)
     assert isinstance(e.value, ValueError)
+
+
+def test_messages_name_keywords_in_python_and_flags_on_the_command_line():
+    from infoeval.errors import flag_spelling, keyword_spelling
+
+    assert keyword_spelling("--max-tokens 0 is not allowed; with --protocol lm-eval give --documents") == (
+        "max_tokens 0 is not allowed; with protocol lm-eval give documents")
+    assert keyword_spelling("int4-g128 and a--b stay") == "int4-g128 and a--b stay"
+    with flag_spelling(), pytest.raises(UsageError, match="^--max-tokens 0 is not allowed"):
+        infoeval.compare("no/such-model-anywhere", max_tokens=0)
 
 
 @pytest.mark.slow

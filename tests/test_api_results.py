@@ -120,3 +120,5 @@ def test_the_python_api_page_runs(runs, tmp_path):
     for block in blocks:
         exec(compile(block, "docs/python-api.md", "exec"), namespace)  # noqa: S102  (the page's own examples)
     assert namespace["summary"]["variant"].tolist() == ["reference", "int8-channel", "int4-g32", "floor"]
+    kl = namespace["mem"].to_frame().set_index("variant")["kl_mean"]  # the in-memory example: every variant measured
+    assert kl.index.tolist() == ["reference", "int8-channel", "qat", "bnb-nf4", "floor"] and (kl.iloc[1:4] > 0).all()

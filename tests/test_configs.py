@@ -25,7 +25,7 @@ import typer
 
 from infoeval.cli import app
 from infoeval.cli.gate import _limits_from
-from infoeval.cli.options import parse_max_tokens
+from infoeval.input.settings import max_tokens_of
 from infoeval.quant.schemes import parse_schemes
 from infoeval.input.text import DATASETS
 
@@ -103,7 +103,7 @@ def test_command_config_loads_through_the_cli(group, path):
             if name in ("schemes", "draft_scheme", "student_scheme", "scheme"):
                 assert parse_schemes(ctx.params[name])
             if name == "max_tokens":
-                parse_max_tokens(ctx.params[name])
+                max_tokens_of(ctx.params[name])
             if name == "dataset":
                 assert ctx.params[name].lower() in DATASETS
 

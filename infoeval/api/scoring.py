@@ -16,23 +16,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, keyword_errors
 from infoeval.input.settings import (
-    DEFAULT_MODEL, CalibrationSettings, ModelSettings, TextSettings, VariantSettings, WindowSettings, default_ctx,
+    DEFAULT_MODEL, CalibrationSettings, ModelSettings, TextSettings, VariantSettings, WindowSettings, default_ctx, max_tokens_of,
 )  # fmt: skip
 from infoeval.quant.schemes import DEFAULT_SCHEMES
 
 SCHEMES = tuple(DEFAULT_SCHEMES.split(","))
 MAX_TOKENS = 8192  # the command line's --max-tokens default
-
-
-def max_tokens_of(value) -> int | None:
-    """A token budget: a positive integer, or None (the whole text)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"--max-tokens {value!r} is not allowed; give a positive integer or 'all'")
-    return value
 
 
 def run_settings(model: str, *, text=None, dataset=None, data_dir=None, max_tokens=MAX_TOKENS, ctx=None, stride=None,
@@ -71,33 +62,61 @@ def _until(until_se: float | None, run: dict, order_seed: int):
     return None if until_se is None else UntilSettings(until_se, max_tokens_of(run.get("max_tokens")), order_seed)
 
 
-def compare(model: str = DEFAULT_MODEL, *, schemes: str | Sequence[str] = SCHEMES, include: Sequence[str] = (), exclude: Sequence[str] = (),
-            recipes: Sequence[str | Path] = (), floor: str = "sampled", floor_seed: int = 0, calibration: CalibrationSettings | None = None,
-            until_se: float | None = None, order_seed: int = 0, top_k: int = 0, progress: bool = False, **run):  # fmt: skip
-    """quantize-compare: the reference and each variant (``schemes``, ``recipes``) on the same windows; returns the
-    ``CompareResult`` holding its per-position table. ``run``: the text, window and device keywords of
+def _scheme_text(schemes, recipes, variants) -> str:
+    """The schemes as --schemes' text; None: the three default schemes, or none when recipes or variants are given
+    (as --recipe alone on the command line)."""
+    if schemes is None:
+        schemes = () if recipes or variants else SCHEMES
+    return schemes if isinstance(schemes, str) else ",".join(schemes)
+
+
+@keyword_errors
+def compare(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str | Sequence[str] | None = None, variants: dict | None = None,
+            include: Sequence[str] = (), exclude: Sequence[str] = (), recipes: Sequence[str | Path] = (), floor: str = "sampled", floor_seed: int = 0,
+            calibration: CalibrationSettings | None = None, until_se: float | None = None, order_seed: int = 0, top_k: int = 0, progress: bool = False,
+            **run):  # fmt: skip
+    """quantize-compare: the reference and each variant (``schemes``, ``recipes``, and ``variants``: name → a module
+    you built, sharing the reference's tokenizer) on the same windows; returns the ``CompareResult`` holding its
+    per-position table. ``model``: a spec string, or a loaded transformers model with its ``tokenizer`` (used where
+    it is; ``device``/``dtype`` 'auto' mean its own). ``run``: the text, window and device keywords of
     ``run_settings`` (``text``, ``dataset``, ``max_tokens``, ``ctx``, ``protocol``, ``device``, ``dtype``, …); with
     ``until_se``, ``max_tokens`` is the budget of the run to a precision (None: the whole text)."""
     from infoeval.comparison import pipeline
     from infoeval.comparison.report import positions_frame
+    from infoeval.models.objects import evaluating, model_object, module_variants, own_settings
 
-    model_settings, text_settings, window_settings = run_settings(model, **_checked(run))
-    variant_settings = VariantSettings(schemes=schemes if isinstance(schemes, str) else ",".join(schemes), include=tuple(include),
-                                       exclude=tuple(exclude), recipes=tuple(Path(r) for r in recipes), calibration=calibration,
-                                       floor=floor, floor_seed=floor_seed)  # fmt: skip
-    result, cols = pipeline.quantize_compare(model_settings, text_settings, window_settings, variant_settings, _reporter(progress),
-                                             _until(until_se, run, order_seed), top_k)  # fmt: skip
+    reference = model_object(model, tokenizer)
+    model_settings, text_settings, window_settings = run_settings(reference, **own_settings(reference, _checked(run)))
+    scheme_text = _scheme_text(schemes, recipes, variants)
+    modules = module_variants(variants, {s.strip() for s in scheme_text.split(",")} | {Path(r).stem for r in recipes})
+    variant_settings = VariantSettings(schemes=scheme_text, include=tuple(include), exclude=tuple(exclude), recipes=tuple(Path(r) for r in recipes),
+                                       calibration=calibration, floor=floor, floor_seed=floor_seed)  # fmt: skip
+    with evaluating(*_modules(reference), *(m.model for m in modules)):
+        result, cols = pipeline.quantize_compare(model_settings, text_settings, window_settings, variant_settings, _reporter(progress),
+                                                 _until(until_se, run, order_seed), top_k, modules)  # fmt: skip
     return result.with_positions(lambda: positions_frame(cols.reference, cols.variants), cols)
 
 
-def compress_bits(model: str = DEFAULT_MODEL, *, verify_coding: bool = False, until_se: float | None = None, order_seed: int = 0,
-                  top_k: int = 0, progress: bool = False, **run):  # fmt: skip
+def _modules(model) -> tuple:
+    """A model object's module (to run in eval mode), or nothing for a spec string."""
+    from infoeval.models.objects import ModelObject
+
+    return (model.model,) if isinstance(model, ModelObject) else ()
+
+
+@keyword_errors
+def compress_bits(model: str | object = DEFAULT_MODEL, *, tokenizer=None, verify_coding: bool = False, until_se: float | None = None,
+                  order_seed: int = 0, top_k: int = 0, progress: bool = False, **run):  # fmt: skip
     """compress-bits: the model's code length for the text beside gzip, bz2, xz and zstd on the same bytes (and with
-    ``verify_coding`` a real arithmetic-coded file of them); returns the ``CompressResult`` with its positions."""
+    ``verify_coding`` a real arithmetic-coded file of them); returns the ``CompressResult`` with its positions.
+    ``model``: a spec string, or a loaded model with its ``tokenizer`` (as ``compare``'s)."""
     from infoeval.comparison import pipeline
     from infoeval.comparison.report import positions_frame
+    from infoeval.models.objects import evaluating, model_object, own_settings
 
-    model_settings, text_settings, window_settings = run_settings(model, **_checked(run))
-    result, cols = pipeline.compress_bits(model_settings, text_settings, window_settings, _reporter(progress), verify_coding=verify_coding,
-                                          until=_until(until_se, run, order_seed), top_k=top_k)  # fmt: skip
+    reference = model_object(model, tokenizer)
+    model_settings, text_settings, window_settings = run_settings(reference, **own_settings(reference, _checked(run)))
+    with evaluating(*_modules(reference)):
+            result, cols = pipeline.compress_bits(model_settings, text_settings, window_settings, _reporter(progress), verify_coding=verify_coding,
+                                              until=_until(until_se, run, order_seed), top_k=top_k)  # fmt: skip
     return result.with_positions(lambda: positions_frame(cols.reference, {}), cols)

@@ -19,6 +19,7 @@ from infoeval.errors import (
     InfoevalError,
     RankFailure,
     UsageError,
+    flag_spelling,
 )
 from infoeval.quant.methods import LIBRARY_LOGGERS
 
@@ -75,7 +76,8 @@ def main() -> None:
     try:
         _check_launch(sys.argv[1:])
         _check_floor(sys.argv[1:])
-        app()
+        with flag_spelling():  # the API's errors name the options as typed (--max-tokens), not as keywords
+            app()
     except InfoevalError as e:
         if debug:
             raise

@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from infoeval.cli.options import MODEL_DEFAULT, JsonOpt, ModelOpt, QuietOpt
-from infoeval.cli.output import emit
+from infoeval.cli.options import MODEL_DEFAULT, ModelOpt
+from infoeval.cli.outputs import Outputs, output_options
 
 InFile = Annotated[Path, typer.Argument(metavar="FILE", help="The file to read.", show_default=False)]
 OutFile = Annotated[Path, typer.Option("--output", "-o", help="The file to write (atomically).", show_default=False)]
@@ -22,6 +22,7 @@ VerifyOpt = Annotated[bool, typer.Option("--verify/--no-verify", help="Decode in
 DecodeModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="The model, when it is not where the file says.")]
 
 
+@output_options("json", "quiet")
 def compress(
     file: InFile,
     output: OutFile,
@@ -33,36 +34,33 @@ def compress(
     fallback: FallbackOpt = "xz",
     verify: VerifyOpt = True,
     force: ForceOpt = False,
-    json: JsonOpt = None,
-    quiet: QuietOpt = False,
+    outputs: Outputs = None,  # the output options (see output_options)
 ) -> None:
     """Compress FILE losslessly with a language model and a range coder: a real .iez file, its size against
     Σ −log₂ q and against xz and zstd."""
     from infoeval.codec.pipeline import CodecSettings
     from infoeval.codec.pipeline import compress as run
     from infoeval.codec.report import print_compress
-    from infoeval.output.report import RichReporter
 
     codec_settings = CodecSettings(model=model, ctx=ctx, group=group, device=device, dtype=dtype, fallback=fallback, verify=verify)
-    result = run(file, output, codec_settings, force, RichReporter(enabled=not quiet))
-    emit(result, paths={"json": json} if json else {}, tables=print_compress, also_written=(str(output),))
+    result = run(file, output, codec_settings, force, outputs.reporter())
+    outputs.emit(result, command="compress", model=model, source="", tables=print_compress, also_written=(str(output),))
 
 
+@output_options("json", "quiet")
 def decompress(
     file: InFile,
     output: OutFile,
     model: DecodeModelOpt = None,
     force: ForceOpt = False,
-    json: JsonOpt = None,
-    quiet: QuietOpt = False,
+    outputs: Outputs = None,  # the output options (see output_options)
 ) -> None:
     """Give back the file a .iez file was made from, byte for byte (checked against its sha256)."""
     from infoeval.codec.pipeline import decompress as run
     from infoeval.codec.report import print_decompress
-    from infoeval.output.report import RichReporter
 
-    result = run(file, output, model, force, RichReporter(enabled=not quiet))
-    emit(result, paths={"json": json} if json else {}, tables=print_decompress, also_written=(str(output),))
+    result = run(file, output, model, force, outputs.reporter())
+    outputs.emit(result, command="decompress", model=model or "", source="", tables=print_decompress, also_written=(str(output),))
 
 
 def register(app) -> None:

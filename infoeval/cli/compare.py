@@ -8,11 +8,11 @@ from typing import Annotated, Optional
 import typer
 
 from infoeval.cli.options import (
-    MODEL_DEFAULT, ConfigOpt, CsvOpt, ExcludeOpt, IncludeOpt, JsonOpt, calibration_options,
-    FloorOpt, FloorSeedOpt, ModelArg, ModelOpt, OutDirOpt, PlotOpt, PositionsOpt, QuietOpt, RecipeOpt, RunNameOpt,
-    SchemesOpt, output_paths_for, pick_model, RunOptions, run_options, text_source,
+    MODEL_DEFAULT, ExcludeOpt, IncludeOpt, calibration_options, FloorOpt, FloorSeedOpt, ModelArg, ModelOpt, RecipeOpt,
+    SchemesOpt, pick_model, RunOptions, run_options,
 )  # fmt: skip
-from infoeval.cli.output import HtmlOpt, TopKOpt, as_json, check_plot, emit, page_extras
+from infoeval.cli.output import HtmlOpt, TopKOpt, page_extras
+from infoeval.cli.outputs import RUN_OUTPUTS, Outputs, output_options
 from infoeval.quant.schemes import DEFAULT_SCHEMES
 
 TABLES = ("default", "llama.cpp")
@@ -36,7 +36,8 @@ def until_settings(context: typer.Context, until_se: float | None, order_seed: i
     """Whether the run reads the whole text: a run to a precision (--until-se) whose --max-tokens was not given (its
     default keeps a first run short; a precision run reads the whole text unless told otherwise). The settings are
     checked here, before anything loads."""
-    from infoeval.cli.options import parse_max_tokens, typed
+    from infoeval.cli.options import typed
+    from infoeval.input.settings import max_tokens_of
     from infoeval.comparison.until import UntilSettings
     from infoeval.errors import UsageError
 
@@ -45,23 +46,15 @@ def until_settings(context: typer.Context, until_se: float | None, order_seed: i
             raise UsageError("--order-seed needs --until-se")
         return False
     given = getattr(context.get_parameter_source("max_tokens"), "name", "DEFAULT") != "DEFAULT"  # typed, or from --config
-    UntilSettings(until_se, parse_max_tokens(run.max_tokens) if given else None, order_seed)
+    UntilSettings(until_se, max_tokens_of(run.max_tokens) if given else None, order_seed)
     return not given
 
-
-
-
-def check_outputs(*paths) -> None:
-    """Before the long run: a .parquet output needs pyarrow."""
-    from infoeval.output.results import check_frame_path
-
-    for path in paths:
-        check_frame_path(path)
 
 
 VerifyCodingOpt = Annotated[bool, typer.Option("--verify-coding", help="Also compress the scored bytes with the model and a range coder, decompress them, and report the real file's size (an 'arithmetic-coded' row).")]
 
 
+@output_options(*RUN_OUTPUTS)
 @run_options(windows=True)
 @calibration_options
 def quantize_compare(
@@ -74,20 +67,13 @@ def quantize_compare(
     recipe: RecipeOpt = None,
     floor: FloorOpt = "sampled",
     floor_seed: FloorSeedOpt = 0,
-    csv: CsvOpt = None,
-    json: JsonOpt = None,
-    positions: PositionsOpt = None,
-    plot: PlotOpt = None,
     table: TableOpt = "default",
     until_se: UntilSeOpt = None,
     order_seed: OrderSeedOpt = 0,
     topk: TopKOpt = 0,
     html: HtmlOpt = None,
-    out_dir: OutDirOpt = None,
-    run_name: RunNameOpt = None,
-    quiet: QuietOpt = False,
-    config: ConfigOpt = None,
     run: RunOptions = None,  # the shared text, window and device options (see run_options)
+    outputs: Outputs = None,  # the output options (see output_options)
     calibration_settings=None,  # --calibration and its options (see calibration_options)
 ) -> None:
     """Fake-quantize a model's weights with each scheme and compare every variant with the original: PPL,
@@ -100,21 +86,18 @@ def quantize_compare(
     if recipe and getattr(context.get_parameter_source("schemes"), "name", "") == "DEFAULT":
         schemes = ""  # --recipe alone: only the recipes' variants
     check_floor(floor)
-    check_plot(plot)  # before the long run
+    outputs.check()  # before the long run
     tables = print_quantize_compare_llamacpp if check_table(table) == "llama.cpp" else print_quantize_compare
     whole = until_settings(context, until_se, order_seed, run)
-    check_outputs(csv, positions)
     result = compare(model, schemes=schemes, include=include or (), exclude=exclude or (), recipes=recipe or (), floor=floor, floor_seed=floor_seed,
                      calibration=calibration_settings, until_se=until_se, order_seed=order_seed, top_k=topk or (5 if html else 0),
-                     progress=not quiet, **run.keywords(whole))  # fmt: skip
-    _emit_run(result, "quantize-compare", model, tables, plot, html,
-              dict(csv=csv, json=json, positions=positions, out_dir=out_dir, run_name=run_name))  # fmt: skip
+                     progress=not outputs.quiet, **run.keywords(whole))  # fmt: skip
+    _emit_run(result, "quantize-compare", model, tables, html, outputs)
 
 
-def _emit_run(result, command: str, model: str, tables, plot, html, outputs: dict) -> None:
-    """Write, draw and print a quantize-compare or compress-bits run (``outputs``: the output options)."""
-    data, cols = as_json(result), result.columns
-    paths = output_paths_for(command, model=model, source=text_source(data), **outputs)
+def _emit_run(result, command: str, model: str, tables, html, outputs: Outputs) -> None:
+    """Write, draw and print a quantize-compare or compress-bits run."""
+    data, cols = result.to_json(), result.columns
 
     def draw(path):
         from infoeval.output.plots import plot_compress_bits, plot_quantize_compare
@@ -122,29 +105,23 @@ def _emit_run(result, command: str, model: str, tables, plot, html, outputs: dic
         (plot_quantize_compare if command == "quantize-compare" else plot_compress_bits)(data, cols, path)
 
     frame = lambda: result.positions  # noqa: E731  (built once, for the CSV and the page)
-    emit(data, paths=paths, positions=frame, plot=plot, draw=draw, tables=tables,
-         extras=page_extras(data, frame, cols.vocab, paths, html, f"{command}: {model}"))  # fmt: skip
+    outputs.emit(data, command=command, model=model, positions=frame, draw=draw, tables=tables,
+                 extras=lambda paths: page_extras(data, frame, cols.vocab, paths, html, f"{command}: {model}"))  # fmt: skip
 
 
+@output_options(*RUN_OUTPUTS)
 @run_options(windows=True)
 def compress_bits(
     context: typer.Context,
     model_arg: ModelArg = None,
     model: ModelOpt = MODEL_DEFAULT,
     verify_coding: VerifyCodingOpt = False,
-    csv: CsvOpt = None,
-    json: JsonOpt = None,
-    positions: PositionsOpt = None,
-    plot: PlotOpt = None,
     until_se: UntilSeOpt = None,
     order_seed: OrderSeedOpt = 0,
     topk: TopKOpt = 0,
     html: HtmlOpt = None,
-    out_dir: OutDirOpt = None,
-    run_name: RunNameOpt = None,
-    quiet: QuietOpt = False,
-    config: ConfigOpt = None,
     run: RunOptions = None,  # the shared text, window and device options (see run_options)
+    outputs: Outputs = None,  # the output options (see output_options)
 ) -> None:
     """Total bits, bits/token and bits/byte of a model on a text, beside gzip, bz2, xz and zstd on the very
     same bytes (and, with --verify-coding, a real arithmetic-coded file of them)."""
@@ -152,13 +129,11 @@ def compress_bits(
     from infoeval.comparison.report import print_compress_bits
 
     model = pick_model(context, model_arg, model)
-    check_plot(plot)  # before the long run
+    outputs.check()  # before the long run
     whole = until_settings(context, until_se, order_seed, run)
-    check_outputs(csv, positions)
     result = run_compress_bits(model, verify_coding=verify_coding, until_se=until_se, order_seed=order_seed, top_k=topk or (5 if html else 0),
-                               progress=not quiet, **run.keywords(whole))  # fmt: skip
-    _emit_run(result, "compress-bits", model, print_compress_bits, plot, html,
-              dict(csv=csv, json=json, positions=positions, out_dir=out_dir, run_name=run_name))  # fmt: skip
+                               progress=not outputs.quiet, **run.keywords(whole))  # fmt: skip
+    _emit_run(result, "compress-bits", model, print_compress_bits, html, outputs)
 
 
 def register(app) -> None:

@@ -9,12 +9,12 @@ from typing import Annotated, Optional
 import typer
 
 from infoeval.cli.options import (
-    DEVICE_DEFAULT, DTYPE_DEFAULT, MODEL_DEFAULT, ConfigOpt, CsvOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, ExcludeOpt, IncludeOpt, JsonOpt,
-    ModelArg, ModelOpt, OutDirOpt, PositionsOpt, QuietOpt, RunNameOpt, output_paths_for, pick_model, read_toml, run_options, typed, calibration_options,
-    RunOptions, FloorOpt, FloorSeedOpt,
+    DEVICE_DEFAULT, DTYPE_DEFAULT, MODEL_DEFAULT, DeviceMapOpt, DeviceOpt, DtypeOpt, ExcludeOpt, IncludeOpt, ModelArg, ModelOpt, pick_model,
+    read_toml, run_options, typed, calibration_options, RunOptions, FloorOpt, FloorSeedOpt,
 )  # fmt: skip
 from infoeval.cli.compare import TableOpt, check_table
-from infoeval.cli.output import HtmlOpt, TopKOpt, as_json, emit, page_extras
+from infoeval.cli.output import HtmlOpt, TopKOpt, as_json, page_extras
+from infoeval.cli.outputs import Outputs, output_options
 from infoeval.errors import UsageError
 
 CandidateArg = Annotated[
@@ -71,6 +71,7 @@ def _limits_from(limits_file: Optional[Path], overrides: dict) -> tuple:
     return tuple(parse_limits(raw))
 
 
+@output_options("quiet")
 @run_options(windows=True)
 def reference(
     context: typer.Context,
@@ -80,21 +81,19 @@ def reference(
     top_k: TopKOpt = 64,
     tail_samples: TailSamplesOpt = 128,
     seed: SeedOpt = 0,
-    quiet: QuietOpt = False,
-    config: ConfigOpt = None,
     run: RunOptions = None,  # the shared text, window and device options (see run_options)
+    outputs: Outputs = None,  # the output options (see output_options)
 ) -> None:
     """One pass of the reference model writes a compact, self-validating reference file for `gate`: top-K
     log-probs, tail mass and tail samples per scored position, the token ids of every window, provenance."""
     from infoeval.gate.pipeline import build_reference
     from infoeval.gate.report import reference_summary_table
-    from infoeval.output.report import RichReporter
 
     model = pick_model(context, model_arg, model)
     model_settings, text_settings, window_settings = run.settings(model)
-    info = as_json(build_reference(model_settings, text_settings, window_settings, out, top_k, tail_samples, seed, RichReporter(enabled=not quiet)))
-    emit(info, paths={}, tables=lambda console, data: console.print(reference_summary_table(data)),
-         also_written=(f"{out} ({info['file_bytes']:,} bytes)",))  # fmt: skip
+    info = as_json(build_reference(model_settings, text_settings, window_settings, out, top_k, tail_samples, seed, outputs.reporter()))
+    outputs.emit(info, command="reference", model=model, source="", tables=lambda console, data: console.print(reference_summary_table(data)),
+                 also_written=(f"{out} ({info['file_bytes']:,} bytes)",))  # fmt: skip
 
 
 SEQUENTIAL_OPTIONS = ("alpha", "min_tokens", "max_tokens", "order", "order_seed", "undecided", "round_windows")
@@ -119,6 +118,7 @@ def _run(context: typer.Context, gate_settings, model_settings, seq: tuple | Non
     return run_sequential_gate(gate_settings, SequentialSettings(*seq), model_settings, reporter)
 
 
+@output_options("csv", "json", "positions", "folder", "quiet")
 @calibration_options
 def gate(
     context: typer.Context,
@@ -152,20 +152,13 @@ def gate(
     device: DeviceOpt = DEVICE_DEFAULT,
     dtype: DtypeOpt = DTYPE_DEFAULT,
     device_map: DeviceMapOpt = None,
-    csv: CsvOpt = None,
-    json: JsonOpt = None,
-    positions: PositionsOpt = None,
     table: TableOpt = "default",
-    out_dir: OutDirOpt = None,
-    run_name: RunNameOpt = None,
-    quiet: QuietOpt = False,
-    config: ConfigOpt = None,
+    outputs: Outputs = None,  # the output options (see output_options)
     calibration_settings=None,  # --calibration and its options, for a calibrated --scheme (see calibration_options)
 ) -> None:
     """Run only the candidate on the reference's token ids and check it against limits: exit 0 pass, 1 fail."""
     from infoeval.errors import EXIT_GATE_FAILED
     from infoeval.gate.pipeline import GateSettings
-    from infoeval.output.report import RichReporter
     from infoeval.input.settings import ModelSettings
 
     candidate = pick_model(context, candidate, model, "the candidate")
@@ -175,30 +168,31 @@ def gate(
     model_settings = ModelSettings(model=candidate or "", device=device, dtype=dtype, device_map=device_map)
     llama = check_table(table) == "llama.cpp"
     seq = (alpha, min_tokens, max_tokens, order, order_seed, undecided, round_windows) if sequential else None
-    result, cols = _run(context, gate_settings, model_settings, seq, RichReporter(enabled=not quiet))
-    outputs = {"csv": csv, "json": json, "positions": positions, "out_dir": out_dir, "run_name": run_name}
+    result, cols = _run(context, gate_settings, model_settings, seq, outputs.reporter())
     data = _emit_gate(as_json(result), cols, outputs, scheme or (recipe.stem if recipe else None), {junit: "junit", markdown: "markdown"}, llama, html)
     if not data["passed"]:
         raise typer.Exit(EXIT_GATE_FAILED)
 
 
-def _emit_gate(data: dict, cols: dict, outputs: dict, suffix: str | None, extra_paths: dict, llama: bool, html: Path | None) -> dict:
+def _emit_gate(data: dict, cols: dict, outputs: Outputs, suffix: str | None, extra_paths: dict, llama: bool, html: Path | None) -> dict:
     """Write the gate's result files (JSON, CSVs, JUnit, markdown, the tokens' text and the page; ``outputs``: the
     output options, ``suffix``: the scheme or recipe that names the run) and print its tables."""
 
     from infoeval.gate.positions import positions_frame
     from infoeval.gate.report import floor_lines, gate_table, junit_xml, markdown, print_gate_llamacpp, summary_table
 
-    paths = output_paths_for("gate", model=data["candidate"]["spec"] + (f"-{suffix}" if suffix else ""), source="reference", **outputs)
     makers = {"junit": lambda: junit_xml(data), "markdown": lambda: markdown(data)}
-    extras = {path: makers[kind] for path, kind in extra_paths.items() if path}
+    files = {path: makers[kind] for path, kind in extra_paths.items() if path}
     frame = functools.cache(lambda: positions_frame(cols))  # built once for the CSV and the page
-    extras |= page_extras(data, frame, cols.get("vocab", {}), paths, html, " ".join(["gate:", data["candidate"]["spec"], data["candidate"]["scheme"] or ""]).strip())
-    return emit(data, paths=paths, positions=frame, extras=extras,
+    title = " ".join(["gate:", data["candidate"]["spec"], data["candidate"]["scheme"] or ""]).strip()
+    extras = lambda paths: files | page_extras(data, frame, cols.get("vocab", {}), paths, html, title)  # noqa: E731
+    model = data["candidate"]["spec"] + (f"-{suffix}" if suffix else "")
+    return outputs.emit(data, command="gate", model=model, source="reference", positions=frame, extras=extras,
          tables=print_gate_llamacpp if llama else lambda console, d: (console.print(summary_table(d)), console.print(gate_table(d)),
                                                                       *(console.print(line) for line in floor_lines(d))))  # fmt: skip
 
 
+@output_options()
 def quantize(
     context: typer.Context,
     model_arg: ModelArg = None,
@@ -212,7 +206,7 @@ def quantize(
     format: FormatOpt = "fake",
     device: DeviceOpt = DEVICE_DEFAULT,
     dtype: DtypeOpt = DTYPE_DEFAULT,
-    config: ConfigOpt = None,
+    outputs: Outputs = None,  # --config (see output_options)
 ) -> None:
     """Write a fake-quantized checkpoint (safetensors, config, tokenizer, per-layer report) that transformers loads."""
     from infoeval.gate.checkpoint import quantize_checkpoint

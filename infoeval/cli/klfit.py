@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from infoeval.cli.options import ConfigOpt, PlotOpt
-from infoeval.cli.output import as_json, check_plot, emit
+from infoeval.cli.output import as_json
+from infoeval.cli.outputs import Outputs, output_options
 from infoeval.errors import UsageError
 
 TargetOpt = Annotated[str, typer.Option(help="Target p as bumps WEIGHT:CENTRE:WIDTH, comma-separated (normalized).")]
@@ -29,6 +29,7 @@ def _starts(starts: str) -> tuple[float, ...]:
         raise UsageError(f"--starts '{starts}' is not a comma-separated list of numbers, e.g. 30,60") from None
 
 
+@output_options("plot", csv=KLCsvOpt, json=KLJsonOpt)
 def kl_fit(
     target: TargetOpt = "0.6:25:5,0.4:70:5",
     support: SupportOpt = 100,
@@ -37,10 +38,7 @@ def kl_fit(
     steps: StepsOpt = 2000,
     lr: LrOpt = 0.5,
     sigma0: Sigma0Opt = 10.0,
-    csv: KLCsvOpt = None,
-    json: KLJsonOpt = None,
-    plot: PlotOpt = None,
-    config: ConfigOpt = None,
+    outputs: Outputs = None,  # the output options (see output_options)
 ) -> None:
     """Fit one discretized Gaussian to a two-bump target by forward KL (mode covering) and by reverse KL
     (mode seeking), from each start; prints centre, width and KL of each fit."""
@@ -50,16 +48,15 @@ def kl_fit(
     mu0 = _starts(starts)
     dirs = tuple(d.strip() for d in directions.split(",") if d.strip())
     s = KLFitSettings(parse_target(target), support, mu0, dirs, steps, lr, sigma0)
-    check_plot(plot)
+    outputs.check()
     data = as_json(kl_fit_result(s))
-    paths = {k: v for k, v in (("json", json), ("csv", csv)) if v is not None}
 
     def draw(path):
         from infoeval.output.plots import plot_kl_fit
 
         plot_kl_fit(data, path)
 
-    emit(data, paths=paths, positions=lambda: None, plot=plot, draw=draw, tables=print_kl_fit)
+    outputs.emit(data, command="kl-fit", model="", source="", draw=draw, tables=print_kl_fit)
 
 
 def register(app: typer.Typer) -> None:

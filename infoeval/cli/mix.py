@@ -9,11 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from infoeval.cli.options import (
-    MODEL_DEFAULT, ConfigOpt, CsvOpt, JsonOpt, ModelArg, ModelOpt, OutDirOpt, PlotOpt, PositionsOpt, QuietOpt, RunNameOpt,
-    RunOptions, output_paths_for, pick_model, run_options, text_source,
-)  # fmt: skip
-from infoeval.cli.output import as_json, check_plot, emit
+from infoeval.cli.options import MODEL_DEFAULT, ModelArg, ModelOpt, RunOptions, pick_model, run_options
+from infoeval.cli.outputs import RUN_OUTPUTS, Outputs, output_options
 
 MixSchemesOpt = Annotated[str, typer.Option("--schemes", help="Schemes each unit may take, comma-separated.")]
 BudgetOpt = Annotated[str, typer.Option("--budget-bits", help="Most stored bits per quantized weight (codes + fp16 scales), or a scheme of --schemes: its exact bits on this model.")]
@@ -25,6 +22,7 @@ NoBlockCacheOpt = Annotated[bool, typer.Option("--no-block-cache", help="Sweep e
 RecipeOutOpt = Annotated[Optional[Path], typer.Option("--recipe-out", help="Write the recipe TOML here (default: recipe.toml beside the result JSON).")]
 
 
+@output_options(*RUN_OUTPUTS)
 @run_options(windows=True)
 def mix(
     context: typer.Context,
@@ -38,15 +36,8 @@ def mix(
     sweep_tokens: SweepTokensOpt = 2048,
     no_block_cache: NoBlockCacheOpt = False,
     recipe_out: RecipeOutOpt = None,
-    csv: CsvOpt = None,
-    json: JsonOpt = None,
-    positions: PositionsOpt = None,
-    plot: PlotOpt = None,
-    out_dir: OutDirOpt = None,
-    run_name: RunNameOpt = None,
-    quiet: QuietOpt = False,
-    config: ConfigOpt = None,
     run: RunOptions = None,  # the shared text, window and device options (see run_options)
+    outputs: Outputs = None,  # the output options (see output_options)
 ) -> None:
     """Choose one scheme per unit (linear, block or layer type) minimising the predicted KL (the sum of the units'
     own KLs from a sensitivity sweep) within a budget of stored bits per weight, solved exactly; then measure the
@@ -55,20 +46,17 @@ def mix(
     from infoeval.comparison.report import positions_frame
     from infoeval.mix.pipeline import MixSettings, mix as run_mix
     from infoeval.mix.report import plot_mix, print_mix
-    from infoeval.output.report import RichReporter
 
     model = pick_model(context, model_arg, model)
     model_settings, text_settings, window_settings = run.settings(model)
     mix_settings = MixSettings(schemes=schemes, budget=budget_bits, by=by, sensitivity=tuple(sensitivity or ()), sweep=sweep,
                      sweep_tokens=sweep_tokens, block_cache=not no_block_cache)  # fmt: skip
-    check_plot(plot)  # before the long run
-    result, cols, sweep_json = run_mix(model_settings, text_settings, window_settings, mix_settings, RichReporter(enabled=not quiet))
-    data = as_json(result)
-    paths = output_paths_for("mix", model=model_settings.model, source=text_source(data), csv=csv, json=json, positions=positions,
-                             out_dir=out_dir, run_name=run_name)  # fmt: skip
-    emit(data, paths=paths, positions=lambda: positions_frame(cols.reference, cols.variants),
-         plot=plot, draw=lambda path: plot_mix(data, path), tables=print_mix,
-         extras=export_files(data, sweep_json, Path(next(iter(paths.values()))).parent, recipe_out))  # fmt: skip
+    outputs.check()  # before the long run
+    result, cols, sweep_json = run_mix(model_settings, text_settings, window_settings, mix_settings, outputs.reporter())
+    data = result.to_json()
+    outputs.emit(data, command="mix", model=model_settings.model, positions=lambda: positions_frame(cols.reference, cols.variants),
+                 draw=lambda path: plot_mix(data, path), tables=print_mix,
+                 extras=lambda paths: export_files(data, sweep_json, Path(next(iter(paths.values()))).parent, recipe_out))  # fmt: skip
 
 
 def export_files(data: dict, sweep_json: dict | None, folder: Path, recipe_out: Path | None) -> dict:

@@ -7,11 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from infoeval.cli.options import (
-    MODEL_DEFAULT, ConfigOpt, JsonOpt, ModelArg, ModelOpt, OutDirOpt, PlotOpt, QuietOpt, RunNameOpt, RunOptions, run_options, output_paths_for,
-    pick_model, text_source,
-)  # fmt: skip
-from infoeval.cli.output import as_json, check_plot, emit
+from infoeval.cli.options import MODEL_DEFAULT, ModelArg, ModelOpt, RunOptions, pick_model, run_options
+from infoeval.cli.output import as_json
+from infoeval.cli.outputs import Outputs, output_options
 from infoeval.mutual_info.estimator import DEFAULT_BATCH_TOKENS, DEFAULT_BLOCKS, DEFAULT_LENGTHS
 
 MICsvOpt = Annotated[Optional[Path], typer.Option("--csv", help="Write the per-length summary CSV here.")]
@@ -25,6 +23,7 @@ MIMaxTokensOpt = Annotated[str, typer.Option(help="Use at most this many text to
 MIBlocksCsvOpt = Annotated[Optional[Path], typer.Option("--positions", help="Write every block (positions, byte offsets, bits) as CSV here.")]
 
 
+@output_options("json", "plot", "folder", "quiet", csv=MICsvOpt, positions=MIBlocksCsvOpt)
 @run_options(windows=False)
 def mutual_info(
     context: typer.Context,
@@ -37,39 +36,28 @@ def mutual_info(
     batch_tokens: BatchTokensOpt = DEFAULT_BATCH_TOKENS,
     bootstrap: BootstrapOpt = 1000,
     seed: SeedOpt = 0,
-    csv: MICsvOpt = None,
-    json: JsonOpt = None,
-    positions: MIBlocksCsvOpt = None,
-    plot: PlotOpt = None,
-    out_dir: OutDirOpt = None,
-    run_name: RunNameOpt = None,
-    quiet: QuietOpt = False,
-    config: ConfigOpt = None,
     run: RunOptions = None,  # the shared text, window and device options (see run_options)
+    outputs: Outputs = None,  # the output options (see output_options)
 ) -> None:
     """How much the first half of a block of L tokens tells the model about the second half, I(L) ≈ H(Y) −
     H(Y|X) in bits, for each length; and the power law I(L) ≈ A·L^β with a bootstrap CI for β (L²M)."""
     from infoeval.mutual_info.estimator import parse_lengths
     from infoeval.mutual_info.pipeline import MISettings, check_settings, run_mutual_info
     from infoeval.mutual_info.report import mi_blocks_frame, print_mutual_info
-    from infoeval.output.report import RichReporter
 
     model = pick_model(context, model_arg, model)
     model_settings, text_settings = run.model_text(model)
     s = MISettings(parse_lengths(lengths), blocks, batch_tokens, bootstrap, seed, prefix)
     check_settings(s)
-    check_plot(plot)  # before the long run
-    data = as_json(run_mutual_info(model_settings, text_settings, s, RichReporter(enabled=not quiet)))
-    paths = output_paths_for("mutual-info", model=model_settings.model, source=text_source(data), csv=csv, json=json,
-                             positions=positions, out_dir=out_dir, run_name=run_name)  # fmt: skip
+    outputs.check()  # before the long run
+    data = as_json(run_mutual_info(model_settings, text_settings, s, outputs.reporter()))
 
     def draw(path):
         from infoeval.output.plots import plot_mutual_info
 
         plot_mutual_info(data, path)
 
-    emit(data, paths=paths, positions=lambda: mi_blocks_frame(data), plot=plot,
-         draw=draw, tables=print_mutual_info)  # fmt: skip
+    outputs.emit(data, command="mutual-info", model=model_settings.model, positions=lambda: mi_blocks_frame(data), draw=draw, tables=print_mutual_info)
 
 
 def register(app: typer.Typer) -> None:

@@ -15,7 +15,7 @@ import typer
 
 from infoeval.errors import UsageError
 from infoeval.models import DEFAULT_MODEL
-from infoeval.input.settings import DEFAULT_CTX, ModelSettings, TextSettings, WindowSettings, default_ctx
+from infoeval.input.settings import DEFAULT_CTX, ModelSettings, TextSettings, WindowSettings, default_ctx, max_tokens_of
 from infoeval.input.text import DATASETS
 
 # ---- defaults of the shared options (each command's signature uses these) ---------------------------------
@@ -130,19 +130,6 @@ def pick_model(context: typer.Context | None, positional: str | None, option: st
 
 
 # ---- settings --------------------------------------------------------------------------------------------
-def parse_max_tokens(value: str | int) -> int | None:
-    """--max-tokens: a positive integer, or 'all' (None)."""
-    if str(value).strip().lower() == "all":
-        return None
-    try:
-        n = int(value)
-    except ValueError:
-        raise UsageError(f"--max-tokens '{value}' is not allowed; give a positive integer or 'all'") from None
-    if n < 1:
-        raise UsageError(f"--max-tokens {n} is not allowed; give a positive integer or 'all'")
-    return n
-
-
 @dataclass(frozen=True)
 class RunOptions:
     """The text, window and device options shared by the commands that score a text (``@run_options``)."""
@@ -165,14 +152,14 @@ class RunOptions:
         """The model and the text of a run (for commands without scoring windows, e.g. mutual-info)."""
         return (
             ModelSettings(model=model, device=self.device, dtype=self.dtype, device_map=self.device_map),
-            TextSettings(text=self.text, dataset=self.dataset, data_dir=self.data_dir, max_tokens=parse_max_tokens(self.max_tokens)),
+            TextSettings(text=self.text, dataset=self.dataset, data_dir=self.data_dir, max_tokens=max_tokens_of(self.max_tokens)),
         )
 
     def keywords(self, whole_text: bool = False) -> dict:
         """The API's text, window and device keywords (``infoeval.api.scoring.run_settings``); ``whole_text``: no
         --max-tokens budget (a run to a precision whose --max-tokens was not given reads the whole text)."""
         return {"text": self.text, "dataset": self.dataset, "data_dir": self.data_dir,
-                "max_tokens": None if whole_text else parse_max_tokens(self.max_tokens), "ctx": self.ctx, "stride": self.stride,
+                "max_tokens": None if whole_text else max_tokens_of(self.max_tokens), "ctx": self.ctx, "stride": self.stride,
                 "protocol": self.protocol, "prefix": self.prefix, "documents": self.documents, "document_field": self.document_field,
                 "device": self.device, "dtype": self.dtype, "device_map": self.device_map}  # fmt: skip
 
@@ -184,75 +171,58 @@ class RunOptions:
         return model_settings, text_settings, WindowSettings(ctx=ctx, stride=self.stride, protocol=self.protocol, prefix=self.prefix)
 
 
-def _param(name: str, annotation, default) -> inspect.Parameter:
+def option(name: str, annotation, default) -> inspect.Parameter:
+    """One keyword-only option of a command's signature (what the decorators below add)."""
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
 
 
-_TEXT = [_param("text", TextOpt, None), _param("dataset", DatasetOpt, None), _param("data_dir", DataDirOpt, None),
-         _param("max_tokens", MaxTokensOpt, MAX_TOKENS_DEFAULT)]  # fmt: skip
-_WINDOW = [_param("ctx", CtxOpt, None), _param("stride", StrideOpt, None), _param("protocol", ProtocolOpt, PROTOCOL_DEFAULT),
-           _param("prefix", PrefixOpt, PREFIX_DEFAULT), _param("documents", DocumentsOpt, None),
-           _param("document_field", DocumentFieldOpt, "text")]  # fmt: skip
-_DEVICE = [_param("device", DeviceOpt, DEVICE_DEFAULT), _param("dtype", DtypeOpt, DTYPE_DEFAULT), _param("device_map", DeviceMapOpt, None)]
-_OUTPUTS = ("csv", "json", "positions", "plot", "out_dir", "run_name", "quiet", "config")
-
-
-def run_options(windows: bool = True):
-    """Give a command the shared text (and, with ``windows``, window) and device options, defined once here: they
-    appear in its --help and --config like its own options, before its output options, and reach it as one
-    ``run: RunOptions`` argument. An option the command declares itself (its own default or help) stays its own
-    and is passed on in ``run`` as well."""
-
-    def decorate(command):
-        hints = typing.get_type_hints(command, include_extras=True)
-        own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in inspect.signature(command).parameters.values()
-               if p.name != "run"]  # fmt: skip
-        declared = {p.name for p in own}
-        shared = [p for p in _TEXT + (_WINDOW if windows else []) + _DEVICE if p.name not in declared]
-        fields = [f for f in RunOptions.__dataclass_fields__ if f in declared | {p.name for p in shared}]
-        cut = next((i for i, p in enumerate(own) if p.name in _OUTPUTS), len(own))
-
-        @functools.wraps(command)
-        def wrapper(*args, **kwargs):
-            run = RunOptions(**{n: kwargs[n] for n in fields})
-            return command(*args, run=run, **{k: v for k, v in kwargs.items() if k in declared})
-
-        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and i >= cut
-                  else p for i, p in enumerate(own[:cut] + shared + own[cut:])]  # fmt: skip
-        wrapper.__signature__ = inspect.Signature(params)
-        wrapper.__annotations__ = {p.name: p.annotation for p in params}
-        del wrapper.__wrapped__
-        return wrapper
-
-    return decorate
-
-
-_CALIBRATION = [_param("calibration", CalibrationOpt, None), _param("calibration_samples", CalibrationSamplesOpt, 128),
-                _param("calibration_seqlen", CalibrationSeqlenOpt, 512), _param("calibration_seed", CalibrationSeedOpt, 42),
-                _param("calibration_overlap", CalibrationOverlapOpt, False)]  # fmt: skip
-
-
-def calibration_options(command):
-    """Give a command the calibration options of the calibrated methods (autoround:…), defined once here, before
-    its output options; they reach it as one ``calibration_settings: CalibrationSettings`` argument."""
-    from infoeval.input.settings import CalibrationSettings
-
+def extend(command, argument: str, extra: list[inspect.Parameter], build):
+    """``command`` with the options ``extra`` added after its own (in its --help and --config like its own), which
+    reach it as one argument named ``argument``: ``build(values)`` of every option's value. An option the command
+    declares itself (its own default or help) stays its own and is in ``values`` as well."""
     hints = typing.get_type_hints(command, include_extras=True)
     own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in inspect.signature(command).parameters.values()
-           if p.name != "calibration_settings"]  # fmt: skip
-    cut = next((i for i, p in enumerate(own) if p.name in _OUTPUTS), len(own))
-    names = [p.name for p in _CALIBRATION]
+           if p.name != argument]  # fmt: skip
+    declared = {p.name for p in own}
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        settings = CalibrationSettings(*(kwargs.pop(n) for n in names))
-        return command(*args, calibration_settings=settings, **kwargs)
+        return command(*args, **{argument: build(kwargs)}, **{k: v for k, v in kwargs.items() if k in declared})
 
-    params = own[:cut] + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in _CALIBRATION + own[cut:]]
+    params = own + [p for p in extra if p.name not in declared]
     wrapper.__signature__ = inspect.Signature(params)
     wrapper.__annotations__ = {p.name: p.annotation for p in params}
     del wrapper.__wrapped__
     return wrapper
+
+
+_TEXT = [option("text", TextOpt, None), option("dataset", DatasetOpt, None), option("data_dir", DataDirOpt, None),
+         option("max_tokens", MaxTokensOpt, MAX_TOKENS_DEFAULT)]  # fmt: skip
+_WINDOW = [option("ctx", CtxOpt, None), option("stride", StrideOpt, None), option("protocol", ProtocolOpt, PROTOCOL_DEFAULT),
+           option("prefix", PrefixOpt, PREFIX_DEFAULT), option("documents", DocumentsOpt, None),
+           option("document_field", DocumentFieldOpt, "text")]  # fmt: skip
+_DEVICE = [option("device", DeviceOpt, DEVICE_DEFAULT), option("dtype", DtypeOpt, DTYPE_DEFAULT), option("device_map", DeviceMapOpt, None)]
+
+
+def run_options(windows: bool = True):
+    """Give a command the shared text (and, with ``windows``, window) and device options, defined once here; they
+    reach it as one ``run: RunOptions`` argument."""
+    shared = _TEXT + (_WINDOW if windows else []) + _DEVICE
+    build = lambda values: RunOptions(**{n: values[n] for n in RunOptions.__dataclass_fields__ if n in values})  # noqa: E731
+    return lambda command: extend(command, "run", shared, build)
+
+
+_CALIBRATION = [option("calibration", CalibrationOpt, None), option("calibration_samples", CalibrationSamplesOpt, 128),
+                option("calibration_seqlen", CalibrationSeqlenOpt, 512), option("calibration_seed", CalibrationSeedOpt, 42),
+                option("calibration_overlap", CalibrationOverlapOpt, False)]  # fmt: skip
+
+
+def calibration_options(command):
+    """Give a command the calibration options of the calibrated methods (autoround:…), defined once here; they
+    reach it as one ``calibration_settings: CalibrationSettings`` argument."""
+    from infoeval.input.settings import CalibrationSettings
+
+    return extend(command, "calibration_settings", _CALIBRATION, lambda values: CalibrationSettings(*(values[p.name] for p in _CALIBRATION)))
 
 
 # ---- where outputs go ------------------------------------------------------------------------------------
@@ -261,13 +231,6 @@ def run_folder(command: str, model: str, source: str, run_name: str | None) -> P
     from infoeval.input.prepare import default_run_name
 
     return Path("results") / (run_name or default_run_name(command, ModelSettings(model=model), source))
-
-
-def output_paths_for(command: str, *, model: str, source: str, csv, json, positions, out_dir, run_name) -> dict[str, Path]:
-    """Paths of the JSON, summary CSV and positions CSV: those named, or all three in --out-dir or the run folder."""
-    from infoeval.output.results import output_paths
-
-    return output_paths(csv, json, positions, out_dir, run_folder(command, model, source, run_name))
 
 
 def text_source(data: dict) -> str:

@@ -6,11 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from infoeval.cli.options import (
-    MODEL_DEFAULT, ConfigOpt, CsvOpt, JsonOpt, MaxTokensOpt, ModelArg, ModelOpt, OutDirOpt, PlotOpt, QuietOpt,
-    RunNameOpt, RunOptions, output_paths_for, pick_model, run_options, text_source,
-)  # fmt: skip
-from infoeval.cli.output import as_json, check_plot, emit
+from infoeval.cli.options import MODEL_DEFAULT, MaxTokensOpt, ModelArg, ModelOpt, RunOptions, pick_model, run_options
+from infoeval.cli.outputs import Outputs, output_options
 
 SchemeOpt = Annotated[str, typer.Option("--scheme", "--schemes", help="Scheme(s) each unit is quantized with, comma-separated: int<bits>-channel | int<bits>-g<N> [-asym].")]
 ByOpt = Annotated[str, typer.Option(help="Units: linear (one Linear layer), block (one decoder block), type (one layer type in every block, e.g. mlp.down_proj).")]
@@ -21,6 +18,7 @@ SeedOpt = Annotated[int, typer.Option(help="Seed of the tokens the proxy draws f
 SENSITIVITY_MAX_TOKENS = "2048"
 
 
+@output_options("csv", "json", "plot", "folder", "quiet")
 @run_options(windows=True)
 def sensitivity(
     context: typer.Context,
@@ -33,20 +31,13 @@ def sensitivity(
     block_cache: BlockCacheOpt = True,
     proxy: ProxyOpt = True,
     seed: SeedOpt = 0,
-    csv: CsvOpt = None,
-    json: JsonOpt = None,
-    plot: PlotOpt = None,
-    out_dir: OutDirOpt = None,
-    run_name: RunNameOpt = None,
-    quiet: QuietOpt = False,
-    config: ConfigOpt = None,
     run: RunOptions = None,  # the shared text, window and device options (see run_options)
+    outputs: Outputs = None,  # the output options (see output_options)
 ) -> None:
     """Quantize each unit alone (one Linear layer, one decoder block, or one layer type) and measure it against
     the original on the same windows: mean KL ± SE, P99, top-1 agreement, Δ ln PPL ± SE, ranked; with the
     diagonal-Fisher proxy and how well it ranks the units (Spearman ρ)."""
     from infoeval.quant.schemes import parse_schemes
-    from infoeval.output.report import RichReporter
     from infoeval.sensitivity import sweep
     from infoeval.sensitivity.report import print_sensitivity
     from infoeval.sensitivity.units import KINDS, split_globs
@@ -58,20 +49,17 @@ def sensitivity(
     model = pick_model(context, model_arg, model)
     model_settings, text_settings, window_settings = run.settings(model)
     schemes = parse_schemes(scheme)  # fail on a bad scheme before loading anything
-    check_plot(plot)
+    outputs.check()
     result = sweep(model_settings, text_settings, window_settings, schemes, by=by, units=split_globs(units), block_cache=block_cache, proxy=proxy,
-                   seed=seed, reporter=RichReporter(enabled=not quiet))  # fmt: skip
-    data = as_json(result)
-    paths = output_paths_for("sensitivity", model=model_settings.model, source=text_source(data), csv=csv, json=json,
-                             positions=None, out_dir=out_dir, run_name=run_name)  # fmt: skip
-    paths.pop("positions", None)
+                   seed=seed, reporter=outputs.reporter())  # fmt: skip
+    data = result.to_json()
 
     def draw(path):
         from infoeval.sensitivity.plot import plot_sensitivity
 
         plot_sensitivity(data, path)
 
-    emit(data, paths=paths, plot=plot, draw=draw, tables=print_sensitivity)
+    outputs.emit(data, command="sensitivity", model=model_settings.model, draw=draw, tables=print_sensitivity)
 
 
 def register(app) -> None:

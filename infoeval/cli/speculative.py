@@ -11,10 +11,11 @@ from typing import Annotated, Optional
 import typer
 
 from infoeval.cli.options import (
-    DEVICE_DEFAULT, DTYPE_DEFAULT, MODEL_DEFAULT, TEMPERATURE_FLAGS, ConfigOpt, CsvOpt, DeviceMapOpt, DeviceOpt, DtypeOpt, JsonOpt,
-    ModelOpt, OutDirOpt, PositionsOpt, QuietOpt, RunNameOpt, output_paths_for, pick_model, RunOptions, run_options, text_source,
+    DEVICE_DEFAULT, DTYPE_DEFAULT, MODEL_DEFAULT, TEMPERATURE_FLAGS, DeviceMapOpt, DeviceOpt, DtypeOpt, ModelOpt, pick_model, RunOptions,
+    run_options,
 )  # fmt: skip
-from infoeval.cli.output import as_json, check_plot, emit
+from infoeval.cli.output import as_json
+from infoeval.cli.outputs import Outputs, output_options
 from infoeval.errors import UsageError
 from infoeval.models import DEFAULT_MODEL
 
@@ -48,6 +49,7 @@ TopOpt = Annotated[int, typer.Option(help="With --model: show the N likeliest to
 TableCsvOpt = Annotated[Optional[Path], typer.Option(help="Write the table (a row per T) as CSV here.")]
 
 
+@output_options("csv", "json", "positions", "folder", "quiet", plot=AcceptPlotOpt)
 @run_options(windows=True)
 def spec_accept(
     context: typer.Context,
@@ -57,36 +59,26 @@ def spec_accept(
     draft_scheme: DraftSchemeOpt = None,
     draft_layers: DraftLayersOpt = None,
     temperature: TempsOpt = "1",
-    csv: CsvOpt = None,
-    json: JsonOpt = None,
-    positions: PositionsOpt = None,
-    plot: AcceptPlotOpt = None,
-    out_dir: OutDirOpt = None,
-    run_name: RunNameOpt = None,
-    quiet: QuietOpt = False,
-    config: ConfigOpt = None,
     run: RunOptions = None,  # the shared text, window and device options (see run_options)
+    outputs: Outputs = None,  # the output options (see output_options)
 ) -> None:
     """How well a draft q would draft for the target p: per-position acceptance β = Σ min(p, q), KL(p‖q), Pinsker,
     acceptance by target-entropy quartile, top-1 runs and expected tokens per target call, at each temperature."""
-
-    from infoeval.output.report import RichReporter
     from infoeval.speculative.accept import parse_temperatures, plot_acceptance, positions_frame, spec_accept
     from infoeval.speculative.drafts import DraftSettings
     from infoeval.speculative.report import print_spec_accept
 
     temps = parse_temperatures(temperature)
-    check_plot(plot)
+    outputs.check()
     model = pick_model(context, target, model, "the target")
     model_settings, text_settings, window_settings = run.settings(model)
-    result, cols = spec_accept(model_settings, text_settings, window_settings, DraftSettings(draft, draft_scheme, draft_layers), temps, RichReporter(enabled=not quiet))
+    result, cols = spec_accept(model_settings, text_settings, window_settings, DraftSettings(draft, draft_scheme, draft_layers), temps, outputs.reporter())
     data = as_json(result)
-    paths = output_paths_for("spec-accept", model=model_settings.model, source=text_source(data), csv=csv, json=json, positions=positions,
-                             out_dir=out_dir, run_name=run_name)  # fmt: skip
-    emit(data, paths=paths, positions=lambda: positions_frame(cols), plot=plot, draw=lambda path: plot_acceptance(data, cols, path),
-         tables=print_spec_accept)  # fmt: skip
+    outputs.emit(data, command="spec-accept", model=model_settings.model, positions=lambda: positions_frame(cols),
+                 draw=lambda path: plot_acceptance(data, cols, path), tables=print_spec_accept)  # fmt: skip
 
 
+@output_options("csv", "json", "folder", "quiet", positions=RoundsOpt)
 def spec_decode(
     context: typer.Context,
     target: TargetArg = None,
@@ -104,17 +96,10 @@ def spec_decode(
     device: DeviceOpt = DEVICE_DEFAULT,
     dtype: DtypeOpt = DTYPE_DEFAULT,
     device_map: DeviceMapOpt = None,
-    csv: CsvOpt = None,
-    json: JsonOpt = None,
-    positions: RoundsOpt = None,
-    out_dir: OutDirOpt = None,
-    run_name: RunNameOpt = None,
-    quiet: QuietOpt = False,
-    config: ConfigOpt = None,
+    outputs: Outputs = None,  # the output options (see output_options)
 ) -> None:
     """Speculative sampling with KV caches (draft proposes γ tokens, the target verifies them in one pass) against
     plain sampling from the target: acceptance, tokens per target call, wall time and speed-up."""
-    from infoeval.output.report import RichReporter
     from infoeval.input.settings import ModelSettings
     from infoeval.speculative.drafts import DraftSettings
     from infoeval.speculative.generate import rounds_frame, spec_decode
@@ -122,13 +107,12 @@ def spec_decode(
 
     model_settings = ModelSettings(model=pick_model(context, target, model, "the target"), device=device, dtype=dtype, device_map=device_map)
     result, spec = spec_decode(model_settings, DraftSettings(draft, draft_scheme, draft_layers), prompt, gamma, max_new_tokens, temperature,
-                               seed, repeats, verify, RichReporter(enabled=not quiet))  # fmt: skip
-    data = as_json(result)
-    paths = output_paths_for("spec-decode", model=model_settings.model, source="prompt", csv=csv, json=json, positions=positions,
-                             out_dir=out_dir, run_name=run_name)  # fmt: skip
-    emit(data, paths=paths, positions=lambda: rounds_frame(spec), tables=print_spec_decode)
+                               seed, repeats, verify, outputs.reporter())  # fmt: skip
+    outputs.emit(result, command="spec-decode", model=model_settings.model, source="prompt", positions=lambda: rounds_frame(spec),
+                 tables=print_spec_decode)  # fmt: skip
 
 
+@output_options("csv", "json", "positions", "folder", "quiet")
 @run_options(windows=True)
 def distill(
     context: typer.Context,
@@ -139,19 +123,11 @@ def distill(
     student_layers: StudentLayersOpt = None,
     temperature: DistillTempsOpt = "1,2,4,8",
     alpha: AlphaOpt = 0.1,
-    csv: CsvOpt = None,
-    json: JsonOpt = None,
-    positions: PositionsOpt = None,
-    out_dir: OutDirOpt = None,
-    run_name: RunNameOpt = None,
-    quiet: QuietOpt = False,
-    config: ConfigOpt = None,
     run: RunOptions = None,  # the shared text, window and device options (see run_options)
+    outputs: Outputs = None,  # the output options (see output_options)
 ) -> None:
     """Distillation terms per temperature: hard CE, KL(p_T‖q_T), T²·KL and the total loss, the teacher's entropy and
     tail mass, and the norm of the soft gradient with and without the T² factor."""
-
-    from infoeval.output.report import RichReporter
     from infoeval.speculative.accept import parse_temperatures
     from infoeval.speculative.distill import distill, positions_frame
     from infoeval.speculative.drafts import DraftSettings
@@ -161,11 +137,8 @@ def distill(
     model = pick_model(context, teacher, model, "the teacher")
     model_settings, text_settings, window_settings = run.settings(model)
     draft_settings = DraftSettings(student, student_scheme, student_layers, role="student")
-    result, cols = distill(model_settings, text_settings, window_settings, draft_settings, temps, alpha, RichReporter(enabled=not quiet))
-    data = as_json(result)
-    paths = output_paths_for("distill", model=model_settings.model, source=text_source(data), csv=csv, json=json, positions=positions,
-                             out_dir=out_dir, run_name=run_name)  # fmt: skip
-    emit(data, paths=paths, positions=lambda: positions_frame(cols), tables=print_distill)
+    result, cols = distill(model_settings, text_settings, window_settings, draft_settings, temps, alpha, outputs.reporter())
+    outputs.emit(result, command="distill", model=model_settings.model, positions=lambda: positions_frame(cols), tables=print_distill)
 
 
 def _temperature_result(temps, logits, labels, model, prompt, top, device, dtype):
@@ -188,6 +161,7 @@ def _temperature_result(temps, logits, labels, model, prompt, top, device, dtype
     return temperature_table(temps, loaded=load_model(model, dev, resolve_dtype(dtype, dev)), prompt=prompt, top=top)
 
 
+@output_options("json", "folder", csv=TableCsvOpt)
 def temperature(
     logits: LogitsOpt = None,
     labels: LabelsOpt = None,
@@ -197,11 +171,7 @@ def temperature(
     temperature: TempsOpt = "0.25,0.5,1,2,4",
     device: DeviceOpt = DEVICE_DEFAULT,
     dtype: DtypeOpt = DTYPE_DEFAULT,
-    csv: TableCsvOpt = None,
-    json: JsonOpt = None,
-    out_dir: OutDirOpt = None,
-    run_name: RunNameOpt = None,
-    config: ConfigOpt = None,
+    outputs: Outputs = None,  # the output options (see output_options)
 ) -> None:
     """The temperature slider as a table: softmax(z/T) per class, top probability, tail mass and entropy in bits,
     for --logits given by hand or a model's next-token logits (--model M --prompt TEXT)."""
@@ -209,11 +179,8 @@ def temperature(
     from infoeval.speculative.report import print_temperature
 
     temps = parse_temperatures(temperature, "--T")
-    data = as_json(_temperature_result(temps, logits, labels, model, prompt, top, device, dtype))
-    paths = output_paths_for("temperature", model=model or "logits", source="prompt" if model else "table", csv=csv, json=json,
-                             positions=None, out_dir=out_dir, run_name=run_name)  # fmt: skip
-    paths.pop("positions", None)
-    emit(data, paths=paths, tables=print_temperature)
+    result = _temperature_result(temps, logits, labels, model, prompt, top, device, dtype)
+    outputs.emit(result, command="temperature", model=model or "logits", source="prompt" if model else "table", tables=print_temperature)
 
 
 def register(app: typer.Typer) -> None:

@@ -19,6 +19,7 @@ from infoeval.measure.topk import top_k_probs
 from infoeval.quant.apply import QuantizedVariant, WithVariant
 from infoeval.quant.floor import FLOOR, FloorVariant
 from infoeval.quant.methods.variant import MethodVariant
+from infoeval.models.objects import ModuleVariant
 
 REFERENCE = "reference"
 REF_COLUMNS = {**engine.IDENTITY, "bytes": np.int64, "nll": np.float32, "entropy": np.float32, "argmax": np.int64}
@@ -101,7 +102,7 @@ def run_lockstep(model, stream: TokenStream, windows: Sequence[Window], variants
     """Evaluate the reference and every variant on every window, window by window (``clock``: ``engine.run``'s;
     ``top_k``: also every model's k most likely tokens per position); with ``floor``, the noise floor too, in the
     same lockstep, on the windows ``floor_at`` (indices) only."""
-    roles = {REFERENCE: model, **{v.name: v.model if isinstance(v, MethodVariant) else WithVariant(model, v) for v in variants}}
+    roles = {REFERENCE: model, **{v.name: v.model if isinstance(v, (MethodVariant, ModuleVariant)) else WithVariant(model, v) for v in variants}}
     top = TOP_COLUMNS if top_k else {}
     ref_keys, var_keys = {**REF_COLUMNS, **top}, {**VARIANT_COLUMNS, **top}
     schema = {**ref_keys, **{f"{v.name}/{k}": t for v in variants for k, t in var_keys.items()}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,7 @@ from infoeval.comparison.lockstep import (  # noqa: F401  (REFERENCE … VARIANT
 from infoeval.comparison.report import compress_frame, summary_frame
 from infoeval.comparison.until import UntilSettings, bpb_ses, budget_windows, check_protocol, evaluate_until, kl_ses
 from infoeval.measure.metrics import reference_metrics, variant_metrics
+from infoeval.models.objects import ModuleVariant, check_variants
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.measure.protocol_metrics import protocol_figures
 from infoeval.quant import ahead as quant_ahead
@@ -120,7 +122,7 @@ def _start_ahead(model_settings: ModelSettings, variant_settings: VariantSetting
     from infoeval.models.files import local_checkpoint
     from infoeval.models import resolve_device, resolve_dtype
 
-    if not schemes or model_settings.device_map or distributed.launched():
+    if not schemes or model_settings.device_map or distributed.launched() or not isinstance(model_settings.model, str):
         return None
     try:
         device = resolve_device(model_settings.device)
@@ -132,14 +134,16 @@ def _start_ahead(model_settings: ModelSettings, variant_settings: VariantSetting
 
 
 def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, variant_settings: VariantSettings,
-                     reporter: Reporter | None = None, until: UntilSettings | None = None, top_k: int = 0) -> tuple[CompareResult, CompareColumns]:  # fmt: skip
+                     reporter: Reporter | None = None, until: UntilSettings | None = None, top_k: int = 0,
+                     modules: Sequence[ModuleVariant] = ()) -> tuple[CompareResult, CompareColumns]:  # fmt: skip
     """The reference and every variant on the text's windows (``until``: in a seeded order, until every variant's
     mean-KL SE is ≤ the target; then ``text_settings.max_tokens`` is not used: the budget is ``until.max_tokens``;
-    ``top_k``: the columns also hold every model's k most likely tokens and their probabilities)."""
+    ``top_k``: the columns also hold every model's k most likely tokens and their probabilities; ``modules``:
+    variants the caller built, run after the schemes' and recipes')."""
     reporter = reporter or Reporter()
     text_settings = _checked_text(text_settings, window_settings, until, top_k)
     plain, methods = split_schemes(variant_settings.schemes)  # fail on a bad scheme (or a missing library) before loading
-    schemes = parse_schemes(plain) if plain or not (variant_settings.recipes or methods) else []
+    schemes = parse_schemes(plain) if plain or not (variant_settings.recipes or methods or modules) else []
     recipes = [read_recipe(r) for r in variant_settings.recipes]
     ahead, share = _start_ahead(model_settings, variant_settings, schemes), None
     try:
@@ -152,6 +156,8 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
         variants += [build_method_variant(p.loaded.model, m, variant_settings.include, variant_settings.exclude, p.loaded.tokenizer, calibration)
                      for m in methods]  # fmt: skip
         quantize_s = time.perf_counter() - t0
+        check_variants(p.loaded, modules)  # before any forward pass
+        variants += list(modules)
     finally:
         for made in (ahead, share):
             if made is not None:

@@ -171,7 +171,7 @@ def variants_tables(result: dict) -> list[Table]:
     for v in result["variants"]:
         m, q = v["metrics"], v["quantization"]
         a.add_row(
-            v["name"], f"{q['layers_quantized']}/{q['layers_skipped']}", fmt_num(m["ppl"], 3), fmt_num(m["ppl_ratio"]),
+            v["name"], "–" if q["layers_quantized"] is None else f"{q['layers_quantized']}/{q['layers_skipped']}", fmt_num(m["ppl"], 3), fmt_num(m["ppl_ratio"]),
             fmt_pm(m["ln_ppl_ratio"], m["ln_ppl_ratio_se"]), fmt_pm(100 * m["top1"], 100 * m["top1_se"], 2) + " %",
             fmt_num(m["bits_per_byte_delta"]),
         )  # fmt: skip

@@ -51,6 +51,23 @@ class TextSettings:
             raise UsageError("--documents FILE.jsonl is the text: do not give --text or --dataset with it")
 
 
+def max_tokens_of(value) -> int | None:
+    """A token budget (--max-tokens, ``max_tokens=``): a positive integer (or its digits), or 'all' / None for the
+    whole text."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "all"):
+        return None
+    n = value
+    if isinstance(value, str):
+        try:
+            n = int(value)
+        except ValueError:
+            pass
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        shown = n if isinstance(n, int) and not isinstance(n, bool) else repr(value)
+        raise UsageError(f"--max-tokens {shown} is not allowed; give a positive integer or 'all'")
+    return n
+
+
 def default_ctx(protocol: str) -> int:
     """--ctx when not given: 2048 for the gptq protocol (the papers' length), 512 otherwise."""
     return GPTQ_CTX if protocol == "gptq" else DEFAULT_CTX

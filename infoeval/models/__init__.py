@@ -195,7 +195,12 @@ def _from_hub(repo_id: str, dtype: torch.dtype, device_map):
 
 
 def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: str | None = None) -> LoadedModel:
-    """Load a causal LM and its tokenizer from a built-in name, a .gguf file, a folder or a hub id."""
+    """Load a causal LM and its tokenizer from a built-in name, a .gguf file, a folder or a hub id (or take a
+    ``ModelObject``, a model already in memory, as it is: ``models/objects.py``)."""
+    from infoeval.models.objects import ModelObject, load_object
+
+    if isinstance(spec, ModelObject):
+        return load_object(spec, device, dtype, device_map)
     info: dict = {"spec": spec, "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
     with _quiet_transformers():
         gguf = gguf_file(spec)
