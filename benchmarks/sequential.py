@@ -70,7 +70,7 @@ def _pair(work: Path, name: str, gate: list) -> dict:
 
 
 def _near_limit(work: Path, base: list) -> dict:
-    from infoeval.gate.limits import judge, parse_limits
+    from infoeval.gating.limits import judge, parse_limits
 
     fixed, fw, frc = _run([*base, "--scheme", "int4-g128", "--max-kl-mean", 1e9], work / "g128-fixed.json")
     limit = fixed["metrics"]["kl_mean"]

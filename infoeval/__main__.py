@@ -1,3 +1,5 @@
+import sys
+
 from infoeval.cli import main
 
-main()
+sys.exit(main())

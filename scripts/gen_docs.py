@@ -253,7 +253,7 @@ def result_types() -> dict[str, type]:
     """Every command that writes a result JSON (``--json``) → its result dataclass (a ``Result``)."""
     from infoeval.codec.pipeline import CompressResult as CodecCompress, DecompressResult
     from infoeval.comparison.pipeline import CompareResult, CompressResult
-    from infoeval.gate.pipeline import GateResult
+    from infoeval.gating.pipeline import GateResult
     from infoeval.klfit.fit import KLFitResult
     from infoeval.mix.result import MixResult
     from infoeval.mutual_info.pipeline import MutualInfoResult

@@ -3,6 +3,7 @@ fail, or with INFOEVAL_TEST_FAULT_STAGE=quantize every encoding of its share of 
 here only, never by the package)."""
 
 import os
+import sys
 
 if __name__ == "__main__":
     if os.environ.get("RANK") == os.environ.get("INFOEVAL_TEST_FAULT_RANK"):
@@ -18,4 +19,4 @@ if __name__ == "__main__":
             engine.forward_logits = broken
     from infoeval.cli import main
 
-    main()
+    sys.exit(main())

@@ -56,7 +56,7 @@ def test_an_object_gives_the_numbers_of_its_folder(tiny_llama_dir, run):
 
 
 def test_module_variants_share_the_lockstep(tiny_llama_dir, run, tmp_path):
-    from infoeval.gate.checkpoint import quantize_checkpoint
+    from infoeval.gating.checkpoint import quantize_checkpoint
     from infoeval.input.settings import ModelSettings
 
     quantize_checkpoint(ModelSettings(model=str(tiny_llama_dir), device="cpu"), "int8-channel", tmp_path / "int8")

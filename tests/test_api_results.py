@@ -15,8 +15,8 @@ from tiny_models import as_json, tiny_text
 import infoeval
 from infoeval.comparison import pipeline as compare_pipeline
 from infoeval.errors import DataError, UsageError
-from infoeval.gate.limits import parse_limits
-from infoeval.gate.pipeline import GateResult, GateSettings, build_reference, run_gate
+from infoeval.gating.limits import parse_limits
+from infoeval.gating.pipeline import GateResult, GateSettings, build_reference, run_gate
 from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -32,9 +32,9 @@ class _Stop(Exception):
 ENTRY = {
     "quantize-compare": ("infoeval.comparison.pipeline", "quantize_compare", []),
     "compress-bits": ("infoeval.comparison.pipeline", "compress_bits", []),
-    "reference": ("infoeval.gate.pipeline", "build_reference", []),
-    "gate": ("infoeval.gate.pipeline", "run_gate", []),
-    "quantize": ("infoeval.gate.checkpoint", "quantize_checkpoint", []),
+    "reference": ("infoeval.gating.pipeline", "build_reference", []),
+    "gate": ("infoeval.gating.pipeline", "run_gate", []),
+    "quantize": ("infoeval.gating.checkpoint", "quantize_checkpoint", []),
     "spec-accept": ("infoeval.speculative.accept", "spec_accept", ["--draft-layers", "1"]),
     "spec-decode": ("infoeval.speculative.generate", "spec_decode", ["--draft-layers", "1"]),
     "distill": ("infoeval.speculative.distill", "distill", ["--student-layers", "1"]),
@@ -95,9 +95,8 @@ def test_positional_wins_over_a_config_model(calls, tmp_path):
 def _main(monkeypatch, capsys, args) -> tuple[int, list[str]]:
     monkeypatch.delenv("INFOEVAL_DEBUG", raising=False)
     monkeypatch.setattr(sys, "argv", ["infoeval", *map(str, args)])
-    with pytest.raises(SystemExit) as exc:
-        cli.main()
-    return exc.value.code, [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    code = cli.main()  # the exit code, returned (the console script exits with it)
+    return code, [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
 
 
 @pytest.mark.parametrize("command", list(ENTRY))
@@ -171,7 +170,7 @@ def _golden(name: str) -> dict:
 
 def _print_reports(console: Console) -> None:
     from infoeval.comparison import report
-    from infoeval.gate import report as gate_report
+    from infoeval.gating import report as gate_report
     from infoeval.klfit import report as klfit_report
     from infoeval.mutual_info import report as mi_report
     from infoeval.speculative import report as spec_report
@@ -232,5 +231,5 @@ def test_report_modules_build_tables_through_report_table():
     import re
 
     root = Path(cli.__file__).resolve().parents[1]
-    for rel in ("output/report.py", "speculative/report.py", "gate/report.py", "mutual_info/report.py"):
+    for rel in ("output/report.py", "speculative/report.py", "gating/report.py", "mutual_info/report.py"):
         assert not re.search(r"(?<![A-Za-z])Table\(title", (root / rel).read_text(encoding="utf-8")), rel

@@ -9,7 +9,7 @@ through the CLI's own readers:
   value. A table named after no command would be silently ignored by the loader, so it fails here. Scheme lists
   are also parsed by the scheme parser, --max-tokens by its own check, and datasets are looked up. The usage
   line in each file's comment must name the file itself and parse.
-* limits files (configs/gates/*.toml): read by ``cli.gate._limits_from``, as ``gate --limits FILE`` does; every
+* limits files (configs/gates/*.toml): read by ``gate.limits.limits_from``, as ``gate --limits FILE`` does; every
   limit in the file must come out with the file's value.
 """
 
@@ -24,7 +24,7 @@ import pytest
 import typer
 
 from infoeval.cli import app
-from infoeval.cli.gate import _limits_from
+from infoeval.gating.limits import limits_from
 from infoeval.input.settings import max_tokens_of
 from infoeval.quant.schemes import parse_schemes
 from infoeval.input.text import DATASETS
@@ -156,14 +156,14 @@ def test_misplaced_keys_are_caught(group, tmp_path):
 def test_limits_file_loads_through_the_gate(path):
     table = tomllib.loads(path.read_text(encoding="utf-8"))["limits"]
     assert table, f"{_id(path)}: empty [limits]"
-    limits = _limits_from(path, {})
+    limits = limits_from(path, {})
     assert {lim.key: lim.value for lim in limits} == table
     assert all(lim.side == lim.key.partition("_")[0] for lim in limits)
 
 
 def test_default_limits_file_is_the_built_in_default():
     """configs/gates/default.toml says it holds the built-in limits: it does."""
-    from infoeval.gate.limits import DEFAULT_LIMITS
+    from infoeval.gating.limits import DEFAULT_LIMITS
 
     assert tomllib.loads((GATES / "default.toml").read_text(encoding="utf-8"))["limits"] == DEFAULT_LIMITS
-    assert _limits_from(GATES / "default.toml", {}) == _limits_from(None, {})
+    assert limits_from(GATES / "default.toml", {}) == limits_from(None, {})

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from tiny_models import as_json
-from infoeval.gate.limits import floor_line, parse_limits
-from infoeval.gate.pipeline import GateSettings, build_reference, run_gate
-from infoeval.gate.sequential_gate import SequentialSettings, run_sequential_gate
+from infoeval.gating.limits import floor_line, parse_limits
+from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
+from infoeval.gating.sequential_gate import SequentialSettings, run_sequential_gate
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure.floor import floor_windows
 from infoeval.measure.stopping import visit_order
@@ -80,7 +80,7 @@ def test_sequential_gate_runs_the_floor_on_the_first_windows_of_its_order(ref):
 def test_reference_seeds_draw_different_tails_on_a_cpu(ref, tiny_llama_dir, tmp_path):
     """A CPU generator uses only the low 32 bits of a seed: seed · 2³² + window gave every --seed seed 0's tail
     samples. Seed 0 keeps its draws (the window index, as before); another seed draws others, the same each time."""
-    from infoeval.gate.reference_file import read_reference
+    from infoeval.gating.reference_file import read_reference
 
     text = ref.parent / "text.txt"
 

@@ -11,8 +11,8 @@ import pytest
 from rich.console import Console
 
 from infoeval.comparison.report import CSV_COLUMNS, summary_frame, variants_tables
-from infoeval.gate.limits import below_floor, floor_line, judge, parse_limits
-from infoeval.gate.report import floor_lines
+from infoeval.gating.limits import below_floor, floor_line, judge, parse_limits
+from infoeval.gating.report import floor_lines
 from infoeval.report.data import floor_header
 
 METRICS = {"ppl": 10.0, "ppl_ratio": 1.01, "ln_ppl_ratio": 0.01, "ln_ppl_ratio_se": 0.001, "top1": 0.97, "top1_se": 0.005,

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from infoeval.gate.compact import compact
+from infoeval.gating.compact import compact
 from infoeval.measure.infotheory import compact_divergences as divergences
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from infoeval.errors import UsageError
-from infoeval.gate.limits import DEFAULT_LIMITS, compare_baseline, judge, parse_limits
-from infoeval.gate.report import junit_xml, markdown
+from infoeval.gating.limits import DEFAULT_LIMITS, compare_baseline, judge, parse_limits
+from infoeval.gating.report import junit_xml, markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = {

@@ -15,9 +15,9 @@ import torch
 from tiny_models import as_json
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import DataError, UsageError
-from infoeval.gate.limits import parse_limits
-from infoeval.gate.reference_file import read_reference
-from infoeval.gate.pipeline import GateSettings, build_reference, run_gate
+from infoeval.gating.limits import parse_limits
+from infoeval.gating.reference_file import read_reference
+from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
 from infoeval.quant.apply import fake_quantize_
 from infoeval.quant.schemes import parse_scheme
 
@@ -162,7 +162,7 @@ def test_quantize_roundtrip_same_logits(tiny_llama_dir, tmp_path):
     """quantize → AutoModelForCausalLM.from_pretrained → the same logits as in-memory fake quantization."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from infoeval.gate.checkpoint import quantize_checkpoint, saved_scheme
+    from infoeval.gating.checkpoint import quantize_checkpoint, saved_scheme
 
     out = tmp_path / "q"
     info = quantize_checkpoint(ModelSettings(str(tiny_llama_dir), "cpu", "float32"), "int4-g32", out, include=("lm_head",))
@@ -186,7 +186,7 @@ def test_pack_quantized_roundtrip_same_logits(tiny_llama_dir, tmp_path):
     pytest.importorskip("compressed_tensors")
     from transformers import AutoModelForCausalLM
 
-    from infoeval.gate.checkpoint import quantize_checkpoint
+    from infoeval.gating.checkpoint import quantize_checkpoint
 
     model_settings = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
     info = quantize_checkpoint(model_settings, "int4-g32", tmp_path / "p", fmt="pack-quantized")

@@ -15,8 +15,8 @@ import pytest
 
 from infoeval.comparison import pipeline as compare_pipeline
 from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.gate.limits import parse_limits
-from infoeval.gate.pipeline import GateSettings, build_reference, run_gate
+from infoeval.gating.limits import parse_limits
+from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
 from machine import fingerprint
 from tiny_models import as_json, requires_smollm2
 

@@ -17,11 +17,11 @@ import pytest
 from tiny_models import as_json
 
 from infoeval.errors import UsageError
-from infoeval.gate.limit_streams import QUANTILES, Plan, limit_stream, window_columns
-from infoeval.gate.limits import parse_limits
-from infoeval.gate.pipeline import GateSettings, build_reference, run_gate
-from infoeval.gate.report import gate_table, junit_xml, markdown
-from infoeval.gate.sequential_gate import SequentialSettings, run_sequential_gate
+from infoeval.gating.limit_streams import QUANTILES, Plan, limit_stream, window_columns
+from infoeval.gating.limits import parse_limits
+from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
+from infoeval.gating.report import gate_table, junit_xml, markdown
+from infoeval.gating.sequential_gate import SequentialSettings, run_sequential_gate
 from infoeval.input.settings import WindowSettings
 from infoeval.measure import stopping as st
 from infoeval.measure.llamacpp_stats import delta_p
@@ -212,7 +212,7 @@ def test_bad_settings_are_usage_errors(ref_file, monkeypatch):
                {"round_windows": 0}, {"seed": -1}):  # fmt: skip
         with pytest.raises(UsageError):
             SequentialSettings(**kw)
-    from infoeval.gate import pipeline
+    from infoeval.gating import pipeline
 
     def no_load(*args):
         raise AssertionError("the candidate was loaded before the options were checked")

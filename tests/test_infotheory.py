@@ -487,7 +487,7 @@ def test_position_stats_by_rows_equal_the_whole_window():
 def test_compact_reference_in_chunks_draws_the_same_tail_samples_on_a_cpu_generator(s):
     """``gate.pipeline`` builds the compact reference a chunk at a time only on a CPU generator, whose tail
     samples come row after row: the same ids and log-probs as one call over the window, for the same seed."""
-    from infoeval.gate.compact import compact
+    from infoeval.gating.compact import compact
 
     lp = it.log_softmax(_logits(21, 4099, 3.0, seed=27))
     whole = compact(lp, 8, s, torch.Generator().manual_seed(3))
@@ -511,9 +511,9 @@ def test_every_reducer_gives_the_whole_windows_columns_in_3_row_chunks(monkeypat
     chunks of 3 rows give the very columns of one chunk per window."""
     from infoeval.input import settings as st
     from infoeval.comparison.pipeline import quantize_compare
-    from infoeval.gate.limits import parse_limits
-    from infoeval.gate.pipeline import GateSettings, build_reference, run_gate
-    from infoeval.gate.reference_file import read_reference
+    from infoeval.gating.limits import parse_limits
+    from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
+    from infoeval.gating.reference_file import read_reference
     from infoeval.speculative import accept, distill
     from infoeval.speculative.drafts import DraftSettings
 

@@ -227,10 +227,9 @@ def _main(args, monkeypatch, capsys):
     from infoeval.cli import main
 
     monkeypatch.setattr(sys, "argv", ["infoeval", *map(str, args)])
-    with pytest.raises(SystemExit) as e:
-        main()
+    code = main()
     out = capsys.readouterr()
-    return e.value.code, out.out, out.err
+    return code, out.out, out.err
 
 
 def _fails_with_one_line(args, message, out_dir, monkeypatch, capsys) -> None:

@@ -168,10 +168,9 @@ def _main(args, monkeypatch, capsys) -> tuple[int, str, str]:
     from infoeval.cli import main
 
     monkeypatch.setattr(sys, "argv", ["infoeval", *map(str, args)])
-    with pytest.raises(SystemExit) as e:
-        main()
+    code = main()
     out = capsys.readouterr()
-    return e.value.code, out.out, out.err
+    return code, out.out, out.err
 
 
 @pytest.mark.parametrize("command", ["quantize-compare", "gate", "quantize"])
@@ -187,7 +186,7 @@ def test_bad_recipes_exit_2_with_one_line(command, text, message, tiny_llama_dir
               "gate": [tiny_llama_dir, "--reference", tmp_path / "missing.safetensors", "--recipe", recipe],
               "quantize": [tiny_llama_dir, "--recipe", recipe, "--out", tmp_path / "q"]}[command]  # fmt: skip
     if command == "gate":
-        from infoeval.gate.pipeline import build_reference
+        from infoeval.gating.pipeline import build_reference
         from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
         build_reference(ModelSettings(str(tiny_llama_dir)), TextSettings(max_tokens=64), WindowSettings(ctx=32), tmp_path / "missing.safetensors", 8, 4)
@@ -201,7 +200,7 @@ def test_bad_recipes_exit_2_with_one_line(command, text, message, tiny_llama_dir
 def test_quantize_recipe_writes_the_mixed_weights(tiny_llama_dir, tmp_path, llama):
     from safetensors.torch import load_file
 
-    from infoeval.gate.checkpoint import quantize_checkpoint, saved_scheme
+    from infoeval.gating.checkpoint import quantize_checkpoint, saved_scheme
     from infoeval.input.settings import ModelSettings
 
     path = tmp_path / "mixed.toml"
@@ -255,8 +254,8 @@ def test_config_groups_parse_in_compressed_tensors():
 
 def test_gate_recipe_judges_the_mix(tiny_llama_dir, tmp_path):
     from infoeval.comparison.pipeline import quantize_compare
-    from infoeval.gate.limits import parse_limits
-    from infoeval.gate.pipeline import GateSettings, build_reference, run_gate
+    from infoeval.gating.limits import parse_limits
+    from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
     from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 
     model_settings, text_settings, window_settings = ModelSettings(str(tiny_llama_dir), device="cpu"), TextSettings(max_tokens=128), WindowSettings(ctx=64)

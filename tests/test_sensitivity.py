@@ -181,9 +181,8 @@ def _cli(monkeypatch, capsys, *args, env=None):
     for k, v in (env or {}).items():
         monkeypatch.setenv(k, v)
     monkeypatch.setattr(sys, "argv", ["infoeval", *map(str, args)])
-    with pytest.raises(SystemExit) as e:
-        main()
-    return e.value.code, capsys.readouterr()
+    code = main()
+    return code, capsys.readouterr()
 
 
 def test_the_command_writes_json_and_csv(tiny_llama_dir, text_file, tmp_path, monkeypatch, capsys):

@@ -202,10 +202,9 @@ def test_option_errors_exit_2_with_one_line(name, monkeypatch, capsys, tmp_path,
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("INFOEVAL_DEBUG", raising=False)
     monkeypatch.setattr(sys, "argv", ["infoeval", *[a.format(m=tiny_llama_dir, t=text, q=tiny_qwen3_dir) for a in args]])
-    with pytest.raises(SystemExit) as exc:
-        cli.main()
+    code = cli.main()
     err = capsys.readouterr().err
-    assert exc.value.code == 2, err
+    assert code == 2, err
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("infoeval: error:") and message in lines[0], err
     assert not (tmp_path / "results").exists()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from infoeval.measure import stats
-from infoeval.gate.limits import Limit, judge
+from infoeval.gating.limits import Limit, judge
 from infoeval.measure.stats import block_labels, block_length, iid_se, mean_cov, mean_se, se, se_blocks, t_quantile
 
 

@@ -2,6 +2,7 @@
 
     import infoeval
     result = infoeval.compare(schemes=("int8-channel", "int4-g128"), max_tokens=2048)   # quantize-compare
+    infoeval.reference(out="ref.safetensors"); infoeval.gate(reference="ref.safetensors", scheme="int8-channel")
     result = infoeval.load("results/quantize-compare-smollm2-135m/")   # any result JSON or run folder
     result.to_frame()        # the summary table (summary.csv)
     result.positions         # the per-position table, where the run kept it (positions.csv)
@@ -10,7 +11,8 @@
 Results are the commands' typed records (``CompareResult``, ``GateResult``, …; ``output/results.py``).
 """
 
-from infoeval.api.scoring import compare, compress_bits
+from infoeval.api.gates import gate, quantize, reference
 from infoeval.api.results import load, summary_of
+from infoeval.api.scoring import compare, compress_bits
 
-__all__ = ["compare", "compress_bits", "load", "summary_of"]
+__all__ = ["compare", "compress_bits", "reference", "gate", "quantize", "load", "summary_of"]

@@ -91,17 +91,11 @@ def compare(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str
     modules = module_variants(variants, {s.strip() for s in scheme_text.split(",")} | {Path(r).stem for r in recipes})
     variant_settings = VariantSettings(schemes=scheme_text, include=tuple(include), exclude=tuple(exclude), recipes=tuple(Path(r) for r in recipes),
                                        calibration=calibration, floor=floor, floor_seed=floor_seed)  # fmt: skip
-    with evaluating(*_modules(reference), *(m.model for m in modules)):
+    with evaluating(reference, *modules):
         result, cols = pipeline.quantize_compare(model_settings, text_settings, window_settings, variant_settings, _reporter(progress),
                                                  _until(until_se, run, order_seed), top_k, modules)  # fmt: skip
     return result.with_positions(lambda: positions_frame(cols.reference, cols.variants), cols)
 
-
-def _modules(model) -> tuple:
-    """A model object's module (to run in eval mode), or nothing for a spec string."""
-    from infoeval.models.objects import ModelObject
-
-    return (model.model,) if isinstance(model, ModelObject) else ()
 
 
 @keyword_errors
@@ -116,7 +110,7 @@ def compress_bits(model: str | object = DEFAULT_MODEL, *, tokenizer=None, verify
 
     reference = model_object(model, tokenizer)
     model_settings, text_settings, window_settings = run_settings(reference, **own_settings(reference, _checked(run)))
-    with evaluating(*_modules(reference)):
+    with evaluating(reference):
             result, cols = pipeline.compress_bits(model_settings, text_settings, window_settings, _reporter(progress), verify_coding=verify_coding,
                                               until=_until(until_se, run, order_seed), top_k=top_k)  # fmt: skip
     return result.with_positions(lambda: positions_frame(cols.reference, {}), cols)

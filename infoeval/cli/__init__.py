@@ -67,35 +67,41 @@ def _say(e: BaseException, line: str) -> None:
         print(prefix + line, file=sys.stderr)
 
 
-def main() -> None:
-    """Entry point: known errors become one line on stderr and an exit code; tracebacks only with INFOEVAL_DEBUG=1."""
+def main(argv: list | None = None) -> int:
+    """Entry point: run the command ``argv`` (default: the process's arguments) and return its exit code; known
+    errors become one line on stderr and their code; tracebacks only with INFOEVAL_DEBUG=1. Tests call it
+    in-process (``main(["gate", ...])``), the console script and ``python -m infoeval`` exit with what it returns."""
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
     debug = bool(os.environ.get("INFOEVAL_DEBUG"))
     if not debug:  # an optional quantization library's import-time chatter (transformers imports torchao when present)
         for name in LIBRARY_LOGGERS:
             logging.getLogger(name).setLevel(logging.ERROR)
     try:
-        _check_launch(sys.argv[1:])
-        _check_floor(sys.argv[1:])
+        _check_launch(argv)
+        _check_floor(argv)
         with flag_spelling():  # the API's errors name the options as typed (--max-tokens), not as keywords
-            app()
+            app(args=argv, prog_name="infoeval")
+    except SystemExit as e:  # Typer's own ending: 0, a usage error (2) or a failed gate (typer.Exit(1))
+        return e.code if isinstance(e.code, int) else int(e.code is not None)
     except InfoevalError as e:
         if debug:
             raise
         _say(e, f"infoeval: error: {e}")
-        sys.exit(e.exit_code)
+        return e.exit_code
     except KeyboardInterrupt:
         print("infoeval: interrupted", file=sys.stderr)
-        sys.exit(130)
+        return 130
     except MemoryError as e:
         if debug:
             raise
         _say(e, "infoeval: error: out of memory; use a smaller --ctx or model, or --device cuda")
-        sys.exit(EXIT_RUNTIME)
+        return EXIT_RUNTIME
     except Exception as e:
         if debug:
             raise
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         _say(e, f"infoeval: error: {type(e).__name__}: {msg} (set INFOEVAL_DEBUG=1 for the traceback)")
-        sys.exit(EXIT_RUNTIME)
+        return EXIT_RUNTIME
     finally:
         distributed.close()
+    return 0

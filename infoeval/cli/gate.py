@@ -1,8 +1,7 @@
-"""Commands for CI regression gates: `reference`, `gate`, `quantize`. Options only; the work is in infoeval.gate."""
+"""Commands for CI regression gates: `reference`, `gate`, `quantize`. Options only; the work is in infoeval.gating (through infoeval.api.gates)."""
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,10 +9,10 @@ import typer
 
 from infoeval.cli.options import (
     DEVICE_DEFAULT, DTYPE_DEFAULT, MODEL_DEFAULT, DeviceMapOpt, DeviceOpt, DtypeOpt, ExcludeOpt, IncludeOpt, ModelArg, ModelOpt, pick_model,
-    read_toml, run_options, typed, calibration_options, RunOptions, FloorOpt, FloorSeedOpt,
+    run_options, typed, calibration_options, RunOptions, FloorOpt, FloorSeedOpt,
 )  # fmt: skip
 from infoeval.cli.compare import TableOpt, check_table
-from infoeval.cli.output import HtmlOpt, TopKOpt, as_json, page_extras
+from infoeval.cli.output import HtmlOpt, as_json, page_extras
 from infoeval.cli.outputs import Outputs, output_options
 from infoeval.errors import UsageError
 
@@ -58,19 +57,6 @@ FormatOpt = Annotated[
 ]
 
 
-def _limits_from(limits_file: Optional[Path], overrides: dict) -> tuple:
-    from infoeval.gate.limits import DEFAULT_LIMITS, parse_limits
-
-    raw = dict(DEFAULT_LIMITS)
-    if limits_file is not None:
-        data = read_toml(limits_file, "limits file")
-        raw = data.get("limits", data)
-        if not isinstance(raw, dict):
-            raise UsageError(f"limits file '{limits_file}': [limits] must be a table of name = number")
-    raw = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
-    return tuple(parse_limits(raw))
-
-
 @output_options("quiet")
 @run_options(windows=True)
 def reference(
@@ -86,12 +72,12 @@ def reference(
 ) -> None:
     """One pass of the reference model writes a compact, self-validating reference file for `gate`: top-K
     log-probs, tail mass and tail samples per scored position, the token ids of every window, provenance."""
-    from infoeval.gate.pipeline import build_reference
-    from infoeval.gate.report import reference_summary_table
+    from infoeval.api.gates import reference as build_reference
+    from infoeval.gating.report import reference_summary_table
 
     model = pick_model(context, model_arg, model)
-    model_settings, text_settings, window_settings = run.settings(model)
-    info = as_json(build_reference(model_settings, text_settings, window_settings, out, top_k, tail_samples, seed, outputs.reporter()))
+    info = as_json(build_reference(model, out=out, top_k=top_k, tail_samples=tail_samples, seed=seed, progress=not outputs.quiet,
+                                   **run.keywords()))  # fmt: skip
     outputs.emit(info, command="reference", model=model, source="", tables=lambda console, data: console.print(reference_summary_table(data)),
                  also_written=(f"{out} ({info['file_bytes']:,} bytes)",))  # fmt: skip
 
@@ -104,18 +90,6 @@ def _no_sequential_options(context: typer.Context) -> None:
     given = [n for n in SEQUENTIAL_OPTIONS if typed(context, n, None)]
     if given:
         raise UsageError(f"--{given[0].replace('_', '-')} needs --sequential")
-
-
-def _run(context: typer.Context, gate_settings, model_settings, seq: tuple | None, reporter):
-    """The fixed gate, or with ``seq`` (the --sequential options in SequentialSettings' order) the sequential one."""
-    if seq is None:
-        from infoeval.gate.pipeline import run_gate
-
-        _no_sequential_options(context)
-        return run_gate(gate_settings, model_settings, reporter)
-    from infoeval.gate.sequential_gate import SequentialSettings, run_sequential_gate
-
-    return run_sequential_gate(gate_settings, SequentialSettings(*seq), model_settings, reporter)
 
 
 @output_options("csv", "json", "positions", "folder", "quiet")
@@ -157,33 +131,34 @@ def gate(
     calibration_settings=None,  # --calibration and its options, for a calibrated --scheme (see calibration_options)
 ) -> None:
     """Run only the candidate on the reference's token ids and check it against limits: exit 0 pass, 1 fail."""
+    from infoeval.api.gates import gate as run_gate
     from infoeval.errors import EXIT_GATE_FAILED
-    from infoeval.gate.pipeline import GateSettings
-    from infoeval.input.settings import ModelSettings
 
     candidate = pick_model(context, candidate, model, "the candidate")
-    overrides = {"max_kl_mean": max_kl_mean, "max_kl_p99": max_kl_p99, "min_top1": min_top1, "max_ppl_ratio": max_ppl_ratio, "max_bpb_increase": max_bpb_increase}
-    gate_settings = GateSettings(reference, candidate, scheme, _limits_from(limits, overrides), confidence, point, baseline, baseline_tolerance, recipe,
-                                 topk or (5 if html else 0), calibration_settings, floor, floor_seed)  # fmt: skip
-    model_settings = ModelSettings(model=candidate or "", device=device, dtype=dtype, device_map=device_map)
+    limit_values = {"max_kl_mean": max_kl_mean, "max_kl_p99": max_kl_p99, "min_top1": min_top1, "max_ppl_ratio": max_ppl_ratio, "max_bpb_increase": max_bpb_increase}
     llama = check_table(table) == "llama.cpp"
-    seq = (alpha, min_tokens, max_tokens, order, order_seed, undecided, round_windows) if sequential else None
-    result, cols = _run(context, gate_settings, model_settings, seq, outputs.reporter())
-    data = _emit_gate(as_json(result), cols, outputs, scheme or (recipe.stem if recipe else None), {junit: "junit", markdown: "markdown"}, llama, html)
+    if not sequential:
+        _no_sequential_options(context)  # typed without --sequential (a --config default is not)
+    seq = {"alpha": alpha, "min_tokens": min_tokens, "max_tokens": max_tokens, "order": order, "order_seed": order_seed, "undecided": undecided,
+           "round_windows": round_windows} if sequential else {}  # fmt: skip
+    result = run_gate(candidate, reference=reference, scheme=scheme, recipe=recipe, limits=limits, confidence=confidence, point=point, baseline=baseline,
+                      baseline_tolerance=baseline_tolerance, sequential=sequential, top_k=topk or (5 if html else 0), floor=floor, floor_seed=floor_seed,
+                      calibration=calibration_settings, device=device, dtype=dtype, device_map=device_map, progress=not outputs.quiet,
+                      **limit_values, **seq)  # fmt: skip
+    data = _emit_gate(result, outputs, scheme or (recipe.stem if recipe else None), {junit: "junit", markdown: "markdown"}, llama, html)
     if not data["passed"]:
         raise typer.Exit(EXIT_GATE_FAILED)
 
 
-def _emit_gate(data: dict, cols: dict, outputs: Outputs, suffix: str | None, extra_paths: dict, llama: bool, html: Path | None) -> dict:
+def _emit_gate(result, outputs: Outputs, suffix: str | None, extra_paths: dict, llama: bool, html: Path | None) -> dict:
     """Write the gate's result files (JSON, CSVs, JUnit, markdown, the tokens' text and the page; ``outputs``: the
     output options, ``suffix``: the scheme or recipe that names the run) and print its tables."""
 
-    from infoeval.gate.positions import positions_frame
-    from infoeval.gate.report import floor_lines, gate_table, junit_xml, markdown, print_gate_llamacpp, summary_table
+    from infoeval.gating.report import floor_lines, gate_table, junit_xml, markdown, print_gate_llamacpp, summary_table
 
     makers = {"junit": lambda: junit_xml(data), "markdown": lambda: markdown(data)}
     files = {path: makers[kind] for path, kind in extra_paths.items() if path}
-    frame = functools.cache(lambda: positions_frame(cols))  # built once for the CSV and the page
+    data, cols, frame = result.to_json(), result.columns, lambda: result.positions  # the frame is built once, when first read
     title = " ".join(["gate:", data["candidate"]["spec"], data["candidate"]["scheme"] or ""]).strip()
     extras = lambda paths: files | page_extras(data, frame, cols.get("vocab", {}), paths, html, title)  # noqa: E731
     model = data["candidate"]["spec"] + (f"-{suffix}" if suffix else "")
@@ -209,14 +184,12 @@ def quantize(
     outputs: Outputs = None,  # --config (see output_options)
 ) -> None:
     """Write a fake-quantized checkpoint (safetensors, config, tokenizer, per-layer report) that transformers loads."""
-    from infoeval.gate.checkpoint import quantize_checkpoint
+    from infoeval.api.gates import quantize as write_checkpoint
     from infoeval.output.report import stdout_console
-    from infoeval.input.settings import ModelSettings
 
-    model_settings = ModelSettings(model=pick_model(context, model_arg, model), device=device, dtype=dtype)
-    if recipe is not None and getattr(context.get_parameter_source("scheme"), "name", "") != "DEFAULT":
-        raise UsageError("--scheme and --recipe both say how to quantize; give one")
-    info = as_json(quantize_checkpoint(model_settings, scheme, out, tuple(include or ()), tuple(exclude or ()), force, format, recipe))
+    typed_scheme = getattr(context.get_parameter_source("scheme"), "name", "") != "DEFAULT"
+    info = write_checkpoint(pick_model(context, model_arg, model), out=out, scheme=scheme if typed_scheme or recipe is None else None, recipe=recipe,
+                            include=include or (), exclude=exclude or (), force=force, format=format, device=device, dtype=dtype)  # fmt: skip
     stdout_console().print(
         f"wrote {info['out']} ({info['format']}): {info['scheme']}, {info['layers_quantized']} layers quantized, {info['layers_skipped']} "
         f"skipped, SQNR min {info['sqnr_db_min']:.2f} dB / mean {info['sqnr_db_mean']:.2f} dB"

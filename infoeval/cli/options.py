@@ -15,7 +15,7 @@ import typer
 
 from infoeval.errors import UsageError
 from infoeval.models import DEFAULT_MODEL
-from infoeval.input.settings import DEFAULT_CTX, ModelSettings, TextSettings, WindowSettings, default_ctx, max_tokens_of
+from infoeval.input.settings import DEFAULT_CTX, ModelSettings, TextSettings, WindowSettings, default_ctx, max_tokens_of, read_toml  # noqa: F401  (read_toml: the commands' config and limits files)
 from infoeval.input.text import DATASETS
 
 # ---- defaults of the shared options (each command's signature uses these) ---------------------------------
@@ -32,18 +32,6 @@ TEMPERATURE_FLAGS = ("--temperature", "--T", "--temperatures")
 MODEL_ARG = "model_arg"
 # config keys that name the same option as another key
 CONFIG_ALIASES = {"temperatures": "temperature", "T": "temperature"}
-
-
-def read_toml(path: Path, what: str) -> dict:
-    """A TOML file as a dict; a missing or invalid file is a usage error naming it (``what``: "config file")."""
-    import tomllib
-
-    try:
-        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{what} '{path}' does not exist") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UsageError(f"{what} '{path}' is not valid TOML: {e}") from None
 
 
 def _load_config(ctx: typer.Context, param, value: Optional[Path]) -> Optional[Path]:

@@ -38,7 +38,7 @@ def logits_width(model) -> int:
 
 def vocab_fingerprint(tokenizer) -> str:
     """sha256 of the token → id map and the special ids (the same fingerprint as a gate's reference file)."""
-    from infoeval.gate.pipeline import vocab_fingerprint as fingerprint
+    from infoeval.gating.pipeline import vocab_fingerprint as fingerprint
 
     return fingerprint(tokenizer)
 

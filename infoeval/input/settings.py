@@ -51,6 +51,20 @@ class TextSettings:
             raise UsageError("--documents FILE.jsonl is the text: do not give --text or --dataset with it")
 
 
+def read_toml(path: Path, what: str) -> dict:
+    """A TOML file as a dict; a missing, folder or invalid file is a usage error naming it (``what``: "config file")."""
+    import tomllib
+
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{what} '{path}' does not exist") from None
+    except IsADirectoryError:
+        raise UsageError(f"{what} '{path}' is a folder; give a .toml file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UsageError(f"{what} '{path}' is not valid TOML: {str(e).splitlines()[0]}") from None
+
+
 def max_tokens_of(value) -> int | None:
     """A token budget (--max-tokens, ``max_tokens=``): a positive integer (or its digits), or 'all' / None for the
     whole text."""

@@ -263,7 +263,7 @@ def compact_divergences(ref, lq: torch.Tensor) -> CompactDivergences:
     """Divergences of the candidate's full log-probs ``lq`` (n, V) from a compact reference ``ref`` (a
     ``gate.compact.CompactDist``: top-K ids and log p, ln tail mass, tail samples and their log p), in nats:
     the coarse KL over the K + 1 buckets (a lower bound), the tail-corrected KL, TV and reverse KL (unbiased),
-    and top-1 agreement (see ``gate/compact.py`` for the estimators).
+    and top-1 agreement (see ``gating/compact.py`` for the estimators).
 
     The reference's K + 1 bucket masses are renormalized to sum to 1 (stored log-probs may be rounded)."""
     lq = lq.double()

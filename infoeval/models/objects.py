@@ -117,8 +117,10 @@ def own_settings(model, run: dict) -> dict:
 
 
 @contextlib.contextmanager
-def evaluating(*modules: torch.nn.Module):
-    """The modules in eval mode (no dropout) for the run, each put back in the mode it was in afterwards."""
+def evaluating(*models):
+    """The modules of the model objects and module variants among ``models`` (spec strings are passed over) in eval
+    mode (no dropout) for the run, each put back in the mode it was in afterwards."""
+    modules = [m.model for m in models if isinstance(m, (ModelObject, ModuleVariant))]
     modes = [(m, [s.training for s in m.modules()]) for m in modules]
     for m in modules:
         m.eval()

@@ -86,18 +86,10 @@ def parse_recipe(data: dict, source: str = "recipe", name: str = "recipe") -> Re
 
 def read_recipe(path: Path) -> Recipe:
     """Read and check a recipe file (a missing or invalid file is a usage error)."""
-    import tomllib
+    from infoeval.input.settings import read_toml
 
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"recipe file '{path}' does not exist") from None
-    except IsADirectoryError:
-        raise UsageError(f"recipe '{path}' is a folder; --recipe takes a .toml file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UsageError(f"recipe file '{path}' is not valid TOML: {str(e).splitlines()[0]}") from None
-    return parse_recipe(data, str(path), path.stem)
+    return parse_recipe(read_toml(path, "recipe file"), str(path), path.stem)
 
 
 def assign(recipe: Recipe, linears: list[str], planned: list[tuple[str, bool, str]]) -> list[tuple[str, Scheme | None, str]]:

@@ -14,19 +14,19 @@ import torch
 from infoeval.input.settings import CalibrationSettings, ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import DataError, UsageError
 from infoeval import engine
-from infoeval.gate.compact import CompactDist, compact
+from infoeval.gating.compact import CompactDist, compact
 from infoeval.measure.infotheory import by_rows, chunk_rows, compact_divergences, entropy, log_softmax
-from infoeval.gate.report import verdicts_frame
-from infoeval.gate.limits import Limit, below_floor, compare_baseline, judge
+from infoeval.gating.report import verdicts_frame
+from infoeval.gating.limits import Limit, below_floor, compare_baseline, judge
 from infoeval.input.settings import check_floor
 from infoeval.measure.floor import floor_windows
 from infoeval.quant.floor import FLOOR
-from infoeval.gate.positions import TOP_COLUMNS, candidate_top, check_top_k, row_columns
-from infoeval.gate.reference_file import Reference, read_reference, write_reference
+from infoeval.gating.positions import TOP_COLUMNS, candidate_top, check_top_k, row_columns
+from infoeval.gating.reference_file import Reference, read_reference, write_reference
 from infoeval.measure.metrics import reference_metrics, variant_metrics
 from infoeval.measure.stats import se
-from infoeval.gate.candidate import check_scheme, vocab_fingerprint
-from infoeval.gate.candidate import load_candidate as _load_candidate  # under this name the tests replace it
+from infoeval.gating.candidate import check_scheme, vocab_fingerprint
+from infoeval.gating.candidate import load_candidate as _load_candidate  # under this name the tests replace it
 from infoeval.input.provenance import provenance
 from infoeval.output.results import SCHEMA_VERSION, Result
 from infoeval.input.prepare import Reporter, prepare, progress
@@ -191,7 +191,7 @@ def _baseline_metrics(path: Path) -> dict:
 @torch.inference_mode()
 def run_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporter: Reporter | None = None) -> tuple[GateResult, dict]:
     """Run the candidate on the reference's windows; returns (result dict, per-position columns)."""
-    from infoeval.gate.floor import floor_roles, gate_floor
+    from infoeval.gating.floor import floor_roles, gate_floor
 
     reporter = reporter or Reporter()
     ref, baseline, candidate, load_s = open_gate(gate_settings, model_settings, reporter)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from infoeval.errors import UsageError
-from infoeval.gate.limits import Limit
+from infoeval.gating.limits import Limit
 from infoeval.measure.llamacpp_stats import delta_p
 from infoeval.measure.stats import LN2
 from infoeval.measure.stopping import Stream

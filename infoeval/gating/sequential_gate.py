@@ -19,13 +19,13 @@ import torch
 
 from infoeval import distributed, engine
 from infoeval.errors import UsageError
-from infoeval.gate.limit_streams import Plan, limit_stream, window_columns
-from infoeval.gate.floor import floor_roles, gate_floor
-from infoeval.gate.limits import below_floor, compare_baseline, judge
+from infoeval.gating.limit_streams import Plan, limit_stream, window_columns
+from infoeval.gating.floor import floor_roles, gate_floor
+from infoeval.gating.limits import below_floor, compare_baseline, judge
 from infoeval.measure.floor import floor_windows
 from infoeval.quant.floor import FLOOR
-from infoeval.gate.positions import TOP_COLUMNS, row_columns
-from infoeval.gate.pipeline import (
+from infoeval.gating.positions import TOP_COLUMNS, row_columns
+from infoeval.gating.pipeline import (
     GATE_COLUMNS,
     GateResult,
     GateSettings,

@@ -35,7 +35,7 @@ import torch
 
 from infoeval import distributed
 from infoeval.errors import DataError
-from infoeval.gate.compact import CompactDist
+from infoeval.gating.compact import CompactDist
 from infoeval.input.windows import Window
 from infoeval.output.results import atomic_path
 

@@ -44,6 +44,7 @@ def load_candidate(gate_settings, model_settings: ModelSettings, ref):
     spec = gate_settings.candidate or reference_model_spec(ref.meta["provenance"]["model"])
     device = resolve_device(model_settings.device)
     loaded = load_model(spec, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map)
+    spec = loaded.info.spec  # a model object's name
     fp = vocab_fingerprint(loaded.tokenizer)
     if fp != ref.meta["tokenizer_fingerprint"]:
         raise DataError(

@@ -74,6 +74,20 @@ class Verdict:
         } | ({"below_floor": True, "floor_value": self.floor} if self.floor is not None else {})  # fmt: skip
 
 
+def limits_from(limits_file, overrides: dict) -> tuple[Limit, ...]:
+    """The limits of a gate: the defaults, or a TOML file's [limits] table (``limits_file``), with ``overrides``
+    (name → number, None: not given) on top."""
+    raw = dict(DEFAULT_LIMITS)
+    if limits_file is not None:
+        from infoeval.input.settings import read_toml
+
+        data = read_toml(limits_file, "limits file")
+        raw = data.get("limits", data)
+        if not isinstance(raw, dict):
+            raise UsageError(f"limits file '{limits_file}': [limits] must be a table of name = number")
+    return tuple(parse_limits({**raw, **{k: v for k, v in overrides.items() if v is not None}}))
+
+
 def parse_limits(raw: dict) -> list[Limit]:
     """{'max_kl_mean': 0.05, ...} → limits; unknown names and wrong sides are usage errors."""
     out = []

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 from rich.table import Table
 
-from infoeval.gate.limits import floor_line
+from infoeval.gating.limits import floor_line
 from infoeval.output.llamacpp_report import print_block, scope_note
 from infoeval.output.report import report_table
 from infoeval.output.results import atomic_write_bytes

@@ -1,0 +1,99 @@
+"""The CI gate as functions: ``infoeval.reference`` (the reference file), ``infoeval.gate`` (a candidate against it,
+fixed or sequential) and ``infoeval.quantize`` (a fake-quantized checkpoint); the CLI's commands call them.
+
+    import infoeval
+    infoeval.reference("smollm2-135m", out="ref.safetensors", max_tokens=4096)
+    result = infoeval.gate(reference="ref.safetensors", scheme="int8-channel", max_kl_mean=0.01)
+    result.passed, result.to_frame()
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from infoeval.api.scoring import _checked, _reporter, run_settings
+from infoeval.errors import UsageError, keyword_errors
+from infoeval.input.settings import DEFAULT_MODEL, CalibrationSettings, ModelSettings
+
+SEQUENTIAL = {"alpha": 0.05, "min_tokens": 0, "max_tokens": None, "order": "seeded", "order_seed": 0, "undecided": "fail", "round_windows": 1}
+LIMITS = ("max_kl_mean", "max_kl_p99", "min_top1", "max_ppl_ratio", "max_bpb_increase")
+
+
+@keyword_errors
+def reference(model: str | object = DEFAULT_MODEL, *, tokenizer=None, out: str | Path = "reference.safetensors", top_k: int = 64,
+              tail_samples: int = 128, seed: int = 0, progress: bool = False, **run):  # fmt: skip
+    """reference: one pass of the reference model writes the compact reference file ``out`` that ``gate`` reads
+    (top-K log-probs, tail mass and samples per scored position, the windows' token ids, provenance); returns its
+    ``ReferenceResult``. ``run``: the text, window and device keywords (as ``compare``'s)."""
+    from infoeval.gating.pipeline import build_reference
+    from infoeval.models.objects import evaluating, model_object, own_settings
+
+    model = model_object(model, tokenizer)
+    model_settings, text_settings, window_settings = run_settings(model, **own_settings(model, _checked(run)))
+    with evaluating(model):
+        return build_reference(model_settings, text_settings, window_settings, Path(out), top_k, tail_samples, seed, _reporter(progress))
+
+
+def _sequential(sequential: bool, options: dict):
+    """The sequential gate's settings, or None; one of its options given without ``sequential`` is a usage error."""
+    from infoeval.gating.sequential_gate import SequentialSettings
+
+    if not sequential:
+        given = [k for k, v in options.items() if v != SEQUENTIAL[k]]
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} needs --sequential")
+        return None
+    return SequentialSettings(*(options[k] for k in SEQUENTIAL))
+
+
+@keyword_errors
+def gate(candidate: str | object | None = None, *, tokenizer=None, reference: str | Path = "reference.safetensors", scheme: str | None = None,
+         recipe: str | Path | None = None, limits: str | Path | None = None, confidence: float = 0.95, point: bool = False,
+         baseline: str | Path | None = None, baseline_tolerance: float = 0.05, sequential: bool = False, top_k: int = 0, floor: str = "sampled",
+         floor_seed: int = 0, calibration: CalibrationSettings | None = None, device: str = "auto", dtype: str = "auto",
+         device_map: str | None = None, progress: bool = False, **options):  # fmt: skip
+    """gate: the candidate (a spec, a loaded model with its ``tokenizer``, or None: the reference's own model, with
+    ``scheme`` or ``recipe``) on the reference file's token ids, checked against the limits (the defaults, a TOML
+    ``limits`` file, and ``max_kl_mean=`` … ``max_bpb_increase=`` on top); ``sequential=True`` visits windows in a
+    seeded order and stops when the verdict is certain (``alpha``, ``min_tokens``, ``max_tokens``, ``order``,
+    ``order_seed``, ``undecided``, ``round_windows``). Returns the ``GateResult`` (``passed``) with its positions."""
+    from infoeval.gating.limits import limits_from
+    from infoeval.gating.pipeline import GateSettings, run_gate
+    from infoeval.gating.positions import positions_frame
+    from infoeval.models.objects import ModelObject, evaluating, model_object, own_settings
+
+    unknown = sorted(set(options) - set(LIMITS) - set(SEQUENTIAL))
+    if unknown:
+        raise UsageError(f"unknown keyword '{unknown[0]}'; allowed besides the gate's own: {', '.join(LIMITS + tuple(SEQUENTIAL))}")
+    candidate = None if candidate is None else model_object(candidate, tokenizer, what="candidate")
+    if isinstance(candidate, ModelObject) and (scheme or recipe):
+        raise UsageError("--scheme and --recipe quantize the candidate in place; give a candidate object already quantized, or a spec")
+    seq = _sequential(sequential, {k: options.get(k, v) for k, v in SEQUENTIAL.items()})
+    settings = GateSettings(Path(reference), candidate, scheme, limits_from(limits, {k: options.get(k) for k in LIMITS}), confidence, point,
+                            None if baseline is None else Path(baseline), baseline_tolerance, None if recipe is None else Path(recipe), top_k,
+                            calibration, floor, floor_seed)  # fmt: skip
+    model_settings = ModelSettings(candidate or "", **own_settings(candidate, {"device": device, "dtype": dtype, "device_map": device_map}))
+    with evaluating(candidate):
+        if seq is None:
+            result, cols = run_gate(settings, model_settings, _reporter(progress))
+        else:
+            from infoeval.gating.sequential_gate import run_sequential_gate
+
+            result, cols = run_sequential_gate(settings, seq, model_settings, _reporter(progress))
+    return result.with_positions(lambda: positions_frame(cols), cols)
+
+
+@keyword_errors
+def quantize(model: str = DEFAULT_MODEL, *, out: str | Path = "quantized", scheme: str | None = None, recipe: str | Path | None = None,
+             include=(), exclude=(), force: bool = False, format: str = "fake", device: str = "auto", dtype: str = "auto") -> dict:  # fmt: skip
+    """quantize: write a fake-quantized (or, ``format="pack-quantized"``, int4-packed) checkpoint that transformers
+    loads, with a per-layer report; ``scheme`` (default int8-channel) or a ``recipe``; returns what was written
+    (scheme, layers, SQNR)."""
+    from infoeval.gating.checkpoint import quantize_checkpoint
+
+    if scheme is not None and recipe is not None:
+        raise UsageError("--scheme and --recipe both say how to quantize; give one")
+
+    model_settings = ModelSettings(model=model, device=device, dtype=dtype)
+    return quantize_checkpoint(model_settings, scheme or "int8-channel", Path(out), tuple(include), tuple(exclude), force, format,
+                               None if recipe is None else Path(recipe))  # fmt: skip
