@@ -26,7 +26,7 @@ from _record import add_save, emit  # benchmarks/_record.py
 
 from infoeval.input.prepare import Reporter, prepare
 from infoeval.output.results import write_json
-from infoeval.sensitivity import sweep_prepared
+from infoeval.sensitivities import sweep_prepared
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
 

@@ -1,11 +1,12 @@
 """infoeval: information-theoretic measurements of quantized, distilled and draft language models.
 
 The Python API (``infoeval.api``) is imported when first used: ``infoeval.compare(...)`` runs quantize-compare,
-``infoeval.compress_bits(...)`` compress-bits, ``infoeval.reference``/``gate``/``quantize`` the CI gate,
-``infoeval.load(path)`` reads a result back."""
+``infoeval.compress_bits(...)`` compress-bits, ``infoeval.reference``/``gate``/``quantize`` the CI gate, and so on:
+one function per command that measures (``infoeval.api``); ``infoeval.load(path)`` reads a result back."""
 
 __version__ = "0.2.0"
-_API = ("compare", "compress_bits", "reference", "gate", "quantize", "load")
+_API = ("compare", "compress_bits", "reference", "gate", "quantize", "sensitivity", "mix", "spec_accept", "distill", "spec_decode", "temperature",
+        "mutual_info", "kl_fit", "load")  # fmt: skip
 
 
 def __getattr__(name: str):

@@ -172,7 +172,7 @@ def render_cli(schema_commands: Sequence[str]) -> str:
 # ---- metrics reference -----------------------------------------------------------------------------------
 METRICS_INTRO = """\
 Every number a command reports is defined once, in the metric registry (`infoeval/measure/metrics.py`, and the
-sensitivity sweep's unit metrics in `infoeval/sensitivity/result.py`): its unit, its direction and a one-line
+sensitivity sweep's unit metrics in `infoeval/sensitivities/result.py`): its unit, its direction and a one-line
 definition. The tables, the CSV columns, the gate's limit directions and every result JSON read the same
 registry; each result JSON carries the definitions of its command's metrics under `metric_definitions`.
 
@@ -197,7 +197,7 @@ def metric_groups() -> list[tuple[str, str, dict]]:
 
     from infoeval.measure import metrics as m
     from infoeval.measure.llamacpp_stats import kld_statistics
-    from infoeval.sensitivity.result import UNIT_METRICS
+    from infoeval.sensitivities.result import UNIT_METRICS
 
     one = np.array([1.0, 2.0, 3.0])
     ref_keys = set(m.reference_metrics({"nll": one, "bytes": np.ones(3), "entropy": one}))
@@ -255,9 +255,9 @@ def result_types() -> dict[str, type]:
     from infoeval.comparison.pipeline import CompareResult, CompressResult
     from infoeval.gating.pipeline import GateResult
     from infoeval.klfit.fit import KLFitResult
-    from infoeval.mix.result import MixResult
-    from infoeval.mutual_info.pipeline import MutualInfoResult
-    from infoeval.sensitivity.result import SensitivityResult
+    from infoeval.mixing.result import MixResult
+    from infoeval.mutual_information.pipeline import MutualInfoResult
+    from infoeval.sensitivities.result import SensitivityResult
     from infoeval.speculative.accept import AcceptResult
     from infoeval.speculative.distill import DistillResult
     from infoeval.speculative.generate import DecodeResult

@@ -38,7 +38,7 @@ ENTRY = {
     "spec-accept": ("infoeval.speculative.accept", "spec_accept", ["--draft-layers", "1"]),
     "spec-decode": ("infoeval.speculative.generate", "spec_decode", ["--draft-layers", "1"]),
     "distill": ("infoeval.speculative.distill", "distill", ["--student-layers", "1"]),
-    "mutual-info": ("infoeval.mutual_info.pipeline", "run_mutual_info", []),
+    "mutual-info": ("infoeval.mutual_information.pipeline", "run_mutual_info", []),
 }
 
 
@@ -172,7 +172,7 @@ def _print_reports(console: Console) -> None:
     from infoeval.comparison import report
     from infoeval.gating import report as gate_report
     from infoeval.klfit import report as klfit_report
-    from infoeval.mutual_info import report as mi_report
+    from infoeval.mutual_information import report as mi_report
     from infoeval.speculative import report as spec_report
 
     report.print_quantize_compare(console, _golden("quantize-compare-llama"))
@@ -231,5 +231,5 @@ def test_report_modules_build_tables_through_report_table():
     import re
 
     root = Path(cli.__file__).resolve().parents[1]
-    for rel in ("output/report.py", "speculative/report.py", "gating/report.py", "mutual_info/report.py"):
+    for rel in ("output/report.py", "speculative/report.py", "gating/report.py", "mutual_information/report.py"):
         assert not re.search(r"(?<![A-Za-z])Table\(title", (root / rel).read_text(encoding="utf-8")), rel

@@ -64,7 +64,7 @@ STAGES: list[tuple[str, set[str]]] = [
     ("engine", {"engine"}),  # the one window loop: batches, columns, roles, logits, caches
     ("measure", {"measure"}),  # per-position information theory, aggregates, SEs, the metric registry
     ("output", {"output", "schemas"}),  # results, tables, llama.cpp's block, plots; the results' JSON Schemas
-    ("commands", {"codec", "comparison", "gating", "klfit", "mix", "mutual_info", "report", "sensitivity", "speculative"}),
+    ("commands", {"codec", "comparison", "gating", "klfit", "mixing", "mutual_information", "report", "sensitivities", "speculative"}),
     ("api", {"api"}),  # the library's functions over the commands' pipelines
     ("cli", {"cli", "__main__"}),
 ]

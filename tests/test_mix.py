@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from infoeval.errors import UsageError
-from infoeval.mix import solve as solver
-from infoeval.mix.problem import Problem, Unit, build_problem, parse_budget, parse_sweep, split_windows
+from infoeval.mixing import solve as solver
+from infoeval.mixing.problem import Problem, Unit, build_problem, parse_budget, parse_sweep, split_windows
 from infoeval.quant.bits import layer_bits
 from infoeval.quant.schemes import parse_scheme
 from infoeval.input.windows import rolling_windows
@@ -146,7 +146,7 @@ def test_split_windows_is_disjoint():
 # ------------------------------------------------------------------------------------------ the pipeline
 @pytest.fixture(scope="module")
 def mixed(tiny_llama_dir, tmp_path_factory):
-    from infoeval.mix.pipeline import MixSettings, mix
+    from infoeval.mixing.pipeline import MixSettings, mix
     from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
     settings = (ModelSettings(str(tiny_llama_dir), device="cpu"), TextSettings(max_tokens=512), WindowSettings(ctx=128))
@@ -208,7 +208,7 @@ def test_recipe_round_trip_gives_the_measured_numbers_again(mixed):
 
 
 def test_mix_from_its_own_sensitivity_file(mixed, monkeypatch):
-    from infoeval.mix.pipeline import mix
+    from infoeval.mixing.pipeline import mix
 
     settings, mx, data, _, sweep_json, tmp = mixed
     path = tmp / "sens.json"
@@ -265,12 +265,12 @@ def test_bad_mix_options_exit_2_with_one_line(mixed, tiny_llama_dir, monkeypatch
     (["--budget-bits", "int5-g64"], "name one of --schemes"),
 ])  # fmt: skip
 def test_bad_budgets_fail_before_the_sweep(tiny_llama_dir, tmp_path, monkeypatch, capsys, extra, message):
-    import infoeval.sensitivity
+    import infoeval.sensitivities
 
     def no_sweep(*a, **k):
         raise AssertionError("the sweep ran before the budget was checked")
 
-    monkeypatch.setattr(infoeval.sensitivity, "sweep_prepared", no_sweep)
+    monkeypatch.setattr(infoeval.sensitivities, "sweep_prepared", no_sweep)
     args = ["mix", tiny_llama_dir, "--max-tokens", "128", "--sweep-tokens", "64", "--ctx", "64", "--out-dir", tmp_path / "bad",
             "--schemes", "int3-g64,int4-g64,int8-channel", "--by", "type", *extra]  # fmt: skip
     _fails_with_one_line(args, message, tmp_path / "bad", monkeypatch, capsys)

@@ -18,10 +18,10 @@ import torch
 from infoeval.input.settings import ModelSettings, TextSettings
 from infoeval.errors import DataError, UsageError
 from infoeval.models import load_model
-from infoeval.mutual_info.estimator import (
+from infoeval.mutual_information.estimator import (
     blocks_per_length, check_blocks, check_max_positions, cut_blocks, estimate, parse_lengths, score_blocks, summarize,
 )  # fmt: skip
-from infoeval.mutual_info.pipeline import MISettings, check_settings, run_mutual_info
+from infoeval.mutual_information.pipeline import MISettings, check_settings, run_mutual_info
 from tiny_models import as_json, requires_smollm2
 
 NEG = -1e4  # a logit that makes a token's probability exp(−1e4) = 0 in float32

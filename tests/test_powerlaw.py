@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from infoeval.errors import DataError
-from infoeval.mutual_info.powerlaw import bootstrap_beta, fit_power_law, fit_with_ci
+from infoeval.mutual_information.powerlaw import bootstrap_beta, fit_power_law, fit_with_ci
 
 LENGTHS = [16, 32, 64, 128, 256, 512, 1024, 2048]
 

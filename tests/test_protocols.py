@@ -186,12 +186,12 @@ def test_gptq_protocol_against_brute_force(tiny_llama_dir, tiny_text, tmp_path):
 
 # ---- options ----------------------------------------------------------------------------------------------------
 def test_gptq_default_ctx_and_option_errors():
+    from infoeval.api.scoring import run_settings
     from infoeval.cli.options import RunOptions
 
     base = dict(text=None, dataset=None, data_dir=None, max_tokens="all", device="cpu", dtype="auto", device_map=None)
-    assert RunOptions(**base, protocol="gptq").settings("m")[2].ctx == 2048
-    assert RunOptions(**base, protocol="gptq", ctx=128).settings("m")[2].ctx == 128
-    assert RunOptions(**base, protocol="lm-eval").settings("m")[2].ctx == 512
+    window = lambda **kw: run_settings("m", **RunOptions(**base, **kw).keywords())[2]  # noqa: E731  (as the CLI passes them)
+    assert window(protocol="gptq").ctx == 2048 and window(protocol="gptq", ctx=128).ctx == 128 and window(protocol="lm-eval").ctx == 512
     with pytest.raises(UsageError, match="--stride"):
         WindowSettings(ctx=64, stride=32, protocol="lm-eval")
     with pytest.raises(UsageError, match="articles"):

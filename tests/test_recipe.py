@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from infoeval.errors import UsageError
-from infoeval.mix import export
+from infoeval.mixing import export
 from infoeval.quant import codes
 from infoeval.quant.apply import quantize_variant, recipe_variant
 from infoeval.quant.bits import average_bits, bits_per_weight, layer_bits, packed_bits

@@ -19,9 +19,9 @@ from infoeval.errors import UsageError
 from infoeval.input.prepare import Reporter, prepare
 from infoeval.quant.primitives import fake_quantize
 from infoeval.quant.schemes import parse_scheme
-from infoeval.sensitivity import sweep_prepared
-from infoeval.sensitivity.ranking import average_ranks, spearman
-from infoeval.sensitivity.units import enumerate_units, split_globs
+from infoeval.sensitivities import sweep_prepared
+from infoeval.sensitivities.ranking import average_ranks, spearman
+from infoeval.sensitivities.units import enumerate_units, split_globs
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.windows import window_inputs, window_targets
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from infoeval.input.prepare import Reporter, prepare
-from infoeval.sensitivity import sweep_prepared
-from infoeval.sensitivity.ranking import spearman
+from infoeval.sensitivities import sweep_prepared
+from infoeval.sensitivities.ranking import spearman
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.text import load_text
 from tiny_models import requires_smollm2

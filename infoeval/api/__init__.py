@@ -11,8 +11,12 @@
 Results are the commands' typed records (``CompareResult``, ``GateResult``, …; ``output/results.py``).
 """
 
+from infoeval.api.drafting import distill, spec_accept, spec_decode, temperature
 from infoeval.api.gates import gate, quantize, reference
+from infoeval.api.information import kl_fit, mutual_info
 from infoeval.api.results import load, summary_of
 from infoeval.api.scoring import compare, compress_bits
+from infoeval.api.units import mix, sensitivity
 
-__all__ = ["compare", "compress_bits", "reference", "gate", "quantize", "load", "summary_of"]
+__all__ = ["compare", "compress_bits", "reference", "gate", "quantize", "sensitivity", "mix", "spec_accept", "distill", "spec_decode",
+           "temperature", "mutual_info", "kl_fit", "load", "summary_of"]  # fmt: skip

@@ -17,9 +17,9 @@ def _classes() -> dict[str, type[Result]]:
     from infoeval.comparison.pipeline import CompareResult, CompressResult
     from infoeval.gating.pipeline import GateResult, ReferenceResult
     from infoeval.klfit.fit import KLFitResult
-    from infoeval.mix.result import MixResult
-    from infoeval.mutual_info.pipeline import MutualInfoResult
-    from infoeval.sensitivity.result import SensitivityResult
+    from infoeval.mixing.result import MixResult
+    from infoeval.mutual_information.pipeline import MutualInfoResult
+    from infoeval.sensitivities.result import SensitivityResult
     from infoeval.speculative.accept import AcceptResult
     from infoeval.speculative.distill import DistillResult
     from infoeval.speculative.generate import DecodeResult

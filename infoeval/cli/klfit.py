@@ -9,7 +9,6 @@ import typer
 
 from infoeval.cli.output import as_json
 from infoeval.cli.outputs import Outputs, output_options
-from infoeval.errors import UsageError
 
 TargetOpt = Annotated[str, typer.Option(help="Target p as bumps WEIGHT:CENTRE:WIDTH, comma-separated (normalized).")]
 SupportOpt = Annotated[int, typer.Option(help="Grid size N: x = 0 … N−1.")]
@@ -20,13 +19,6 @@ LrOpt = Annotated[float, typer.Option(help="Adam learning rate.")]
 Sigma0Opt = Annotated[float, typer.Option(help="Starting width σ₀.")]
 KLCsvOpt = Annotated[Optional[Path], typer.Option("--csv", help="Write one row per fit as CSV here.")]
 KLJsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Write the target, every fitted q and the settings as JSON here.")]
-
-
-def _starts(starts: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(v) for v in starts.split(",") if v.strip())
-    except ValueError:
-        raise UsageError(f"--starts '{starts}' is not a comma-separated list of numbers, e.g. 30,60") from None
 
 
 @output_options("plot", csv=KLCsvOpt, json=KLJsonOpt)
@@ -42,14 +34,11 @@ def kl_fit(
 ) -> None:
     """Fit one discretized Gaussian to a two-bump target by forward KL (mode covering) and by reverse KL
     (mode seeking), from each start; prints centre, width and KL of each fit."""
-    from infoeval.klfit.fit import KLFitSettings, kl_fit_result, parse_target
+    from infoeval.api.information import kl_fit as fit
     from infoeval.klfit.report import print_kl_fit
 
-    mu0 = _starts(starts)
-    dirs = tuple(d.strip() for d in directions.split(",") if d.strip())
-    s = KLFitSettings(parse_target(target), support, mu0, dirs, steps, lr, sigma0)
     outputs.check()
-    data = as_json(kl_fit_result(s))
+    data = as_json(fit(target, support=support, starts=starts, directions=directions, steps=steps, lr=lr, sigma0=sigma0))
 
     def draw(path):
         from infoeval.output.plots import plot_kl_fit

@@ -1,5 +1,5 @@
 """`infoeval mix`: the best scheme per unit for a bits budget, measured on held-out text. Options only; the work
-is in infoeval.mix."""
+is in infoeval.mixing."""
 
 from __future__ import annotations
 
@@ -43,20 +43,16 @@ def mix(
     own KLs from a sensitivity sweep) within a budget of stored bits per weight, solved exactly; then measure the
     mix and every uniform scheme on held-out text, and write the recipe, a llama.cpp --tensor-type file and a
     compressed-tensors config."""
-    from infoeval.comparison.report import positions_frame
-    from infoeval.mix.pipeline import MixSettings, mix as run_mix
-    from infoeval.mix.report import plot_mix, print_mix
+    from infoeval.api.units import mix as run_mix
+    from infoeval.mixing.report import plot_mix, print_mix
 
     model = pick_model(context, model_arg, model)
-    model_settings, text_settings, window_settings = run.settings(model)
-    mix_settings = MixSettings(schemes=schemes, budget=budget_bits, by=by, sensitivity=tuple(sensitivity or ()), sweep=sweep,
-                     sweep_tokens=sweep_tokens, block_cache=not no_block_cache)  # fmt: skip
     outputs.check()  # before the long run
-    result, cols, sweep_json = run_mix(model_settings, text_settings, window_settings, mix_settings, outputs.reporter())
+    result = run_mix(model, schemes=schemes, budget_bits=budget_bits, by=by, sensitivity=sensitivity or (), sweep=sweep, sweep_tokens=sweep_tokens,
+                     block_cache=not no_block_cache, progress=not outputs.quiet, **run.keywords())  # fmt: skip
     data = result.to_json()
-    outputs.emit(data, command="mix", model=model_settings.model, positions=lambda: positions_frame(cols.reference, cols.variants),
-                 draw=lambda path: plot_mix(data, path), tables=print_mix,
-                 extras=lambda paths: export_files(data, sweep_json, Path(next(iter(paths.values()))).parent, recipe_out))  # fmt: skip
+    outputs.emit(data, command="mix", model=model, positions=lambda: result.positions, draw=lambda path: plot_mix(data, path), tables=print_mix,
+                 extras=lambda paths: export_files(data, result.sweep, Path(next(iter(paths.values()))).parent, recipe_out))  # fmt: skip
 
 
 def export_files(data: dict, sweep_json: dict | None, folder: Path, recipe_out: Path | None) -> dict:

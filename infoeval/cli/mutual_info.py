@@ -10,7 +10,7 @@ import typer
 from infoeval.cli.options import MODEL_DEFAULT, ModelArg, ModelOpt, RunOptions, pick_model, run_options
 from infoeval.cli.output import as_json
 from infoeval.cli.outputs import Outputs, output_options
-from infoeval.mutual_info.estimator import DEFAULT_BATCH_TOKENS, DEFAULT_BLOCKS, DEFAULT_LENGTHS
+from infoeval.mutual_information.estimator import DEFAULT_BATCH_TOKENS, DEFAULT_BLOCKS, DEFAULT_LENGTHS
 
 MICsvOpt = Annotated[Optional[Path], typer.Option("--csv", help="Write the per-length summary CSV here.")]
 LengthsOpt = Annotated[str, typer.Option(help="Comma-separated block lengths L in tokens, each even (X = first L/2, Y = last L/2).")]
@@ -41,23 +41,24 @@ def mutual_info(
 ) -> None:
     """How much the first half of a block of L tokens tells the model about the second half, I(L) ≈ H(Y) −
     H(Y|X) in bits, for each length; and the power law I(L) ≈ A·L^β with a bootstrap CI for β (L²M)."""
-    from infoeval.mutual_info.estimator import parse_lengths
-    from infoeval.mutual_info.pipeline import MISettings, check_settings, run_mutual_info
-    from infoeval.mutual_info.report import mi_blocks_frame, print_mutual_info
+    from infoeval.api.information import mutual_info as run_mutual_info
+    from infoeval.mutual_information.estimator import parse_lengths
+    from infoeval.mutual_information.pipeline import MISettings
+    from infoeval.mutual_information.report import mi_blocks_frame, print_mutual_info
 
     model = pick_model(context, model_arg, model)
-    model_settings, text_settings = run.model_text(model)
-    s = MISettings(parse_lengths(lengths), blocks, batch_tokens, bootstrap, seed, prefix)
-    check_settings(s)
+    MISettings(parse_lengths(lengths), blocks, batch_tokens, bootstrap, seed, prefix)  # checked before the output options, as always
     outputs.check()  # before the long run
-    data = as_json(run_mutual_info(model_settings, text_settings, s, outputs.reporter()))
+    keywords = {k: v for k, v in run.keywords().items() if k in ("text", "dataset", "data_dir", "device", "dtype", "device_map")}
+    data = as_json(run_mutual_info(model, lengths=lengths, blocks=blocks, max_tokens=run.max_tokens, prefix=prefix, batch_tokens=batch_tokens,
+                                   bootstrap=bootstrap, seed=seed, progress=not outputs.quiet, **keywords))  # fmt: skip
 
     def draw(path):
         from infoeval.output.plots import plot_mutual_info
 
         plot_mutual_info(data, path)
 
-    outputs.emit(data, command="mutual-info", model=model_settings.model, positions=lambda: mi_blocks_frame(data), draw=draw, tables=print_mutual_info)
+    outputs.emit(data, command="mutual-info", model=model, positions=lambda: mi_blocks_frame(data), draw=draw, tables=print_mutual_info)
 
 
 def register(app: typer.Typer) -> None:

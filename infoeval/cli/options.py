@@ -3,7 +3,6 @@ argument or as --model, settings builders and output paths."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import typing
@@ -15,7 +14,7 @@ import typer
 
 from infoeval.errors import UsageError
 from infoeval.models import DEFAULT_MODEL
-from infoeval.input.settings import DEFAULT_CTX, ModelSettings, TextSettings, WindowSettings, default_ctx, max_tokens_of, read_toml  # noqa: F401  (read_toml: the commands' config and limits files)
+from infoeval.input.settings import DEFAULT_CTX, ModelSettings, max_tokens_of, read_toml  # noqa: F401  (read_toml: the commands' config and limits files)
 from infoeval.input.text import DATASETS
 
 # ---- defaults of the shared options (each command's signature uses these) ---------------------------------
@@ -136,13 +135,6 @@ class RunOptions:
     documents: str | None = None
     document_field: str = "text"
 
-    def model_text(self, model: str) -> tuple[ModelSettings, TextSettings]:
-        """The model and the text of a run (for commands without scoring windows, e.g. mutual-info)."""
-        return (
-            ModelSettings(model=model, device=self.device, dtype=self.dtype, device_map=self.device_map),
-            TextSettings(text=self.text, dataset=self.dataset, data_dir=self.data_dir, max_tokens=max_tokens_of(self.max_tokens)),
-        )
-
     def keywords(self, whole_text: bool = False) -> dict:
         """The API's text, window and device keywords (``infoeval.api.scoring.run_settings``); ``whole_text``: no
         --max-tokens budget (a run to a precision whose --max-tokens was not given reads the whole text)."""
@@ -150,13 +142,6 @@ class RunOptions:
                 "max_tokens": None if whole_text else max_tokens_of(self.max_tokens), "ctx": self.ctx, "stride": self.stride,
                 "protocol": self.protocol, "prefix": self.prefix, "documents": self.documents, "document_field": self.document_field,
                 "device": self.device, "dtype": self.dtype, "device_map": self.device_map}  # fmt: skip
-
-    def settings(self, model: str) -> tuple[ModelSettings, TextSettings, WindowSettings]:
-        """The model, the text and the scoring windows of a run."""
-        model_settings, text_settings = self.model_text(model)
-        text_settings = dataclasses.replace(text_settings, documents=self.documents, document_field=self.document_field)
-        ctx = self.ctx if self.ctx is not None else default_ctx(self.protocol)
-        return model_settings, text_settings, WindowSettings(ctx=ctx, stride=self.stride, protocol=self.protocol, prefix=self.prefix)
 
 
 def option(name: str, annotation, default) -> inspect.Parameter:

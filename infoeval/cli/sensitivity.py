@@ -37,29 +37,21 @@ def sensitivity(
     """Quantize each unit alone (one Linear layer, one decoder block, or one layer type) and measure it against
     the original on the same windows: mean KL ± SE, P99, top-1 agreement, Δ ln PPL ± SE, ranked; with the
     diagonal-Fisher proxy and how well it ranks the units (Spearman ρ)."""
-    from infoeval.quant.schemes import parse_schemes
-    from infoeval.sensitivity import sweep
-    from infoeval.sensitivity.report import print_sensitivity
-    from infoeval.sensitivity.units import KINDS, split_globs
+    from infoeval.api.units import sensitivity as run_sensitivity
+    from infoeval.sensitivities.report import print_sensitivity
 
-    from infoeval.errors import UsageError
-
-    if by not in KINDS:
-        raise UsageError(f"--by '{by}' is not allowed; use one of {', '.join(KINDS)}")
     model = pick_model(context, model_arg, model)
-    model_settings, text_settings, window_settings = run.settings(model)
-    schemes = parse_schemes(scheme)  # fail on a bad scheme before loading anything
     outputs.check()
-    result = sweep(model_settings, text_settings, window_settings, schemes, by=by, units=split_globs(units), block_cache=block_cache, proxy=proxy,
-                   seed=seed, reporter=outputs.reporter())  # fmt: skip
+    result = run_sensitivity(model, schemes=scheme, by=by, units=units, block_cache=block_cache, proxy=proxy, seed=seed, progress=not outputs.quiet,
+                             **run.keywords())  # fmt: skip
     data = result.to_json()
 
     def draw(path):
-        from infoeval.sensitivity.plot import plot_sensitivity
+        from infoeval.sensitivities.plot import plot_sensitivity
 
         plot_sensitivity(data, path)
 
-    outputs.emit(data, command="sensitivity", model=model_settings.model, draw=draw, tables=print_sensitivity)
+    outputs.emit(data, command="sensitivity", model=model, draw=draw, tables=print_sensitivity)
 
 
 def register(app) -> None:

@@ -14,9 +14,7 @@ from infoeval.cli.options import (
     DEVICE_DEFAULT, DTYPE_DEFAULT, MODEL_DEFAULT, TEMPERATURE_FLAGS, DeviceMapOpt, DeviceOpt, DtypeOpt, ModelOpt, pick_model, RunOptions,
     run_options,
 )  # fmt: skip
-from infoeval.cli.output import as_json
 from infoeval.cli.outputs import Outputs, output_options
-from infoeval.errors import UsageError
 from infoeval.models import DEFAULT_MODEL
 
 TargetArg = Annotated[Optional[str], typer.Argument(metavar="TARGET", help="The target (teacher) model; same as --model.", show_default=False)]
@@ -64,18 +62,17 @@ def spec_accept(
 ) -> None:
     """How well a draft q would draft for the target p: per-position acceptance β = Σ min(p, q), KL(p‖q), Pinsker,
     acceptance by target-entropy quartile, top-1 runs and expected tokens per target call, at each temperature."""
-    from infoeval.speculative.accept import parse_temperatures, plot_acceptance, positions_frame, spec_accept
-    from infoeval.speculative.drafts import DraftSettings
+    from infoeval.api.drafting import spec_accept
+    from infoeval.speculative.accept import plot_acceptance
     from infoeval.speculative.report import print_spec_accept
 
-    temps = parse_temperatures(temperature)
     outputs.check()
     model = pick_model(context, target, model, "the target")
-    model_settings, text_settings, window_settings = run.settings(model)
-    result, cols = spec_accept(model_settings, text_settings, window_settings, DraftSettings(draft, draft_scheme, draft_layers), temps, outputs.reporter())
-    data = as_json(result)
-    outputs.emit(data, command="spec-accept", model=model_settings.model, positions=lambda: positions_frame(cols),
-                 draw=lambda path: plot_acceptance(data, cols, path), tables=print_spec_accept)  # fmt: skip
+    result = spec_accept(model, draft=draft, draft_scheme=draft_scheme, draft_layers=draft_layers, temperature=temperature, progress=not outputs.quiet,
+                         **run.keywords())  # fmt: skip
+    data = result.to_json()
+    outputs.emit(data, command="spec-accept", model=model, positions=lambda: result.positions, draw=lambda path: plot_acceptance(data, result.columns, path),
+                 tables=print_spec_accept)  # fmt: skip
 
 
 @output_options("csv", "json", "folder", "quiet", positions=RoundsOpt)
@@ -100,16 +97,14 @@ def spec_decode(
 ) -> None:
     """Speculative sampling with KV caches (draft proposes γ tokens, the target verifies them in one pass) against
     plain sampling from the target: acceptance, tokens per target call, wall time and speed-up."""
-    from infoeval.input.settings import ModelSettings
-    from infoeval.speculative.drafts import DraftSettings
-    from infoeval.speculative.generate import rounds_frame, spec_decode
+    from infoeval.api.drafting import spec_decode
     from infoeval.speculative.report import print_spec_decode
 
-    model_settings = ModelSettings(model=pick_model(context, target, model, "the target"), device=device, dtype=dtype, device_map=device_map)
-    result, spec = spec_decode(model_settings, DraftSettings(draft, draft_scheme, draft_layers), prompt, gamma, max_new_tokens, temperature,
-                               seed, repeats, verify, outputs.reporter())  # fmt: skip
-    outputs.emit(result, command="spec-decode", model=model_settings.model, source="prompt", positions=lambda: rounds_frame(spec),
-                 tables=print_spec_decode)  # fmt: skip
+    model = pick_model(context, target, model, "the target")
+    result = spec_decode(model, draft=draft, draft_scheme=draft_scheme, draft_layers=draft_layers, prompt=prompt, gamma=gamma, max_new_tokens=max_new_tokens,
+                         temperature=temperature, seed=seed, repeats=repeats, verify=verify, device=device, dtype=dtype, device_map=device_map,
+                         progress=not outputs.quiet)  # fmt: skip
+    outputs.emit(result, command="spec-decode", model=model, source="prompt", positions=lambda: result.positions, tables=print_spec_decode)
 
 
 @output_options("csv", "json", "positions", "folder", "quiet")
@@ -128,37 +123,13 @@ def distill(
 ) -> None:
     """Distillation terms per temperature: hard CE, KL(p_T‖q_T), T²·KL and the total loss, the teacher's entropy and
     tail mass, and the norm of the soft gradient with and without the T² factor."""
-    from infoeval.speculative.accept import parse_temperatures
-    from infoeval.speculative.distill import distill, positions_frame
-    from infoeval.speculative.drafts import DraftSettings
+    from infoeval.api.drafting import distill
     from infoeval.speculative.report import print_distill
 
-    temps = parse_temperatures(temperature, "--T")
     model = pick_model(context, teacher, model, "the teacher")
-    model_settings, text_settings, window_settings = run.settings(model)
-    draft_settings = DraftSettings(student, student_scheme, student_layers, role="student")
-    result, cols = distill(model_settings, text_settings, window_settings, draft_settings, temps, alpha, outputs.reporter())
-    outputs.emit(result, command="distill", model=model_settings.model, positions=lambda: positions_frame(cols), tables=print_distill)
-
-
-def _temperature_result(temps, logits, labels, model, prompt, top, device, dtype):
-    """The temperature table for --logits (and --labels) or for a model's next token after --prompt."""
-    from infoeval.speculative.temperature import parse_logits, temperature_table
-
-    if (logits is None) == (model is None):
-        raise UsageError("give either --logits Z,Z,... (optionally --labels) or --model M --prompt TEXT")
-    if model is None:
-        if prompt is not None:
-            raise UsageError("--prompt goes with --model; with --logits there is no prompt")
-        return temperature_table(temps, logits=parse_logits(logits), labels=labels)
-    if prompt is None:
-        raise UsageError("--model needs --prompt TEXT (the next-token logits after it are shown)")
-    if labels is not None:
-        raise UsageError("--labels goes with --logits; with --model the tokens are the labels")
-    from infoeval.models import load_model, resolve_device, resolve_dtype
-
-    dev = resolve_device(device)
-    return temperature_table(temps, loaded=load_model(model, dev, resolve_dtype(dtype, dev)), prompt=prompt, top=top)
+    result = distill(model, student=student, student_scheme=student_scheme, student_layers=student_layers, temperature=temperature, alpha=alpha,
+                     progress=not outputs.quiet, **run.keywords())  # fmt: skip
+    outputs.emit(result, command="distill", model=model, positions=lambda: result.positions, tables=print_distill)
 
 
 @output_options("json", "folder", csv=TableCsvOpt)
@@ -175,11 +146,10 @@ def temperature(
 ) -> None:
     """The temperature slider as a table: softmax(z/T) per class, top probability, tail mass and entropy in bits,
     for --logits given by hand or a model's next-token logits (--model M --prompt TEXT)."""
-    from infoeval.speculative.accept import parse_temperatures
+    from infoeval.api.drafting import temperature as temperature_table
     from infoeval.speculative.report import print_temperature
 
-    temps = parse_temperatures(temperature, "--T")
-    result = _temperature_result(temps, logits, labels, model, prompt, top, device, dtype)
+    result = temperature_table(logits, labels=labels, model=model, prompt=prompt, top=top, temperature=temperature, device=device, dtype=dtype)
     outputs.emit(result, command="temperature", model=model or "logits", source="prompt" if model else "table", tables=print_temperature)
 
 

@@ -148,7 +148,7 @@ def build_draft(target: LoadedModel, draft_settings: DraftSettings, device: torc
         except ModelLoadError as e:
             raise ModelLoadError(f"--{draft_settings.role}: {e}") from None
         _check_same_tokenizer(target, other, draft_settings.role)
-        info = {"kind": "model", "spec": draft_settings.model, "model": other.info.to_json(), "n_parameters": other.info.n_parameters}
+        info = {"kind": "model", "spec": other.info.spec, "model": other.info.to_json(), "n_parameters": other.info.n_parameters}
         return Draft(other.model, None, info, other.tokenizer)
     if draft_settings.kind == "scheme":
         variant = quantize_variant(target.model, parse_scheme(draft_settings.scheme))

@@ -14,7 +14,7 @@ import numpy as np
 
 from infoeval.measure.metrics import METRICS, Metric
 from infoeval.output.results import Result
-from infoeval.sensitivity.report import summary_frame
+from infoeval.sensitivities.report import summary_frame
 from infoeval.measure.stats import mean_se, quantile
 
 UNIT_METRICS: dict[str, Metric] = {

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from infoeval.mix.problem import Problem
-from infoeval.mix.report import summary_frame
-from infoeval.mix.solve import Choice
+from infoeval.mixing.problem import Problem
+from infoeval.mixing.report import summary_frame
+from infoeval.mixing.solve import Choice
 from infoeval.output.results import Result
 
 
@@ -30,6 +30,16 @@ class MixResult(Result):
     sensitivity: dict
     FAMILY = "quantize-compare"
     SUMMARY = staticmethod(summary_frame)
+
+    @property
+    def sweep(self) -> dict | None:
+        """The sensitivity sweep's own result JSON where this run swept (reusable as ``sensitivity=``, written
+        beside the result as sensitivity.json), else None; not part of result.json."""
+        return self.__dict__.get("_sweep")
+
+    def with_sweep(self, sweep: dict | None) -> MixResult:
+        object.__setattr__(self, "_sweep", sweep)
+        return self
 
 
 def unit_rows(problem: Problem) -> list[dict]:

@@ -19,10 +19,10 @@ import torch
 from infoeval.comparison.pipeline import CompareColumns, run_lockstep
 from infoeval.errors import DataError, UsageError
 from infoeval.measure.metrics import reference_metrics, variant_metrics
-from infoeval.mix import export
-from infoeval.mix.problem import build_problem, load_sensitivity, parse_budget, parse_sweep, split_windows
-from infoeval.mix.result import MixResult, measured_row, solution_row, target_row, unit_rows
-from infoeval.mix.solve import as_budget, check_budgets, solve
+from infoeval.mixing import export
+from infoeval.mixing.problem import build_problem, load_sensitivity, parse_budget, parse_sweep, split_windows
+from infoeval.mixing.result import MixResult, measured_row, solution_row, target_row, unit_rows
+from infoeval.mixing.solve import as_budget, check_budgets, solve
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.quant.apply import decoder_prefix, plan_layers, quantize_plan, quantize_variant
 from infoeval.quant.recipe import Recipe, recipe_toml
@@ -74,7 +74,7 @@ def _linear_shapes(model) -> dict[str, tuple[int, ...]]:
 def _check_budgets_early(model, shapes, mix_settings: MixSettings, schemes, extra) -> None:
     """Before the sweep: every budget reachable with the units' cheapest schemes (the costs need only the
     layer shapes, not the KLs), so an impossible budget fails in seconds, not after minutes of sweeping."""
-    from infoeval.sensitivity.units import enumerate_units
+    from infoeval.sensitivities.units import enumerate_units
 
     rows = [{"unit": u.name, "kind": u.kind, "layers": list(u.layers), "scheme": s.name, "kl_mean": 0.0}
             for u in enumerate_units(model, mix_settings.by) for s in schemes]  # fmt: skip
@@ -98,7 +98,7 @@ def _span(windows) -> dict:
 
 def _sensitivity(p: Prepared, text_settings: TextSettings, mix_settings: MixSettings, schemes, reporter: Reporter) -> tuple[Prepared, list, dict, dict]:
     """(the measured part of ``p``, unit rows, the sweep's JSON or None, the held-out record)."""
-    from infoeval.sensitivity import sweep_prepared
+    from infoeval.sensitivities import sweep_prepared
 
     if mix_settings.sensitivity:
         rows, meta = load_sensitivity(mix_settings.sensitivity)

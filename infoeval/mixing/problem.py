@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from infoeval.errors import DataError, UsageError
-from infoeval.mix.solve import as_budget
+from infoeval.mixing.solve import as_budget
 from infoeval.quant.bits import layer_bits
 from infoeval.quant.schemes import Scheme, SchemeError, parse_scheme
 

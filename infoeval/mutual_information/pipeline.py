@@ -9,12 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from infoeval.errors import DataError, UsageError
-from infoeval.mutual_info.estimator import (
+from infoeval.mutual_information.estimator import (
     DEFAULT_BATCH_TOKENS, DEFAULT_BLOCKS, DEFAULT_LENGTHS, RULE, LengthSummary, blocks_per_length, check_blocks,
     check_max_positions, estimate, forwards_needed, parse_lengths,
 )
-from infoeval.mutual_info.powerlaw import fit_with_ci
-from infoeval.mutual_info.report import mi_summary_frame
+from infoeval.mutual_information.powerlaw import fit_with_ci
+from infoeval.mutual_information.report import mi_summary_frame
 from infoeval.input.prepare import Reporter, prepare, progress
 from infoeval.input.provenance import provenance
 from infoeval.output.results import Result

@@ -29,10 +29,10 @@ from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.quant import codes
 from infoeval.quant.apply import LayerReport, QuantizedVariant, WithVariant, decoder_prefix
 from infoeval.quant.schemes import Scheme, parse_schemes
-from infoeval.sensitivity import proxy as fisher
-from infoeval.sensitivity.ranking import spearman
-from infoeval.sensitivity.result import SensitivityResult, unit_metrics
-from infoeval.sensitivity.units import Unit, enumerate_units
+from infoeval.sensitivities import proxy as fisher
+from infoeval.sensitivities.ranking import spearman
+from infoeval.sensitivities.result import SensitivityResult, unit_metrics
+from infoeval.sensitivities.units import Unit, enumerate_units
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
 REFERENCE = "reference"
