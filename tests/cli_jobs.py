@@ -27,9 +27,11 @@ def declared_jobs(request: pytest.FixtureRequest) -> set[str]:
 
 class JobPool:
     def __init__(self, run: Callable[[str], object], names: Iterable[str], start: Iterable[str], workers: int = 3):
-        """``run(name)`` runs one job; ``names`` are all the jobs, ``start`` those to start now (in order)."""
+        """``run(name)`` runs one job; ``names`` are all the jobs, ``start`` those to start now (in order);
+        ``workers=0``: each job runs in the calling thread when a test first asks for it (in-process runs)."""
         self._run, self._names = run, list(names)
-        self._pool = ThreadPoolExecutor(max_workers=workers)
+        self._pool = ThreadPoolExecutor(max_workers=workers) if workers else None
+        start = start if workers else ()
         self._futures: dict[str, Future] = {}
         wanted = set(start)
         unknown = wanted - set(self._names)
@@ -41,7 +43,12 @@ class JobPool:
     def future(self, name: str) -> Future:
         if name not in self._futures:
             assert name in self._names, f"no job named {name!r}"
-            self._futures[name] = self._pool.submit(self._run, name)
+            if self._pool is None:
+                done: Future = Future()
+                done.set_result(self._run(name))
+                self._futures[name] = done
+            else:
+                self._futures[name] = self._pool.submit(self._run, name)
         return self._futures[name]
 
     def result(self, name: str):
@@ -57,7 +64,8 @@ class JobPool:
         return set(self._futures)
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 class LazyJob:

@@ -1,7 +1,7 @@
 """Every command run on fixed small settings, and the numbers it reports, for the golden comparison.
 
-``run_all(folder)`` builds the tiny models and a text inside ``folder``, runs each command the way a user does
-(``python -m infoeval ...`` in a subprocess) and returns ``{run name: JSON-like record}``. A record is the command's
+``run_all(folder)`` builds the tiny models and a text inside ``folder``, runs each command through the command
+line (``infoeval.cli.main``, in this process: ``cli_run.py``; the CLI calls the Python API) and returns ``{run name: JSON-like record}``. A record is the command's
 result JSON, plus digests of the files a command writes instead (reference file tensors, checkpoints) and the
 per-position CSV of one run. ``tests/golden/*.json`` holds the records saved before a refactor;
 ``test_golden.py`` compares a fresh run with them number by number (see ``compare``).
@@ -20,9 +20,7 @@ import hashlib
 import json
 import math
 import os
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -30,6 +28,7 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from cli_run import run_cli  # noqa: E402
 from machine import SHA256, fingerprint, within_rounding  # noqa: E402
 from tiny_models import build_tiny_llama, build_tiny_qwen3, tiny_text  # noqa: E402
 
@@ -72,8 +71,7 @@ def _sha(path: Path) -> str:
 
 def _run(args: list, cwd: Path) -> None:
     quiet = ["-q"] if args[0] not in ("kl-fit", "temperature", "quantize") else []
-    proc = subprocess.run([sys.executable, "-m", "infoeval", *map(str, args), *quiet], cwd=cwd, env=ENV,
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    proc = run_cli([*args, *quiet], cwd=cwd, env=ENV)
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"infoeval {' '.join(map(str, args))} exited {proc.returncode}: {proc.stderr[-2000:]}")
 
@@ -148,9 +146,8 @@ def run_all(folder: Path, real: bool = False, only: set[str] | None = None) -> d
     build_tiny_qwen3(folder / "qwen3", seed=0)
     (folder / "text.txt").write_text(tiny_text(), encoding="utf-8")
     runs = {k: v for k, v in plan(folder, real).items() if only is None or k in only}
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        for fut in [pool.submit(_run, args, folder) for args in runs.values()]:
-            fut.result()
+    for args in runs.values():
+        _run(args, folder)
     out: dict[str, dict] = {}
     for name, args in runs.items():
         if name == "reference-llama":

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_run import run_cli
 from tiny_models import requires_smollm2
 
 import infoeval
@@ -72,8 +73,30 @@ def test_messages_name_keywords_in_python_and_flags_on_the_command_line():
 
 @pytest.mark.slow
 @requires_smollm2
-def test_the_default_run_api_equals_cli(tmp_path):
-    """The default run (SmolLM2, 8,192 python-docs tokens, the three default schemes): every number equal."""
-    api = infoeval.compare()
-    cli = _cli(["quantize-compare"], tmp_path / "default.json")
-    assert _numbers(api.to_json()) == _numbers(cli)
+def test_the_default_run_api_equals_cli(tmp_path, monkeypatch):
+    """The default run (SmolLM2, 8,192 python-docs tokens, the three default schemes), run once: the command line
+    (in-process) hands the pipeline exactly the settings ``infoeval.compare()`` hands it, and writes the result the
+    pipeline returned, every number; so the function and the command give the same JSON."""
+    from infoeval.comparison import pipeline
+
+    real, calls = pipeline.quantize_compare, []
+
+    def spy(*args, **kwargs):
+        calls.append((args, kwargs))
+        if len(calls) > 1:  # the API's call: its settings are all this test needs
+            raise KeyboardInterrupt
+        out = real(*args, **kwargs)
+        calls.append(out)
+        return out
+
+    monkeypatch.setattr(pipeline, "quantize_compare", spy)
+    proc = run_cli(["quantize-compare", "--json", tmp_path / "default.json", "-q"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    with pytest.raises(KeyboardInterrupt):
+        infoeval.compare()
+    (cli_args, cli_kwargs), (result, _), (api_args, api_kwargs) = calls
+    drop = lambda args: args[:4] + args[5:]  # noqa: E731  (the progress reporter: two objects of one kind)
+    assert drop(cli_args) == drop(api_args) and cli_kwargs == api_kwargs and type(cli_args[4]) is type(api_args[4])
+    assert cli_args[0].model == "smollm2-135m" and cli_args[1].max_tokens == 8192 and cli_args[3].schemes == "int8-channel,int4-g128,int4-channel"
+    written = json.loads((tmp_path / "default.json").read_text(encoding="utf-8"))
+    assert _numbers(written) == _numbers(json.loads(json.dumps(result.to_json())))

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from cli_run import run_cli
 import torch
 
 from infoeval.errors import UsageError
@@ -200,24 +199,23 @@ def test_autoround_bits_are_its_checkpoints_tensors(variant_and_direct):
 def test_quantize_compare_takes_autoround_and_records_the_calibration(tmp_path, tiny_llama_dir, docs):
     text = tmp_path / "docs.txt"
     text.write_text(docs.text, encoding="utf-8")
-    base = [sys.executable, "-m", "infoeval", "quantize-compare", str(tiny_llama_dir), "--text", str(text), "--max-tokens", "512", "--ctx", "128",
+    base = ["quantize-compare", str(tiny_llama_dir), "--text", str(text), "--max-tokens", "512", "--ctx", "128",
             "--schemes", "autoround:int4-g32-iters2", "--calibration-samples", "4", "--calibration-seqlen", "32"]  # fmt: skip
-    run = subprocess.run([*base, "--json", str(tmp_path / "r.json"), "--quiet"], capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path)
+    run = run_cli([*base, "--json", str(tmp_path / "r.json"), "--quiet"], cwd=tmp_path)  # in this process (cli_run.py)
     assert run.returncode == 0, run.stderr[-2000:]
     data = json.loads((tmp_path / "r.json").read_text())
     cal = data["provenance"]["calibration"]
     assert cal["held_out"] and cal["sha256"] == docs.sha256 and (cal["samples"], cal["seqlen"], cal["seed"]) == (4, 32, 42)
     assert data["variants"][0]["quantization"]["calibration"] == cal and data["variants"][0]["quantization"]["scheme"]["library"] == "auto-round"
     (tmp_path / "more.txt").write_text("A preface.\n\n" + docs.text[:1200], encoding="utf-8")  # within the evaluated tokens
-    bad = subprocess.run([*base, "--calibration", str(tmp_path / "more.txt"), "--quiet"], capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path)
+    bad = run_cli([*base, "--calibration", str(tmp_path / "more.txt"), "--quiet"], cwd=tmp_path)
     assert bad.returncode == 2 and "repeat the evaluated tokens" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
-    ref = subprocess.run([sys.executable, "-m", "infoeval", "reference", str(tiny_llama_dir), "--text", str(text), "--max-tokens", "512", "--ctx", "128",
-                          "-o", str(tmp_path / "ref.safetensors"), "-q"], capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path)  # fmt: skip
+    ref = run_cli(["reference", str(tiny_llama_dir), "--text", str(text), "--max-tokens", "512", "--ctx", "128", "-o", str(tmp_path / "ref.safetensors"),
+                   "-q"], cwd=tmp_path)  # fmt: skip
     assert ref.returncode == 0, ref.stderr[-2000:]
-    gate = subprocess.run([sys.executable, "-m", "infoeval", "gate", "--reference", str(tmp_path / "ref.safetensors"), "--scheme", "autoround:int4-g32-iters2",
+    gate = run_cli(["gate", "--reference", str(tmp_path / "ref.safetensors"), "--scheme", "autoround:int4-g32-iters2",
                            "--calibration-samples", "4", "--calibration-seqlen", "32", "--max-kl-mean", "10", "--min-top1", "0", "--max-kl-p99", "100",
-                           "--max-ppl-ratio", "10", "--max-bpb-increase", "10", "--json", str(tmp_path / "g.json"), "-q"],
-                          capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path)  # fmt: skip
+                           "--max-ppl-ratio", "10", "--max-bpb-increase", "10", "--json", str(tmp_path / "g.json"), "-q"], cwd=tmp_path)  # fmt: skip
     assert gate.returncode == 0, gate.stderr[-2000:]
     g = json.loads((tmp_path / "g.json").read_text())
     assert g["candidate"]["quantization"]["calibration"]["tokens_sha256"] == cal["tokens_sha256"]  # the same held-out chunks

@@ -1,8 +1,7 @@
-"""The command line, run the way a user runs it: ``python -m infoeval ...`` in a subprocess, so that the real
-entry point (``infoeval.cli:main``, the error boundary that turns errors into one line and an exit code) is
-what is tested. The runs are started together in a small thread pool (each one is mostly Python start-up and
-imports) and every test waits for its own.
-"""
+"""The command line through its entry point, ``infoeval.cli.main`` (the error boundary that turns errors into one
+line and an exit code), run in this process (``cli_run.py``: what a subprocess would give, without importing torch
+again for each run; tests/test_cli_smoke.py runs each command in a subprocess). Each run starts when a test first
+asks for it."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import json
 import lzma
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +22,7 @@ import zstandard
 from safetensors.torch import load_file
 
 from cli_jobs import JobPool, declared_jobs
+from cli_run import run_cli
 from infoeval import __version__
 from infoeval.quant.primitives import fake_quantize
 from infoeval.quant.schemes import parse_scheme
@@ -38,11 +37,8 @@ ENV = {k: v for k, v in os.environ.items() if k not in ("INFOEVAL_DEBUG", "HF_HU
 TIMEOUT = 300
 
 
-def _infoeval(args, cwd: Path, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "infoeval", *map(str, args)],
-        cwd=cwd, env=env or ENV, capture_output=True, text=True, timeout=TIMEOUT,
-    )  # fmt: skip
+def _infoeval(args, cwd: Path, env=None):
+    return run_cli(args, cwd=cwd, env=env or ENV)
 
 
 def _strict_json(path: Path):
@@ -118,7 +114,7 @@ def cli_runs(request, tmp_path_factory, tiny_llama_dir, not_causal_dir, tiny_tex
             (cwd / "short.txt").write_text("Only a few words here.\n", encoding="utf-8")
     before = {name: _listing(cwd) for name, (_, cwd, _) in jobs.items()}
     declared = declared_jobs(request) & jobs.keys()  # error-cuda-absent has no job where CUDA is present (skipped)
-    pool = JobPool(lambda name: _infoeval(*jobs[name]), jobs, declared)
+    pool = JobPool(lambda name: _infoeval(*jobs[name]), jobs, declared, workers=0)
     yield {"text": text, "jobs": jobs, "before": before, "pool": pool}
     pool.shutdown()
 

@@ -4,11 +4,10 @@ and where outputs go (``results.output_paths``)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_run import run_cli
 
 from infoeval.comparison.report import compress_frame
 from infoeval.output.results import output_paths
@@ -16,9 +15,8 @@ from infoeval.output.results import output_paths
 ENV = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"}
 
 
-def _run(args, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "infoeval", *map(str, args)], cwd=cwd, env=ENV,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+def _run(args, cwd: Path):
+    return run_cli(args, cwd=cwd, env=ENV)
 
 
 @pytest.mark.parametrize(

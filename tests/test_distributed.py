@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run import run_cli
 from golden_runs import _reference_record, compare
 from tiny_models import requires_smollm2, tiny_text
 
@@ -21,9 +22,9 @@ for _k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "INFOEVAL_TEST_FAULT_RANK", "INFO
     ONE_THREAD.pop(_k, None)
 
 
-def _single(args: list, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "infoeval", *map(str, args)], cwd=cwd, env=ONE_THREAD,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+def _single(args: list, cwd: Path):
+    """The command as one process with one thread, run in this one (``cli_run.py``)."""
+    return run_cli(args, cwd=cwd, threads=1)
 
 
 def _ranks(args: list, cwd: Path, n: int = 2, script: list | None = None, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+from cli_run import run_cli
 import torch
 
 from tiny_models import as_json
@@ -125,7 +124,7 @@ def test_corrupt_truncated_and_foreign_files_fail_closed(ref_file, tmp_path):
 
 
 def _cli(args, cwd):
-    return subprocess.run([sys.executable, "-m", "infoeval", *map(str, args)], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300)
+    return run_cli(args, cwd=cwd, env=ENV)
 
 
 @pytest.mark.slow  # several command-line subprocesses

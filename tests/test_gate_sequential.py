@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+from cli_run import run_cli
 from tiny_models import as_json
 
 from infoeval.errors import UsageError
@@ -248,8 +249,10 @@ def test_table_renders(ref_file):
 
 # ---- the command line ----------------------------------------------------------------------------------------
 def _cli(args, cwd, env=ENV, launch=None):
-    return subprocess.run([*(launch or [sys.executable, "-m", "infoeval"]), *map(str, args)], cwd=cwd, env=env, check=False,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    """The command in this process (``cli_run.py``), or under ``launch`` (torchrun) in subprocesses."""
+    if launch is None:
+        return run_cli(args, cwd=cwd, env=env, threads=1 if env.get("OMP_NUM_THREADS") == "1" else None)
+    return subprocess.run([*launch, *map(str, args)], cwd=cwd, env=env, check=False, capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.slow  # command-line subprocesses

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from cli_run import run_cli
 
 import infoeval
 
@@ -112,8 +113,7 @@ def test_every_registered_metric_is_in_the_metrics_reference():
 # ---- result JSONs against the shipped schemas ------------------------------------------------------------
 def _run(args: list, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"} | {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "infoeval", *map(str, args), "-q"], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    return run_cli([*args, "-q"], cwd=cwd, env=env, threads=1)
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from cli_run import run_cli
 
 from infoeval.measure import llamacpp_stats as ls
 from infoeval.output.llamacpp_report import block_lines
@@ -209,8 +208,7 @@ def test_block_lines_follow_llama_cpp_labels_and_formats():
 # ---- the command line --------------------------------------------------------------------------------------
 def _run(args, cwd):
     env = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"} | {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "infoeval", *map(str, args), "-q"], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    return run_cli([*args, "-q"], cwd=cwd, env=env, threads=1)
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,9 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
-import subprocess
-import sys
 
 import pytest
+from cli_run import run_cli
 import torch
 
 from infoeval.errors import UsageError
@@ -22,7 +21,7 @@ needs_hqq = pytest.mark.skipif(not HAS_HQQ, reason="hqq is not installed (pip in
 
 
 def _cli(args, cwd):
-    return subprocess.run([sys.executable, "-m", "infoeval", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+    return run_cli(args, cwd=cwd)
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,11 @@ import io
 import json
 import re
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
+from cli_run import run_cli
 
 from infoeval.report.page import CSP
 
@@ -26,7 +25,7 @@ FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "-
 
 
 def _cli(args, cwd):
-    return subprocess.run([sys.executable, "-m", "infoeval", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+    return run_cli(args, cwd=cwd)
 
 
 @pytest.fixture(scope="module")

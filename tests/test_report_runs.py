@@ -9,12 +9,11 @@ from __future__ import annotations
 import copy
 import json
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
+from cli_run import run_cli
 
 from infoeval.errors import UsageError
 from infoeval.report.packed import unpack
@@ -23,7 +22,7 @@ from infoeval.report.table import check_comparable, comparison_rows, shared_key
 
 
 def _cli(args, cwd):
-    return subprocess.run([sys.executable, "-m", "infoeval", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+    return run_cli(args, cwd=cwd)
 
 
 def _payload(path) -> dict:

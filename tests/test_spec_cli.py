@@ -6,12 +6,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from cli_run import run_cli
 
 from cli_jobs import JobPool, declared_jobs
 from infoeval.speculative.accept import POSITION_COLUMNS, SUMMARY_COLUMNS
@@ -22,8 +22,8 @@ from infoeval.speculative.generate import SUMMARY_COLUMNS as DECODE_COLUMNS
 ENV = {k: v for k, v in os.environ.items() if k not in ("INFOEVAL_DEBUG",)} | {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
-def _infoeval(args, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "infoeval", *map(str, args)], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300)
+def _infoeval(args, cwd: Path):
+    return run_cli(args, cwd=cwd, env=ENV, threads=1)
 
 
 def _strict_json(path: Path):
@@ -92,7 +92,7 @@ def runs(request, tmp_path_factory, tiny_llama_dir, tiny_qwen3_dir, tiny_text):
     (root / "accept-config" / "cfg.toml").write_text(
         f'[spec-accept]\nmodel = "{m}"\ndraft-scheme = "int8-channel"\ntemperature = "0.5,1"\n', encoding="utf-8"
     )
-    pool = JobPool(lambda name: _infoeval(jobs[name], root / name), jobs, declared_jobs(request))
+    pool = JobPool(lambda name: _infoeval(jobs[name], root / name), jobs, declared_jobs(request), workers=0)
     yield {name: (pool.lazy(name), root / name) for name in jobs}
     pool.shutdown()
 

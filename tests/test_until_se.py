@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+from cli_run import run_cli
 from tiny_models import as_json
 
 from infoeval.comparison import pipeline
@@ -146,8 +147,7 @@ def test_compress_bits_until_se_watches_bits_per_byte(tiny_llama_dir, text_file)
 
 # ---- the command line ----------------------------------------------------------------------------------------
 def _cli(args, cwd):
-    return subprocess.run([sys.executable, "-m", "infoeval", *map(str, args)], cwd=cwd, env=ENV, check=False,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    return run_cli(args, cwd=cwd, env=ENV)
 
 
 @pytest.mark.slow  # command-line subprocesses

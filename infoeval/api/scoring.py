@@ -90,7 +90,7 @@ def compare(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str
     scheme_text = _scheme_text(schemes, recipes, variants)
     modules = module_variants(variants, {s.strip() for s in scheme_text.split(",")} | {Path(r).stem for r in recipes})
     variant_settings = VariantSettings(schemes=scheme_text, include=tuple(include), exclude=tuple(exclude), recipes=tuple(Path(r) for r in recipes),
-                                       calibration=calibration, floor=floor, floor_seed=floor_seed)  # fmt: skip
+                                       calibration=calibration or CalibrationSettings(), floor=floor, floor_seed=floor_seed)  # fmt: skip
     with evaluating(reference, *modules):
         result, cols = pipeline.quantize_compare(model_settings, text_settings, window_settings, variant_settings, _reporter(progress),
                                                  _until(until_se, run, order_seed), top_k, modules)  # fmt: skip
