@@ -53,6 +53,11 @@ def test_api_and_cli_give_the_same_json(tiny_llama_dir, tiny_text, tmp_path):
     ({"schemes": ("int9-channel",)}, "9 bits"),
     ({"contxt": 64}, "unknown keyword 'contxt'"),
     ({"until_se": -1.0}, "until_se -1.0 is not allowed"),
+    ({"ctx": "64"}, "ctx '64' is not allowed; give an integer or None"),
+    ({"device": 3}, "device 3 is not allowed; give a string"),
+    ({"schemes": 5}, "schemes 5 is not allowed; give a string or a sequence of strings or None"),
+    ({"top_k": True}, "top_k True is not allowed; give an integer"),
+    ({"variants": [1]}, "variants [1] is not allowed; give a dict or None"),
 ])  # fmt: skip
 def test_bad_keywords_are_one_line_usage_errors_before_loading(kw, fragment):
     with pytest.raises(UsageError) as e:

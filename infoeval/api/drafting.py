@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from infoeval.api.scoring import _checked, _reporter, run_settings
+from infoeval.api.checks import checked
 from infoeval.errors import keyword_errors
 from infoeval.input.settings import DEFAULT_MODEL, ModelSettings
 
@@ -40,6 +41,7 @@ def _models(model, tokenizer, run: dict):
 
 
 @keyword_errors
+@checked
 def spec_accept(model: str | object = DEFAULT_MODEL, *, tokenizer=None, draft: str | object | None = None, draft_tokenizer=None,
                 draft_scheme: str | None = None, draft_layers: int | None = None, temperature: str | float | Sequence[float] = "1",
                 progress: bool = False, **run):  # fmt: skip
@@ -58,6 +60,7 @@ def spec_accept(model: str | object = DEFAULT_MODEL, *, tokenizer=None, draft: s
 
 
 @keyword_errors
+@checked
 def distill(model: str | object = DEFAULT_MODEL, *, tokenizer=None, student: str | object | None = None, student_tokenizer=None,
             student_scheme: str | None = None, student_layers: int | None = None, temperature: str | float | Sequence[float] = "1,2,4,8",
             alpha: float = 0.1, progress: bool = False, **run):  # fmt: skip
@@ -77,6 +80,7 @@ def distill(model: str | object = DEFAULT_MODEL, *, tokenizer=None, student: str
 
 
 @keyword_errors
+@checked
 def spec_decode(model: str | object = DEFAULT_MODEL, *, tokenizer=None, draft: str | object | None = None, draft_tokenizer=None,
                 draft_scheme: str | None = None, draft_layers: int | None = None, prompt: str = "Once upon a time", gamma: int = 4,
                 max_new_tokens: int = 64, temperature: float = 1.0, seed: int = 0, repeats: int = 1, verify: int = 0, device: str = "auto",
@@ -96,6 +100,7 @@ def spec_decode(model: str | object = DEFAULT_MODEL, *, tokenizer=None, draft: s
 
 
 @keyword_errors
+@checked
 def temperature(logits: str | Sequence[float] | None = None, *, labels: str | Sequence[str] | None = None, model: str | None = None,
                 prompt: str | None = None, top: int = 8, temperature: str | float | Sequence[float] = "0.25,0.5,1,2,4", device: str = "auto",
                 dtype: str = "auto"):  # fmt: skip

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from infoeval.api.scoring import _checked, _reporter, run_settings
+from infoeval.api.checks import checked
 from infoeval.errors import UsageError, keyword_errors
 from infoeval.input.settings import DEFAULT_MODEL, CalibrationSettings, ModelSettings
 
@@ -20,6 +21,7 @@ LIMITS = ("max_kl_mean", "max_kl_p99", "min_top1", "max_ppl_ratio", "max_bpb_inc
 
 
 @keyword_errors
+@checked
 def reference(model: str | object = DEFAULT_MODEL, *, tokenizer=None, out: str | Path = "reference.safetensors", top_k: int = 64,
               tail_samples: int = 128, seed: int = 0, progress: bool = False, **run):  # fmt: skip
     """reference: one pass of the reference model writes the compact reference file ``out`` that ``gate`` reads
@@ -47,6 +49,7 @@ def _sequential(sequential: bool, options: dict):
 
 
 @keyword_errors
+@checked
 def gate(candidate: str | object | None = None, *, tokenizer=None, reference: str | Path = "reference.safetensors", scheme: str | None = None,
          recipe: str | Path | None = None, limits: str | Path | None = None, confidence: float = 0.95, point: bool = False,
          baseline: str | Path | None = None, baseline_tolerance: float = 0.05, sequential: bool = False, top_k: int = 0, floor: str = "sampled",
@@ -84,6 +87,7 @@ def gate(candidate: str | object | None = None, *, tokenizer=None, reference: st
 
 
 @keyword_errors
+@checked
 def quantize(model: str = DEFAULT_MODEL, *, out: str | Path = "quantized", scheme: str | None = None, recipe: str | Path | None = None,
              include=(), exclude=(), force: bool = False, format: str = "fake", device: str = "auto", dtype: str = "auto") -> dict:  # fmt: skip
     """quantize: write a fake-quantized (or, ``format="pack-quantized"``, int4-packed) checkpoint that transformers

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from infoeval.api.checks import checked
 from infoeval.errors import UsageError, keyword_errors
 from infoeval.input.settings import DEFAULT_MODEL, ModelSettings, TextSettings, max_tokens_of
 from infoeval.mutual_information.estimator import DEFAULT_BATCH_TOKENS, DEFAULT_BLOCKS, DEFAULT_LENGTHS
@@ -24,6 +25,7 @@ def _joined(value) -> str:
 
 
 @keyword_errors
+@checked
 def mutual_info(model: str | object = DEFAULT_MODEL, *, tokenizer=None, lengths: str | Sequence[int] = DEFAULT_LENGTHS, blocks: int = DEFAULT_BLOCKS,
                 max_tokens: int | str | None = None, prefix: str = "auto", batch_tokens: int = DEFAULT_BATCH_TOKENS, bootstrap: int = 1000,
                 seed: int = 0, progress: bool = False, **run):  # fmt: skip
@@ -49,6 +51,7 @@ def mutual_info(model: str | object = DEFAULT_MODEL, *, tokenizer=None, lengths:
 
 
 @keyword_errors
+@checked
 def kl_fit(target: str = "0.6:25:5,0.4:70:5", *, support: int = 100, starts: str | Sequence[float] = (30, 60),
            directions: str | Sequence[str] = ("forward", "reverse"), steps: int = 2000, lr: float = 0.5, sigma0: float = 10.0):  # fmt: skip
     """kl-fit: one discretized Gaussian fitted to a mixture ``target`` (WEIGHT:CENTRE:WIDTH bumps) by forward KL (mode

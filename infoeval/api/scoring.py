@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from infoeval.api.checks import checked
 from infoeval.errors import UsageError, keyword_errors
 from infoeval.input.settings import (
     DEFAULT_MODEL, CalibrationSettings, ModelSettings, TextSettings, VariantSettings, WindowSettings, default_ctx, max_tokens_of,
@@ -71,6 +72,7 @@ def _scheme_text(schemes, recipes, variants) -> str:
 
 
 @keyword_errors
+@checked
 def compare(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str | Sequence[str] | None = None, variants: dict | None = None,
             include: Sequence[str] = (), exclude: Sequence[str] = (), recipes: Sequence[str | Path] = (), floor: str = "sampled", floor_seed: int = 0,
             calibration: CalibrationSettings | None = None, until_se: float | None = None, order_seed: int = 0, top_k: int = 0, progress: bool = False,
@@ -99,6 +101,7 @@ def compare(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str
 
 
 @keyword_errors
+@checked
 def compress_bits(model: str | object = DEFAULT_MODEL, *, tokenizer=None, verify_coding: bool = False, until_se: float | None = None,
                   order_seed: int = 0, top_k: int = 0, progress: bool = False, **run):  # fmt: skip
     """compress-bits: the model's code length for the text beside gzip, bz2, xz and zstd on the same bytes (and with

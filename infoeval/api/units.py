@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from infoeval.api.scoring import _checked, _reporter, run_settings
+from infoeval.api.checks import checked
 from infoeval.errors import UsageError, keyword_errors
 from infoeval.input.settings import DEFAULT_MODEL
 
@@ -34,6 +35,7 @@ def _prepared(model, tokenizer, run: dict):
 
 
 @keyword_errors
+@checked
 def sensitivity(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str | Sequence[str] = "int4-g128", by: str = "type",
                 units: Sequence[str] | None = None, block_cache: bool = True, proxy: bool = True, seed: int = 0,
                 max_tokens: int | str | None = SENSITIVITY_MAX_TOKENS, progress: bool = False, **run):  # fmt: skip
@@ -55,6 +57,7 @@ def sensitivity(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes:
 
 
 @keyword_errors
+@checked
 def mix(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str | Sequence[str] = MIX_SCHEMES, budget_bits: str | float = "int4-g128",
         by: str = "type", sensitivity: Sequence[str | Path] = (), sweep: str | None = None, sweep_tokens: int = 2048, block_cache: bool = True,
         progress: bool = False, **run):  # fmt: skip

@@ -6,12 +6,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from infoeval.cli.options import (
-    MODEL_DEFAULT, ExcludeOpt, IncludeOpt, calibration_options, FloorOpt, FloorSeedOpt, ModelArg, ModelOpt, RecipeOpt,
-    SchemesOpt, pick_model, RunOptions, run_options,
-)  # fmt: skip
+from infoeval.cli.options import ExcludeOpt, FloorOpt, FloorSeedOpt, IncludeOpt, RecipeOpt, RunOptions, SchemesOpt
 from infoeval.cli.output import HtmlOpt, TopKOpt, page_extras
-from infoeval.cli.outputs import RUN_OUTPUTS, Outputs, output_options
+from infoeval.cli.outputs import RUN_OUTPUTS, Outputs, scoring_options
 from infoeval.quant.schemes import DEFAULT_SCHEMES
 
 TABLES = ("default", "llama.cpp")
@@ -53,13 +50,10 @@ def until_settings(context: typer.Context, until_se: float | None, order_seed: i
 VerifyCodingOpt = Annotated[bool, typer.Option("--verify-coding", help="Also compress the scored bytes with the model and a range coder, decompress them, and report the real file's size (an 'arithmetic-coded' row).")]
 
 
-@output_options(*RUN_OUTPUTS)
-@run_options(windows=True)
-@calibration_options
+@scoring_options(*RUN_OUTPUTS, calibration=True)
 def quantize_compare(
     context: typer.Context,
-    model_arg: ModelArg = None,
-    model: ModelOpt = MODEL_DEFAULT,
+    model: str = None,  # MODEL or --model (see model_options)
     schemes: SchemesOpt = DEFAULT_SCHEMES,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
@@ -81,7 +75,6 @@ def quantize_compare(
     from infoeval.comparison.report import print_quantize_compare, print_quantize_compare_llamacpp
     from infoeval.input.settings import check_floor
 
-    model = pick_model(context, model_arg, model)
     if recipe and getattr(context.get_parameter_source("schemes"), "name", "") == "DEFAULT":
         schemes = ""  # --recipe alone: only the recipes' variants
     check_floor(floor)
@@ -108,12 +101,10 @@ def _emit_run(result, command: str, model: str, tables, html, outputs: Outputs) 
                  extras=lambda paths: page_extras(data, frame, cols.vocab, paths, html, f"{command}: {model}"))  # fmt: skip
 
 
-@output_options(*RUN_OUTPUTS)
-@run_options(windows=True)
+@scoring_options(*RUN_OUTPUTS)
 def compress_bits(
     context: typer.Context,
-    model_arg: ModelArg = None,
-    model: ModelOpt = MODEL_DEFAULT,
+    model: str = None,  # MODEL or --model (see model_options)
     verify_coding: VerifyCodingOpt = False,
     until_se: UntilSeOpt = None,
     order_seed: OrderSeedOpt = 0,
@@ -127,7 +118,6 @@ def compress_bits(
     from infoeval.api.scoring import compress_bits as run_compress_bits
     from infoeval.comparison.report import print_compress_bits
 
-    model = pick_model(context, model_arg, model)
     outputs.check()  # before the long run
     whole = until_settings(context, until_se, order_seed, run)
     result = run_compress_bits(model, verify_coding=verify_coding, until_se=until_se, order_seed=order_seed, top_k=topk or (5 if html else 0),

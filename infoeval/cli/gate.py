@@ -8,12 +8,12 @@ from typing import Annotated, Optional
 import typer
 
 from infoeval.cli.options import (
-    DEVICE_DEFAULT, DTYPE_DEFAULT, MODEL_DEFAULT, DeviceMapOpt, DeviceOpt, DtypeOpt, ExcludeOpt, IncludeOpt, ModelArg, ModelOpt, pick_model,
-    run_options, typed, calibration_options, RunOptions, FloorOpt, FloorSeedOpt,
+    DEVICE_DEFAULT, DTYPE_DEFAULT, DeviceMapOpt, DeviceOpt, DtypeOpt, ExcludeOpt, IncludeOpt, model_options,
+    typed, calibration_options, RunOptions, FloorOpt, FloorSeedOpt,
 )  # fmt: skip
 from infoeval.cli.compare import TableOpt, check_table
 from infoeval.cli.output import HtmlOpt, as_json, page_extras
-from infoeval.cli.outputs import Outputs, output_options
+from infoeval.cli.outputs import Outputs, output_options, scoring_options
 from infoeval.errors import UsageError
 
 CandidateArg = Annotated[
@@ -57,12 +57,9 @@ FormatOpt = Annotated[
 ]
 
 
-@output_options("quiet")
-@run_options(windows=True)
+@scoring_options("quiet")
 def reference(
-    context: typer.Context,
-    model_arg: ModelArg = None,
-    model: ModelOpt = MODEL_DEFAULT,
+    model: str = None,  # MODEL or --model (see model_options)
     out: OutRefOpt = Path("reference.safetensors"),
     top_k: TopKOpt = 64,
     tail_samples: TailSamplesOpt = 128,
@@ -75,7 +72,6 @@ def reference(
     from infoeval.api.gates import reference as build_reference
     from infoeval.gating.report import reference_summary_table
 
-    model = pick_model(context, model_arg, model)
     info = as_json(build_reference(model, out=out, top_k=top_k, tail_samples=tail_samples, seed=seed, progress=not outputs.quiet,
                                    **run.keywords()))  # fmt: skip
     outputs.emit(info, command="reference", model=model, source="", tables=lambda console, data: console.print(reference_summary_table(data)),
@@ -94,10 +90,10 @@ def _no_sequential_options(context: typer.Context) -> None:
 
 @output_options("csv", "json", "positions", "folder", "quiet")
 @calibration_options
+@model_options(CandidateArg, CandidateOpt, None, "the candidate")
 def gate(
     context: typer.Context,
-    candidate: CandidateArg = None,
-    model: CandidateOpt = None,
+    model: str | None = None,  # CANDIDATE or --model (see model_options)
     reference: ReferenceOpt = Path("reference.safetensors"),
     scheme: GateSchemeOpt = None,
     recipe: OneRecipeOpt = None,
@@ -134,7 +130,7 @@ def gate(
     from infoeval.api.gates import gate as run_gate
     from infoeval.errors import EXIT_GATE_FAILED
 
-    candidate = pick_model(context, candidate, model, "the candidate")
+    candidate = model
     limit_values = {"max_kl_mean": max_kl_mean, "max_kl_p99": max_kl_p99, "min_top1": min_top1, "max_ppl_ratio": max_ppl_ratio, "max_bpb_increase": max_bpb_increase}
     llama = check_table(table) == "llama.cpp"
     if not sequential:
@@ -168,10 +164,10 @@ def _emit_gate(result, outputs: Outputs, suffix: str | None, extra_paths: dict, 
 
 
 @output_options()
+@model_options()
 def quantize(
     context: typer.Context,
-    model_arg: ModelArg = None,
-    model: ModelOpt = MODEL_DEFAULT,
+    model: str = None,  # MODEL or --model (see model_options)
     scheme: QuantSchemeOpt = "int8-channel",
     recipe: OneRecipeOpt = None,
     out: OutCheckpointOpt = Path("quantized"),
@@ -188,7 +184,7 @@ def quantize(
     from infoeval.output.report import stdout_console
 
     typed_scheme = getattr(context.get_parameter_source("scheme"), "name", "") != "DEFAULT"
-    info = write_checkpoint(pick_model(context, model_arg, model), out=out, scheme=scheme if typed_scheme or recipe is None else None, recipe=recipe,
+    info = write_checkpoint(model, out=out, scheme=scheme if typed_scheme or recipe is None else None, recipe=recipe,
                             include=include or (), exclude=exclude or (), force=force, format=format, device=device, dtype=dtype)  # fmt: skip
     stdout_console().print(
         f"wrote {info['out']} ({info['format']}): {info['scheme']}, {info['layers_quantized']} layers quantized, {info['layers_skipped']} "

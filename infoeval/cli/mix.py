@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from infoeval.cli.options import MODEL_DEFAULT, ModelArg, ModelOpt, RunOptions, pick_model, run_options
-from infoeval.cli.outputs import RUN_OUTPUTS, Outputs, output_options
+from infoeval.cli.options import RunOptions
+from infoeval.cli.outputs import RUN_OUTPUTS, Outputs, scoring_options
 
 MixSchemesOpt = Annotated[str, typer.Option("--schemes", help="Schemes each unit may take, comma-separated.")]
 BudgetOpt = Annotated[str, typer.Option("--budget-bits", help="Most stored bits per quantized weight (codes + fp16 scales), or a scheme of --schemes: its exact bits on this model.")]
@@ -22,12 +22,9 @@ NoBlockCacheOpt = Annotated[bool, typer.Option("--no-block-cache", help="Sweep e
 RecipeOutOpt = Annotated[Optional[Path], typer.Option("--recipe-out", help="Write the recipe TOML here (default: recipe.toml beside the result JSON).")]
 
 
-@output_options(*RUN_OUTPUTS)
-@run_options(windows=True)
+@scoring_options(*RUN_OUTPUTS)
 def mix(
-    context: typer.Context,
-    model_arg: ModelArg = None,
-    model: ModelOpt = MODEL_DEFAULT,
+    model: str = None,  # MODEL or --model (see model_options)
     schemes: MixSchemesOpt = "int3-g128-asym,int4-g128,int4-g128-asym,int5-g128-asym,int8-channel",
     budget_bits: BudgetOpt = "int4-g128",
     by: ByOpt = "type",
@@ -46,7 +43,6 @@ def mix(
     from infoeval.api.units import mix as run_mix
     from infoeval.mixing.report import plot_mix, print_mix
 
-    model = pick_model(context, model_arg, model)
     outputs.check()  # before the long run
     result = run_mix(model, schemes=schemes, budget_bits=budget_bits, by=by, sensitivity=sensitivity or (), sweep=sweep, sweep_tokens=sweep_tokens,
                      block_cache=not no_block_cache, progress=not outputs.quiet, **run.keywords())  # fmt: skip

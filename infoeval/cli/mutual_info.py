@@ -7,9 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from infoeval.cli.options import MODEL_DEFAULT, ModelArg, ModelOpt, RunOptions, pick_model, run_options
+from infoeval.cli.options import RunOptions
 from infoeval.cli.output import as_json
-from infoeval.cli.outputs import Outputs, output_options
+from infoeval.cli.outputs import Outputs, scoring_options
 from infoeval.mutual_information.estimator import DEFAULT_BATCH_TOKENS, DEFAULT_BLOCKS, DEFAULT_LENGTHS
 
 MICsvOpt = Annotated[Optional[Path], typer.Option("--csv", help="Write the per-length summary CSV here.")]
@@ -23,12 +23,9 @@ MIMaxTokensOpt = Annotated[str, typer.Option(help="Use at most this many text to
 MIBlocksCsvOpt = Annotated[Optional[Path], typer.Option("--positions", help="Write every block (positions, byte offsets, bits) as CSV here.")]
 
 
-@output_options("json", "plot", "folder", "quiet", csv=MICsvOpt, positions=MIBlocksCsvOpt)
-@run_options(windows=False)
+@scoring_options("json", "plot", "folder", "quiet", windows=False, csv=MICsvOpt, positions=MIBlocksCsvOpt)
 def mutual_info(
-    context: typer.Context,
-    model_arg: ModelArg = None,
-    model: ModelOpt = MODEL_DEFAULT,
+    model: str = None,  # MODEL or --model (see model_options)
     lengths: LengthsOpt = DEFAULT_LENGTHS,
     blocks: BlocksOpt = DEFAULT_BLOCKS,
     max_tokens: MIMaxTokensOpt = "all",
@@ -46,7 +43,6 @@ def mutual_info(
     from infoeval.mutual_information.pipeline import MISettings
     from infoeval.mutual_information.report import mi_blocks_frame, print_mutual_info
 
-    model = pick_model(context, model_arg, model)
     MISettings(parse_lengths(lengths), blocks, batch_tokens, bootstrap, seed, prefix)  # checked before the output options, as always
     outputs.check()  # before the long run
     keywords = {k: v for k, v in run.keywords().items() if k in ("text", "dataset", "data_dir", "device", "dtype", "device_map")}

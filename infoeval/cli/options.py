@@ -149,10 +149,11 @@ def option(name: str, annotation, default) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
 
 
-def extend(command, argument: str, extra: list[inspect.Parameter], build):
-    """``command`` with the options ``extra`` added after its own (in its --help and --config like its own), which
-    reach it as one argument named ``argument``: ``build(values)`` of every option's value. An option the command
-    declares itself (its own default or help) stays its own and is in ``values`` as well."""
+def extend(command, argument: str, extra: list[inspect.Parameter], build, first: bool = False):
+    """``command`` with the options ``extra`` added after its own (``first``: before them), in its --help and
+    --config like its own, which reach it as one argument named ``argument``: ``build(values)`` of every option's
+    value. An option the command declares itself (its own default or help) stays its own and is in ``values`` as
+    well. Typer passes every option by name, so all are keyword-only."""
     hints = typing.get_type_hints(command, include_extras=True)
     own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in inspect.signature(command).parameters.values()
            if p.name != argument]  # fmt: skip
@@ -162,7 +163,8 @@ def extend(command, argument: str, extra: list[inspect.Parameter], build):
     def wrapper(*args, **kwargs):
         return command(*args, **{argument: build(kwargs)}, **{k: v for k, v in kwargs.items() if k in declared})
 
-    params = own + [p for p in extra if p.name not in declared]
+    added = [p for p in extra if p.name not in declared]
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in (added + own if first else own + added)]
     wrapper.__signature__ = inspect.Signature(params)
     wrapper.__annotations__ = {p.name: p.annotation for p in params}
     del wrapper.__wrapped__
@@ -196,6 +198,14 @@ def calibration_options(command):
     from infoeval.input.settings import CalibrationSettings
 
     return extend(command, "calibration_settings", _CALIBRATION, lambda values: CalibrationSettings(*(values[p.name] for p in _CALIBRATION)))
+
+
+def model_options(argument=ModelArg, flag=ModelOpt, default: str | None = MODEL_DEFAULT, what: str = "the model"):
+    """Give a command its model as the positional ``argument`` (MODEL, TARGET, ...) or as ``flag`` (--model/-m),
+    defined once here, first in its --help; they reach it as one ``model`` argument, the one given (both typed with
+    different values is a usage error naming ``what``)."""
+    params = [option("context", typer.Context, None), option(MODEL_ARG, argument, None), option("model", flag, default)]
+    return lambda command: extend(command, "model", params, lambda v: pick_model(v["context"], v[MODEL_ARG], v["model"], what), first=True)
 
 
 # ---- where outputs go ------------------------------------------------------------------------------------

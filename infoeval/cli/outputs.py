@@ -89,3 +89,18 @@ def output_options(*names: str, **own):
         return Outputs(**given, kinds=kinds, folder="folder" in wanted)
 
     return lambda command: extend(command, "outputs", params, build)
+
+
+def scoring_options(*outputs: str, windows: bool = True, calibration: bool = False, argument=None, what: str = "the model", **own):
+    """The options of a command that scores a text with a model, each family defined once: the model as MODEL or
+    --model (``model_options``; ``argument``: another positional, e.g. TARGET), the calibration options with
+    ``calibration``, the text (``windows``: and window) and device options (``run_options``) and the output options
+    ``outputs`` (``output_options``; ``own``: those with their own help)."""
+    from infoeval.cli.options import ModelArg, calibration_options, model_options, run_options
+
+    def decorate(command):
+        command = model_options(argument or ModelArg, what=what)(command)
+        command = calibration_options(command) if calibration else command
+        return output_options(*outputs, **own)(run_options(windows)(command))
+
+    return decorate

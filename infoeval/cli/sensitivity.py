@@ -6,8 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from infoeval.cli.options import MODEL_DEFAULT, MaxTokensOpt, ModelArg, ModelOpt, RunOptions, pick_model, run_options
-from infoeval.cli.outputs import Outputs, output_options
+from infoeval.cli.options import MaxTokensOpt, RunOptions
+from infoeval.cli.outputs import Outputs, scoring_options
 
 SchemeOpt = Annotated[str, typer.Option("--scheme", "--schemes", help="Scheme(s) each unit is quantized with, comma-separated: int<bits>-channel | int<bits>-g<N> [-asym].")]
 ByOpt = Annotated[str, typer.Option(help="Units: linear (one Linear layer), block (one decoder block), type (one layer type in every block, e.g. mlp.down_proj).")]
@@ -18,12 +18,9 @@ SeedOpt = Annotated[int, typer.Option(help="Seed of the tokens the proxy draws f
 SENSITIVITY_MAX_TOKENS = "2048"
 
 
-@output_options("csv", "json", "plot", "folder", "quiet")
-@run_options(windows=True)
+@scoring_options("csv", "json", "plot", "folder", "quiet")
 def sensitivity(
-    context: typer.Context,
-    model_arg: ModelArg = None,
-    model: ModelOpt = MODEL_DEFAULT,
+    model: str = None,  # MODEL or --model (see model_options)
     scheme: SchemeOpt = "int4-g128",
     by: ByOpt = "type",
     units: UnitsOpt = None,
@@ -40,7 +37,6 @@ def sensitivity(
     from infoeval.api.units import sensitivity as run_sensitivity
     from infoeval.sensitivities.report import print_sensitivity
 
-    model = pick_model(context, model_arg, model)
     outputs.check()
     result = run_sensitivity(model, schemes=scheme, by=by, units=units, block_cache=block_cache, proxy=proxy, seed=seed, progress=not outputs.quiet,
                              **run.keywords())  # fmt: skip

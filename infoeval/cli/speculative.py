@@ -11,20 +11,27 @@ from typing import Annotated, Optional
 import typer
 
 from infoeval.cli.options import (
-    DEVICE_DEFAULT, DTYPE_DEFAULT, MODEL_DEFAULT, TEMPERATURE_FLAGS, DeviceMapOpt, DeviceOpt, DtypeOpt, ModelOpt, pick_model, RunOptions,
-    run_options,
+    DEVICE_DEFAULT, DTYPE_DEFAULT, TEMPERATURE_FLAGS, DeviceMapOpt, DeviceOpt, DtypeOpt, RunOptions, extend, model_options, option,
 )  # fmt: skip
-from infoeval.cli.outputs import Outputs, output_options
+from infoeval.cli.outputs import Outputs, output_options, scoring_options
 from infoeval.models import DEFAULT_MODEL
 
 TargetArg = Annotated[Optional[str], typer.Argument(metavar="TARGET", help="The target (teacher) model; same as --model.", show_default=False)]
 TeacherArg = Annotated[Optional[str], typer.Argument(metavar="TEACHER", help="The teacher model; same as --model.", show_default=False)]
-DraftOpt = Annotated[Optional[str], typer.Option(help="Draft: another model with the same tokenizer (folder, .gguf, hub id).")]
-DraftSchemeOpt = Annotated[Optional[str], typer.Option(help="Draft: the target fake-quantized with this scheme, e.g. int4-channel.")]
-DraftLayersOpt = Annotated[Optional[int], typer.Option(help="Draft: the target's first N decoder layers + its final norm and head.")]
-StudentOpt = Annotated[Optional[str], typer.Option(help="Student: another model with the same tokenizer.")]
-StudentSchemeOpt = Annotated[Optional[str], typer.Option(help="Student: the teacher fake-quantized with this scheme, e.g. int4-g128.")]
-StudentLayersOpt = Annotated[Optional[int], typer.Option(help="Student: the teacher's first N decoder layers + its final norm and head.")]
+SECOND = {"draft": ("target", "int4-channel"), "student": ("teacher", "int4-g128")}  # the second model's role: whose, an example scheme
+
+
+def second_options(role: str):
+    """--ROLE, --ROLE-scheme, --ROLE-layers (role: draft or student; exactly one is given), defined once here; they
+    reach the command as one ``second`` argument, the API's keywords (``draft=``, ``draft_scheme=``, ...)."""
+    of, example = SECOND[role]
+    name = role.capitalize()
+    params = [option(role, Annotated[Optional[str], typer.Option(help=f"{name}: another model with the same tokenizer (folder, .gguf, hub id).")], None),
+              option(f"{role}_scheme", Annotated[Optional[str], typer.Option(help=f"{name}: the {of} fake-quantized with this scheme, e.g. {example}.")], None),
+              option(f"{role}_layers", Annotated[Optional[int], typer.Option(help=f"{name}: the {of}'s first N decoder layers + its final norm and head.")], None)]  # fmt: skip
+    return lambda command: extend(command, "second", params, lambda values: {p.name: values[p.name] for p in params})
+
+
 TempsOpt = Annotated[str, typer.Option(*TEMPERATURE_FLAGS, help="Comma-separated temperatures, e.g. 0.5,1,2.")]
 DistillTempsOpt = Annotated[str, typer.Option(*TEMPERATURE_FLAGS, help="Comma-separated distillation temperatures.")]
 SampleTempOpt = Annotated[float, typer.Option(*TEMPERATURE_FLAGS, help="Sampling temperature of both models (> 0).")]
@@ -47,17 +54,13 @@ TopOpt = Annotated[int, typer.Option(help="With --model: show the N likeliest to
 TableCsvOpt = Annotated[Optional[Path], typer.Option(help="Write the table (a row per T) as CSV here.")]
 
 
-@output_options("csv", "json", "positions", "folder", "quiet", plot=AcceptPlotOpt)
-@run_options(windows=True)
+@scoring_options("csv", "json", "positions", "folder", "quiet", argument=TargetArg, what="the target", plot=AcceptPlotOpt)
+@second_options("draft")
 def spec_accept(
-    context: typer.Context,
-    target: TargetArg = None,
-    model: ModelOpt = MODEL_DEFAULT,
-    draft: DraftOpt = None,
-    draft_scheme: DraftSchemeOpt = None,
-    draft_layers: DraftLayersOpt = None,
+    model: str = None,  # TARGET or --model (see model_options)
     temperature: TempsOpt = "1",
     run: RunOptions = None,  # the shared text, window and device options (see run_options)
+    second: dict = None,  # the draft: --draft, --draft-scheme or --draft-layers (see second_options)
     outputs: Outputs = None,  # the output options (see output_options)
 ) -> None:
     """How well a draft q would draft for the target p: per-position acceptance β = Σ min(p, q), KL(p‖q), Pinsker,
@@ -67,22 +70,17 @@ def spec_accept(
     from infoeval.speculative.report import print_spec_accept
 
     outputs.check()
-    model = pick_model(context, target, model, "the target")
-    result = spec_accept(model, draft=draft, draft_scheme=draft_scheme, draft_layers=draft_layers, temperature=temperature, progress=not outputs.quiet,
-                         **run.keywords())  # fmt: skip
+    result = spec_accept(model, **second, temperature=temperature, progress=not outputs.quiet, **run.keywords())
     data = result.to_json()
     outputs.emit(data, command="spec-accept", model=model, positions=lambda: result.positions, draw=lambda path: plot_acceptance(data, result.columns, path),
                  tables=print_spec_accept)  # fmt: skip
 
 
 @output_options("csv", "json", "folder", "quiet", positions=RoundsOpt)
+@model_options(TargetArg, what="the target")
+@second_options("draft")
 def spec_decode(
-    context: typer.Context,
-    target: TargetArg = None,
-    model: ModelOpt = MODEL_DEFAULT,
-    draft: DraftOpt = None,
-    draft_scheme: DraftSchemeOpt = None,
-    draft_layers: DraftLayersOpt = None,
+    model: str = None,  # TARGET or --model (see model_options)
     prompt: PromptOpt = "Once upon a time",
     gamma: GammaOpt = 4,
     max_new_tokens: NewTokensOpt = 64,
@@ -93,6 +91,7 @@ def spec_decode(
     device: DeviceOpt = DEVICE_DEFAULT,
     dtype: DtypeOpt = DTYPE_DEFAULT,
     device_map: DeviceMapOpt = None,
+    second: dict = None,  # the draft: --draft, --draft-scheme or --draft-layers (see second_options)
     outputs: Outputs = None,  # the output options (see output_options)
 ) -> None:
     """Speculative sampling with KV caches (draft proposes γ tokens, the target verifies them in one pass) against
@@ -100,25 +99,20 @@ def spec_decode(
     from infoeval.api.drafting import spec_decode
     from infoeval.speculative.report import print_spec_decode
 
-    model = pick_model(context, target, model, "the target")
-    result = spec_decode(model, draft=draft, draft_scheme=draft_scheme, draft_layers=draft_layers, prompt=prompt, gamma=gamma, max_new_tokens=max_new_tokens,
+    result = spec_decode(model, **second, prompt=prompt, gamma=gamma, max_new_tokens=max_new_tokens,
                          temperature=temperature, seed=seed, repeats=repeats, verify=verify, device=device, dtype=dtype, device_map=device_map,
                          progress=not outputs.quiet)  # fmt: skip
     outputs.emit(result, command="spec-decode", model=model, source="prompt", positions=lambda: result.positions, tables=print_spec_decode)
 
 
-@output_options("csv", "json", "positions", "folder", "quiet")
-@run_options(windows=True)
+@scoring_options("csv", "json", "positions", "folder", "quiet", argument=TeacherArg, what="the teacher")
+@second_options("student")
 def distill(
-    context: typer.Context,
-    teacher: TeacherArg = None,
-    model: ModelOpt = MODEL_DEFAULT,
-    student: StudentOpt = None,
-    student_scheme: StudentSchemeOpt = None,
-    student_layers: StudentLayersOpt = None,
+    model: str = None,  # TEACHER or --model (see model_options)
     temperature: DistillTempsOpt = "1,2,4,8",
     alpha: AlphaOpt = 0.1,
     run: RunOptions = None,  # the shared text, window and device options (see run_options)
+    second: dict = None,  # the student: --student, --student-scheme or --student-layers (see second_options)
     outputs: Outputs = None,  # the output options (see output_options)
 ) -> None:
     """Distillation terms per temperature: hard CE, KL(p_T‖q_T), T²·KL and the total loss, the teacher's entropy and
@@ -126,9 +120,7 @@ def distill(
     from infoeval.api.drafting import distill
     from infoeval.speculative.report import print_distill
 
-    model = pick_model(context, teacher, model, "the teacher")
-    result = distill(model, student=student, student_scheme=student_scheme, student_layers=student_layers, temperature=temperature, alpha=alpha,
-                     progress=not outputs.quiet, **run.keywords())  # fmt: skip
+    result = distill(model, **second, temperature=temperature, alpha=alpha, progress=not outputs.quiet, **run.keywords())
     outputs.emit(result, command="distill", model=model, positions=lambda: result.positions, tables=print_distill)
 
 
