@@ -1,8 +1,8 @@
 """One run of each command the way a user starts it: ``python -m infoeval COMMAND`` in a fresh process, so that the
 installed entry point (imports, the Typer app, the exit code) is what runs. Every other test of a command's options,
 messages and exit codes calls ``infoeval.cli.main`` in-process (``cli_run.py``). Commands whose subprocess run lives
-in another module: quantize-compare and compress-bits (test_api_compare.py), mutual-info and kl-fit (test_plots.py);
-torchrun runs them in subprocesses too (test_distributed.py)."""
+in another module: quantize-compare and compress-bits (test_api_compare.py), mutual-info (test_mutual_info.py) and
+kl-fit (test_klfit.py); torchrun runs the data-parallel ones in subprocesses too (test_distributed.py)."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_run import run_cli
 
 from infoeval.output import plots
 from infoeval.errors import UsageError
@@ -51,12 +52,13 @@ def plot_runs(tmp_path_factory, tiny_llama_dir, tiny_text):
         "bad-suffix": (["kl-fit", "--plot", root / "kl.jpg"], ENV),
     }
 
-    def run(args, env):
+    def hidden(args, env):  # a fresh process, where the fake matplotlib on PYTHONPATH hides the real one
         return subprocess.run([sys.executable, "-m", "infoeval", *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {name: pool.submit(run, *job) for name, job in jobs.items()}
-        yield root, {name: f.result() for name, f in futures.items()}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        missing = pool.submit(hidden, *jobs.pop("missing"))
+        done = {name: run_cli(args, env=env) for name, (args, env) in jobs.items()}  # the others in this process, meanwhile
+        yield root, done | {"missing": missing.result()}
 
 
 @pytest.mark.slow  # the plot_runs fixture: six command-line subprocesses

@@ -175,8 +175,7 @@ def test_two_ranks_stop_at_the_same_window_with_the_same_numbers(tiny_llama_dir,
     args = ["quantize-compare", tiny_llama_dir, "--text", text_file, "--ctx", 32, "--schemes", "int4-g32", "--device", "cpu", "-q",
             "--until-se", 0.004, "--max-tokens", 1200]  # fmt: skip
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "infoeval"]
-    a = subprocess.run([sys.executable, "-m", "infoeval", *map(str, args), "--json", tmp_path / "1.json"], cwd=tmp_path, env=one_thread,
-                       capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    a = run_cli([*args, "--json", tmp_path / "1.json"], cwd=tmp_path, env=one_thread, threads=1)  # one process: this one
     b = subprocess.run([*launch, *map(str, args), "--json", tmp_path / "2.json"], cwd=tmp_path, env=one_thread,
                        capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
     assert a.returncode == b.returncode == 0, (a.stderr[-2000:], b.stderr[-2000:])
