@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from infoeval.api.scoring import _checked, _reporter, run_settings
+from infoeval.api.scoring import _reporter, comma_list, prepared
 from infoeval.api.checks import checked
 from infoeval.errors import keyword_errors
 from infoeval.input.settings import DEFAULT_MODEL, ModelSettings
@@ -21,7 +21,7 @@ from infoeval.input.settings import DEFAULT_MODEL, ModelSettings
 def _temps(value: str | float | Sequence[float], option: str) -> tuple[float, ...]:
     from infoeval.speculative.accept import parse_temperatures
 
-    return parse_temperatures(value if isinstance(value, (str, int, float)) else ",".join(map(str, value)), option)
+    return parse_temperatures(comma_list(value), option)
 
 
 def _second(model, tokenizer, role: str, scheme, layers):
@@ -31,13 +31,6 @@ def _second(model, tokenizer, role: str, scheme, layers):
 
     other = None if model is None else model_object(model, tokenizer, what=role)
     return DraftSettings(other, scheme, layers, role=role)
-
-
-def _models(model, tokenizer, run: dict):
-    from infoeval.models.objects import model_object, own_settings
-
-    model = model_object(model, tokenizer)
-    return model, run_settings(model, **own_settings(model, _checked(run)))
 
 
 @keyword_errors
@@ -53,7 +46,7 @@ def spec_accept(model: str | object = DEFAULT_MODEL, *, tokenizer=None, draft: s
 
     temps = _temps(temperature, "--temperature")
     drafts = _second(draft, draft_tokenizer, "draft", draft_scheme, draft_layers)
-    model, (model_settings, text_settings, window_settings) = _models(model, tokenizer, run)
+    model, (model_settings, text_settings, window_settings) = prepared(model, tokenizer, run)
     with evaluating(model, drafts.model):
         result, cols = run_accept(model_settings, text_settings, window_settings, drafts, temps, _reporter(progress))
     return result.with_positions(lambda: positions_frame(cols), cols)
@@ -73,7 +66,7 @@ def distill(model: str | object = DEFAULT_MODEL, *, tokenizer=None, student: str
 
     temps = _temps(temperature, "--T")
     students = _second(student, student_tokenizer, "student", student_scheme, student_layers)
-    model, (model_settings, text_settings, window_settings) = _models(model, tokenizer, run)
+    model, (model_settings, text_settings, window_settings) = prepared(model, tokenizer, run)
     with evaluating(model, students.model):
         result, cols = run_distill(model_settings, text_settings, window_settings, students, temps, alpha, _reporter(progress))
     return result.with_positions(lambda: positions_frame(cols), cols)
@@ -116,8 +109,7 @@ def temperature(logits: str | Sequence[float] | None = None, *, labels: str | Se
     if model is None:
         if prompt is not None:
             raise UsageError("--prompt goes with --model; with --logits there is no prompt")
-        names = labels if labels is None or isinstance(labels, str) else ",".join(labels)
-        return temperature_table(temps, logits=parse_logits(logits if isinstance(logits, str) else ",".join(map(str, logits))), labels=names)
+        return temperature_table(temps, logits=parse_logits(comma_list(logits)), labels=None if labels is None else comma_list(labels))
     if prompt is None:
         raise UsageError("--model needs --prompt TEXT (the next-token logits after it are shown)")
     if labels is not None:

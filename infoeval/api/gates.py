@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infoeval.api.scoring import _checked, _reporter, run_settings
+from infoeval.api.scoring import _reporter, prepared
 from infoeval.api.checks import checked
 from infoeval.errors import UsageError, keyword_errors
 from infoeval.input.settings import DEFAULT_MODEL, CalibrationSettings, ModelSettings
 
-SEQUENTIAL = {"alpha": 0.05, "min_tokens": 0, "max_tokens": None, "order": "seeded", "order_seed": 0, "undecided": "fail", "round_windows": 1}
+SEQUENTIAL = ("alpha", "min_tokens", "max_tokens", "order", "order_seed", "undecided", "round_windows")  # SequentialSettings' fields, in order
 LIMITS = ("max_kl_mean", "max_kl_p99", "min_top1", "max_ppl_ratio", "max_bpb_increase")
 
 
@@ -28,24 +28,28 @@ def reference(model: str | object = DEFAULT_MODEL, *, tokenizer=None, out: str |
     (top-K log-probs, tail mass and samples per scored position, the windows' token ids, provenance); returns its
     ``ReferenceResult``. ``run``: the text, window and device keywords (as ``compare``'s)."""
     from infoeval.gating.pipeline import build_reference
-    from infoeval.models.objects import evaluating, model_object, own_settings
+    from infoeval.models.objects import evaluating
 
-    model = model_object(model, tokenizer)
-    model_settings, text_settings, window_settings = run_settings(model, **own_settings(model, _checked(run)))
+    model, (model_settings, text_settings, window_settings) = prepared(model, tokenizer, run)
     with evaluating(model):
         return build_reference(model_settings, text_settings, window_settings, Path(out), top_k, tail_samples, seed, _reporter(progress))
 
 
 def _sequential(sequential: bool, options: dict):
-    """The sequential gate's settings, or None; one of its options given without ``sequential`` is a usage error."""
+    """The sequential gate's settings from ``options`` (SequentialSettings' defaults for those not given; the keyword
+    order_seed is its seed), or None; one of them away from its default without ``sequential`` is a usage error."""
+    import dataclasses
+
     from infoeval.gating.sequential_gate import SequentialSettings
 
+    defaults = dict(zip(SEQUENTIAL, (f.default for f in dataclasses.fields(SequentialSettings))))
+    values = {k: options.get(k, default) for k, default in defaults.items()}
     if not sequential:
-        given = [k for k, v in options.items() if v != SEQUENTIAL[k]]
-        if given:
-            raise UsageError(f"--{given[0].replace('_', '-')} needs --sequential")
+        moved = [k for k in SEQUENTIAL if values[k] != defaults[k]]
+        if moved:
+            raise UsageError(f"--{moved[0].replace('_', '-')} needs --sequential")
         return None
-    return SequentialSettings(*(options[k] for k in SEQUENTIAL))
+    return SequentialSettings(*values.values())
 
 
 @keyword_errors
@@ -67,11 +71,11 @@ def gate(candidate: str | object | None = None, *, tokenizer=None, reference: st
 
     unknown = sorted(set(options) - set(LIMITS) - set(SEQUENTIAL))
     if unknown:
-        raise UsageError(f"unknown keyword '{unknown[0]}'; allowed besides the gate's own: {', '.join(LIMITS + tuple(SEQUENTIAL))}")
+        raise UsageError(f"unknown keyword '{unknown[0]}'; allowed besides the gate's own: {', '.join(LIMITS + SEQUENTIAL)}")
     candidate = None if candidate is None else model_object(candidate, tokenizer, what="candidate")
     if isinstance(candidate, ModelObject) and (scheme or recipe):
         raise UsageError("--scheme and --recipe quantize the candidate in place; give a candidate object already quantized, or a spec")
-    seq = _sequential(sequential, {k: options.get(k, v) for k, v in SEQUENTIAL.items()})
+    seq = _sequential(sequential, options)
     settings = GateSettings(Path(reference), candidate, scheme, limits_from(limits, {k: options.get(k) for k in LIMITS}), confidence, point,
                             None if baseline is None else Path(baseline), baseline_tolerance, None if recipe is None else Path(recipe), top_k,
                             calibration, floor, floor_seed)  # fmt: skip

@@ -10,18 +10,14 @@ CLI's commands call them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from infoeval.api.checks import checked
+from infoeval.api.scoring import _reporter, comma_list, prepared
 from infoeval.errors import UsageError, keyword_errors
-from infoeval.input.settings import DEFAULT_MODEL, ModelSettings, TextSettings, max_tokens_of
+from infoeval.input.settings import DEFAULT_MODEL
 from infoeval.mutual_information.estimator import DEFAULT_BATCH_TOKENS, DEFAULT_BLOCKS, DEFAULT_LENGTHS
 
 TEXT_KEYWORDS = ("text", "dataset", "data_dir", "device", "dtype", "device_map")
-
-
-def _joined(value) -> str:
-    return value if isinstance(value, str) else ",".join(map(str, value))
 
 
 @keyword_errors
@@ -32,20 +28,15 @@ def mutual_info(model: str | object = DEFAULT_MODEL, *, tokenizer=None, lengths:
     """mutual-info: I(L) ≈ H(Y) − H(Y|X) in bits, X the first and Y the second half of blocks of L tokens, for each
     length, and the power law I(L) ≈ A·L^β with a bootstrap CI for β; ``max_tokens``: the text tokens the blocks
     may use (None: as many as they need); ``run``: text, dataset, data_dir, device, dtype, device_map."""
-    from infoeval.api.scoring import _reporter
-    from infoeval.models.objects import evaluating, model_object, own_settings
+    from infoeval.models.objects import evaluating
     from infoeval.mutual_information.estimator import parse_lengths
     from infoeval.mutual_information.pipeline import MISettings, run_mutual_info
 
     unknown = sorted(set(run) - set(TEXT_KEYWORDS))
     if unknown:
         raise UsageError(f"unknown keyword '{unknown[0]}'; allowed besides the command's own: {', '.join(TEXT_KEYWORDS)}")
-    settings = MISettings(parse_lengths(_joined(lengths)), blocks, batch_tokens, bootstrap, seed, prefix)
-    model = model_object(model, tokenizer)
-    run = own_settings(model, run)
-    model_settings = ModelSettings(model, **{k: run[k] for k in ("device", "dtype", "device_map") if k in run})
-    text_settings = TextSettings(text=None if run.get("text") is None else Path(run["text"]), dataset=run.get("dataset"),
-                                 data_dir=None if run.get("data_dir") is None else Path(run["data_dir"]), max_tokens=max_tokens_of(max_tokens))  # fmt: skip
+    settings = MISettings(parse_lengths(comma_list(lengths)), blocks, batch_tokens, bootstrap, seed, prefix)
+    model, (model_settings, text_settings, _) = prepared(model, tokenizer, {**run, "max_tokens": max_tokens})  # no windows: blocks
     with evaluating(model):
         return run_mutual_info(model_settings, text_settings, settings, _reporter(progress))
 
@@ -61,6 +52,6 @@ def kl_fit(target: str = "0.6:25:5,0.4:70:5", *, support: int = 100, starts: str
     try:
         mu0 = tuple(float(v) for v in (starts.split(",") if isinstance(starts, str) else starts) if str(v).strip())
     except ValueError:
-        raise UsageError(f"--starts '{_joined(starts)}' is not a comma-separated list of numbers, e.g. 30,60") from None
+        raise UsageError(f"--starts '{comma_list(starts)}' is not a comma-separated list of numbers, e.g. 30,60") from None
     dirs = tuple(d.strip() for d in (directions.split(",") if isinstance(directions, str) else directions) if d.strip())
     return kl_fit_result(KLFitSettings(parse_target(target), support, mu0, dirs, steps, lr, sigma0))

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from infoeval.api.checks import checked
+from infoeval.api.checks import RUN_TYPES, checked
 from infoeval.errors import UsageError, keyword_errors
 from infoeval.input.settings import (
     DEFAULT_MODEL, CalibrationSettings, ModelSettings, TextSettings, VariantSettings, WindowSettings, default_ctx, max_tokens_of,
@@ -38,14 +38,27 @@ def run_settings(model: str, *, text=None, dataset=None, data_dir=None, max_toke
     return model_settings, text_settings, window
 
 
+def comma_list(value) -> str:
+    """A list keyword as the command line's comma-separated text: a string as it is, one number, or a sequence."""
+    return value if isinstance(value, str) else str(value) if isinstance(value, (int, float)) else ",".join(map(str, value))
+
+
+def prepared(model, tokenizer, run: dict):
+    """The model (a spec, or a ``ModelObject`` of a loaded model and its ``tokenizer``) and the model, text and window
+    settings of a run (``run``: the run keywords; device and dtype 'auto' are a model object's own)."""
+    from infoeval.models.objects import model_object, own_settings
+
+    model = model_object(model, tokenizer)
+    return model, run_settings(model, **own_settings(model, _checked(run)))
+
+
 def _reporter(progress: bool):
     from infoeval.output.report import RichReporter
 
     return RichReporter(enabled=progress)
 
 
-RUN_KEYWORDS = ("text", "dataset", "data_dir", "max_tokens", "ctx", "stride", "protocol", "prefix", "documents", "document_field",
-                "device", "dtype", "device_map")  # fmt: skip
+RUN_KEYWORDS = tuple(RUN_TYPES)  # the keywords of run_settings
 
 
 def _checked(run: dict) -> dict:
@@ -68,7 +81,7 @@ def _scheme_text(schemes, recipes, variants) -> str:
     (as --recipe alone on the command line)."""
     if schemes is None:
         schemes = () if recipes or variants else SCHEMES
-    return schemes if isinstance(schemes, str) else ",".join(schemes)
+    return comma_list(schemes)
 
 
 @keyword_errors
@@ -85,10 +98,9 @@ def compare(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str
     ``until_se``, ``max_tokens`` is the budget of the run to a precision (None: the whole text)."""
     from infoeval.comparison import pipeline
     from infoeval.comparison.report import positions_frame
-    from infoeval.models.objects import evaluating, model_object, module_variants, own_settings
+    from infoeval.models.objects import evaluating, module_variants
 
-    reference = model_object(model, tokenizer)
-    model_settings, text_settings, window_settings = run_settings(reference, **own_settings(reference, _checked(run)))
+    reference, (model_settings, text_settings, window_settings) = prepared(model, tokenizer, run)
     scheme_text = _scheme_text(schemes, recipes, variants)
     modules = module_variants(variants, {s.strip() for s in scheme_text.split(",")} | {Path(r).stem for r in recipes})
     variant_settings = VariantSettings(schemes=scheme_text, include=tuple(include), exclude=tuple(exclude), recipes=tuple(Path(r) for r in recipes),
@@ -97,7 +109,6 @@ def compare(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str
         result, cols = pipeline.quantize_compare(model_settings, text_settings, window_settings, variant_settings, _reporter(progress),
                                                  _until(until_se, run, order_seed), top_k, modules)  # fmt: skip
     return result.with_positions(lambda: positions_frame(cols.reference, cols.variants), cols)
-
 
 
 @keyword_errors
@@ -109,11 +120,10 @@ def compress_bits(model: str | object = DEFAULT_MODEL, *, tokenizer=None, verify
     ``model``: a spec string, or a loaded model with its ``tokenizer`` (as ``compare``'s)."""
     from infoeval.comparison import pipeline
     from infoeval.comparison.report import positions_frame
-    from infoeval.models.objects import evaluating, model_object, own_settings
+    from infoeval.models.objects import evaluating
 
-    reference = model_object(model, tokenizer)
-    model_settings, text_settings, window_settings = run_settings(reference, **own_settings(reference, _checked(run)))
+    reference, (model_settings, text_settings, window_settings) = prepared(model, tokenizer, run)
     with evaluating(reference):
-            result, cols = pipeline.compress_bits(model_settings, text_settings, window_settings, _reporter(progress), verify_coding=verify_coding,
+        result, cols = pipeline.compress_bits(model_settings, text_settings, window_settings, _reporter(progress), verify_coding=verify_coding,
                                               until=_until(until_se, run, order_seed), top_k=top_k)  # fmt: skip
     return result.with_positions(lambda: positions_frame(cols.reference, {}), cols)

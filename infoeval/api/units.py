@@ -12,26 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from infoeval.api.scoring import _checked, _reporter, run_settings
+from infoeval.api.scoring import _reporter, comma_list, prepared
 from infoeval.api.checks import checked
 from infoeval.errors import UsageError, keyword_errors
 from infoeval.input.settings import DEFAULT_MODEL
+from infoeval.mixing.pipeline import DEFAULT_MIX_SCHEMES
 
-SENSITIVITY_MAX_TOKENS = 2048
-MIX_SCHEMES = "int3-g128-asym,int4-g128,int4-g128-asym,int5-g128-asym,int8-channel"
-
-
-def _text(value: str | Sequence[str]) -> str:
-    """Schemes as the command line's comma-separated text."""
-    return value if isinstance(value, str) else ",".join(value)
-
-
-def _prepared(model, tokenizer, run: dict):
-    """The model (spec or object) and the model, text and window settings of a run."""
-    from infoeval.models.objects import model_object, own_settings
-
-    model = model_object(model, tokenizer)
-    return model, run_settings(model, **own_settings(model, _checked(run)))
+SENSITIVITY_MAX_TOKENS = 2048  # the sensitivity command's --max-tokens default
 
 
 @keyword_errors
@@ -49,8 +36,8 @@ def sensitivity(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes:
 
     if by not in KINDS:
         raise UsageError(f"--by '{by}' is not allowed; use one of {', '.join(KINDS)}")
-    model, (model_settings, text_settings, window_settings) = _prepared(model, tokenizer, {**run, "max_tokens": max_tokens})
-    parsed = parse_schemes(_text(schemes))  # a bad scheme fails before anything loads
+    model, (model_settings, text_settings, window_settings) = prepared(model, tokenizer, {**run, "max_tokens": max_tokens})
+    parsed = parse_schemes(comma_list(schemes))  # a bad scheme fails before anything loads
     with evaluating(model):
         return sweep(model_settings, text_settings, window_settings, parsed, by=by, units=split_globs(units), block_cache=block_cache,
                      proxy=proxy, seed=seed, reporter=_reporter(progress))  # fmt: skip
@@ -58,7 +45,7 @@ def sensitivity(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes:
 
 @keyword_errors
 @checked
-def mix(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str | Sequence[str] = MIX_SCHEMES, budget_bits: str | float = "int4-g128",
+def mix(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str | Sequence[str] = DEFAULT_MIX_SCHEMES, budget_bits: str | float = "int4-g128",
         by: str = "type", sensitivity: Sequence[str | Path] = (), sweep: str | None = None, sweep_tokens: int = 2048, block_cache: bool = True,
         progress: bool = False, **run):  # fmt: skip
     """mix: one scheme per unit minimising the predicted KL within ``budget_bits`` stored bits per weight (or a
@@ -70,9 +57,9 @@ def mix(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str | S
     from infoeval.mixing.pipeline import mix as run_mix
     from infoeval.models.objects import evaluating
 
-    settings = MixSettings(schemes=_text(schemes), budget=str(budget_bits), by=by, sensitivity=tuple(Path(p) for p in sensitivity), sweep=sweep,
+    settings = MixSettings(schemes=comma_list(schemes), budget=str(budget_bits), by=by, sensitivity=tuple(Path(p) for p in sensitivity), sweep=sweep,
                            sweep_tokens=sweep_tokens, block_cache=block_cache)  # fmt: skip
-    model, (model_settings, text_settings, window_settings) = _prepared(model, tokenizer, run)
+    model, (model_settings, text_settings, window_settings) = prepared(model, tokenizer, run)
     with evaluating(model):
         result, cols, sweep_json = run_mix(model_settings, text_settings, window_settings, settings, _reporter(progress))
     return result.with_positions(lambda: positions_frame(cols.reference, cols.variants), cols).with_sweep(sweep_json)

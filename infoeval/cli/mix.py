@@ -11,6 +11,7 @@ import typer
 
 from infoeval.cli.options import RunOptions
 from infoeval.cli.outputs import RUN_OUTPUTS, Outputs, scoring_options
+from infoeval.mixing.pipeline import DEFAULT_MIX_SCHEMES
 
 MixSchemesOpt = Annotated[str, typer.Option("--schemes", help="Schemes each unit may take, comma-separated.")]
 BudgetOpt = Annotated[str, typer.Option("--budget-bits", help="Most stored bits per quantized weight (codes + fp16 scales), or a scheme of --schemes: its exact bits on this model.")]
@@ -25,7 +26,7 @@ RecipeOutOpt = Annotated[Optional[Path], typer.Option("--recipe-out", help="Writ
 @scoring_options(*RUN_OUTPUTS)
 def mix(
     model: str = None,  # MODEL or --model (see model_options)
-    schemes: MixSchemesOpt = "int3-g128-asym,int4-g128,int4-g128-asym,int5-g128-asym,int8-channel",
+    schemes: MixSchemesOpt = DEFAULT_MIX_SCHEMES,
     budget_bits: BudgetOpt = "int4-g128",
     by: ByOpt = "type",
     sensitivity: SensitivityOpt = None,

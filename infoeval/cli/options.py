@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from infoeval.api.scoring import MAX_TOKENS
 from infoeval.errors import UsageError
 from infoeval.models import DEFAULT_MODEL
 from infoeval.input.settings import DEFAULT_CTX, ModelSettings, max_tokens_of, read_toml  # noqa: F401  (read_toml: the commands' config and limits files)
@@ -19,7 +20,7 @@ from infoeval.input.text import DATASETS
 
 # ---- defaults of the shared options (each command's signature uses these) ---------------------------------
 MODEL_DEFAULT = DEFAULT_MODEL
-MAX_TOKENS_DEFAULT = "8192"
+MAX_TOKENS_DEFAULT = str(MAX_TOKENS)  # the API's default (api/scoring.py), as the option's text
 CTX_DEFAULT = DEFAULT_CTX  # 2048 with --protocol gptq (settings.default_ctx)
 PROTOCOL_DEFAULT = "rolling"
 PREFIX_DEFAULT = "auto"

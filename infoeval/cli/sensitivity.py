@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from infoeval.cli.options import MaxTokensOpt, RunOptions
+from infoeval.api import units
 from infoeval.cli.outputs import Outputs, scoring_options
 
 SchemeOpt = Annotated[str, typer.Option("--scheme", "--schemes", help="Scheme(s) each unit is quantized with, comma-separated: int<bits>-channel | int<bits>-g<N> [-asym].")]
@@ -15,7 +16,7 @@ UnitsOpt = Annotated[Optional[list[str]], typer.Option(help="Keep only the units
 BlockCacheOpt = Annotated[bool, typer.Option("--block-cache/--no-block-cache", help="Start each unit's forward from the reference's cached input of its first block (--no-block-cache: from the embeddings, to time the plain path).")]
 ProxyOpt = Annotated[bool, typer.Option("--proxy/--no-proxy", help="Also compute the diagonal-Fisher proxy (one backward pass per window) and its Spearman ρ with the direct KL.")]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the tokens the proxy draws from the reference.")]
-SENSITIVITY_MAX_TOKENS = "2048"
+SENSITIVITY_MAX_TOKENS = str(units.SENSITIVITY_MAX_TOKENS)  # the API's default, as the option's text
 
 
 @scoring_options("csv", "json", "plot", "folder", "quiet")
