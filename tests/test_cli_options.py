@@ -75,3 +75,43 @@ def test_compress_frame_ratios():
     f = compress_frame(result)
     assert list(f["method"]) == ["model", "xz -9"]
     assert list(f["bits_vs_model"]) == [1.0, 4.0]
+
+
+def test_option_types_of_api_keywords():
+    from typing import Optional, Sequence
+
+    from infoeval.cli.options import typer_type
+
+    assert typer_type(int) is int and typer_type(str | Sequence[float]) is str
+    assert typer_type(int | None) == Optional[int] and typer_type(str | Sequence[str] | None) == Optional[str]
+
+
+def test_options_taken_from_the_api_keep_its_defaults_and_order():
+    """kl-fit's options are the API's keywords (types and defaults), the gate's sequential ones SequentialSettings'
+    fields: the command line cannot drift from the API; each stands where the command declares its group."""
+    import dataclasses
+    import inspect
+
+    from infoeval.api.gates import LIMITS, SEQUENTIAL
+    from infoeval.api.information import kl_fit as api_fit
+    from infoeval.cli.gate import gate
+    from infoeval.cli.klfit import HELP, kl_fit
+    from infoeval.gating.sequential_gate import SequentialSettings
+
+    api, cli = inspect.signature(api_fit).parameters, inspect.signature(kl_fit).parameters
+    assert [n for n in cli if n in HELP] == list(HELP)
+    assert {n: cli[n].default for n in HELP} == {n: v if not isinstance(v := api[n].default, tuple) else ",".join(map(str, v)) for n in HELP}
+    names = list(inspect.signature(gate).parameters)
+    assert names[names.index("limits") + 1 : names.index("limits") + 1 + len(LIMITS)] == list(LIMITS)
+    at = names.index("sequential") + 1
+    assert names[at : at + len(SEQUENTIAL)] == list(SEQUENTIAL)
+    params = inspect.signature(gate).parameters
+    assert [params[n].default for n in SEQUENTIAL] == [f.default for f in dataclasses.fields(SequentialSettings)]
+
+
+def test_sequential_options_from_a_config_file_without_sequential_are_not_an_error(tmp_path):
+    (tmp_path / "c.toml").write_text("[gate]\nalpha = 0.1\n", encoding="utf-8")
+    r = _run(["gate", "-r", tmp_path / "missing.safetensors", "--config", tmp_path / "c.toml", "-q"], tmp_path)
+    assert r.returncode == 2 and "needs --sequential" not in r.stderr and "missing.safetensors" in r.stderr, r.stderr
+    r = _run(["gate", "-r", tmp_path / "missing.safetensors", "--alpha", "0.1", "-q"], tmp_path)
+    assert r.returncode == 2 and r.stderr.strip() == "infoeval: error: --alpha needs --sequential", r.stderr

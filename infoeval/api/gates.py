@@ -37,19 +37,18 @@ def reference(model: str | object = DEFAULT_MODEL, *, tokenizer=None, out: str |
 
 def _sequential(sequential: bool, options: dict):
     """The sequential gate's settings from ``options`` (SequentialSettings' defaults for those not given; the keyword
-    order_seed is its seed), or None; one of them away from its default without ``sequential`` is a usage error."""
+    order_seed is its seed), or None; one of them given without ``sequential`` is a usage error."""
     import dataclasses
 
     from infoeval.gating.sequential_gate import SequentialSettings
 
-    defaults = dict(zip(SEQUENTIAL, (f.default for f in dataclasses.fields(SequentialSettings))))
-    values = {k: options.get(k, default) for k, default in defaults.items()}
+    given = [k for k in SEQUENTIAL if k in options]
     if not sequential:
-        moved = [k for k in SEQUENTIAL if values[k] != defaults[k]]
-        if moved:
-            raise UsageError(f"--{moved[0].replace('_', '-')} needs --sequential")
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} needs --sequential")
         return None
-    return SequentialSettings(*values.values())
+    defaults = dict(zip(SEQUENTIAL, (f.default for f in dataclasses.fields(SequentialSettings))))
+    return SequentialSettings(*(options.get(k, default) for k, default in defaults.items()))
 
 
 @keyword_errors

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Optional
 
 import typer
 
-from infoeval.cli.options import ExcludeOpt, FloorOpt, FloorSeedOpt, IncludeOpt, RecipeOpt, RunOptions, SchemesOpt
-from infoeval.cli.output import HtmlOpt, TopKOpt, page_extras
+from infoeval.cli.options import ExcludeOpt, FloorOpt, FloorSeedOpt, IncludeOpt, RecipeOpt, RunOptions, SchemesOpt, extend, option
+from infoeval.cli.output import PageOptions, page_extras, page_options
 from infoeval.cli.outputs import RUN_OUTPUTS, Outputs, scoring_options
 from infoeval.quant.schemes import DEFAULT_SCHEMES
 
@@ -28,10 +29,24 @@ UntilSeOpt = Annotated[Optional[float], typer.Option("--until-se", help="Run to 
 OrderSeedOpt = Annotated[int, typer.Option(help="--until-se: the seed of the windows' visiting order.")]
 
 
-def until_settings(context: typer.Context, until_se: float | None, order_seed: int, run: RunOptions) -> bool:
-    """Whether the run reads the whole text: a run to a precision (--until-se) whose --max-tokens was not given (its
-    default keeps a first run short; a precision run reads the whole text unless told otherwise). The settings are
-    checked here, before anything loads."""
+@dataclass(frozen=True)
+class Precision:
+    """--until-se and --order-seed (``@precision_options``), checked before anything loads; ``whole_text``: the run
+    reads the whole text (a run to a precision whose --max-tokens was not given)."""
+
+    until_se: float | None
+    order_seed: int
+    whole_text: bool
+
+    def keywords(self) -> dict:
+        """The API's keywords of a run to a precision."""
+        return {"until_se": self.until_se, "order_seed": self.order_seed}
+
+
+def until_settings(context: typer.Context, until_se: float | None, order_seed: int, run: RunOptions) -> Precision:
+    """--until-se and --order-seed, checked here, before anything loads; a run to a precision whose --max-tokens was not
+    given reads the whole text (its default keeps a first run short; a precision run reads the whole text unless told
+    otherwise)."""
     from infoeval.cli.options import typed
     from infoeval.input.settings import max_tokens_of
     from infoeval.comparison.until import UntilSettings
@@ -40,17 +55,29 @@ def until_settings(context: typer.Context, until_se: float | None, order_seed: i
     if until_se is None:
         if typed(context, "order_seed", order_seed):
             raise UsageError("--order-seed needs --until-se")
-        return False
+        return Precision(None, order_seed, False)
     given = getattr(context.get_parameter_source("max_tokens"), "name", "DEFAULT") != "DEFAULT"  # typed, or from --config
     UntilSettings(until_se, max_tokens_of(run.max_tokens) if given else None, order_seed)
-    return not given
+    return Precision(until_se, order_seed, not given)
 
+
+def precision_options(command):
+    """Give a command --until-se and --order-seed, declared once here; they reach it as one ``precision: Precision``
+    argument (the command declares ``context`` and ``run``)."""
+    params = [option("until_se", UntilSeOpt, None), option("order_seed", OrderSeedOpt, 0)]
+    return extend(command, "precision", params, lambda v: until_settings(v["context"], v["until_se"], v["order_seed"], v["run"]), place="here")
 
 
 VerifyCodingOpt = Annotated[bool, typer.Option("--verify-coding", help="Also compress the scored bytes with the model and a range coder, decompress them, and report the real file's size (an 'arithmetic-coded' row).")]
 
 
-@scoring_options(*RUN_OUTPUTS, calibration=True)
+def compare_options(calibration: bool = False):
+    """The options quantize-compare and compress-bits share, declared once: the scoring, output, --until-se and page
+    options (``calibration``: and the calibration options)."""
+    return lambda command: scoring_options(*RUN_OUTPUTS, calibration=calibration)(page_options(precision_options(command)))
+
+
+@compare_options(calibration=True)
 def quantize_compare(
     context: typer.Context,
     model: str = None,  # MODEL or --model (see model_options)
@@ -61,10 +88,8 @@ def quantize_compare(
     floor: FloorOpt = "sampled",
     floor_seed: FloorSeedOpt = 0,
     table: TableOpt = "default",
-    until_se: UntilSeOpt = None,
-    order_seed: OrderSeedOpt = 0,
-    topk: TopKOpt = 0,
-    html: HtmlOpt = None,
+    precision: Precision = None,  # --until-se and --order-seed (see precision_options)
+    page: PageOptions = None,  # --topk and --html (see page_options)
     run: RunOptions = None,  # the shared text, window and device options (see run_options)
     outputs: Outputs = None,  # the output options (see output_options)
     calibration_settings=None,  # --calibration and its options (see calibration_options)
@@ -80,11 +105,10 @@ def quantize_compare(
     check_floor(floor)
     outputs.check()  # before the long run
     tables = print_quantize_compare_llamacpp if check_table(table) == "llama.cpp" else print_quantize_compare
-    whole = until_settings(context, until_se, order_seed, run)
     result = compare(model, schemes=schemes, include=include or (), exclude=exclude or (), recipes=recipe or (), floor=floor, floor_seed=floor_seed,
-                     calibration=calibration_settings, until_se=until_se, order_seed=order_seed, top_k=topk or (5 if html else 0),
-                     progress=not outputs.quiet, **run.keywords(whole))  # fmt: skip
-    _emit_run(result, "quantize-compare", model, tables, html, outputs)
+                     calibration=calibration_settings, top_k=page.top_k, progress=not outputs.quiet, **precision.keywords(),
+                     **run.keywords(precision.whole_text))  # fmt: skip
+    _emit_run(result, "quantize-compare", model, tables, page.html, outputs)
 
 
 def _emit_run(result, command: str, model: str, tables, html, outputs: Outputs) -> None:
@@ -101,15 +125,13 @@ def _emit_run(result, command: str, model: str, tables, html, outputs: Outputs) 
                  extras=lambda paths: page_extras(data, frame, cols.vocab, paths, html, f"{command}: {model}"))  # fmt: skip
 
 
-@scoring_options(*RUN_OUTPUTS)
+@compare_options()
 def compress_bits(
     context: typer.Context,
     model: str = None,  # MODEL or --model (see model_options)
     verify_coding: VerifyCodingOpt = False,
-    until_se: UntilSeOpt = None,
-    order_seed: OrderSeedOpt = 0,
-    topk: TopKOpt = 0,
-    html: HtmlOpt = None,
+    precision: Precision = None,  # --until-se and --order-seed (see precision_options)
+    page: PageOptions = None,  # --topk and --html (see page_options)
     run: RunOptions = None,  # the shared text, window and device options (see run_options)
     outputs: Outputs = None,  # the output options (see output_options)
 ) -> None:
@@ -119,10 +141,9 @@ def compress_bits(
     from infoeval.comparison.report import print_compress_bits
 
     outputs.check()  # before the long run
-    whole = until_settings(context, until_se, order_seed, run)
-    result = run_compress_bits(model, verify_coding=verify_coding, until_se=until_se, order_seed=order_seed, top_k=topk or (5 if html else 0),
-                               progress=not outputs.quiet, **run.keywords(whole))  # fmt: skip
-    _emit_run(result, "compress-bits", model, print_compress_bits, html, outputs)
+    result = run_compress_bits(model, verify_coding=verify_coding, top_k=page.top_k, progress=not outputs.quiet, **precision.keywords(),
+                               **run.keywords(precision.whole_text))  # fmt: skip
+    _emit_run(result, "compress-bits", model, print_compress_bits, page.html, outputs)
 
 
 def register(app) -> None:

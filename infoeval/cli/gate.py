@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -9,12 +10,11 @@ import typer
 
 from infoeval.cli.options import (
     DEVICE_DEFAULT, DTYPE_DEFAULT, DeviceMapOpt, DeviceOpt, DtypeOpt, ExcludeOpt, IncludeOpt, model_options,
-    typed, calibration_options, RunOptions, FloorOpt, FloorSeedOpt,
+    typed, calibration_options, RunOptions, FloorOpt, FloorSeedOpt, extend, option, typer_type,
 )  # fmt: skip
 from infoeval.cli.compare import TableOpt, check_table
-from infoeval.cli.output import HtmlOpt, as_json, page_extras
+from infoeval.cli.output import PageOptions, as_json, page_extras, page_options
 from infoeval.cli.outputs import Outputs, output_options, scoring_options
-from infoeval.errors import UsageError
 
 CandidateArg = Annotated[
     Optional[str],
@@ -29,23 +29,25 @@ SeedOpt = Annotated[int, typer.Option(help="Seed of the tail sampling.")]
 ReferenceOpt = Annotated[Path, typer.Option("--reference", "-r", help="Reference file written by `infoeval reference`.")]
 GateSchemeOpt = Annotated[Optional[str], typer.Option(help="Quantize the candidate with this scheme first: int8-channel (infoeval's rounding) or a library's, e.g. hqq:int4-g64.")]
 LimitsOpt = Annotated[Optional[Path], typer.Option(help="TOML file with a \\[limits] table (see configs/gates/default.toml).")]
-MaxKlMeanOpt = Annotated[Optional[float], typer.Option(help="Limit on mean KL(reference‖candidate), nats.")]
-MaxKlP99Opt = Annotated[Optional[float], typer.Option(help="Limit on the 99th percentile of per-position KL, nats.")]
-MinTop1Opt = Annotated[Optional[float], typer.Option(help="Limit on top-1 agreement (fraction).")]
-MaxPplRatioOpt = Annotated[Optional[float], typer.Option(help="Limit on PPL candidate / PPL reference.")]
-MaxBpbIncreaseOpt = Annotated[Optional[float], typer.Option(help="Limit on the bits/byte increase.")]
 ConfidenceOpt = Annotated[float, typer.Option(help="One-sided confidence at which limits on means must hold.")]
 PointOpt = Annotated[bool, typer.Option("--point", help="Compare point estimates instead of confidence bounds.")]
 BaselineOpt = Annotated[Optional[Path], typer.Option(help="Earlier `gate` result JSON: fail when a metric got worse than it.")]
 BaselineToleranceOpt = Annotated[float, typer.Option(help="Relative tolerance for --baseline.")]
 SequentialOpt = Annotated[bool, typer.Option("--sequential", help="Visit windows in a fixed seeded order and stop as soon as the verdict is certain (anytime-valid confidence sequences).")]
-AlphaOpt = Annotated[float, typer.Option(help="--sequential: the error level of the verdict, in (0, 0.5): P(false PASS) ≤ alpha and P(false FAIL) ≤ alpha.")]
-MinTokensOpt = Annotated[int, typer.Option(help="--sequential: decide nothing before this many scored positions.")]
-MaxTokensOpt = Annotated[Optional[int], typer.Option(help="--sequential: the budget in scored positions (default: the whole reference).", show_default=False)]
-OrderOpt = Annotated[str, typer.Option(help="--sequential: the windows' visiting order, seeded (a permutation fixed by --order-seed) or text.")]
-OrderSeedOpt = Annotated[int, typer.Option(help="--sequential: the seed of the visiting order.")]
-UndecidedOpt = Annotated[str, typer.Option(help="--sequential: the verdict when the budget runs out undecided: fail, or pass (then the fixed-budget verdict).")]
-RoundOpt = Annotated[int, typer.Option(help="--sequential: windows per rank evaluated between two decisions (the verdict and the stopping window do not depend on it).")]
+# the limits the API takes (api.gates.LIMITS), each an option --max-kl-mean … of float or None
+LIMIT_HELP = {"max_kl_mean": "Limit on mean KL(reference‖candidate), nats.", "max_kl_p99": "Limit on the 99th percentile of per-position KL, nats.",
+              "min_top1": "Limit on top-1 agreement (fraction).", "max_ppl_ratio": "Limit on PPL candidate / PPL reference.",
+              "max_bpb_increase": "Limit on the bits/byte increase."}  # fmt: skip
+# the sequential gate's settings (api.gates.SEQUENTIAL: SequentialSettings' fields, whose types and defaults they take)
+SEQUENTIAL_HELP = {
+    "alpha": "the error level of the verdict, in (0, 0.5): P(false PASS) ≤ alpha and P(false FAIL) ≤ alpha.",
+    "min_tokens": "decide nothing before this many scored positions.",
+    "max_tokens": "the budget in scored positions (default: the whole reference).",
+    "order": "the windows' visiting order, seeded (a permutation fixed by --order-seed) or text.",
+    "order_seed": "the seed of the visiting order.",
+    "undecided": "the verdict when the budget runs out undecided: fail, or pass (then the fixed-budget verdict).",
+    "round_windows": "windows per rank evaluated between two decisions (the verdict and the stopping window do not depend on it).",
+}
 JunitOpt = Annotated[Optional[Path], typer.Option(help="Write JUnit XML here (one testcase per limit).")]
 MarkdownOpt = Annotated[Optional[Path], typer.Option(help="Write a markdown summary here (e.g. $GITHUB_STEP_SUMMARY).")]
 QuantSchemeOpt = Annotated[str, typer.Option(help="Scheme: int<bits>-channel | int<bits>-g<N> [-asym].")]
@@ -78,19 +80,39 @@ def reference(
                  also_written=(f"{out} ({info['file_bytes']:,} bytes)",))  # fmt: skip
 
 
-SEQUENTIAL_OPTIONS = ("alpha", "min_tokens", "max_tokens", "order", "order_seed", "undecided", "round_windows")
+def limit_options(command):
+    """Give ``gate`` an option per limit the API takes (--max-kl-mean … --max-bpb-increase), declared once here; they
+    reach it as one ``limit_values`` dict, the API's keywords."""
+    from infoeval.api.gates import LIMITS
+
+    params = [option(n, Annotated[Optional[float], typer.Option(help=LIMIT_HELP[n], show_default=False)], None) for n in LIMITS]
+    return extend(command, "limit_values", params, lambda values: {n: values[n] for n in LIMITS}, place="here")
 
 
-def _no_sequential_options(context: typer.Context) -> None:
-    """An option of the sequential gate given without --sequential is a usage error, not silently ignored."""
-    given = [n for n in SEQUENTIAL_OPTIONS if typed(context, n, None)]
-    if given:
-        raise UsageError(f"--{given[0].replace('_', '-')} needs --sequential")
+def sequential_options(command):
+    """Give ``gate`` the sequential gate's options (--alpha … --round-windows), their types and defaults
+    SequentialSettings' own, declared once here; they reach it as one ``sequential_values`` dict, the API's keywords:
+    all of them with --sequential, else those typed, which the API refuses ('--alpha needs --sequential'; a --config
+    default is not typed)."""
+    import dataclasses
+
+    from infoeval.api.gates import SEQUENTIAL
+    from infoeval.gating.sequential_gate import SequentialSettings
+
+    fields = dict(zip(SEQUENTIAL, dataclasses.fields(SequentialSettings)))
+    hints = typing.get_type_hints(SequentialSettings)
+    params = [option(n, Annotated[typer_type(hints[f.name]), typer.Option(help=f"--sequential: {SEQUENTIAL_HELP[n]}", show_default=f.default is not None)],
+                     f.default) for n, f in fields.items()]  # fmt: skip
+    given = lambda v: {n: v[n] for n in SEQUENTIAL if v["sequential"] or typed(v["context"], n, v[n])}  # noqa: E731
+    return extend(command, "sequential_values", params, given, place="here")
 
 
 @output_options("csv", "json", "positions", "folder", "quiet")
 @calibration_options
 @model_options(CandidateArg, CandidateOpt, None, "the candidate")
+@page_options
+@sequential_options
+@limit_options
 def gate(
     context: typer.Context,
     model: str | None = None,  # CANDIDATE or --model (see model_options)
@@ -98,26 +120,15 @@ def gate(
     scheme: GateSchemeOpt = None,
     recipe: OneRecipeOpt = None,
     limits: LimitsOpt = None,
-    max_kl_mean: MaxKlMeanOpt = None,
-    max_kl_p99: MaxKlP99Opt = None,
-    min_top1: MinTop1Opt = None,
-    max_ppl_ratio: MaxPplRatioOpt = None,
-    max_bpb_increase: MaxBpbIncreaseOpt = None,
+    limit_values: dict = None,  # --max-kl-mean … --max-bpb-increase (see limit_options)
     confidence: ConfidenceOpt = 0.95,
     point: PointOpt = False,
     baseline: BaselineOpt = None,
     baseline_tolerance: BaselineToleranceOpt = 0.05,
     sequential: SequentialOpt = False,
-    alpha: AlphaOpt = 0.05,
-    min_tokens: MinTokensOpt = 0,
-    max_tokens: MaxTokensOpt = None,
-    order: OrderOpt = "seeded",
-    order_seed: OrderSeedOpt = 0,
-    undecided: UndecidedOpt = "fail",
-    round_windows: RoundOpt = 1,
+    sequential_values: dict = None,  # --alpha … --round-windows (see sequential_options)
     junit: JunitOpt = None, markdown: MarkdownOpt = None,
-    topk: TopKOpt = 0,
-    html: HtmlOpt = None,
+    page: PageOptions = None,  # --topk and --html (see page_options)
     floor: FloorOpt = "sampled", floor_seed: FloorSeedOpt = 0,  # the noise floor beside the candidate
     device: DeviceOpt = DEVICE_DEFAULT,
     dtype: DtypeOpt = DTYPE_DEFAULT,
@@ -130,18 +141,12 @@ def gate(
     from infoeval.api.gates import gate as run_gate
     from infoeval.errors import EXIT_GATE_FAILED
 
-    candidate = model
-    limit_values = {"max_kl_mean": max_kl_mean, "max_kl_p99": max_kl_p99, "min_top1": min_top1, "max_ppl_ratio": max_ppl_ratio, "max_bpb_increase": max_bpb_increase}
     llama = check_table(table) == "llama.cpp"
-    if not sequential:
-        _no_sequential_options(context)  # typed without --sequential (a --config default is not)
-    seq = {"alpha": alpha, "min_tokens": min_tokens, "max_tokens": max_tokens, "order": order, "order_seed": order_seed, "undecided": undecided,
-           "round_windows": round_windows} if sequential else {}  # fmt: skip
-    result = run_gate(candidate, reference=reference, scheme=scheme, recipe=recipe, limits=limits, confidence=confidence, point=point, baseline=baseline,
-                      baseline_tolerance=baseline_tolerance, sequential=sequential, top_k=topk or (5 if html else 0), floor=floor, floor_seed=floor_seed,
+    result = run_gate(model, reference=reference, scheme=scheme, recipe=recipe, limits=limits, confidence=confidence, point=point, baseline=baseline,
+                      baseline_tolerance=baseline_tolerance, sequential=sequential, top_k=page.top_k, floor=floor, floor_seed=floor_seed,
                       calibration=calibration_settings, device=device, dtype=dtype, device_map=device_map, progress=not outputs.quiet,
-                      **limit_values, **seq)  # fmt: skip
-    data = _emit_gate(result, outputs, scheme or (recipe.stem if recipe else None), {junit: "junit", markdown: "markdown"}, llama, html)
+                      **limit_values, **sequential_values)  # fmt: skip
+    data = _emit_gate(result, outputs, scheme or (recipe.stem if recipe else None), {junit: "junit", markdown: "markdown"}, llama, page.html)
     if not data["passed"]:
         raise typer.Exit(EXIT_GATE_FAILED)
 

@@ -7,38 +7,37 @@ from typing import Annotated, Optional
 
 import typer
 
+from infoeval.api.information import kl_fit as fit
+from infoeval.cli.options import api_options
 from infoeval.cli.output import as_json
 from infoeval.cli.outputs import Outputs, output_options
 
-TargetOpt = Annotated[str, typer.Option(help="Target p as bumps WEIGHT:CENTRE:WIDTH, comma-separated (normalized).")]
-SupportOpt = Annotated[int, typer.Option(help="Grid size N: x = 0 … N−1.")]
-StartsOpt = Annotated[str, typer.Option(help="Comma-separated starting centres μ₀.")]
-DirectionsOpt = Annotated[str, typer.Option(help="forward (KL(p‖q)), reverse (KL(q‖p)) or both, comma-separated.")]
-StepsOpt = Annotated[int, typer.Option(help="Adam steps.")]
-LrOpt = Annotated[float, typer.Option(help="Adam learning rate.")]
-Sigma0Opt = Annotated[float, typer.Option(help="Starting width σ₀.")]
+# kl-fit's options, of the API's keywords (infoeval.api.information.kl_fit: their types and defaults)
+HELP = {
+    "target": "Target p as bumps WEIGHT:CENTRE:WIDTH, comma-separated (normalized).",
+    "support": "Grid size N: x = 0 … N−1.",
+    "starts": "Comma-separated starting centres μ₀.",
+    "directions": "forward (KL(p‖q)), reverse (KL(q‖p)) or both, comma-separated.",
+    "steps": "Adam steps.",
+    "lr": "Adam learning rate.",
+    "sigma0": "Starting width σ₀.",
+}
 KLCsvOpt = Annotated[Optional[Path], typer.Option("--csv", help="Write one row per fit as CSV here.")]
 KLJsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Write the target, every fitted q and the settings as JSON here.")]
 
 
 @output_options("plot", csv=KLCsvOpt, json=KLJsonOpt)
+@api_options(fit, "settings", HELP)
 def kl_fit(
-    target: TargetOpt = "0.6:25:5,0.4:70:5",
-    support: SupportOpt = 100,
-    starts: StartsOpt = "30,60",
-    directions: DirectionsOpt = "forward,reverse",
-    steps: StepsOpt = 2000,
-    lr: LrOpt = 0.5,
-    sigma0: Sigma0Opt = 10.0,
+    settings: dict = None,  # --target … --sigma0 (see api_options)
     outputs: Outputs = None,  # the output options (see output_options)
 ) -> None:
     """Fit one discretized Gaussian to a two-bump target by forward KL (mode covering) and by reverse KL
     (mode seeking), from each start; prints centre, width and KL of each fit."""
-    from infoeval.api.information import kl_fit as fit
     from infoeval.klfit.report import print_kl_fit
 
     outputs.check()
-    data = as_json(fit(target, support=support, starts=starts, directions=directions, steps=steps, lr=lr, sigma0=sigma0))
+    data = as_json(fit(**settings))
 
     def draw(path):
         from infoeval.output.plots import plot_kl_fit
