@@ -85,7 +85,7 @@ INTROS = {
         "chunk sizes: seconds and peak memory."
     ),
     "standard_errors": (
-        "The standard errors `quantize-compare` prints (batch means over ⌊√n⌋ blocks of consecutive positions; see "
+        "The standard errors `quantize-compare` prints (batch means over batches of whole windows, 16 of 512 here; see "
         "[Metrics](metrics.md)) against the plain per-position SE sd/√n (llama.cpp's) and the SE of the means of "
         "non-overlapping 256-position blocks in text order, for mean KL, top-1 and Δ ln PPL of the three default "
         "schemes of SmolLM2-135M on 8,192 tokens of python-docs and of WikiText-2 test. Target: batch means within "

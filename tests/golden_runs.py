@@ -55,14 +55,18 @@ RENAMES: dict[str, list[tuple[str, str]]] = {
 # Schema 3: standard errors of means over positions are batch means (stats.se) instead of sd/√n, on purpose
 # (issue 36); the means do not move. In a record of an earlier schema, every leaf under a key ending in ``_se``
 # (values and their metric definitions) and a gate verdict's ``se`` and ``bound`` are not compared; llama.cpp's
-# sd/√n SEs moved to ``llamacpp_*`` keys, which such records lack.
-SE_SCHEMA = 3
+# sd/√n SEs moved to ``llamacpp_*`` keys, which such records lack. Schema 4: the batches are whole windows and the
+# bounds use t on their degrees of freedom (issue 51): in a record before it, ``se_block``/``se_blocks`` and "at
+# floor" are not compared either.
+SE_SCHEMA = 4
 
 
 def se_moved(path: str) -> bool:
-    """Whether a leaf of a record written before schema 3 is a standard error (or a bound made from one)."""
+    """Whether a leaf of a record written before schema 4 is a standard error (or made from one: a bound, the
+    batches, "at floor")."""
     parts = path.split("/")
-    return any(p.endswith("_se") for p in parts) or ("verdicts" in parts and parts[-1] in ("se", "bound", "judged"))
+    return (any(p.endswith("_se") for p in parts) or parts[-1] in ("se_block", "se_blocks", "at_floor")
+            or ("verdicts" in parts and parts[-1] in ("se", "bound", "judged")))  # fmt: skip
 
 
 def _sha(path: Path) -> str:

@@ -88,7 +88,7 @@ def _write(path: Path, result) -> Path:
     ("not json", "is not valid JSON"),
     ("[1, 2]", "is not an infoeval result"),
     ('{"schema": "other/thing/1"}', "is not an infoeval result (schema 'other/thing/1')"),
-    ('{"schema": "infoeval/quantize-compare/9"}', "has schema version 9; this infoeval reads versions 1 to 3"),
+    ('{"schema": "infoeval/quantize-compare/9"}', "has schema version 9; this infoeval reads versions 1 to 4"),
     ('{"schema": "infoeval/frobnicate/3"}', "a result of 'frobnicate', which this infoeval does not know"),
 ])  # fmt: skip
 def test_bad_files_are_one_line_data_errors(tmp_path, content, fragment):

@@ -100,7 +100,7 @@ def packed(tiny_llama_dir, tiny_text, tmp_path, monkeypatch, capsys):
 
 def test_cli_round_trip_prints_the_report(packed, tmp_path, monkeypatch, capsys):
     data = json.loads((tmp_path / "c.json").read_text())
-    assert data["schema"] == "infoeval/compress/3" and data["provenance"]["model"]["kind"] == "folder"
+    assert data["schema"] == "infoeval/compress/4" and data["provenance"]["model"]["kind"] == "folder"
     out = _cli(monkeypatch, capsys, "decompress", packed, "-o", tmp_path / "back.txt", "-q")
     assert (tmp_path / "back.txt").read_bytes() == (tmp_path / "in.txt").read_bytes()
     assert any("sha256" in line and "checked" in line for line in out)

@@ -335,11 +335,12 @@ def test_tied_lm_head_quantized_without_touching_embeddings(tiny_llama_dir, text
 
 
 # ------------------------------------------------------------------------ (e) aggregated metrics by definition
-def _batch_se(x):
-    """The SE of a mean over positions: batch means, written out with loops in test_standard_errors."""
-    from test_standard_errors import _brute_mean_cov
+from test_standard_errors import _brute_window_batches, brute_se  # noqa: E402  (the loops written out)
 
-    return math.sqrt(_brute_mean_cov(x.tolist(), x.tolist()))
+
+def _batch_se(x, windows):
+    """The SE of a mean over positions: batch means over whole windows, written out with loops in test_standard_errors."""
+    return brute_se(x.tolist(), windows.tolist())
 
 
 @pytest.mark.parametrize("model_name,schemes,include,ctx,stride", VARIANT_CASES[:1] + VARIANT_CASES[2:])
@@ -351,7 +352,7 @@ def test_metrics_equal_their_definitions(compared, text_file, model_name, scheme
     assert ref["tokens"] == nll.size == len(p.stream) - 1
     assert ref["bytes"] == n_bytes == int(cols.reference["bytes"].sum())
     assert ref["ppl"] == pytest.approx(math.exp(nll.mean()), rel=1e-12)
-    assert ref["ppl_se"] == pytest.approx(math.exp(nll.mean()) * _batch_se(nll), rel=1e-9)
+    assert ref["ppl_se"] == pytest.approx(math.exp(nll.mean()) * _batch_se(nll, cols.reference["window"]), rel=1e-9)
     assert ref["nll_mean"] == pytest.approx(nll.mean(), rel=1e-12)
     assert ref["bits_per_token"] == pytest.approx(nll.mean() / LN2, rel=1e-12)
     assert ref["bits_per_byte"] == pytest.approx(nll.sum() / LN2 / n_bytes, rel=1e-12)
@@ -368,20 +369,21 @@ def test_metrics_equal_their_definitions(compared, text_file, model_name, scheme
         a = var["top1"].astype(np.float64).mean()
         assert m["tokens"] == nv.size
         assert m["ppl"] == pytest.approx(math.exp(nv.mean()), rel=1e-12)
-        assert m["ppl_se"] == pytest.approx(math.exp(nv.mean()) * _batch_se(nv), rel=1e-9)
+        assert m["ppl_se"] == pytest.approx(math.exp(nv.mean()) * _batch_se(nv, cols.reference["window"]), rel=1e-9)
         assert m["ln_ppl_ratio"] == pytest.approx(diff.mean(), rel=1e-9, abs=1e-15)
         assert m["ln_ppl_ratio"] == pytest.approx(math.log(m["ppl"] / ref["ppl"]), rel=1e-6, abs=1e-12)
-        assert m["ln_ppl_ratio_se"] == pytest.approx(_batch_se(diff), rel=1e-9)
+        assert m["ln_ppl_ratio_se"] == pytest.approx(_batch_se(diff, cols.reference["window"]), rel=1e-9)
         assert m["ppl_ratio"] == pytest.approx(m["ppl"] / ref["ppl"], rel=1e-9)
         assert m["kl_mean"] == pytest.approx(kl.mean(), rel=1e-12)
-        assert m["kl_se"] == pytest.approx(_batch_se(kl), rel=1e-9)
+        assert m["kl_se"] == pytest.approx(_batch_se(kl, cols.reference["window"]), rel=1e-9)
         for key, q in (("kl_p50", 0.5), ("kl_p90", 0.9), ("kl_p99", 0.99), ("kl_p999", 0.999)):
             assert m[key] == pytest.approx(np.quantile(kl, q), rel=1e-12), key
         assert m["kl_max"] == kl.max()
         assert m["kl_p50"] <= m["kl_p90"] <= m["kl_p99"] <= m["kl_p999"] <= m["kl_max"]
         assert m["top1"] == pytest.approx(a, rel=1e-12)
-        assert m["top1_se"] == pytest.approx(_batch_se(var["top1"].astype(np.float64)), rel=1e-9)
-        assert m["se_blocks"] == nv.size // m["se_block"] and m["se_block"] == math.isqrt(nv.size)
+        assert m["top1_se"] == pytest.approx(_batch_se(var["top1"].astype(np.float64), cols.reference["window"]), rel=1e-9)
+        batches = np.bincount(np.asarray(_brute_window_batches(cols.reference["window"].tolist(), math.isqrt(nv.size))))
+        assert m["se_blocks"] == batches.size >= 2 and m["se_block"] == round(nv.size / batches.size) and batches.min() >= math.isqrt(nv.size)
         assert m["rkl_mean"] == pytest.approx(var["rkl"].astype(np.float64).mean(), rel=1e-12)
         assert m["tv_mean"] == pytest.approx(var["tv"].astype(np.float64).mean(), rel=1e-12)
         assert m["bits_per_byte"] == pytest.approx(nv.sum() / LN2 / n_bytes, rel=1e-12)

@@ -91,14 +91,14 @@ def test_sampled_windows_count_seed_and_modes():
 def test_versus_floor_flags_a_variant_equal_to_the_floor():
     rng = np.random.default_rng(0)
     floor_kl = rng.exponential(1e-4, 4096).astype(np.float32)
-    rows = np.ones(4096, bool)
-    same = fm.versus_floor(floor_kl.copy(), floor_kl, rows, float(floor_kl.mean()))
+    rows, windows = np.ones(4096, bool), np.repeat(np.arange(16), 256)
+    same = fm.versus_floor(floor_kl.copy(), floor_kl, rows, float(floor_kl.mean()), windows)
     assert same["at_floor"] and same["x_floor"] == pytest.approx(1.0) and same["floor_diff"] == 0.0
-    noisy = fm.versus_floor(floor_kl + rng.normal(0, 1e-6, 4096).astype(np.float32), floor_kl, rows, float(floor_kl.mean()))
+    noisy = fm.versus_floor(floor_kl + rng.normal(0, 1e-6, 4096).astype(np.float32), floor_kl, rows, float(floor_kl.mean()), windows)
     assert noisy["at_floor"]  # a difference within its noise
-    worse = fm.versus_floor(floor_kl * 3, floor_kl, rows, float(floor_kl.mean()))
+    worse = fm.versus_floor(floor_kl * 3, floor_kl, rows, float(floor_kl.mean()), windows)
     assert not worse["at_floor"] and worse["x_floor"] == pytest.approx(3.0, rel=1e-5)
-    m = fm.floor_metrics({"kl": floor_kl, "top1": np.r_[np.zeros(96, bool), np.ones(4000, bool)]}, rows)
+    m = fm.floor_metrics({"kl": floor_kl, "top1": np.r_[np.zeros(96, bool), np.ones(4000, bool)]}, rows, windows)
     assert m["kl_mean"] == pytest.approx(float(floor_kl.astype(np.float64).mean())) and m["top1_disagree"] == pytest.approx(96 / 4096)
     assert m["kl_p99"] == pytest.approx(float(np.quantile(floor_kl, 0.99))) and m["positions"] == 4096
 
@@ -162,7 +162,7 @@ def test_floor_kl_is_small_nonnegative_and_below_int8(tiny):
     floor = build_floor(model)
     cols = compare_pipeline.run_lockstep(model, stream, windows, [variant], floor=floor, floor_at=[w.index for w in windows])
     rows = np.ones(cols.n, bool)
-    m = fm.floor_metrics(cols.floor, rows)
+    m = fm.floor_metrics(cols.floor, rows, cols.reference["window"])
     int8 = float(cols.variants[variant.name]["kl"].astype(np.float64).mean())
     assert cols.floor["kl"].min() > -1e-6 and 0 < m["kl_mean"] < int8  # ≥ 0 but for float32 rounding near 0
     block = compare_pipeline.floor_block(cols, floor, "full", tuple(w.index for w in windows), 2)

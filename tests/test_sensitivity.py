@@ -190,7 +190,7 @@ def test_the_command_writes_json_and_csv(tiny_llama_dir, text_file, tmp_path, mo
                      "--scheme", "int4-g64,int3-g64", "--out-dir", tmp_path, "-q")  # fmt: skip
     assert code in (0, None), out.err
     data = json.loads((tmp_path / "result.json").read_text())
-    assert data["schema"] == "infoeval/sensitivity/3" and data["by"] == "block" and len(data["units"]) == 4
+    assert data["schema"] == "infoeval/sensitivity/4" and data["by"] == "block" and len(data["units"]) == 4
     keys = {"unit", "kind", "layers", "scheme", "n_weights", "kl_mean", "kl_se", "kl_p99", "top1", "dln_ppl", "dln_ppl_se", "proxy"}
     assert all(keys <= set(u) for u in data["units"])
     assert data["provenance"]["command"] == "sensitivity" and data["reference"]["tokens"] > 0

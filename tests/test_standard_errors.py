@@ -1,5 +1,5 @@
 """The standard error of a mean over a text's positions (``infoeval.measure.stats``: batch means over blocks of ⌊√n⌋
-consecutive positions) against brute force and closed forms: the formula written out with loops, equal blocks
+consecutive positions, or whole windows of at least as many) against brute force and closed forms: the formula written out with loops, equal blocks
 = the SE of the block means, coverage of 95 % intervals on AR(1) series with a known long-run variance (where
 sd/√n under-covers), i.i.d. series (where it equals sd/√n), Student's t quantiles, and the gate's switch to t
 with few blocks. Seeded, no model, a few seconds."""
@@ -130,10 +130,74 @@ def test_t_quantile_tends_to_the_normal_and_rejects_bad_input():
             t_quantile(p, df)
 
 
-def test_the_gate_widens_with_t_when_the_se_rests_on_few_blocks():
+def test_the_gate_bounds_use_t_on_the_batches_degrees_of_freedom():
     lim = [Limit("max_kl_mean", "kl_mean", "max", 0.05)]
     many = judge(lim, {"kl_mean": 0.040, "kl_se": 0.005, "se_blocks": 90})[0]
+    window = judge(lim, {"kl_mean": 0.040, "kl_se": 0.005, "se_blocks": 16})[0]
     few = judge(lim, {"kl_mean": 0.040, "kl_se": 0.005, "se_blocks": 6})[0]
-    assert many.bound == pytest.approx(0.040 + 1.6448536269514722 * 0.005) and many.passed
+    unknown = judge(lim, {"kl_mean": 0.040, "kl_se": 0.005})[0]
+    assert many.bound == pytest.approx(0.040 + t_quantile(0.95, 89) * 0.005) and many.passed
+    assert window.bound == pytest.approx(0.040 + 1.753050355692 * 0.005) and window.passed  # t with 15 df
     assert few.bound == pytest.approx(0.040 + 2.015048373333 * 0.005) and not few.passed  # t with 5 df
-    assert few.judged == "95% one-sided bound (t, 5 df)" and many.judged == "95% one-sided bound"
+    assert unknown.bound == pytest.approx(0.040 + 1.6448536269514722 * 0.005)  # z when the batches are not known
+    assert few.judged == "95% one-sided bound (t, 5 df)" and window.judged == "95% one-sided bound (t, 15 df)"
+
+
+def _brute_window_batches(windows: list, least: int) -> list[int]:
+    """Whole windows gathered in order until a batch holds ``least`` positions; a short remainder joins the last."""
+    runs, batches = [], []
+    for w in windows:
+        if runs and runs[-1][0] == w:
+            runs[-1][1] += 1
+        else:
+            runs.append([w, 1])
+    current, held = [], 0
+    for _, length in runs:
+        current.append(length)
+        held += length
+        if held >= least:
+            batches.append(current)
+            current, held = [], 0
+    if current:
+        batches[-1].extend(current) if batches else batches.append(current)
+    if len(batches) < 2:  # fewer than two batches: ⌊√n⌋ blocks instead (position i in block ⌊i·G/n⌋)
+        n = len(windows)
+        return [i * (n // max(1, math.isqrt(n))) // n for i in range(n)]
+    return [b for b, lengths in enumerate(batches) for length in lengths for _ in range(length)]
+
+
+def brute_se(x, windows) -> float:
+    """The SE of a mean over positions written out with loops: the batches of whole ``windows`` gathered by hand,
+    then G/(G−1) · Σ_g (S_g − n_g·x̄)² / n²."""
+    n = len(x)
+    labels = _brute_window_batches(list(windows), math.isqrt(n))
+    mean, sums, sizes = sum(x) / n, {}, {}
+    for label, value in zip(labels, x):
+        sums[label] = sums.get(label, 0.0) + value
+        sizes[label] = sizes.get(label, 0) + 1
+    g = len(sums)
+    return math.sqrt(g / (g - 1) * sum((sums[k] - sizes[k] * mean) ** 2 for k in sums) / n**2)
+
+
+@pytest.mark.parametrize("lengths", [[512] * 16, [64] * 40, [3, 200, 7, 7, 150, 1, 90, 2], [100, 5], [30, 30, 30, 30, 1]])
+def test_batches_are_whole_windows_of_at_least_root_n_positions(lengths):
+    windows = np.repeat(np.arange(len(lengths)), lengths)
+    n = windows.size
+    labels = block_labels(n, windows)
+    assert labels.tolist() == _brute_window_batches(windows.tolist(), math.isqrt(n))
+    sizes = np.bincount(labels)
+    assert (np.diff(labels) >= 0).all() and (sizes >= math.isqrt(n)).all() and sizes.size >= 2  # consecutive, none short
+    if labels.tolist() != block_labels(n).tolist():
+        assert all(np.unique(labels[windows == w]).size == 1 for w in np.unique(windows))  # a window is never cut
+        assert se_blocks(n, windows)["se_blocks"] == sizes.size and se_blocks(n, windows)["se_block"] == round(n / sizes.size)
+    x = np.random.default_rng(len(lengths)).lognormal(size=n)
+    assert se(x, windows) == pytest.approx(stats.cluster_se(x, labels), rel=1e-12)
+
+
+def test_one_window_falls_back_to_root_n_blocks_and_ids_may_repeat():
+    x = np.random.default_rng(3).normal(size=1000)
+    assert se(x, np.zeros(1000, dtype=int)) == se(x) and se_blocks(1000, np.zeros(1000, dtype=int)) == se_blocks(1000)
+    # the same window drawn twice in a row is one run: label by draw when windows are resampled
+    assert block_labels(8, np.array([5, 5, 5, 5, 5, 5, 5, 5])).tolist() == block_labels(8).tolist()
+    with pytest.raises(ValueError, match="window labels"):
+        block_labels(4, np.zeros(3))

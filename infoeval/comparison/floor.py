@@ -31,6 +31,7 @@ def floor_block(cols: CompareColumns, floor: FloorVariant, mode: str, floor_at: 
              "models_of_run": n_models}  # fmt: skip
     if not rows.any():
         return block | {"metrics": None, "variants": {}}
-    m = floor_measure.floor_metrics(cols.floor, rows)
-    versus = {name: floor_measure.versus_floor(v["kl"], cols.floor["kl"], rows, m["kl_mean"]) for name, v in cols.variants.items()}
+    windows = cols.reference["window"]
+    m = floor_measure.floor_metrics(cols.floor, rows, windows)
+    versus = {name: floor_measure.versus_floor(v["kl"], cols.floor["kl"], rows, m["kl_mean"], windows) for name, v in cols.variants.items()}
     return block | {"metrics": m, "variants": versus}

@@ -122,10 +122,10 @@ def kl_ses(cols) -> dict[str, float]:
     """quantize-compare --until-se watches every variant's mean-KL SE: the larger of the batch-means SE it reports
     and the SE over windows (the design-based SE of randomly drawn windows, steadier when they are few)."""
     labels = cols.reference["window"]
-    return {f"{name}/kl": max(se(kl := v["kl"].astype(np.float64)), cluster_se(kl, labels)) for name, v in cols.variants.items()}
+    return {f"{name}/kl": max(se(kl := v["kl"].astype(np.float64), labels), cluster_se(kl, labels)) for name, v in cols.variants.items()}
 
 
 def bpb_ses(cols) -> dict[str, float]:
     """compress-bits --until-se watches the model's bits/byte SE (the larger of batch means and over windows)."""
     nll, nbytes, labels = cols.reference["nll"], cols.reference["bytes"], cols.reference["window"]
-    return {"bits_per_byte": max(bits_per_byte_se(nll, nbytes), bits_per_byte_se(nll, nbytes, labels))}
+    return {"bits_per_byte": max(bits_per_byte_se(nll, nbytes, windows=labels), bits_per_byte_se(nll, nbytes, labels))}

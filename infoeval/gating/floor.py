@@ -32,7 +32,7 @@ def gate_floor(gate_settings, candidate: tuple, cols: dict, ref_cols: dict, var:
     if not rows.any() or f"{FLOOR}/kl" not in cols:
         return block | {"metrics": None, "metrics_all": None, "candidate": None}
     fcols = {k: cols[f"{FLOOR}/{k}"][rows] for k in ("nll", *GATE_COLUMNS)}
-    m = floor_metrics({"kl": cols[f"{FLOOR}/kl"], "top1": cols[f"{FLOOR}/top1"]}, rows)
+    m = floor_metrics({"kl": cols[f"{FLOOR}/kl"], "top1": cols[f"{FLOOR}/top1"]}, rows, cols["window"])
     all_metrics = gate_metrics({k: v[rows] for k, v in ref_cols.items()}, fcols)
-    versus = versus_floor(var["kl"][used], cols[f"{FLOOR}/kl"][used], rows[used], m["kl_mean"])
+    versus = versus_floor(var["kl"][used], cols[f"{FLOOR}/kl"][used], rows[used], m["kl_mean"], cols["window"][used])
     return block | {"metrics": m, "metrics_all": all_metrics, "candidate": versus}

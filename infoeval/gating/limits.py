@@ -2,17 +2,16 @@
 
 A limit is ``max_<metric>`` or ``min_<metric>`` (aliases: ``max_bpb_increase`` = ``max_bits_per_byte_delta``).
 Limits on means are judged with their standard errors: by default a limit passes only when it holds at the
-one-sided confidence level (95 %: z = 1.645), i.e. for a max limit mean + z·SE ≤ max and for a min limit
-mean − z·SE ≥ min. The PPL ratio is judged through its log: exp(Δ ln PPL + z·SE) ≤ max. Quantiles (kl_p99 …)
-have no standard error here and are judged as point estimates. The SEs are batch means over blocks of
-consecutive positions (``stats.se``); with fewer than ``stats.MIN_BLOCKS`` blocks (``se_blocks`` in the metrics)
-the SE is itself uncertain and the bound uses Student's t quantile with blocks − 1 degrees of freedom instead
-of z. ``point=True`` judges every metric by its
+one-sided confidence level (95 %: t ≈ 1.75 on 16 batches), i.e. for a max limit mean + t·SE ≤ max and for a
+min limit mean − t·SE ≥ min. The PPL ratio is judged through its log: exp(Δ ln PPL + z·SE) ≤ max. Quantiles (kl_p99 …)
+have no standard error here and are judged as point estimates. The SEs are batch means over batches of whole
+windows (``stats.se``); a bound uses Student's t quantile with G − 1 degrees of freedom, G the batches
+(``se_blocks`` in the metrics): 1.753 instead of z = 1.645 with 16 batches. ``point=True`` judges every metric by its
 point estimate. A limit naming an unknown metric, or bounding a metric from the wrong side, is a usage error:
 a gate must fail closed, never pass on a typo.
 
-Worked example: kl_mean = 0.040, kl_se = 0.004, max_kl_mean = 0.045 → bound 0.040 + 1.645·0.004 = 0.0466 >
-0.045: FAIL at 95 % (a point estimate would pass).
+Worked example: kl_mean = 0.040, kl_se = 0.004 on 16 batches, max_kl_mean = 0.045 → bound 0.040 +
+1.753·0.004 = 0.0470 > 0.045: FAIL at 95 % (a point estimate would pass).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 
 from infoeval.errors import UsageError
 from infoeval.measure.metrics import METRICS
-from infoeval.measure.stats import MIN_BLOCKS, t_quantile
+from infoeval.measure.stats import t_quantile
 
 # metric → (its standard error in the metrics dict, how the bound is formed)
 GATE_METRICS: dict[str, tuple[str | None, str]] = {
@@ -116,14 +115,14 @@ def z_value(confidence: float) -> float:
 
 
 def quantile_for(confidence: float, blocks: int | None) -> tuple[float, str]:
-    """The one-sided quantile of the bounds and how it is named: z, or Student's t with blocks − 1 degrees of
-    freedom when the SEs rest on fewer than ``MIN_BLOCKS`` blocks (at least 2).
+    """The one-sided quantile of the bounds and how it is named: Student's t with G − 1 degrees of freedom, G the
+    batches the SEs rest on (``se_blocks``, at least 2); z when they are not known.
 
-    >>> [round(q, 3) for q, _ in (quantile_for(0.95, 90), quantile_for(0.95, 5))]
-    [1.645, 2.132]
+    >>> [round(q, 3) for q, _ in (quantile_for(0.95, 16), quantile_for(0.95, 5), quantile_for(0.95, None))]
+    [1.753, 2.132, 1.645]
     """
     z = z_value(confidence)
-    if blocks is not None and 2 <= blocks < MIN_BLOCKS:
+    if blocks is not None and blocks >= 2:
         return t_quantile(confidence, blocks - 1), f"{confidence:.0%} one-sided bound (t, {blocks - 1} df)"
     return z, f"{confidence:.0%} one-sided bound"
 

@@ -275,6 +275,6 @@ def gate_metrics(ref_cols: dict, var: dict) -> dict:
     m = variant_metrics(ref_cols, var)
     lower = var["kl_lower"].astype(np.float64)
     m["kl_lower_mean"] = float(lower.mean())
-    m["kl_lower_se"] = se(lower)
+    m["kl_lower_se"] = se(lower, ref_cols.get("window"))
     m["reference_ppl"] = reference_metrics(ref_cols)["ppl"]
     return m

@@ -63,19 +63,21 @@ def floor_rows(window_column: np.ndarray, windows) -> np.ndarray:
     return np.isin(window_column, np.asarray(list(windows), dtype=np.int64))
 
 
-def floor_metrics(floor_cols: dict, rows: np.ndarray) -> dict:
-    """The floor's mean KL ± SE, P99 and top-1 disagreement ± SE on its rows."""
+def floor_metrics(floor_cols: dict, rows: np.ndarray, windows: np.ndarray) -> dict:
+    """The floor's mean KL ± SE, P99 and top-1 disagreement ± SE on its rows (``windows``: every row's window, the
+    SEs' batches)."""
     kl = floor_cols["kl"][rows].astype(np.float64)
     disagree = 1.0 - floor_cols["top1"][rows].astype(np.float64)
-    kl_mean, kl_se = mean_se(kl)
-    d_mean, d_se = mean_se(disagree)
+    kl_mean, kl_se = mean_se(kl, windows[rows])
+    d_mean, d_se = mean_se(disagree, windows[rows])
     return {"kl_mean": kl_mean, "kl_se": kl_se, "kl_p99": quantile(kl, 0.99), "top1_disagree": d_mean, "top1_disagree_se": d_se,
             "positions": int(rows.sum())}  # fmt: skip
 
 
-def versus_floor(variant_kl: np.ndarray, floor_kl: np.ndarray, rows: np.ndarray, floor_mean: float) -> dict:
+def versus_floor(variant_kl: np.ndarray, floor_kl: np.ndarray, rows: np.ndarray, floor_mean: float, windows: np.ndarray) -> dict:
     """A variant read against the floor: "× floor" (its mean KL over the floor's), and its paired difference from
-    the floor on the floor's rows, d = KL_variant − KL_floor: mean, SE, and "at floor" (d̄ ≤ 2·SE(d))."""
-    d_mean, d_se = mean_se(variant_kl[rows].astype(np.float64) - floor_kl[rows].astype(np.float64))
+    the floor on the floor's rows, d = KL_variant − KL_floor: mean, SE (batches of whole ``windows``), and "at
+    floor" (d̄ ≤ 2·SE(d))."""
+    d_mean, d_se = mean_se(variant_kl[rows].astype(np.float64) - floor_kl[rows].astype(np.float64), windows[rows])
     ratio = float(variant_kl.astype(np.float64).mean() / floor_mean) if floor_mean > 0 else None
     return {"x_floor": ratio, "floor_diff": d_mean, "floor_diff_se": d_se, "at_floor": bool(d_mean <= AT_FLOOR_SE * d_se)}

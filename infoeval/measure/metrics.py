@@ -33,8 +33,8 @@ METRICS: dict[str, Metric] = {
     "bytes": Metric("bytes", None, "UTF-8 bytes of the scored text"),
     "ppl": Metric("", False, "perplexity exp(mean NLL)"),
     "ppl_se": Metric("", None, "standard error of PPL (delta method: PPL · SE of mean NLL)"),
-    "se_block": Metric("positions", None, "positions per block of the batch-means standard errors, ⌊√n⌋"),
-    "se_blocks": Metric("blocks", None, "blocks behind each standard error (the gate uses Student's t below 10)"),
+    "se_block": Metric("positions", None, "mean positions per batch of the batch-means standard errors (whole windows, at least ⌊√n⌋)"),
+    "se_blocks": Metric("blocks", None, "batches G behind each standard error (the gate's bounds use Student's t with G − 1 degrees of freedom)"),
     "nll_mean": Metric("nats/token", False, "mean negative log-likelihood of the observed tokens"),
     "bits_per_token": Metric("bits/token", False, "mean NLL / ln 2"),
     "bits_per_byte": Metric("bits/byte", False, "Σ NLL / ln 2 / UTF-8 bytes of the scored text"),
@@ -184,9 +184,9 @@ def definitions(family: str) -> dict[str, dict]:
             for n, m in FAMILIES.get(family, {}).items()}  # fmt: skip
 
 
-def bits_per_byte_se(nll: np.ndarray, nbytes: np.ndarray, clusters: np.ndarray | None = None) -> float:
+def bits_per_byte_se(nll: np.ndarray, nbytes: np.ndarray, clusters: np.ndarray | None = None, windows: np.ndarray | None = None) -> float:
     """SE of bits/byte R = Σ nll / (ln 2 · Σ bytes), a ratio of two means: by the delta method the SE of the mean
-    of the linearised series z = (nll/ln 2 − R·bytes) / mean bytes (batch means, ``stats.se``). With equal bytes
+    of the linearised series z = (nll/ln 2 − R·bytes) / mean bytes (batch means over whole ``windows``, ``stats.se``). With equal bytes
     per position it is SE(nll)/(ln 2 · bytes). NaN without bytes. With ``clusters`` (a label per position, e.g.
     its window) the SE over those clusters instead of batch means (``stats.cluster_se``).
 
@@ -199,11 +199,11 @@ def bits_per_byte_se(nll: np.ndarray, nbytes: np.ndarray, clusters: np.ndarray |
         return float("nan")
     ratio = x.sum() / b.sum()
     z = (x - ratio * b) / b.mean()
-    return se(z) if clusters is None else cluster_se(z, clusters)
+    return se(z, windows) if clusters is None else cluster_se(z, clusters)
 
 
 def reference_metrics(ref: dict[str, np.ndarray]) -> dict[str, float]:
-    nll = ref["nll"].astype(np.float64)
+    nll, windows = ref["nll"].astype(np.float64), ref.get("window")
     n_bytes = int(ref["bytes"].sum())
     mean = float(nll.mean())
     ent_bits = ref["entropy"].astype(np.float64) / LN2
@@ -212,12 +212,12 @@ def reference_metrics(ref: dict[str, np.ndarray]) -> dict[str, float]:
         "tokens": int(nll.size),
         "bytes": n_bytes,
         "ppl": ppl,
-        "ppl_se": ppl * se(nll),
-        **se_blocks(nll.size),
+        "ppl_se": ppl * se(nll, windows),
+        **se_blocks(nll.size, windows),
         "nll_mean": mean,
         "bits_per_token": mean / LN2,
         "bits_per_byte": float(nll.sum() / LN2 / n_bytes) if n_bytes else float("nan"),
-        "bits_per_byte_se": bits_per_byte_se(nll, ref["bytes"]),
+        "bits_per_byte_se": bits_per_byte_se(nll, ref["bytes"], windows=windows),
         "total_bits": float(nll.sum() / LN2),
         "entropy_mean": float(ent_bits.mean()),
         "entropy_p10": quantile(ent_bits, 0.10),
@@ -227,7 +227,7 @@ def reference_metrics(ref: dict[str, np.ndarray]) -> dict[str, float]:
 
 
 def variant_metrics(ref: dict[str, np.ndarray], var: dict[str, np.ndarray]) -> dict[str, float]:
-    nll_r = ref["nll"].astype(np.float64)
+    nll_r, windows = ref["nll"].astype(np.float64), ref.get("window")
     nll_v = var["nll"].astype(np.float64)
     diff = nll_v - nll_r
     kl = var["kl"].astype(np.float64)
@@ -242,28 +242,28 @@ def variant_metrics(ref: dict[str, np.ndarray], var: dict[str, np.ndarray]) -> d
     return {
         "tokens": int(nll_v.size),
         "ppl": ppl,
-        "ppl_se": ppl * se(nll_v),
-        **se_blocks(nll_v.size),
+        "ppl_se": ppl * se(nll_v, windows),
+        **se_blocks(nll_v.size, windows),
         "nll_mean": mean_v,
         "bits_per_token": mean_v / LN2,
         "bits_per_byte": bpb_v,
         "bits_per_byte_delta": bpb_v - bpb_r,
-        "bits_per_byte_delta_se": se(diff) * diff.size / LN2 / n_bytes if n_bytes else float("nan"),
+        "bits_per_byte_delta_se": se(diff, windows) * diff.size / LN2 / n_bytes if n_bytes else float("nan"),
         "ln_ppl_ratio": float(diff.mean()),
-        "ln_ppl_ratio_se": se(diff),
+        "ln_ppl_ratio_se": se(diff, windows),
         "ppl_ratio": math.exp(float(diff.mean())),
         "kl_mean": float(kl.mean()),
-        "kl_se": se(kl),
+        "kl_se": se(kl, windows),
         "kl_p50": quantile(kl, 0.50),
         "kl_p90": quantile(kl, 0.90),
         "kl_p99": quantile(kl, 0.99),
         "kl_p999": quantile(kl, 0.999),
         "kl_max": float(kl.max()),
         "top1": a,
-        "top1_se": se(top1),
+        "top1_se": se(top1, windows),
         "rkl_mean": float(rkl.mean()),
-        "rkl_se": se(rkl),
+        "rkl_se": se(rkl, windows),
         "tv_mean": float(tv.mean()),
-        "tv_se": se(tv),
+        "tv_se": se(tv, windows),
         **kld_statistics(nll_r, nll_v, var["kl"], var["top1"]),
     }

@@ -3,15 +3,19 @@ Pearson's χ² goodness-of-fit test; Student's t quantile; the one ``LN2`` (nats
 
 Standard errors of a mean over a text's positions (``se``, ``mean_se``, ``mean_cov``) allow for the
 correlation of neighbouring positions (a hard passage raises the KL of many consecutive tokens): they are
-**batch means** over consecutive blocks in text order (Flegal & Jones 2010; the non-overlapping batch-means
-estimator of MCMC output analysis). With n positions the block length is B = ⌊√n⌋ and the n positions are cut
-into G = ⌊n/B⌋ blocks of equal length (±1); the variance of the mean is the cluster-robust one with the blocks
-as clusters, G/(G−1) · Σ_g (S_g − n_g·x̄)² / n². For a stationary series whose autocorrelation dies out well
-within B it estimates the long-run variance σ²·(1 + 2Σ_{k≥1} ρ_k)/n; on independent positions it is the plain
-sd/√n within sampling noise (√(2/G) relative). ``iid_se``/``iid_mean_se`` are the plain sd/√n that treats
-positions as independent: llama.cpp's figures keep it (``llamacpp_*`` keys), and means over independent
-units (mutual-info's text blocks) use it. Quantiles interpolate linearly between order statistics (NumPy's
-default). docs/metrics.md says why this estimator and what it assumes.
+**batch means** over consecutive batches in the columns' order (Flegal & Jones 2010; the non-overlapping
+batch-means estimator of MCMC output analysis), with the variance of the mean the cluster-robust one with the
+batches as clusters, G/(G−1) · Σ_g (S_g − n_g·x̄)² / n². A batch is a run of **whole windows** (``windows``:
+each position's window) of at least ⌊√n⌋ positions, never shorter than a window: every window restarts its
+context, so a per-position series has a window-periodic structure and stays correlated for a few hundred tokens,
+and batches of ⌊√n⌋ positions inside a window (what the SEs used before) underestimate its SE by about a quarter
+on the default run (docs/metrics.md). Intervals and bounds from these SEs use Student's t with G − 1 degrees of
+freedom. Without windows (or when they make fewer than two batches), batches are ⌊√n⌋ consecutive positions. On
+independent positions either is the plain sd/√n within sampling noise (√(2/G) relative). ``iid_se`` /
+``iid_mean_se`` are the plain sd/√n that treats positions as independent: llama.cpp's figures keep it
+(``llamacpp_*`` keys), and means over independent units (mutual-info's text blocks) use it. Quantiles
+interpolate linearly between order statistics (NumPy's default). docs/metrics.md says why this estimator and what
+it assumes.
 """
 
 from __future__ import annotations
@@ -27,17 +31,17 @@ MIN_BLOCKS = 10  # below this many blocks the SE is itself too uncertain for a n
 # what every result's JSON records about its standard errors (``standard_errors``)
 SE_METHOD = {
     "estimator": "batch means",
-    "blocks": "consecutive positions in text order; block length B = floor(sqrt(n)), G = floor(n/B) blocks of "
-              "equal length (±1)",
-    "variance": "G/(G-1) * sum_g (S_g - n_g*mean)^2 / n^2 (cluster-robust, the blocks as clusters)",
-    "small_sample": f"with fewer than {MIN_BLOCKS} blocks the gate's bounds use Student's t with G-1 degrees of "
-                    "freedom; every metrics record gives its se_block and se_blocks",
+    "blocks": "runs of whole consecutive windows, each of at least floor(sqrt(n)) positions (the last, short run "
+              "joins the one before); with fewer than two windows, floor(sqrt(n)) consecutive positions",
+    "variance": "G/(G-1) * sum_g (S_g - n_g*mean)^2 / n^2 (cluster-robust, the batches as clusters)",
+    "small_sample": "the gate's bounds use Student's t with G-1 degrees of freedom; every metrics record gives its "
+                    "se_block (mean positions per batch) and se_blocks (G)",
     "llamacpp": "keys named llamacpp_*_se and same_top_se are llama.cpp's own sd/sqrt(n) (positions as independent)",
 }
 
 
 def block_length(n: int) -> int:
-    """Positions per block of the batch-means SE: ⌊√n⌋ (1 for n < 4).
+    """The least positions per batch of the batch-means SE: ⌊√n⌋ (1 for n < 4).
 
     >>> block_length(8192), block_length(100), block_length(3)
     (90, 10, 1)
@@ -45,19 +49,46 @@ def block_length(n: int) -> int:
     return max(1, math.isqrt(max(int(n), 0)))
 
 
-def block_labels(n: int) -> np.ndarray:
-    """The block of each of n positions: G = ⌊n/B⌋ consecutive blocks whose lengths differ by at most one.
+def block_labels(n: int, windows: np.ndarray | None = None) -> np.ndarray:
+    """The batch of each of n positions (module docstring). With ``windows`` (each position's window, in the
+    columns' order): runs of whole consecutive windows of at least ⌊√n⌋ positions, the last, short run joined to
+    the one before. Without windows, or when they make fewer than two batches: G = ⌊n/B⌋ consecutive blocks whose
+    lengths differ by at most one.
 
     >>> block_labels(10).tolist()  # B = 3, G = 3 blocks of 4, 3, 3
     [0, 0, 0, 0, 1, 1, 1, 2, 2, 2]
+    >>> block_labels(10, np.array([0, 0, 1, 1, 1, 1, 2, 2, 3, 3])).tolist()  # B = 3: windows {0, 1}, {2, 3}
+    [0, 0, 0, 0, 0, 0, 1, 1, 1, 1]
     """
+    if windows is not None:
+        windows = np.asarray(windows).ravel()
+        if windows.size != n:
+            raise ValueError(f"{n} positions but {windows.size} window labels")
+        starts = np.flatnonzero(np.r_[True, windows[1:] != windows[:-1]]) if n else np.zeros(0, dtype=np.int64)
+        labels = _window_batches(n, starts) if starts.size >= 2 else None
+        if labels is not None and labels[-1] >= 1:  # at least two batches
+            return labels
     g = max(1, n // block_length(n)) if n else 0
     return (np.arange(n, dtype=np.int64) * g) // max(n, 1)
 
 
-def mean_cov(x: np.ndarray, y: np.ndarray) -> float:
-    """Covariance of the two means x̄ and ȳ of paired per-position series (text order), by batch means:
-    G/(G−1) · Σ_g (S^x_g − n_g·x̄)(S^y_g − n_g·ȳ) / n². NaN for n < 2. ``mean_cov(x, x)`` is SE(x̄)².
+def _window_batches(n: int, starts: np.ndarray) -> np.ndarray:
+    """Batch labels from the first position of each window run: whole runs gathered until a batch holds ⌊√n⌋."""
+    least, lengths = block_length(n), np.diff(np.r_[starts, n])
+    batch_of_run, batch, held = np.empty(lengths.size, dtype=np.int64), 0, 0
+    for i, length in enumerate(lengths):
+        batch_of_run[i], held = batch, held + int(length)
+        if held >= least:
+            batch, held = batch + 1, 0
+    if held and batch > 0:  # the last, short run joins the one before
+        batch_of_run[batch_of_run == batch] = batch - 1
+    return np.repeat(batch_of_run, lengths)
+
+
+def mean_cov(x: np.ndarray, y: np.ndarray, windows: np.ndarray | None = None) -> float:
+    """Covariance of the two means x̄ and ȳ of paired per-position series (the columns' order), by batch means
+    over the batches of ``block_labels(n, windows)``: G/(G−1) · Σ_g (S^x_g − n_g·x̄)(S^y_g − n_g·ȳ) / n². NaN for
+    n < 2. ``mean_cov(x, x)`` is SE(x̄)².
 
     >>> round(mean_cov(np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.0, 2.0, 3.0, 4.0])), 4)  # blocks {1,2}, {3,4}
     1.0
@@ -66,7 +97,7 @@ def mean_cov(x: np.ndarray, y: np.ndarray) -> float:
     y = np.asarray(y, dtype=np.float64).ravel()
     if x.shape != y.shape:
         raise ValueError(f"paired series differ in length: {x.size} vs {y.size}")
-    return _grouped_cov(x, y, block_labels(x.size)) if x.size >= 2 else float("nan")
+    return _grouped_cov(x, y, block_labels(x.size, windows)) if x.size >= 2 else float("nan")
 
 
 def _grouped_cov(x: np.ndarray, y: np.ndarray, labels: np.ndarray) -> float:
@@ -94,20 +125,28 @@ def cluster_se(x: np.ndarray, clusters: np.ndarray) -> float:
     return math.sqrt(max(v, 0.0)) if v == v else float("nan")
 
 
-def se(x: np.ndarray) -> float:
-    """Standard error of the mean of a per-position series in text order, by batch means (module docstring);
-    NaN for n < 2. On 4 positions: blocks of 2, and the SE of the two block means.
+def se(x: np.ndarray, windows: np.ndarray | None = None) -> float:
+    """Standard error of the mean of a per-position series, by batch means over whole ``windows`` (module
+    docstring); NaN for n < 2. On 4 positions: blocks of 2, and the SE of the two block means.
 
     >>> round(se(np.array([1.0, 2.0, 3.0, 4.0])), 4)  # block means 1.5 and 3.5: sd/√2 = √2/√2
     1.0
     """
-    v = mean_cov(x, x)
+    v = mean_cov(x, x, windows)
     return math.sqrt(max(v, 0.0)) if v == v else float("nan")
 
 
-def se_blocks(n: int) -> dict[str, int]:
-    """The block length and block count behind the SE of a mean over n positions (for the metrics records)."""
-    return {"se_block": block_length(n), "se_blocks": max(1, n // block_length(n)) if n else 0}
+def se_blocks(n: int, windows: np.ndarray | None = None) -> dict[str, int]:
+    """The mean positions per batch and the batch count G behind the SE of a mean over n positions (for the
+    metrics records; bounds use Student's t with G − 1 degrees of freedom).
+
+    >>> se_blocks(8192), se_blocks(8192, np.repeat(np.arange(16), 512))
+    ({'se_block': 90, 'se_blocks': 91}, {'se_block': 512, 'se_blocks': 16})
+    """
+    labels = block_labels(n, windows)
+    g = int(labels.max()) + 1 if n else 0
+    by_windows = windows is not None and g >= 2 and not np.array_equal(labels, block_labels(n))
+    return {"se_block": round(n / g) if by_windows else block_length(n) if n else 0, "se_blocks": g}
 
 
 def iid_se(x: np.ndarray) -> float:
@@ -124,12 +163,12 @@ def quantile(x: np.ndarray, q: float) -> float:
     return float(np.quantile(x, q))
 
 
-def mean_se(x: np.ndarray) -> tuple[float, float]:
-    """Mean and its batch-means standard error ``se`` (NaN SE for n < 2; NaN mean for n = 0)."""
+def mean_se(x: np.ndarray, windows: np.ndarray | None = None) -> tuple[float, float]:
+    """Mean and its batch-means standard error ``se`` over whole ``windows`` (NaN SE for n < 2; NaN mean for n = 0)."""
     x = np.asarray(x, dtype=np.float64).ravel()
     if x.size == 0:
         return float("nan"), float("nan")
-    return float(x.mean()), se(x)
+    return float(x.mean()), se(x, windows)
 
 
 def iid_mean_se(x: np.ndarray) -> tuple[float, float]:

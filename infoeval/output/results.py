@@ -27,7 +27,7 @@ from infoeval.input.provenance import Provenance
 from infoeval.measure.metrics import definitions
 from infoeval.measure.stats import SE_METHOD
 
-SCHEMA_VERSION = 3  # 3: batch-means standard errors (``standard_errors``), llama.cpp's under llamacpp_*
+SCHEMA_VERSION = 4  # 3: batch-means standard errors (``standard_errors``), llama.cpp's under llamacpp_*; 4: batches of whole windows
 @dataclass(frozen=True)
 class Result:
     """Base of every command's result: provenance and timings (seconds per stage), plus the command's own fields

@@ -34,8 +34,9 @@ UNIT_METRICS: dict[str, Metric] = {
 def unit_metrics(unit, variant, cols: Mapping[str, np.ndarray], key: str, n: int, proxy: float | None) -> dict:
     """One unit × scheme's entry from its per-position columns ``key/kl``, ``key/top1``, ``key/nll``."""
     kl = cols[f"{key}/kl"].astype(np.float64)
-    kl_mean, kl_se = mean_se(kl)
-    dln, dln_se = mean_se(cols[f"{key}/nll"].astype(np.float64) - cols["ref/nll"].astype(np.float64))
+    windows = cols.get("window")
+    kl_mean, kl_se = mean_se(kl, windows)
+    dln, dln_se = mean_se(cols[f"{key}/nll"].astype(np.float64) - cols["ref/nll"].astype(np.float64), windows)
     n_weights = sum(int(w.numel) for w in variant.weights.values())
     return {
         "unit": unit.name, "kind": unit.kind, "layers": list(unit.layers), "scheme": variant.name,

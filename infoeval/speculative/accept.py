@@ -115,8 +115,9 @@ def summarize(cols: AcceptColumns, t: float, mode: str) -> dict:
     top1 = cols.base["top1"]
     beta, kl, tv = (s[k].astype(np.float64) for k in ("beta", "kl", "tv"))
     h_bits = s["entropy_p"].astype(np.float64) / LN2
-    alpha, alpha_se = mean_se(beta)
-    kl_mean, kl_se = mean_se(kl)
+    windows = cols.base["window"]
+    alpha, alpha_se = mean_se(beta, windows)
+    kl_mean, kl_se = mean_se(kl, windows)
     r, r_n = pearson(h_bits, beta)
     return {
         "temperature": t,
@@ -134,14 +135,14 @@ def summarize(cols: AcceptColumns, t: float, mode: str) -> dict:
         "entropy_q_bits": float(s["entropy_q"].astype(np.float64).mean() / LN2),
         "nll_p": float(s["nll_p"].astype(np.float64).mean()),
         "nll_q": float(s["nll_q"].astype(np.float64).mean()),
-        "quartiles": entropy_quartiles(h_bits, beta, kl, top1),
-        "expected_tokens": expected_tokens_table(beta, GAMMAS),
+        "quartiles": entropy_quartiles(h_bits, beta, kl, top1, windows),
+        "expected_tokens": expected_tokens_table(beta, GAMMAS, windows),
     }
 
 
 def top1_summary(cols: AcceptColumns) -> dict:
     m = cols.base["top1"]
-    a, a_se = mean_se(m.astype(np.float64))
+    a, a_se = mean_se(m.astype(np.float64), cols.base["window"])
     lengths = run_lengths(m, cols.base["position"])
     return {
         "top1": a,

@@ -129,7 +129,7 @@ def summarize(cols: DistillColumns, t: float, alpha: float) -> dict:
     c = cols.terms[t]
     row: dict = {"temperature": t, "alpha": alpha, "tokens": int(c["kl"].size)}
     for k in TERMS:
-        m, se = mean_se(c[k])
+        m, se = mean_se(c[k], cols.base["window"])
         name = {"teacher_entropy": "teacher_entropy_bits"}.get(k, k)
         scale = 1 / LN2 if k == "teacher_entropy" else 1.0
         row[name], row[f"{name}_se"] = m * scale, se * scale

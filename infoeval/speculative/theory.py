@@ -58,21 +58,22 @@ def break_even_alpha(gamma: int, cost: float, verify: float = 1.0) -> float:
     return 0.5 * (lo + hi)
 
 
-def expected_tokens_table(beta: np.ndarray, gammas=range(1, 9)) -> list[dict]:
+def expected_tokens_table(beta: np.ndarray, gammas=range(1, 9), windows: np.ndarray | None = None) -> list[dict]:
     """For each γ: E at α = mean β, and the mean over positions of E(β_i) (≥ the first, E being convex in α)
-    with its standard error."""
+    with its standard error (batches of whole ``windows``)."""
     beta = np.asarray(beta, dtype=np.float64)
     alpha = float(beta.mean()) if beta.size else float("nan")
     rows = []
     for g in gammas:
-        m, se = mean_se(expected_tokens(beta, g)) if beta.size else (float("nan"), float("nan"))
+        m, se = mean_se(expected_tokens(beta, g), windows) if beta.size else (float("nan"), float("nan"))
         rows.append({"gamma": g, "e_mean_alpha": expected_tokens(alpha, g), "e_per_position": m, "e_per_position_se": se})
     return rows
 
 
-def entropy_quartiles(entropy_bits: np.ndarray, beta: np.ndarray, kl: np.ndarray, top1: np.ndarray) -> list[dict]:
+def entropy_quartiles(entropy_bits: np.ndarray, beta: np.ndarray, kl: np.ndarray, top1: np.ndarray, windows: np.ndarray | None = None) -> list[dict]:
     """Positions cut into four groups at the quartiles of the target's entropy (rank-based, so ties in entropy
-    cannot leave a group empty): n, entropy range and mean (bits), mean β ± SE, mean KL, top-1 rate.
+    cannot leave a group empty): n, entropy range and mean (bits), mean β ± SE (a group's positions in text order,
+    batches of whole ``windows``), mean KL, top-1 rate.
 
     Group k holds the positions of rank ⌊k·n/4⌋ … ⌊(k+1)·n/4⌋ − 1 in ascending entropy.
     """
@@ -81,8 +82,8 @@ def entropy_quartiles(entropy_bits: np.ndarray, beta: np.ndarray, kl: np.ndarray
     n = h.size
     rows = []
     for k in range(4):
-        idx = order[(k * n) // 4 : ((k + 1) * n) // 4]
-        a, a_se = mean_se(beta[idx])
+        idx = np.sort(order[(k * n) // 4 : ((k + 1) * n) // 4])
+        a, a_se = mean_se(beta[idx], None if windows is None else np.asarray(windows)[idx])
         rows.append(
             {
                 "quartile": f"Q{k + 1}",
