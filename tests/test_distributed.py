@@ -91,10 +91,11 @@ COMMON = ["--text", "text.txt", "--device", "cpu", "--ctx", 64, "--max-tokens", 
 
 def test_quantize_compare_two_ranks_equal_one_process(work, tiny_llama_dir):
     # 1,600 tokens, ctx 64, stride 48: 33 windows, a shared batch of 32 (SHARED_TOKENS = 2,048) and one for rank 1
-    args = ["quantize-compare", tiny_llama_dir, "--schemes", "int8-channel,int4-g32,int3-g64-asym", "--stride", 48,
+    args = ["quantize-compare", tiny_llama_dir, "--schemes", "int8-channel,int4-g32,int3-g64-asym", "--stride", 48, "--baseline", "int4-g32",
             *COMMON[:-1], 1600]  # fmt: skip
     a, b = _both(work, "qc", args, positions=True, rank1_rows=48, shared=True)
     assert compare(a, b, "quantize-compare") == [] and a["reference"]["tokens"] == 1600
+    assert a["paired"] == b["paired"] and a["paired"]["baseline"] == "int4-g32"  # the same verdicts, to the digit
     # the sampled noise floor visits the windows its seed says, under torchrun as in one process, with the same numbers
     from infoeval.measure.floor import floor_windows
 

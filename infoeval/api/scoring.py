@@ -88,17 +88,24 @@ def _scheme_text(schemes, recipes, variants) -> str:
 @checked
 def compare(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str | Sequence[str] | None = None, variants: dict | None = None,
             include: Sequence[str] = (), exclude: Sequence[str] = (), recipes: Sequence[str | Path] = (), floor: str = "sampled", floor_seed: int = 0,
-            calibration: CalibrationSettings | None = None, until_se: float | None = None, order_seed: int = 0, top_k: int = 0, progress: bool = False,
-            **run):  # fmt: skip
+            calibration: CalibrationSettings | None = None, until_se: float | None = None, order_seed: int = 0, top_k: int = 0,
+            baseline: str | None = None, alpha: float | None = None, progress: bool = False, **run):  # fmt: skip
     """quantize-compare: the reference and each variant (``schemes``, ``recipes``, and ``variants``: name → a module
     you built, sharing the reference's tokenizer) on the same windows; returns the ``CompareResult`` holding its
     per-position table. ``model``: a spec string, or a loaded transformers model with its ``tokenizer`` (used where
     it is; ``device``/``dtype`` 'auto' mean its own). ``run``: the text, window and device keywords of
     ``run_settings`` (``text``, ``dataset``, ``max_tokens``, ``ctx``, ``protocol``, ``device``, ``dtype``, …); with
-    ``until_se``, ``max_tokens`` is the budget of the run to a precision (None: the whole text)."""
+    ``until_se``, ``max_tokens`` is the budget of the run to a precision (None: the whole text). ``baseline``: one of
+    the variants; every other is compared with it on the same positions, verdicts at ``alpha`` (default 0.05;
+    ``result.paired``)."""
     from infoeval.comparison import pipeline
     from infoeval.comparison.report import positions_frame
+    from infoeval.measure.paired import PairedSettings
     from infoeval.models.objects import evaluating, module_variants
+
+    if baseline is None and alpha is not None:
+        raise UsageError("--alpha needs --baseline: it is the level of the paired verdicts")
+    paired = None if baseline is None else PairedSettings(baseline, 0.05 if alpha is None else alpha)
 
     reference, (model_settings, text_settings, window_settings) = prepared(model, tokenizer, run)
     scheme_text = _scheme_text(schemes, recipes, variants)
@@ -107,7 +114,7 @@ def compare(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str
                                        calibration=calibration or CalibrationSettings(), floor=floor, floor_seed=floor_seed)  # fmt: skip
     with evaluating(reference, *modules):
         result, cols = pipeline.quantize_compare(model_settings, text_settings, window_settings, variant_settings, _reporter(progress),
-                                                 _until(until_se, run, order_seed), top_k, modules)  # fmt: skip
+                                                 _until(until_se, run, order_seed), top_k, modules, paired)  # fmt: skip
     return result.with_positions(lambda: positions_frame(cols.reference, cols.variants), cols)
 
 

@@ -68,6 +68,8 @@ def precision_options(command):
     return extend(command, "precision", params, lambda v: until_settings(v["context"], v["until_se"], v["order_seed"], v["run"]), place="here")
 
 
+BaselineOpt = Annotated[Optional[str], typer.Option("--baseline", help="A variant of the run (e.g. int4-g128): every other is compared with it on the same positions (mean KL, P99 KL, top-1, Δ ln PPL: paired difference ± SE, better / worse / not distinguishable).", show_default=False)]
+PairedAlphaOpt = Annotated[Optional[float], typer.Option("--alpha", help="--baseline: the verdicts' level, two-sided, Holm across the variants (default 0.05).", show_default=False)]
 VerifyCodingOpt = Annotated[bool, typer.Option("--verify-coding", help="Also compress the scored bytes with the model and a range coder, decompress them, and report the real file's size (an 'arithmetic-coded' row).")]
 
 
@@ -88,6 +90,8 @@ def quantize_compare(
     floor: FloorOpt = "sampled",
     floor_seed: FloorSeedOpt = 0,
     table: TableOpt = "default",
+    baseline: BaselineOpt = None,
+    alpha: PairedAlphaOpt = None,
     precision: Precision = None,  # --until-se and --order-seed (see precision_options)
     page: PageOptions = None,  # --topk and --html (see page_options)
     run: RunOptions = None,  # the shared text, window and device options (see run_options)
@@ -106,7 +110,7 @@ def quantize_compare(
     outputs.check()  # before the long run
     tables = print_quantize_compare_llamacpp if check_table(table) == "llama.cpp" else print_quantize_compare
     result = compare(model, schemes=schemes, include=include or (), exclude=exclude or (), recipes=recipe or (), floor=floor, floor_seed=floor_seed,
-                     calibration=calibration_settings, top_k=page.top_k, progress=not outputs.quiet, **precision.keywords(),
+                     calibration=calibration_settings, top_k=page.top_k, baseline=baseline, alpha=alpha, progress=not outputs.quiet, **precision.keywords(),
                      **run.keywords(precision.whole_text))  # fmt: skip
     _emit_run(result, "quantize-compare", model, tables, page.html, outputs)
 

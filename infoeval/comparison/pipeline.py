@@ -13,6 +13,7 @@ import numpy as np
 from infoeval import distributed, engine
 from infoeval.errors import RuntimeFailure, UsageError
 from infoeval.comparison.floor import floor_at as _floor_at, floor_block
+from infoeval.measure.paired import PairedSettings, paired_block
 from infoeval.comparison.lockstep import (  # noqa: F401  (REFERENCE … VARIANT_COLUMNS, lockstep_reducer: re-exported)
     FLOOR_STATISTICS, REF_COLUMNS, REFERENCE, SHARED_TOKENS, TOP_COLUMNS, VARIANT_COLUMNS, CompareColumns, lockstep_reducer, run_lockstep,
 )  # fmt: skip
@@ -54,9 +55,10 @@ class CompareResult(Result):
     protocol_metrics: dict | None = None  # the lm-eval / gptq protocol's own figures, per model
     until_se: dict | None = None  # --until-se: the target, whether it was reached, the tokens it took (comparison/until.py)
     floor: dict | None = None  # the noise floor: its windows, metrics, and each variant against it (measure/floor.py)
+    paired: dict | None = None  # --baseline: every other variant against it, paired verdicts (measure/paired.py)
     FAMILY = "quantize-compare"
     SUMMARY = staticmethod(summary_frame)
-    OMITTED_WHEN_NONE = ("until_se", "floor")  # without --until-se or with --floor off, the same record as before
+    OMITTED_WHEN_NONE = ("until_se", "floor", "paired")  # without --until-se, with --floor off, without --baseline: as before
 
 
 @dataclass(frozen=True)
@@ -135,16 +137,19 @@ def _start_ahead(model_settings: ModelSettings, variant_settings: VariantSetting
 
 def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, variant_settings: VariantSettings,
                      reporter: Reporter | None = None, until: UntilSettings | None = None, top_k: int = 0,
-                     modules: Sequence[ModuleVariant] = ()) -> tuple[CompareResult, CompareColumns]:  # fmt: skip
+                     modules: Sequence[ModuleVariant] = (), paired: PairedSettings | None = None) -> tuple[CompareResult, CompareColumns]:  # fmt: skip
     """The reference and every variant on the text's windows (``until``: in a seeded order, until every variant's
     mean-KL SE is ≤ the target; then ``text_settings.max_tokens`` is not used: the budget is ``until.max_tokens``;
     ``top_k``: the columns also hold every model's k most likely tokens and their probabilities; ``modules``:
-    variants the caller built, run after the schemes' and recipes')."""
+    variants the caller built, run after the schemes' and recipes'; ``paired``: every other variant against the
+    baseline it names)."""
     reporter = reporter or Reporter()
     text_settings = _checked_text(text_settings, window_settings, until, top_k)
     plain, methods = split_schemes(variant_settings.schemes)  # fail on a bad scheme (or a missing library) before loading
     schemes = parse_schemes(plain) if plain or not (variant_settings.recipes or methods or modules) else []
     recipes = [read_recipe(r) for r in variant_settings.recipes]
+    if paired is not None:  # before anything loads
+        paired.check([s.name for s in schemes] + [r.name for r in recipes] + [m.name for m in methods] + [m.name for m in modules])
     ahead, share = _start_ahead(model_settings, variant_settings, schemes), None
     try:
         p = prepare(model_settings, text_settings, window_settings, reporter)
@@ -174,6 +179,7 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
         variants=tuple(VariantResult(v.name, variant_metrics(cols.reference, cols.variants[v.name]), v.summary()) for v in variants),
         protocol_metrics=_protocol_metrics(p, cols), until_se=block,
         floor=floor_block(cols, floor, variant_settings.floor, floor_at, 1 + len(variants)) if floor else None,
+        paired=paired_block(cols.variants, paired, cols.reference["window"]) if paired else None,
     )  # fmt: skip
     return result, cols
 

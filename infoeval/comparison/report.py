@@ -213,6 +213,10 @@ def print_quantize_compare(console: Console, result: dict) -> None:
     print_protocol_figures(console, result)
     for table in variants_tables(result):
         console.print(table)
+    if result.get("paired"):
+        from infoeval.comparison.verdicts import paired_table
+
+        console.print(paired_table(result["paired"]))
 
 
 def print_quantize_compare_llamacpp(console: Console, result: dict) -> None:
