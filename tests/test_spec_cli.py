@@ -109,7 +109,7 @@ def _ok(runs, name):
 def test_spec_accept_outputs(runs):
     proc, cwd = _ok(runs, "accept")
     result = _strict_json(cwd / "o" / "r.json")
-    assert result["schema"] == "infoeval/spec-accept/3" and result["provenance"]["draft"]["layers"] == 1
+    assert result["schema"] == "infoeval/spec-accept/4" and result["provenance"]["draft"]["layers"] == 1
     assert {"model", "text", "protocol", "dtype", "device", "versions", "argv"} <= set(result["provenance"])
     summary = pd.read_csv(cwd / "o" / "s.csv")
     assert list(summary.columns) == SUMMARY_COLUMNS and summary["mode"].tolist() == ["both", "both", "target"]

@@ -31,7 +31,7 @@ GateSchemeOpt = Annotated[Optional[str], typer.Option(help="Quantize the candida
 LimitsOpt = Annotated[Optional[Path], typer.Option(help="TOML file with a \\[limits] table (see configs/gates/default.toml).")]
 ConfidenceOpt = Annotated[float, typer.Option(help="One-sided confidence at which limits on means must hold.")]
 PointOpt = Annotated[bool, typer.Option("--point", help="Compare point estimates instead of confidence bounds.")]
-BaselineOpt = Annotated[Optional[Path], typer.Option(help="Earlier `gate` result JSON: fail when a metric got worse than it.")]
+BaselineOpt = Annotated[Optional[Path], typer.Option(help="An earlier `gate` run: its run folder (result.json and positions.csv: paired on the same positions, fail when worse beyond noise) or a result JSON (by --baseline-tolerance).")]
 BaselineToleranceOpt = Annotated[float, typer.Option(help="Relative tolerance for --baseline.")]
 SequentialOpt = Annotated[bool, typer.Option("--sequential", help="Visit windows in a fixed seeded order and stop as soon as the verdict is certain (anytime-valid confidence sequences).")]
 # the limits the API takes (api.gates.LIMITS), each an option --max-kl-mean … of float or None

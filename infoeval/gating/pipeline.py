@@ -3,7 +3,6 @@ runs only the candidate, on exactly the reference's token ids, and judges it aga
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,8 @@ from infoeval import engine
 from infoeval.gating.compact import CompactDist, compact
 from infoeval.measure.infotheory import by_rows, chunk_rows, compact_divergences, entropy, log_softmax
 from infoeval.gating.report import verdicts_frame
-from infoeval.gating.limits import Limit, below_floor, compare_baseline, judge
+from infoeval.gating.baseline import judge_baseline, read_baseline
+from infoeval.gating.limits import Limit, below_floor, judge
 from infoeval.input.settings import check_floor
 from infoeval.measure.floor import floor_windows
 from infoeval.quant.floor import FLOOR
@@ -176,18 +176,6 @@ class GateSettings:
         check_floor(self.floor)
 
 
-def _baseline_metrics(path: Path) -> dict:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(f"baseline file '{path}' does not exist") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise DataError(f"baseline file '{path}' is not valid JSON") from None
-    if not str(data.get("schema", "")).startswith("infoeval/gate/"):
-        raise DataError(f"baseline file '{path}' is not a result of `infoeval gate` (schema {data.get('schema')!r})")
-    return data["metrics"]
-
-
 @torch.inference_mode()
 def run_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporter: Reporter | None = None) -> tuple[GateResult, dict]:
     """Run the candidate on the reference's windows; returns (result dict, per-position columns)."""
@@ -207,7 +195,7 @@ def run_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporte
     verdicts = judge(list(gate_settings.limits), metrics, gate_settings.confidence, gate_settings.point)
     floor = gate_floor(gate_settings, candidate, cols, ref_cols, var, floor_at, np.ones(ref.n, bool))
     verdicts = below_floor(verdicts, floor["metrics_all"] if floor else None)
-    base_rows = compare_baseline(metrics, baseline, [v.limit.metric for v in verdicts], gate_settings.baseline_tolerance) if baseline else []
+    base_rows = judge_baseline(gate_settings, ref, baseline, metrics, [v.limit.metric for v in verdicts], var, ref_cols, np.ones(ref.n, bool))
     passed = all(v.passed for v in verdicts) and all(r["passed"] for r in base_rows)
     result = gate_result(gate_settings, ref, candidate, {"load_s": load_s, "eval_s": bar.seconds}, passed,
                          tuple(v.as_dict() for v in verdicts), base_rows, metrics, floor=floor)  # fmt: skip
@@ -215,10 +203,10 @@ def run_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporte
 
 
 def open_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporter: Reporter, check=None):
-    """The reference, the baseline's metrics (or None), the loaded candidate (spec, loaded, quantization report)
+    """The reference, the baseline's metrics and positions (or None), the loaded candidate (spec, loaded, quantization report)
     and its load time; ``check(ref)`` runs before the candidate is loaded (bad options fail fast)."""
     ref = read_reference(gate_settings.reference)
-    baseline = _baseline_metrics(gate_settings.baseline) if gate_settings.baseline else None
+    baseline = read_baseline(gate_settings.baseline) if gate_settings.baseline else None
     check_top_k(gate_settings.top_k, ref.meta["top_k"])
     if check is not None:
         check(ref)

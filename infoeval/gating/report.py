@@ -39,10 +39,17 @@ def verdict_rows(result: dict) -> list[tuple[str, str, str, str, str]]:
     for v in result["verdicts"]:
         rows.append((v["metric"], _value(v), f"{_num(v['bound'])} ({v['judged']})", f"{_rel(v)} {_num(v['threshold'])}",
                      "PASS" if v["passed"] else "FAIL"))
-    for r in (result.get("baseline") or {}).get("rows", []):
-        rows.append((f"{r['metric']} vs baseline", _num(r["value"]), _num(r["value"]),
-                     f"baseline {_num(r['baseline'])} ± {r['tolerance']:.0%}", "PASS" if r["passed"] else "FAIL"))
+    rows += [baseline_row(r) for r in (result.get("baseline") or {}).get("rows", [])]
     return rows
+
+
+def baseline_row(r: dict) -> tuple[str, str, str, str, str]:
+    """A baseline comparison's table row: paired (the difference ± SE and how much worse at least) or by tolerance."""
+    verdict = "PASS" if r["passed"] else "FAIL"
+    if r.get("form") == "paired":
+        return (f"{r['metric']} vs baseline", f"Δ {_num(r['diff'])} ± {_num(r['se'])}", f"worse by ≥ {_num(r['worse_by_at_least'])} ({r['confidence']:.0%}, t {r['df']} df)",
+                f"baseline {_num(r['baseline'])}: not worse beyond noise", verdict)  # fmt: skip
+    return (f"{r['metric']} vs baseline", _num(r["value"]), _num(r["value"]), f"baseline {_num(r['baseline'])} ± {r['tolerance']:.0%} ({r.get('note', 'tolerance')})", verdict)
 
 
 def _bound_text(r: dict) -> str:
@@ -163,9 +170,7 @@ def _sequential_junit_rows(result: dict) -> list[tuple[str, str, str, str, str]]
         if decision == "UNDECIDED":
             decision = "SKIP" if q["decision"] == "fail" else ("PASS" if result["passed"] else "FAIL")
         rows.append((check, value, f"CS {bound}, {decision.lower()} ({q['decision']}; fixed-budget {fixed})", limit, decision))
-    for r in (result.get("baseline") or {}).get("rows", []):
-        rows.append((f"{r['metric']} vs baseline", _num(r["value"]), _num(r["value"]),
-                     f"baseline {_num(r['baseline'])} ± {r['tolerance']:.0%}", "PASS" if r["passed"] else "FAIL"))
+    rows += [baseline_row(r) for r in (result.get("baseline") or {}).get("rows", [])]
     return rows
 
 

@@ -21,7 +21,8 @@ from infoeval import distributed, engine
 from infoeval.errors import UsageError
 from infoeval.gating.limit_streams import Plan, limit_stream, window_columns
 from infoeval.gating.floor import floor_roles, gate_floor
-from infoeval.gating.limits import below_floor, compare_baseline, judge
+from infoeval.gating.baseline import judge_baseline
+from infoeval.gating.limits import below_floor, judge
 from infoeval.measure.floor import floor_windows
 from infoeval.quant.floor import FLOOR
 from infoeval.gating.positions import TOP_COLUMNS, row_columns
@@ -128,7 +129,7 @@ def run_sequential_gate(gate_settings: GateSettings, seq: SequentialSettings, mo
     floor = gate_floor(gate_settings, candidate, floors, ref_cols, var, floor_at, used_rows)
     verdicts = below_floor(verdicts, floor["metrics_all"] if floor else None)
     floor_failed = any(v.floor is not None for v in verdicts)
-    base_rows = compare_baseline(metrics, baseline, [v.limit.metric for v in verdicts], gate_settings.baseline_tolerance) if baseline else []
+    base_rows = judge_baseline(gate_settings, ref, baseline, metrics, [v.limit.metric for v in verdicts], var, ref_cols, used_rows)
     fixed_ok = all(v.passed for v in verdicts)
     decided = not floor_failed and (outcome.decision == PASS or (outcome.decision == 0 and fixed_ok and seq.undecided == "pass"))
     report = sequential_report(seq, rule, streams, outcome, obs, order, tokens, fixed_ok)
