@@ -13,6 +13,7 @@ import numpy as np
 from infoeval import distributed, engine
 from infoeval.errors import RuntimeFailure, UsageError
 from infoeval.comparison.floor import floor_at as _floor_at, floor_block
+from infoeval.measure.frontier import frontier_block
 from infoeval.measure.paired import PairedSettings, paired_block
 from infoeval.comparison.lockstep import (  # noqa: F401  (REFERENCE … VARIANT_COLUMNS, lockstep_reducer: re-exported)
     FLOOR_STATISTICS, REF_COLUMNS, REFERENCE, SHARED_TOKENS, TOP_COLUMNS, VARIANT_COLUMNS, CompareColumns, lockstep_reducer, run_lockstep,
@@ -56,9 +57,10 @@ class CompareResult(Result):
     until_se: dict | None = None  # --until-se: the target, whether it was reached, the tokens it took (comparison/until.py)
     floor: dict | None = None  # the noise floor: its windows, metrics, and each variant against it (measure/floor.py)
     paired: dict | None = None  # --baseline: every other variant against it, paired verdicts (measure/paired.py)
+    frontier: dict | None = None  # the bits-per-weight against KL frontier: the Pareto-optimal variants (measure/frontier.py)
     FAMILY = "quantize-compare"
     SUMMARY = staticmethod(summary_frame)
-    OMITTED_WHEN_NONE = ("until_se", "floor", "paired")  # without --until-se, with --floor off, without --baseline: as before
+    OMITTED_WHEN_NONE = ("until_se", "floor", "paired", "frontier")  # without --until-se, with --floor off, without --baseline or a second variant
 
 
 @dataclass(frozen=True)
@@ -173,13 +175,15 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
     if top_k:
         cols.vocab = _vocab(p, cols)
     timings = {**p.timings, "quantize_s": quantize_s, "quantize_ahead_s": ahead.child_s if ahead else 0.0, **eval_timings}
+    records = tuple(VariantResult(v.name, variant_metrics(cols.reference, cols.variants[v.name]), v.summary()) for v in variants)
     result = CompareResult(
         p.provenance("quantize-compare", **({"top_k": top_k} if top_k else {}), **({"calibration": calibration.provenance} if calibration else {})), timings,
         reference=reference_metrics(cols.reference),
-        variants=tuple(VariantResult(v.name, variant_metrics(cols.reference, cols.variants[v.name]), v.summary()) for v in variants),
+        variants=records,
         protocol_metrics=_protocol_metrics(p, cols), until_se=block,
         floor=floor_block(cols, floor, variant_settings.floor, floor_at, 1 + len(variants)) if floor else None,
         paired=paired_block(cols.variants, paired, cols.reference["window"]) if paired else None,
+        frontier=frontier_block([{"name": r.name, "metrics": r.metrics, "quantization": r.quantization} for r in records]),
     )  # fmt: skip
     return result, cols
 

@@ -44,7 +44,7 @@ def require(path: Path | None = None) -> None:
 
 
 def _figure(ncols: int = 1):
-    fig = _figure_class()(figsize=(FIG_WIDTH_IN, FIG_HEIGHT_IN), dpi=DPI, layout="constrained")
+    fig = _figure_class()(figsize=(FIG_WIDTH_IN * max(1.0, ncols / 2), FIG_HEIGHT_IN), dpi=DPI, layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=False)[0]
     return fig, axes
 
@@ -91,11 +91,15 @@ def rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
 
 
 def plot_quantize_compare(result: dict, columns, path: Path) -> None:
-    """Left: CDF of per-position KL(reference ‖ variant) per scheme, log x; right: reference entropy histogram.
+    """Left: CDF of per-position KL(reference ‖ variant) per scheme, log x; middle: reference entropy histogram;
+    right, with two variants or more that store bits: the bits-against-KL frontier (``plot_frontier``).
 
     ``columns`` is what ``comparison.pipeline.quantize_compare`` returns (``.reference`` and ``.variants`` dicts of arrays).
     """
-    fig, (ax, bx) = _figure(2)
+    front = result.get("frontier")
+    fig, (ax, bx, *cx) = _figure(3 if front else 2)
+    if front:
+        plot_frontier(cx[0], result)
     for name, cols in columns.variants.items():
         kl = np.maximum(np.asarray(cols["kl"], dtype=float), KL_FLOOR)
         x, f = ecdf(kl)
@@ -115,6 +119,29 @@ def plot_quantize_compare(result: dict, columns, path: Path) -> None:
     bx.legend(loc="upper right")
     fig.suptitle(f"quantize-compare: {_subject(result)}, {columns.reference['nll'].shape[0]:,} scored tokens")
     _save(fig, path)
+
+
+def plot_frontier(ax, result: dict) -> None:
+    """Stored bits per weight against mean KL (dots) and KL P99.9 (crosses), log y; each figure's frontier joined
+    by a line, every variant named."""
+    front = result["frontier"]
+    shown = [v for v in result["variants"] if v["name"] not in front["without_bits"]]
+    for figure, marker, label in (("kl_mean", "o", "mean KL"), ("kl_p999", "x", "KL P99.9")):
+        xs = [v["quantization"]["bits_per_weight"] for v in shown]
+        ys = [max(v["metrics"][figure], KL_FLOOR) for v in shown]
+        points = ax.plot(xs, ys, marker, ls="none", label=label)[0]
+        on = {v["name"]: v for v in shown if v["name"] in front[figure]}
+        line = sorted((v["quantization"]["bits_per_weight"], max(v["metrics"][figure], KL_FLOOR)) for v in on.values())
+        ax.plot([x for x, _ in line], [y for _, y in line], "-", color=points.get_color(), alpha=0.6, label=f"{label} frontier")
+    for v in shown:
+        ax.annotate(v["name"], (v["quantization"]["bits_per_weight"], max(v["metrics"]["kl_mean"], KL_FLOOR)), fontsize=7,
+                    xytext=(3, 3), textcoords="offset points")  # fmt: skip
+    ax.set_yscale("log")
+    ax.set_xlabel("stored bits per weight")
+    ax.set_ylabel("KL(reference ‖ variant), nats (log scale)")
+    ax.set_title("Bits against KL: the frontier")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="best")
 
 
 def plot_compress_bits(result: dict, columns, path: Path, window: int | None = None) -> None:
