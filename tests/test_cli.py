@@ -244,7 +244,7 @@ def test_positions_csv(explicit):
     pos, res = explicit["positions"], explicit["json"]
     n = res["reference"]["tokens"]
     assert len(pos) == n * len(SCHEMES)
-    expected_cols = {"window", "position", "token_id", "context", "bytes", "variant", "nll_ref", "entropy_ref",
+    expected_cols = {"window", "position", "token_id", "context", "bytes", "variant", "nll_ref", "entropy_ref", "p_top1_ref",
                      "nll", "entropy", "kl", "rkl", "tv", "top1_match", "dp"}  # fmt: skip
     assert set(pos.columns) == expected_cols
     for v in res["variants"]:

@@ -12,16 +12,16 @@ from infoeval.cli.output import PageOptions, page_extras, page_options
 from infoeval.cli.outputs import RUN_OUTPUTS, Outputs, scoring_options
 from infoeval.quant.schemes import DEFAULT_SCHEMES
 
-TABLES = ("default", "llama.cpp")
-TableOpt = Annotated[str, typer.Option("--table", help="Table layout: default, or llama.cpp (llama-perplexity --kl-divergence's statistics block, per variant).")]
+TABLES = ("default", "llama.cpp", "confidence")
+TableOpt = Annotated[str, typer.Option("--table", help="Table layout: default, llama.cpp (llama-perplexity --kl-divergence's statistics block, per variant) or, for quantize-compare, confidence (mean KL and top-1 by the reference's top-1 probability).")]
 
 
-def check_table(table: str) -> str:
-    """--table's value, or a usage error naming the allowed ones (before the long run)."""
+def check_table(table: str, allowed: tuple[str, ...] = TABLES) -> str:
+    """--table's value, or a usage error naming the ``allowed`` ones (before the long run)."""
     from infoeval.errors import UsageError
 
-    if table not in TABLES:
-        raise UsageError(f"--table '{table}' is not allowed; give one of {', '.join(TABLES)}")
+    if table not in allowed:
+        raise UsageError(f"--table '{table}' is not allowed; give one of {', '.join(allowed)}")
     return table
 
 
@@ -108,7 +108,9 @@ def quantize_compare(
         schemes = ""  # --recipe alone: only the recipes' variants
     check_floor(floor)
     outputs.check()  # before the long run
-    tables = print_quantize_compare_llamacpp if check_table(table) == "llama.cpp" else print_quantize_compare
+    from infoeval.comparison.views import print_quantize_compare_confidence
+
+    tables = {"llama.cpp": print_quantize_compare_llamacpp, "confidence": print_quantize_compare_confidence}.get(check_table(table), print_quantize_compare)
     result = compare(model, schemes=schemes, include=include or (), exclude=exclude or (), recipes=recipe or (), floor=floor, floor_seed=floor_seed,
                      calibration=calibration_settings, top_k=page.top_k, baseline=baseline, alpha=alpha, progress=not outputs.quiet, **precision.keywords(),
                      **run.keywords(precision.whole_text))  # fmt: skip

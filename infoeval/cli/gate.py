@@ -141,7 +141,7 @@ def gate(
     from infoeval.api.gates import gate as run_gate
     from infoeval.errors import EXIT_GATE_FAILED
 
-    llama = check_table(table) == "llama.cpp"
+    llama = check_table(table, ("default", "llama.cpp")) == "llama.cpp"
     result = run_gate(model, reference=reference, scheme=scheme, recipe=recipe, limits=limits, confidence=confidence, point=point, baseline=baseline,
                       baseline_tolerance=baseline_tolerance, sequential=sequential, top_k=page.top_k, floor=floor, floor_seed=floor_seed,
                       calibration=calibration_settings, device=device, dtype=dtype, device_map=device_map, progress=not outputs.quiet,

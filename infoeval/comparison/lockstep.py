@@ -10,6 +10,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from infoeval import engine
 from infoeval.input.tokens import TokenStream
@@ -22,7 +23,7 @@ from infoeval.quant.methods.variant import MethodVariant
 from infoeval.models.objects import ModuleVariant
 
 REFERENCE = "reference"
-REF_COLUMNS = {**engine.IDENTITY, "bytes": np.int64, "nll": np.float32, "entropy": np.float32, "argmax": np.int64}
+REF_COLUMNS = {**engine.IDENTITY, "bytes": np.int64, "nll": np.float32, "entropy": np.float32, "argmax": np.int64, "p_top1": np.float32}
 SHARED_TOKENS = 2048  # inputs per shared pass of the decoder blocks (engine.plan_shared): 4 windows at ctx 512, so a
 # variant dequantizes its layers once per 4 windows (6.7 % faster than window by window, ~+140 MiB peak; 0: window
 # by window); longer windows, or a window of another length, go alone. See the README's speed section
@@ -73,7 +74,7 @@ def lockstep_reducer(variant_names: Sequence[str], top_k: int = 0, clock: engine
         targets, z = step.targets[0], step.logits[REFERENCE][0]
         ref = reference_stats(z, targets, workspace)
         engine.require_finite(ref.entropy, REFERENCE, step.batch)
-        out = {"nll": ref.nll, "entropy": ref.entropy, "argmax": ref.argmax}
+        out = {"nll": ref.nll, "entropy": ref.entropy, "argmax": ref.argmax, "p_top1": torch.exp(-ref.log_sum)}  # max p = exp(max log p)
         if top_k:
             out["top_ids"], out["top_p"] = top_k_probs(z, top_k, log_normalizer=ref.max + ref.log_sum)
         for name in variant_names:

@@ -13,6 +13,7 @@ import numpy as np
 from infoeval import distributed, engine
 from infoeval.errors import RuntimeFailure, UsageError
 from infoeval.comparison.floor import floor_at as _floor_at, floor_block
+from infoeval.measure.confidence import confidence_block
 from infoeval.measure.frontier import frontier_block
 from infoeval.measure.paired import PairedSettings, paired_block
 from infoeval.comparison.lockstep import (  # noqa: F401  (REFERENCE … VARIANT_COLUMNS, lockstep_reducer: re-exported)
@@ -58,9 +59,10 @@ class CompareResult(Result):
     floor: dict | None = None  # the noise floor: its windows, metrics, and each variant against it (measure/floor.py)
     paired: dict | None = None  # --baseline: every other variant against it, paired verdicts (measure/paired.py)
     frontier: dict | None = None  # the bits-per-weight against KL frontier: the Pareto-optimal variants (measure/frontier.py)
+    by_confidence: dict | None = None  # each variant's mean KL and top-1 by the reference's top-1 probability (measure/confidence.py)
     FAMILY = "quantize-compare"
     SUMMARY = staticmethod(summary_frame)
-    OMITTED_WHEN_NONE = ("until_se", "floor", "paired", "frontier")  # without --until-se, with --floor off, without --baseline or a second variant
+    OMITTED_WHEN_NONE = ("until_se", "floor", "paired", "frontier", "by_confidence")  # without --until-se, with --floor off, without --baseline or a second variant
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,7 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
         floor=floor_block(cols, floor, variant_settings.floor, floor_at, 1 + len(variants)) if floor else None,
         paired=paired_block(cols.variants, paired, cols.reference["window"]) if paired else None,
         frontier=frontier_block([{"name": r.name, "metrics": r.metrics, "quantization": r.quantization} for r in records]),
+        by_confidence=confidence_block(cols.reference["p_top1"], cols.variants) if cols.variants else None,
     )  # fmt: skip
     return result, cols
 

@@ -89,6 +89,7 @@ def positions_frame(reference: dict[str, np.ndarray], variants: dict[str, dict[s
             "bytes": reference["bytes"],
             "nll_ref": reference["nll"],
             "entropy_ref": reference["entropy"],
+            **({"p_top1_ref": reference["p_top1"]} if "p_top1" in reference else {}),
             **top_k_columns(reference, "ref_"),
         }
     )
@@ -188,20 +189,6 @@ def variants_tables(result: dict) -> list[Table]:
     return [a, k]
 
 
-def frontier_table(result: dict) -> Table:
-    """The variants by stored bits per weight with their mean and P99.9 KL, and the figures on whose frontier each
-    stands (no variant with at most its bits has a lower value)."""
-    front = result["frontier"]
-    t = report_table("Bits against KL", ["variant", "bits/weight", "mean KL", "KL P99.9", "on the frontier of"],
-                     "stored bits per weight; a variant is on a figure's frontier when no other stores at most its bits with a lower value")
-    with_bits = [v for v in result["variants"] if v["name"] not in front["without_bits"]]
-    for v in sorted(with_bits, key=lambda v: (v["quantization"]["bits_per_weight"], v["metrics"]["kl_mean"])):
-        on = [label for figure, label in (("kl_mean", "mean KL"), ("kl_p999", "P99.9")) if v["name"] in front[figure]]
-        t.add_row(v["name"], fmt_num(v["quantization"]["bits_per_weight"], 4), fmt_num(v["metrics"]["kl_mean"], 4), fmt_num(v["metrics"]["kl_p999"], 3),
-                  f"[green]{', '.join(on)}[/]" if on else "[dim]–[/]", style=None if on else "dim")  # fmt: skip
-    return t
-
-
 def compress_table(result: dict) -> Table:
     ref = result["reference"]
     t = report_table("Bits for the same text", ["method", "bits", "bits/byte", "vs model"],
@@ -227,11 +214,11 @@ def print_quantize_compare(console: Console, result: dict) -> None:
     print_protocol_figures(console, result)
     for table in variants_tables(result):
         console.print(table)
+    from infoeval.comparison.views import frontier_table, paired_table
+
     if result.get("frontier"):
         console.print(frontier_table(result))
     if result.get("paired"):
-        from infoeval.comparison.verdicts import paired_table
-
         console.print(paired_table(result["paired"]))
 
 
