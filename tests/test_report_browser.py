@@ -200,7 +200,9 @@ def test_several_runs_in_the_browser(report_runs, driver, tmp_path):
     assert cells[2].text == _js_fmt(qc[qc["variant"] == "int4-g32"]["dp"].min())
     # each section's plots, drawn (inline SVG with a size), the gate's limits first
     figures = lambda i: [f.get_attribute("data-plot") for f in driver.find_elements("css selector", f"#run-{i} figure[data-plot]")]  # noqa: E731
-    assert figures(0) == figures(1) == ["distribution", "entropy", "along"] and figures(2) == ["limits", "distribution", "entropy", "along"]
+    sections = [figures(i) for i in range(3)]
+    plain, gate = ["distribution", "entropy", "along"], ["limits", "distribution", "entropy", "along"]
+    assert sorted(sections, key=len) == sorted([plain + ["frontier", "confidence"], plain, gate], key=len)  # two variants: their views too
     for svg in driver.find_elements("css selector", "figure[data-plot] svg"):
         assert svg.size["width"] > 300 and svg.size["height"] > 100
     # the gate's candidate
@@ -208,3 +210,27 @@ def test_several_runs_in_the_browser(report_runs, driver, tmp_path):
     spans = driver.find_elements("css selector", "#run-2 .text .t")
     tip = _hover(driver, spans[int(g["kl"].idxmax())])
     assert tip.find_element("css selector", 'td[data-k="kl"]').text == _js_fmt(g["kl"].max())
+
+
+def test_the_views_of_many_variants_in_the_browser(driver, tiny_llama_dir, tiny_text, tmp_path):
+    """--baseline with four variants: the page's frontier chart (a point per variant and figure, its <title> the
+    variant on hover, the frontier's line), the paired verdicts' table and KL by confidence, drawn from the result."""
+    (tmp_path / "text.txt").write_text(tiny_text, encoding="utf-8")
+    r = _cli(["quantize-compare", tiny_llama_dir, "--text", tmp_path / "text.txt", "--ctx", 32, "--max-tokens", 300, "--baseline", "int4-g32",
+              "--schemes", "int8-channel,int4-g32,int3-g64,int4-channel", "--json", tmp_path / "r.json", "--html", tmp_path / "page.html", "-q"], tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    result = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    _open(driver, tmp_path / "page.html")
+    points = driver.find_elements("css selector", 'figure[data-plot="frontier"] svg g.point')
+    assert len(points) == 2 * len(result["variants"]) and all(p.is_displayed() and p.size["width"] > 0 for p in points)
+    titles = {p.get_attribute("data-variant"): driver.execute_script("return arguments[0].querySelector('title').textContent", p) for p in points}
+    assert set(titles) == {v["name"] for v in result["variants"]} and all(t.startswith(f"{name}: ") for name, t in titles.items())
+    on_frontier = {p.get_attribute("data-variant") for p in points if p.get_attribute("data-figure") == "kl_mean"
+                   and "(on the frontier)" in driver.execute_script("return arguments[0].querySelector('title').textContent", p)}  # fmt: skip
+    assert on_frontier == set(result["frontier"]["kl_mean"])
+    rows = driver.find_elements("css selector", 'figure[data-plot="verdicts"] table.paired tbody tr')
+    assert [row.get_attribute("data-variant") for row in rows] == list(result["paired"]["variants"])
+    worse = rows[[row.get_attribute("data-variant") for row in rows].index("int3-g64")].find_element("css selector", 'td[data-metric="kl_mean"]')
+    assert "worse" in worse.text and "worse" in worse.get_attribute("class")
+    buckets = driver.find_elements("css selector", 'figure[data-plot="confidence"] table.confidence tbody tr')
+    assert len(buckets) == len(result["by_confidence"]["counts"])

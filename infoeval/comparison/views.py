@@ -9,8 +9,7 @@ from rich.table import Table
 
 from infoeval.output.report import ReportTable, fmt_num, fmt_pm, report_table, run_header
 
-# metric → the column's title (variant − baseline)
-COLUMNS = {"kl_mean": "Δ mean KL", "kl_p99": "Δ KL P99", "top1": "Δ top-1", "ln_ppl_ratio": "Δ ln PPL"}
+from infoeval.measure.paired import LABELS as COLUMNS  # noqa: E402  (metric → its column's title)
 STYLE = {"better": "green", "worse": "red", "not distinguishable": "dim"}
 WORD = {"better": "better", "worse": "worse", "not distinguishable": "≈"}
 

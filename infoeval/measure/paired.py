@@ -30,6 +30,8 @@ BOOTSTRAP = 1000  # resamples of the batches for the P99's SE
 METHOD = ("paired differences on the same positions: t = mean(d) / SE(d), the batch-means SE over whole windows, G-1 "
           "degrees of freedom, two-sided, Holm across the variants per metric; kl_p99: SE by a seeded bootstrap over the "
           "batches (the same draw for both); top-1: McNemar's test clustered by batch (the paired t of the top-1 difference)")  # fmt: skip
+# metric → how tables title its column (variant − baseline)
+LABELS = {"kl_mean": "Δ mean KL", "kl_p99": "Δ KL P99", "top1": "Δ top-1", "ln_ppl_ratio": "Δ ln PPL"}
 # metric → (the per-position column, the better direction of the variant minus the baseline)
 METRICS = {"kl_mean": ("kl", -1), "kl_p99": ("kl", -1), "top1": ("top1", 1), "ln_ppl_ratio": ("nll", -1)}
 

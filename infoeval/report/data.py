@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from infoeval.report.packed import pack_floats, pack_ints
+from infoeval.report.views import frontier_points
 
 WORST = 30  # positions listed per variant, by KL and by Δp (by the reference's NLL without variants)
 GATE_NAMES = {"nll_reference": "nll_ref", "entropy_reference": "entropy_ref", "nll_candidate": "nll"}  # gate → quantize-compare
@@ -114,4 +115,5 @@ def run_data(result: dict, frame: pd.DataFrame, vocab: dict[int, str], title: st
         "n": len(first), **{key: pack_ints(first[column]) for key, column in (("token", "token_id"), ("window", "window"), ("context", "context"), ("position", "position"))},
         "ref": {"nll": pack_floats(first["nll_ref"]), "entropy": pack_floats(first["entropy_ref"]), "top": _top(first, "ref_"), "worst": _worst(first["nll_ref"])},
         "variants": variants, "vocab": {str(i): vocab.get(i, f"<{i}>") for i in used},
+        "frontier_points": frontier_points(result), **{k: result[k] for k in ("paired", "by_confidence") if result.get(k)},
     }  # fmt: skip

@@ -168,12 +168,15 @@ def gate_limits(sec: dict, salt: str) -> str:
 
 
 def section_plots(sec: dict, index: int) -> list[dict]:
-    """The plots of one section: [{"name", "title", "svg"}], or [] without matplotlib (the page says so)."""
+    """The plots of one section: [{"name", "title", "svg"}] (without matplotlib only the views of ``report.views``,
+    which need none; the page says so)."""
+    from infoeval.report.views import view_figures
+
     if not available() or not sec["n"]:
-        return []
+        return view_figures(sec)
     what = "KL" if sec["variants"] else "bits per token"
     plots = [("distribution", f"Distribution of {what}", distribution), ("entropy", f"{what} against the reference's entropy", entropy_relation),
              ("along", f"Mean {what} along the text and the window", along)]  # fmt: skip
     if sec.get("gate"):
         plots.insert(0, ("limits", "The gate's limits: value, judged bound and threshold", gate_limits))
-    return [{"name": name, "title": title, "svg": draw(sec, f"infoeval-{index}-{name}")} for name, title, draw in plots]
+    return [{"name": name, "title": title, "svg": draw(sec, f"infoeval-{index}-{name}")} for name, title, draw in plots] + view_figures(sec)
