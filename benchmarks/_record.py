@@ -33,6 +33,21 @@ _STARTED = time.perf_counter()  # about when the script started (it imports this
 _HIDDEN = ("save", "child", "work")  # settings that are not settings of the measurement (work: a scratch folder)
 
 
+def measure_child(cmd: list[str], cwd: Path = ROOT) -> tuple[float, float]:
+    """Run ``cmd`` as a fresh process; its wall seconds and peak RSS in MiB, read from the kernel's accounting of
+    that child (``os.wait4``), so nothing in the measured process is instrumented. A failing command ends the
+    benchmark with its stderr."""
+    import subprocess
+
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed: {proc.stderr.read().decode()[-2000:]}")
+    return wall, usage.ru_maxrss / 1024
+
+
 def add_save(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--save", action="store_true",
                         help="also write the JSON, with the command line, machine, versions and date, to "

@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _record import add_save, emit  # benchmarks/_record.py
+from _record import add_save, emit, measure_child  # benchmarks/_record.py
 
 ROOT = Path(__file__).resolve().parents[1]
 THREE = "int8-channel,int4-g128,int4-channel"
@@ -43,16 +40,11 @@ def measure(args: list[str], model: str | None) -> dict:
         out = Path(tmp) / "r.json"
         cmd = [sys.executable, "-m", "infoeval", "quantize-compare", *(["--model", model] if model else []), *args,
                "--json", str(out), "-q"]  # fmt: skip
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise SystemExit(f"{' '.join(cmd)} failed: {proc.stderr.read().decode()[-2000:]}")
+        wall, peak = measure_child(cmd)
         data = json.loads(out.read_text())
     return {
         "args": " ".join(args) or "(none)",
-        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+        "peak_rss_mib": round(peak, 1),
         "wall_s": round(wall, 1),
         "scored_tokens": data["reference"]["tokens"],
         "stored_mib": {v["name"]: round(v["quantization"].get("stored_bytes", 0) / 2**20, 1) for v in data["variants"]},

@@ -14,7 +14,8 @@ What is read:
     ``Result`` and ``Provenance``), plus the hand annotations in ``FIELD_NOTES`` / ``ITEM_KEYS`` below where the
     types do not say enough (what a field means; the keys every row of a list carries);
   * the performance page renders the benchmark records ``benchmarks/results/*.json`` (``scripts/performance_page.py``);
-  * the measured part of docs/methods.md renders ``benchmarks/results/methods.json`` (``scripts/methods_table.py``).
+  * the measured part of docs/methods.md renders ``benchmarks/results/methods.json`` (``scripts/methods_table.py``);
+  * the worked example of docs/compare.md renders ``benchmarks/results/many_variants.json`` (``scripts/compare_example.py``).
 
 The output is deterministic: no dates, no absolute paths, no terminal widths.
 """
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import compare_example  # noqa: E402  (scripts/compare_example.py)
 import methods_table  # noqa: E402  (scripts/methods_table.py)
 import performance_page  # noqa: E402  (scripts/performance_page.py)
 
@@ -625,6 +627,7 @@ def outputs() -> dict[Path, str]:
     out |= {SCHEMA_DIR / f"{c}.schema.json": schema_text(s) for c, s in all_schemas.items()}
     out[performance_page.PAGE] = performance_page.render(ROOT)
     out[methods_table.PAGE] = methods_table.render(ROOT)
+    out[compare_example.PAGE] = compare_example.render(ROOT)
     return out
 
 

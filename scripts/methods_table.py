@@ -53,10 +53,16 @@ def measured(root: Path) -> str:
     return "\n".join([BEGIN, "", head, "", *_rows(fig), "", *(notes + [""] if notes else []), END])
 
 
+def splice(root: Path, page: Path, begin: str, end: str, generated: str) -> str:
+    """The hand-written ``page`` with the part between its markers ``begin`` … ``end`` replaced by ``generated``
+    (which holds the markers again); a page without both markers is an error."""
+    text = (root / page).read_text(encoding="utf-8")
+    if begin not in text or end not in text:
+        raise SystemExit(f"{page} lacks the markers of its generated part ({begin!r} … {end!r})")
+    before, rest = text.split(begin, 1)
+    return before + generated + rest.split(end, 1)[1]
+
+
 def render(root: Path) -> str:
     """docs/methods.md with its measured part regenerated (the page must hold both markers)."""
-    page = (root / PAGE).read_text(encoding="utf-8")
-    if BEGIN not in page or END not in page:
-        raise SystemExit(f"{PAGE} lacks the markers of its measured part ({BEGIN!r} … {END!r})")
-    before, rest = page.split(BEGIN, 1)
-    return before + measured(root) + rest.split(END, 1)[1]
+    return splice(root, PAGE, BEGIN, END, measured(root))

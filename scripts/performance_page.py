@@ -64,6 +64,13 @@ INTROS = {
         "every uniform scheme on the measured tokens). Target: mean KL of the mix ≤ 0.7 × uniform int4-g128's at "
         "no more bits per weight; `additivity` is measured / predicted KL of each variant."
     ),
+    "many_variants": (
+        "Twelve variants of SmolLM2-135M against one reference (infoeval's rounding at 8, 4 and 3 bits, bfloat16, hqq, "
+        "quanto, bitsandbytes) on 8,192 python-docs tokens, each a fresh process: peak RSS against the reference alone and "
+        "against the variants' stored bytes, wall time with and without `--baseline int4-g128` and the verdicts' own "
+        "seconds (target: under 5 % of the run), the frontier, the verdicts, and their calibration on 1,000 seeded pairs "
+        "of equal expected KL (see [Comparing variants](compare.md#choosing-between-variants-the-frontier-and-baseline))."
+    ),
     "gpu": (
         "The GPU record, made by `scripts/gpu_check.sh` on a machine with CUDA (see [On a GPU](gpu.md)): "
         "`quantize-compare` on a random-weight model of Qwen3-0.6B's shape in bfloat16 and float32 (scored tokens/s, "

@@ -178,13 +178,17 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
         cols.vocab = _vocab(p, cols)
     timings = {**p.timings, "quantize_s": quantize_s, "quantize_ahead_s": ahead.child_s if ahead else 0.0, **eval_timings}
     records = tuple(VariantResult(v.name, variant_metrics(cols.reference, cols.variants[v.name]), v.summary()) for v in variants)
+    t0 = time.perf_counter()
+    paired_view = paired_block(cols.variants, paired, cols.reference["window"]) if paired else None
+    if paired:
+        timings["paired_s"] = time.perf_counter() - t0  # the verdicts' own cost (the P99's bootstrap most of it)
     result = CompareResult(
         p.provenance("quantize-compare", **({"top_k": top_k} if top_k else {}), **({"calibration": calibration.provenance} if calibration else {})), timings,
         reference=reference_metrics(cols.reference),
         variants=records,
         protocol_metrics=_protocol_metrics(p, cols), until_se=block,
         floor=floor_block(cols, floor, variant_settings.floor, floor_at, 1 + len(variants)) if floor else None,
-        paired=paired_block(cols.variants, paired, cols.reference["window"]) if paired else None,
+        paired=paired_view,
         frontier=frontier_block([{"name": r.name, "metrics": r.metrics, "quantization": r.quantization} for r in records]),
         by_confidence=confidence_block(cols.reference["p_top1"], cols.variants) if cols.variants else None,
     )  # fmt: skip
