@@ -66,9 +66,9 @@ def paired_row(name: str, candidate: np.ndarray, baseline: np.ndarray, windows: 
     _, _, better = PAIRED[name]
     row = quantile_diff(candidate, baseline, windows) if name == "kl_p99" else t_test(candidate - baseline, windows)
     diff, se = row["diff"] * scale, row["se"] * scale
-    q = t_quantile(confidence, row["df"]) if row["df"] >= 1 else float("inf")
+    q = t_quantile(confidence, row["df"]) if row["df"] >= 1 else float("nan")
     worsening = -better * diff  # > 0: the candidate is worse
-    bound = worsening - q * se if se == se else float("nan")  # the worsening's lower confidence bound
+    bound = worsening - q * se  # the worsening's lower confidence bound (NaN without an SE: baseline_rows then judges by tolerance)
     return {"metric": name, "form": "paired", "diff": diff, "se": se, "df": row["df"], "worse_by_at_least": bound,
             "confidence": confidence, "passed": not bound > 0}  # fmt: skip
 
@@ -91,8 +91,11 @@ def baseline_rows(metrics: dict, baseline: tuple[dict, object], names: list[str]
         scale = float(cols["used"].sum() / LN2 / cols["bytes"]) if name == "bits_per_byte_delta" and cols["bytes"] else 1.0
         cand = cols["variant"][cand_col][cols["used"]].astype(np.float64)
         base = frame[base_col].to_numpy()[rows].astype(np.float64)
-        out.append({**paired_row(name, cand, base, cols["identity"]["window"][cols["used"]], confidence, scale),
-                    "value": then["value"], "baseline": then["baseline"]})  # fmt: skip
+        row = paired_row(name, cand, base, cols["identity"]["window"][cols["used"]], confidence, scale)
+        if not row["se"] == row["se"] or row["df"] < 1:  # one batch: no SE to pair with, so the tolerance judges (fail closed)
+            out.append({**then, "form": "tolerance", "note": "too few positions to pair (fewer than two batches)"})
+            continue
+        out.append({**row, "value": then["value"], "baseline": then["baseline"]})
     return out
 
 
