@@ -44,7 +44,7 @@ def require(path: Path | None = None) -> None:
 
 
 def _figure(ncols: int = 1):
-    fig = _figure_class()(figsize=(FIG_WIDTH_IN * max(1.0, ncols / 2), FIG_HEIGHT_IN), dpi=DPI, layout="constrained")
+    fig = _figure_class()(figsize=(FIG_WIDTH_IN, FIG_HEIGHT_IN), dpi=DPI, layout="constrained")  # every PNG PNG_SIZE
     axes = fig.subplots(1, ncols, squeeze=False)[0]
     return fig, axes
 
@@ -106,14 +106,14 @@ def plot_quantize_compare(result: dict, columns, path: Path) -> None:
         mean = float(np.mean(cols["kl"]))
         ax.step(x, f, where="post", label=f"{name} (mean {mean:.3g}, P99 {np.quantile(kl, 0.99):.3g})")
     ax.set_xscale("log")
-    ax.set_xlabel(f"per-position KL(reference ‖ variant), nats (log scale; < {KL_FLOOR:g} drawn at {KL_FLOOR:g})")
+    ax.set_xlabel("per-position KL, nats (log scale)" if front else f"per-position KL(reference ‖ variant), nats (log scale; < {KL_FLOOR:g} drawn at {KL_FLOOR:g})")
     ax.set_ylabel("fraction of positions with KL ≤ x")
     ax.set_title("CDF of per-position KL by scheme")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="best", title="scheme")
     ent = np.asarray(columns.reference["entropy"], dtype=float) / math.log(2)
     bx.hist(ent, bins=50, color="tab:gray", label=f"{ent.size:,} positions, median {np.median(ent):.2f} bits")
-    bx.set_xlabel("entropy of the reference's next-token distribution, bits")
+    bx.set_xlabel("reference's next-token entropy, bits" if front else "entropy of the reference's next-token distribution, bits")
     bx.set_ylabel("positions")
     bx.set_title("Reference entropy per position")
     bx.legend(loc="upper right")
