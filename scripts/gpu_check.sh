@@ -4,7 +4,8 @@
 # It installs the prepared wheels offline (into /tmp/site; nothing else is touched), runs the `cuda` tests on the
 # tiny models (tests/test_cuda*.py), then benchmarks/gpu.py (quantize-compare on a Qwen3-0.6B-shaped model in
 # bfloat16 and float32, and the CPU-vs-GPU differences), and writes the record benchmarks/results/gpu.json (also
-# copied, with the logs and the tests' JUnit XML, to $OUT when the device tool sets it). About 5 minutes on an H200.
+# copied, with the logs and the tests' JUnit XML, to $OUT when the device tool sets it). Sized for 8 minutes on one GPU,
+# the install included (its timeouts: 300 s for the tests, 240 s for the benchmark); not yet timed on one.
 # INFOEVAL_TEST_GPU=cpu scripts/gpu_check.sh is its dry run on a machine without a GPU: the tests' dry run, the
 # benchmark on the CPU at small settings, no wheels installed and no record written.
 set -uo pipefail
