@@ -73,6 +73,7 @@ def test_flips_and_verdict_directions():
     assert {k: got[k] for k in want} == want == {"baseline_only": 2, "variant_only": 2} and got["both"] + got["neither"] == 2
     assert paired.verdict(-0.1, 0.01, 0.05, -1) == "better" and paired.verdict(0.1, 0.01, 0.05, -1) == "worse"
     assert paired.verdict(0.1, 0.01, 0.05, 1) == "better" and paired.verdict(0.1, 0.2, 0.05, 1) == "not distinguishable"
+    assert [paired.better(m) for m in ("kl_mean", "kl_p99", "top1", "ln_ppl_ratio")] == [-1, -1, 1, -1]  # the registry's directions
 
 
 def _trial_columns(pool: np.ndarray, top: np.ndarray, rng, scale: dict[str, float]) -> dict[str, dict]:
@@ -132,7 +133,7 @@ def _fast_block(cols: dict, windows: np.ndarray) -> dict:
     others = [n for n in cols if n != "base"]
     out = {n: {} for n in others}
     for metric in ("kl_mean", "top1", "ln_ppl_ratio"):
-        column, better = paired.METRICS[metric]
+        column, better = paired.COLUMNS[metric], paired.better(metric)
         rows = {n: paired.t_test(cols[n][column].astype(np.float64) - cols["base"][column].astype(np.float64), windows) for n in others}
         adjusted = paired.holm({n: r["p"] for n, r in rows.items()})
         for n in others:

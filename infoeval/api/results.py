@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from infoeval.errors import DataError
-from infoeval.output.results import SCHEMA_VERSION, Result, schema_parts
+from infoeval.output.results import SCHEMA_VERSION, Result, positions_table, read_positions, schema_parts
 
 
 def _classes() -> dict[str, type[Result]]:
@@ -31,7 +31,6 @@ def _classes() -> dict[str, type[Result]]:
             "temperature": TemperatureResult}  # fmt: skip
 
 
-POSITIONS = ("positions.parquet", "positions.csv")
 
 
 def _read(path: Path) -> tuple[dict, Path]:
@@ -51,8 +50,6 @@ def _read(path: Path) -> tuple[dict, Path]:
 def load(path) -> Result:
     """The typed result of a result JSON or run folder; a run folder's positions table (positions.parquet or
     .csv), or a positions.csv beside a result.json, is read when ``result.positions`` is first asked for."""
-    import pandas as pd
-
     data, file = _read(Path(path))
     command, version = schema_parts(data)
     if version is None:
@@ -63,9 +60,9 @@ def load(path) -> Result:
     if command not in classes:
         raise DataError(f"'{file}' is a result of '{command}', which this infoeval does not know; known: {', '.join(classes)}")
     result = classes[command].from_json(data)
-    table = next((file.parent / name for name in POSITIONS if (file.parent / name).is_file()), None) if file.name == "result.json" else None
+    table = positions_table(file.parent) if file.name == "result.json" else None
     if table is not None:
-        result.with_positions(lambda: pd.read_parquet(table) if table.suffix == ".parquet" else pd.read_csv(table))
+        result.with_positions(lambda: read_positions(table))
     return result
 
 

@@ -12,7 +12,8 @@ from infoeval.cli.output import PageOptions, page_extras, page_options
 from infoeval.cli.outputs import RUN_OUTPUTS, Outputs, scoring_options
 from infoeval.quant.schemes import DEFAULT_SCHEMES
 
-TABLES = ("default", "llama.cpp", "confidence")
+GATE_TABLES = ("default", "llama.cpp")  # the layouts of every command with --table
+TABLES = (*GATE_TABLES, "confidence")  # quantize-compare's: also KL by confidence
 TableOpt = Annotated[str, typer.Option("--table", help="Table layout: default, llama.cpp (llama-perplexity --kl-divergence's statistics block, per variant) or, for quantize-compare, confidence (mean KL and top-1 by the reference's top-1 probability).")]
 
 

@@ -12,7 +12,7 @@ from infoeval.cli.options import (
     DEVICE_DEFAULT, DTYPE_DEFAULT, DeviceMapOpt, DeviceOpt, DtypeOpt, ExcludeOpt, IncludeOpt, model_options,
     typed, calibration_options, RunOptions, FloorOpt, FloorSeedOpt, extend, option, typer_type,
 )  # fmt: skip
-from infoeval.cli.compare import TableOpt, check_table
+from infoeval.cli.compare import GATE_TABLES, TableOpt, check_table
 from infoeval.cli.output import PageOptions, as_json, page_extras, page_options
 from infoeval.cli.outputs import Outputs, output_options, scoring_options
 
@@ -141,7 +141,7 @@ def gate(
     from infoeval.api.gates import gate as run_gate
     from infoeval.errors import EXIT_GATE_FAILED
 
-    llama = check_table(table, ("default", "llama.cpp")) == "llama.cpp"
+    llama = check_table(table, GATE_TABLES) == "llama.cpp"
     result = run_gate(model, reference=reference, scheme=scheme, recipe=recipe, limits=limits, confidence=confidence, point=point, baseline=baseline,
                       baseline_tolerance=baseline_tolerance, sequential=sequential, top_k=page.top_k, floor=floor, floor_seed=floor_seed,
                       calibration=calibration_settings, device=device, dtype=dtype, device_map=device_map, progress=not outputs.quiet,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from infoeval.measure.frontier import frontier_points
 from infoeval.output.report import ReportTable, fmt_num, fmt_pm, report_table, run_header
 
 from infoeval.measure.paired import LABELS as COLUMNS  # noqa: E402  (metric → its column's title)
@@ -35,13 +36,11 @@ def paired_table(paired: dict) -> ReportTable:
 def frontier_table(result: dict) -> Table:
     """The variants by stored bits per weight with their mean and P99.9 KL, and the figures on whose frontier each
     stands (no variant with at most its bits has a lower value)."""
-    front = result["frontier"]
     t = report_table("Bits against KL", ["variant", "bits/weight", "mean KL", "KL P99.9", "on the frontier of"],
                      "stored bits per weight; a variant is on a figure's frontier when no other stores at most its bits with a lower value")
-    with_bits = [v for v in result["variants"] if v["name"] not in front["without_bits"]]
-    for v in sorted(with_bits, key=lambda v: (v["quantization"]["bits_per_weight"], v["metrics"]["kl_mean"])):
-        on = [label for figure, label in (("kl_mean", "mean KL"), ("kl_p999", "P99.9")) if v["name"] in front[figure]]
-        t.add_row(v["name"], fmt_num(v["quantization"]["bits_per_weight"], 4), fmt_num(v["metrics"]["kl_mean"], 4), fmt_num(v["metrics"]["kl_p999"], 3),
+    for p in frontier_points(result):
+        on = [{"kl_mean": "mean KL", "kl_p999": "P99.9"}[f] for f in p["on"]]
+        t.add_row(p["name"], fmt_num(p["bits"], 4), fmt_num(p["kl_mean"], 4), fmt_num(p["kl_p999"], 3),
                   f"[green]{', '.join(on)}[/]" if on else "[dim]–[/]", style=None if on else "dim")  # fmt: skip
     return t
 

@@ -18,20 +18,17 @@ import numpy as np
 
 from infoeval.errors import DataError
 from infoeval.gating.limits import compare_baseline
-from infoeval.measure.paired import quantile_diff, t_test
+from infoeval.measure.paired import better, quantile_diff, t_test
 from infoeval.measure.stats import LN2, t_quantile
+from infoeval.output.results import positions_table, read_positions
 
-POSITIONS = ("positions.parquet", "positions.csv")
-# a limited metric → (the baseline table's column, the candidate's column, +1: higher is better / −1: lower)
-PAIRED = {"kl_mean": ("kl", "kl", -1), "kl_p99": ("kl", "kl", -1), "top1": ("top1_match", "top1", 1), "tv_mean": ("tv", "tv", -1),
-          "rkl_mean": ("rkl", "rkl", -1), "ln_ppl_ratio": ("nll_candidate", "nll", -1), "ppl_ratio": ("nll_candidate", "nll", -1),
-          "bits_per_byte_delta": ("nll_candidate", "nll", -1)}  # fmt: skip
+# a limited metric → (the baseline table's column, the candidate's column); its direction is the registry's
+PAIRED = {"kl_mean": ("kl", "kl"), "kl_p99": ("kl", "kl"), "top1": ("top1_match", "top1"), "tv_mean": ("tv", "tv"), "rkl_mean": ("rkl", "rkl"),
+          "ln_ppl_ratio": ("nll_candidate", "nll"), "ppl_ratio": ("nll_candidate", "nll"), "bits_per_byte_delta": ("nll_candidate", "nll")}  # fmt: skip
 
 
 def read_baseline(path: Path) -> tuple[dict, object]:
     """The earlier gate result's metrics and its per-position table (a DataFrame, or None when it kept none)."""
-    import pandas as pd
-
     path = Path(path)
     file = path / "result.json" if path.is_dir() else path
     try:
@@ -42,8 +39,8 @@ def read_baseline(path: Path) -> tuple[dict, object]:
         raise DataError(f"baseline file '{path}' is not valid JSON") from None
     if not str(data.get("schema", "")).startswith("infoeval/gate/"):
         raise DataError(f"baseline file '{path}' is not a result of `infoeval gate` (schema {data.get('schema')!r})")
-    table = next((file.parent / n for n in POSITIONS if (file.parent / n).is_file()), None)
-    frame = None if table is None else pd.read_parquet(table) if table.suffix == ".parquet" else pd.read_csv(table)
+    table = positions_table(file.parent)
+    frame = None if table is None else read_positions(table)
     return data["metrics"], frame
 
 
@@ -63,11 +60,10 @@ def matched_rows(frame, identity: dict, used: np.ndarray) -> np.ndarray | None:
 def paired_row(name: str, candidate: np.ndarray, baseline: np.ndarray, windows: np.ndarray, confidence: float, scale: float = 1.0) -> dict:
     """One limited metric, paired: difference ± SE (in the metric's units: ``scale``), the one-sided bound of the
     worsening at ``confidence``, and whether the candidate is worse beyond it."""
-    _, _, better = PAIRED[name]
     row = quantile_diff(candidate, baseline, windows) if name == "kl_p99" else t_test(candidate - baseline, windows)
     diff, se = row["diff"] * scale, row["se"] * scale
     q = t_quantile(confidence, row["df"]) if row["df"] >= 1 else float("nan")
-    worsening = -better * diff  # > 0: the candidate is worse
+    worsening = -better(name) * diff  # > 0: the candidate is worse
     bound = worsening - q * se  # the worsening's lower confidence bound (NaN without an SE: baseline_rows then judges by tolerance)
     return {"metric": name, "form": "paired", "diff": diff, "se": se, "df": row["df"], "worse_by_at_least": bound,
             "confidence": confidence, "passed": not bound > 0}  # fmt: skip
@@ -87,7 +83,7 @@ def baseline_rows(metrics: dict, baseline: tuple[dict, object], names: list[str]
         if rows is None or name not in PAIRED:
             out.append({**then, "form": "tolerance", "note": why or f"{name} has no per-position column"})
             continue
-        base_col, cand_col, _ = PAIRED[name]
+        base_col, cand_col = PAIRED[name]
         scale = float(cols["used"].sum() / LN2 / cols["bytes"]) if name == "bits_per_byte_delta" and cols["bytes"] else 1.0
         cand = cols["variant"][cand_col][cols["used"]].astype(np.float64)
         base = frame[base_col].to_numpy()[rows].astype(np.float64)

@@ -25,6 +25,18 @@ def pareto(points: dict[str, tuple[float, float]]) -> list[str]:
     return sorted(keep, key=lambda k: clean[k])
 
 
+def frontier_points(result: dict) -> list[dict] | None:
+    """The frontier as every view draws it, from a result: each variant with stored bits (its name, bits, mean KL,
+    P99.9 and the figures on whose frontier it stands), by bits then mean KL; None without a ``frontier`` block."""
+    front = result.get("frontier")
+    if not front:
+        return None
+    points = [{"name": v["name"], "bits": v["quantization"][X], "kl_mean": v["metrics"]["kl_mean"], "kl_p999": v["metrics"]["kl_p999"],
+               "on": [f for f in FIGURES if v["name"] in front[f]]}
+              for v in result["variants"] if v["name"] not in front["without_bits"]]  # fmt: skip
+    return sorted(points, key=lambda p: (p["bits"], p["kl_mean"]))
+
+
 def frontier_block(variants: list[dict]) -> dict | None:
     """The result's ``frontier``: per figure, the Pareto-optimal variants (by bits per weight); None with fewer than
     two variants that have stored bits. ``variants``: the result's variant records (name, metrics, quantization)."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from infoeval.errors import UsageError
+from infoeval.measure.metrics import METRICS as REGISTRY
 from infoeval.measure.stats import _t_cdf, block_labels, se, se_blocks
 
 BOOTSTRAP = 1000  # resamples of the batches for the P99's SE
@@ -32,8 +33,12 @@ METHOD = ("paired differences on the same positions: t = mean(d) / SE(d), the ba
           "batches (the same draw for both); top-1: McNemar's test clustered by batch (the paired t of the top-1 difference)")  # fmt: skip
 # metric → how tables title its column (variant − baseline)
 LABELS = {"kl_mean": "Δ mean KL", "kl_p99": "Δ KL P99", "top1": "Δ top-1", "ln_ppl_ratio": "Δ ln PPL"}
-# metric → (the per-position column, the better direction of the variant minus the baseline)
-METRICS = {"kl_mean": ("kl", -1), "kl_p99": ("kl", -1), "top1": ("top1", 1), "ln_ppl_ratio": ("nll", -1)}
+COLUMNS = {"kl_mean": "kl", "kl_p99": "kl", "top1": "top1", "ln_ppl_ratio": "nll"}  # metric → its per-position column
+
+
+def better(metric: str) -> int:
+    """+1 when a higher value of ``metric`` is better, −1 when a lower one is (the metric registry's direction)."""
+    return 1 if REGISTRY[metric].higher_is_better else -1
 
 
 @dataclass(frozen=True)
@@ -123,14 +128,14 @@ def paired_block(variants: dict[str, dict], settings: PairedSettings, windows: n
     base = variants[settings.baseline]
     others = [name for name in variants if name != settings.baseline]
     rows: dict[str, dict] = {name: {} for name in others}
-    for metric, (column, better) in METRICS.items():
+    for metric, column in COLUMNS.items():
         for name in others:
             a, b = variants[name][column].astype(np.float64), base[column].astype(np.float64)
             rows[name][metric] = quantile_diff(a, b, windows, seed=settings.seed) if metric == "kl_p99" else t_test(a - b, windows)
         adjusted = holm({name: rows[name][metric]["p"] for name in others})
         for name in others:
             row = rows[name][metric]
-            row.update(p_holm=adjusted[name], verdict=verdict(row["diff"], adjusted[name], settings.alpha, better))
+            row.update(p_holm=adjusted[name], verdict=verdict(row["diff"], adjusted[name], settings.alpha, better(metric)))
     for name in others:
         rows[name]["top1_flips"] = flips(base["top1"], variants[name]["top1"])
     return {"baseline": settings.baseline, "alpha": settings.alpha, "seed": settings.seed, "bootstrap": BOOTSTRAP, "method": METHOD,

@@ -124,18 +124,15 @@ def plot_quantize_compare(result: dict, columns, path: Path) -> None:
 def plot_frontier(ax, result: dict) -> None:
     """Stored bits per weight against mean KL (dots) and KL P99.9 (crosses), log y; each figure's frontier joined
     by a line, every variant named."""
-    front = result["frontier"]
-    shown = [v for v in result["variants"] if v["name"] not in front["without_bits"]]
+    from infoeval.measure.frontier import frontier_points
+
+    shown = frontier_points(result)
     for figure, marker, label in (("kl_mean", "o", "mean KL"), ("kl_p999", "x", "KL P99.9")):
-        xs = [v["quantization"]["bits_per_weight"] for v in shown]
-        ys = [max(v["metrics"][figure], KL_FLOOR) for v in shown]
-        points = ax.plot(xs, ys, marker, ls="none", label=label)[0]
-        on = {v["name"]: v for v in shown if v["name"] in front[figure]}
-        line = sorted((v["quantization"]["bits_per_weight"], max(v["metrics"][figure], KL_FLOOR)) for v in on.values())
+        points = ax.plot([p["bits"] for p in shown], [max(p[figure], KL_FLOOR) for p in shown], marker, ls="none", label=label)[0]
+        line = sorted((p["bits"], max(p[figure], KL_FLOOR)) for p in shown if figure in p["on"])
         ax.plot([x for x, _ in line], [y for _, y in line], "-", color=points.get_color(), alpha=0.6, label=f"{label} frontier")
-    for v in shown:
-        ax.annotate(v["name"], (v["quantization"]["bits_per_weight"], max(v["metrics"]["kl_mean"], KL_FLOOR)), fontsize=7,
-                    xytext=(3, 3), textcoords="offset points")  # fmt: skip
+    for p in shown:
+        ax.annotate(p["name"], (p["bits"], max(p["kl_mean"], KL_FLOOR)), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_yscale("log")
     ax.set_xlabel("stored bits per weight")
     ax.set_ylabel("KL(reference ‖ variant), nats (log scale)")

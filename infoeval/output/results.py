@@ -27,6 +27,21 @@ from infoeval.input.provenance import Provenance
 from infoeval.measure.metrics import definitions
 from infoeval.measure.stats import SE_METHOD
 
+POSITIONS = ("positions.parquet", "positions.csv")  # a run folder's per-position table, in the order looked for
+
+
+def positions_table(folder: Path) -> Path | None:
+    """The per-position table in ``folder`` (``POSITIONS``, parquet first), or None."""
+    return next((Path(folder) / name for name in POSITIONS if (Path(folder) / name).is_file()), None)
+
+
+def read_positions(path: Path):
+    """A per-position table as a DataFrame, parquet or CSV by its suffix."""
+    import pandas as pd
+
+    return pd.read_parquet(path) if Path(path).suffix == ".parquet" else pd.read_csv(path)
+
+
 SCHEMA_VERSION = 4  # 3: batch-means standard errors (``standard_errors``), llama.cpp's under llamacpp_*; 4: batches of whole windows
 @dataclass(frozen=True)
 class Result:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from infoeval.report.packed import pack_floats, pack_ints
-from infoeval.report.views import frontier_points
+from infoeval.measure.frontier import frontier_points
 
 WORST = 30  # positions listed per variant, by KL and by Δp (by the reference's NLL without variants)
 GATE_NAMES = {"nll_reference": "nll_ref", "entropy_reference": "entropy_ref", "nll_candidate": "nll"}  # gate → quantize-compare

@@ -13,10 +13,9 @@ from pathlib import Path
 import pandas as pd
 
 from infoeval.errors import UsageError
-from infoeval.output.results import SCHEMA_VERSION, schema_parts
+from infoeval.output.results import POSITIONS, SCHEMA_VERSION, positions_table, read_positions, schema_parts
 
 COMMANDS = ("quantize-compare", "compress-bits", "gate")  # the commands whose runs the page shows
-POSITIONS = ("positions.parquet", "positions.csv")
 
 
 @dataclass
@@ -66,11 +65,11 @@ def read_run(run: Path) -> Run:
     """The run at ``run`` (a folder or a result JSON) with its positions and token texts."""
     result_file = _result_file(run)
     result = read_result(result_file)
-    found = [result_file.parent / name for name in POSITIONS if (result_file.parent / name).exists()]
-    if not found:
+    table = positions_table(result_file.parent)
+    if table is None:
         raise UsageError(f"'{result_file.parent}' has no positions table ({' or '.join(POSITIONS)}); run with --positions or the run folder")
-    frame = pd.read_parquet(found[0]) if found[0].suffix == ".parquet" else pd.read_csv(found[0])
-    vocab_file = tokens_path(found[0])
+    frame = read_positions(table)
+    vocab_file = tokens_path(table)
     if not vocab_file.exists():
         raise UsageError(f"'{vocab_file}' is missing: the page needs the text of the tokens; run with --topk K (or --html)")
     vocab = {int(k): v for k, v in json.loads(vocab_file.read_text(encoding="utf-8")).items()}

@@ -7,21 +7,11 @@ from __future__ import annotations
 import html
 import math
 
+
 W, H, LEFT, BOTTOM, TOP, RIGHT = 520, 300, 64, 40, 16, 16  # the chart's size and margins, px
 SERIES = (("kl_mean", "mean KL", "#1f77b4", "circle"), ("kl_p999", "KL P99.9", "#ff7f0e", "cross"))
 VERDICT_CLASS = {"better": "better", "worse": "worse", "not distinguishable": "same"}
 WORD = {"better": "better", "worse": "worse", "not distinguishable": "≈"}
-
-
-def frontier_points(result: dict) -> list[dict] | None:
-    """The chart's data from a result: each variant with stored bits, its mean KL and P99.9 and the frontiers it is
-    on; None without a ``frontier`` block."""
-    front = result.get("frontier")
-    if not front:
-        return None
-    return [{"name": v["name"], "bits": v["quantization"]["bits_per_weight"], "kl_mean": v["metrics"]["kl_mean"], "kl_p999": v["metrics"]["kl_p999"],
-             "on": [f for f in ("kl_mean", "kl_p999") if v["name"] in front[f]]}
-            for v in result["variants"] if v["name"] not in front["without_bits"]]  # fmt: skip
 
 
 def _scale(lo: float, hi: float, a: float, b: float):
@@ -30,8 +20,9 @@ def _scale(lo: float, hi: float, a: float, b: float):
 
 
 def frontier_svg(points: list[dict]) -> str:
-    """Stored bits per weight (x) against KL (log y): every variant's mean KL (circles) and P99.9 (crosses), each
-    figure's frontier joined by a line; hovering a point shows its variant and numbers (its ``<title>``)."""
+    """Stored bits per weight (x) against KL (log y) of ``measure.frontier.frontier_points``: every variant's mean KL
+    (circles) and P99.9 (crosses), each figure's frontier joined by a line; hovering a point shows its variant and
+    numbers (its ``<title>``)."""
     ys = [max(p[f], 1e-9) for p in points for f, *_ in SERIES]
     xs = [p["bits"] for p in points]
     lo, hi = math.floor(math.log10(min(ys))), math.ceil(math.log10(max(ys)))
