@@ -121,7 +121,7 @@ def test_autoround_specs(text, settings):
 
 
 @needs_autoround
-@pytest.mark.parametrize("text", ["autoround:int5", "autoround:int4-g12", "autoround:int4-iters0", "autoround:nf4"])
+@pytest.mark.parametrize("text", ["autoround:int5", "autoround:int4-g12", "autoround:int4-g0", "autoround:nf4"])
 def test_bad_autoround_specs(text):
     from infoeval.quant.methods import parse_method
 

@@ -7,7 +7,9 @@ import dataclasses
 import hashlib
 import json
 
-from infoeval.errors import DataError, InfoevalError
+import torch
+
+from infoeval.errors import DataError, InfoevalError, UsageError
 from infoeval.input.settings import CalibrationSettings, ModelSettings
 from infoeval.input.text import reload_text
 from infoeval.models import load_model, resolve_device, resolve_dtype
@@ -51,9 +53,12 @@ def load_candidate(gate_settings, model_settings: ModelSettings, ref):
             f"the candidate's tokenizer ({spec}) differs from the reference's "
             f"({ref.meta['provenance']['model']['spec']}): vocabularies must be identical to compare distributions"
         )
+    shipped = loaded.info.quantization if gate_settings.candidate else None
+    if shipped and shipped["format"] != "gguf" and (gate_settings.scheme or gate_settings.recipe):
+        raise UsageError(f"--scheme and --recipe quantize a float model; '{spec}' is already a {shipped['format']} checkpoint: gate it without them")
     original = loaded.model
     sources = original_weights(original) if gate_settings.floor != "off" and gate_settings.candidate is None else None
-    report = None
+    report = {"source": "checkpoint", **shipped} if shipped else None  # a --scheme on a GGUF replaces it below
     if gate_settings.scheme and is_method(gate_settings.scheme):
         method = parse_method(gate_settings.scheme)
         calibration = _calibration(gate_settings.calibration, ref, loaded.tokenizer) if method.calibrated else None
@@ -80,8 +85,9 @@ def _reference_floor(gate_settings, ref, candidate):
     device and dtype (one more model in memory), its default layers moved."""
     spec = reference_model_spec(ref.meta["provenance"]["model"])
     device = next(candidate.model.parameters()).device
+    dtype = next((p.dtype for p in candidate.model.parameters() if p.dtype.is_floating_point), torch.float32)
     try:
-        model = load_model(spec, device, next(candidate.model.parameters()).dtype).model
+        model = load_model(spec, device, dtype).model
     except InfoevalError as e:
         raise DataError(f"the noise floor needs the reference's model ({spec}), which did not load ({e}); pass --floor off") from None
     return WithVariant(model, build_floor(model, seed=gate_settings.floor_seed))

@@ -97,9 +97,23 @@ def _sequential_table(result: dict, verdict: str, cand: str) -> Table:
     return t
 
 
+def candidate_label(result: dict, code: str = "") -> str:
+    """The candidate as the tables name it: its spec, the scheme applied to it, or a shipped checkpoint's format
+    and stored bits per weight."""
+    c = result["candidate"]
+    if c["scheme"]:
+        return f"{c['spec']} + {code}{c['scheme']}{code}"
+    q = c.get("quantization") or {}
+    if q.get("source") == "checkpoint" or q.get("format") == "gguf":
+        what = " ".join(str(x) for x in (q["format"], q.get("packing")) if x)
+        bits = f", {q['bits_per_weight']:.3f} bits/weight" if q.get("bits_per_weight") else ""
+        return f"{c['spec']} ({what}{bits})"
+    return c["spec"]
+
+
 def gate_table(result: dict) -> Table:
     verdict = "[bold green]PASS[/]" if result["passed"] else "[bold red]FAIL[/]"
-    cand = result["candidate"]["spec"] + (f" + {result['candidate']['scheme']}" if result["candidate"]["scheme"] else "")
+    cand = candidate_label(result)
     if result.get("sequential"):
         return _sequential_table(result, verdict, cand)
     t = report_table(f"Gate: {verdict}", ["check", "value ± SE", "judged", "limit", "verdict"], f"candidate {cand}")
@@ -179,7 +193,7 @@ def junit_xml(result: dict) -> bytes:
     rows = _sequential_junit_rows(result) if result.get("sequential") else verdict_rows(result)
     suite = ET.Element("testsuite", name="infoeval gate", tests=str(len(rows)),
                        failures=str(sum(1 for r in rows if r[-1] == "FAIL")), errors="0")
-    cand = result["candidate"]["spec"] + (f" + {result['candidate']['scheme']}" if result["candidate"]["scheme"] else "")
+    cand = candidate_label(result)
     for check, value, judged, limit, verdict in rows:
         case = ET.SubElement(suite, "testcase", classname=f"infoeval.gate.{cand}", name=f"{check} {limit}")
         if verdict == "FAIL":
@@ -201,7 +215,7 @@ def junit_xml(result: dict) -> bytes:
 
 
 def markdown(result: dict) -> str:
-    cand = result["candidate"]["spec"] + (f" + `{result['candidate']['scheme']}`" if result["candidate"]["scheme"] else "")
+    cand = candidate_label(result, code="`")
     head = "✅ PASS" if result["passed"] else "❌ FAIL"
     m, r = result["metrics"], result["reference"]
     lines = [

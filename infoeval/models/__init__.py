@@ -20,6 +20,7 @@ import torch
 from infoeval import distributed
 from infoeval.errors import DeviceError, ModelLoadError, UsageError
 from infoeval.models.files import (
+    cached_gguf_bits,
     cached_sha256,
     gguf_cache_dir,
     gguf_file,
@@ -65,6 +66,7 @@ class ModelInfo:
     revision: str | None = None
     cache: str | None = None
     gguf_add_bos: bool | None = None
+    quantization: dict | None = None  # a shipped quantized checkpoint's format and stored bits (models/shipped.py)
 
     def to_json(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)} | {"tokenizer": self.tokenizer.to_json()}
@@ -160,6 +162,44 @@ def _from_folder(folder: Path | str, dtype: torch.dtype, device_map, local_files
     return model, tok
 
 
+def _load_folder(folder: Path, device: torch.device, dtype: torch.dtype, device_map):
+    """(model, tokenizer, provenance) of a model folder: a float checkpoint through transformers, a shipped
+    quantized one through its library (``models/shipped.py``)."""
+    from infoeval.models.shipped import checkpoint_format, describe, load_shipped, loader_package
+
+    if not (folder.is_dir() and (folder / "config.json").is_file()):
+        raise ModelLoadError(f"'{folder}' is not a Hugging Face model folder (no config.json)")
+    info = {"kind": "folder", "path": str(folder.resolve()), "sha256": weights_digest(folder)}
+    shipped = checkpoint_format(folder)
+    if shipped is None:
+        model, tok = _from_folder(folder, dtype, device_map)
+        return model, tok, info
+    from transformers import AutoTokenizer
+
+    name, settings = shipped
+    package = loader_package(name, folder)
+    model = load_shipped(folder, name, package, dtype, device, device_map)
+    tok = AutoTokenizer.from_pretrained(folder)
+    return model, tok, info | {"quantization": describe(name, settings, package, model, folder)}
+
+
+def _hub_quantization(repo_id: str, model) -> dict | None:
+    """A hub checkpoint's quantization (from its snapshot in the local cache); None for a float one."""
+    qc = getattr(model.config, "quantization_config", None)
+    if not qc:
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    from infoeval.models.shipped import FORMATS, describe
+
+    qc = qc if isinstance(qc, dict) else qc.to_dict()
+    name = str(qc.get("quant_method", "unknown")).lower().replace("_", "-")
+    config = try_to_load_from_cache(repo_id, "config.json")
+    folder = Path(config).parent if isinstance(config, str) else Path("/nonexistent")
+    fmt = FORMATS.get(name)
+    return describe(name, qc, fmt.packages[0] if fmt else None, model, folder)
+
+
 def _hub_reachable(timeout: float = 3.0) -> bool:
     """One TCP connection to the hub's host: tells "offline" apart quickly, before huggingface_hub's retries."""
     import socket
@@ -214,26 +254,24 @@ def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: 
                 raise ModelLoadError(f"cannot load GGUF file '{gguf}': {str(e).splitlines()[0]}") from None
             model, tok = _from_folder(folder, dtype, device_map)
             add_bos = json.loads((folder / "infoeval-source.json").read_text()).get("gguf_add_bos")
-            info.update(kind="gguf", path=str(gguf.resolve()), sha256=digest, cache=str(folder), gguf_add_bos=add_bos)
+            info.update(kind="gguf", path=str(gguf.resolve()), sha256=digest, cache=str(folder), gguf_add_bos=add_bos,
+                        quantization=cached_gguf_bits(gguf, digest))
             tok_source = f"transformers GGUF conversion of {gguf.name}"
         elif Path(spec).exists():
-            folder = Path(spec)
-            if not (folder.is_dir() and (folder / "config.json").is_file()):
-                raise ModelLoadError(f"'{spec}' is not a Hugging Face model folder (no config.json)")
-            model, tok = _from_folder(folder, dtype, device_map)
-            info.update(kind="folder", path=str(folder.resolve()), sha256=weights_digest(folder))
-            tok_source = f"{type(tok).__name__} from {folder}"
+            model, tok, folder_info = _load_folder(Path(spec), device, dtype, device_map)
+            info.update(folder_info)
+            tok_source = f"{type(tok).__name__} from {spec}"
         elif _HUB_ID.match(spec):
             model, tok = _from_hub(spec, dtype, device_map)
-            info.update(kind="hub", revision=getattr(model.config, "_commit_hash", None))
+            info.update(kind="hub", revision=getattr(model.config, "_commit_hash", None), quantization=_hub_quantization(spec, model))
             tok_source = f"{type(tok).__name__} from hub {spec}"
         else:
             raise ModelLoadError(
                 f"model '{spec}' is neither an existing file or folder nor a hub id; pass a model folder, a .gguf "
                 f"file, a hub id (org/name) or '{DEFAULT_MODEL}'"
             )
-    if device_map is None:
-        model.to(device)
+    if device_map is None and not (info.get("kind") == "folder" and info.get("quantization")):
+        model.to(device)  # a shipped quantized folder is placed by its library as it loads
     model.eval()
     info = ModelInfo(
         **info, architecture=(getattr(model.config, "architectures", None) or [type(model).__name__])[0],

@@ -124,6 +124,22 @@ def gguf_cache_dir(gguf: Path, digest: str) -> Path:
     return target
 
 
+def cached_gguf_bits(gguf: Path, digest: str) -> dict:
+    """``stored_bits.gguf_bits`` of a GGUF file, remembered under its sha256 (reading its header takes ~2 s)."""
+    memo = cache_root() / "gguf-bits" / f"{digest[:24]}.json"
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads(memo.read_text())
+    from infoeval.models.stored_bits import gguf_bits
+
+    bits = gguf_bits(gguf)
+    with contextlib.suppress(OSError):
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(bits))
+        os.replace(tmp, memo)
+    return bits
+
+
 def list_added_tokens(folder: Path) -> None:
     """Copy tokenizer.json's added tokens into tokenizer_config.json as ``added_tokens_decoder`` (written
     atomically), as transformers 4 saved them: without that list, transformers parses the whole tokenizer.json in
@@ -155,7 +171,7 @@ def _gguf_add_bos(gguf: Path) -> bool | None:
 
 def weights_digest(folder: Path) -> str:
     """sha256 over the folder's weight files (name and content), cached by size and mtime."""
-    files = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin") and p.is_file())
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".pt") and p.is_file())
     h = hashlib.sha256()
     for p in files:
         h.update(p.name.encode())

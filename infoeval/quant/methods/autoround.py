@@ -10,7 +10,7 @@ selected layers of the variant; everything else stays the reference's own. The l
 are kept at 16 bits in AutoRound's ``layer_config``, so the blocks after them are tuned as they will run.
 
 Specs: ``int<bits>`` (groups of 128, AutoRound's default), ``int<bits>-g<N>``, ``int<bits>-channel``, bits 2, 3,
-4 or 8; ``-asym`` for zero points; ``-iters<N>`` (default 200, AutoRound's; ``-iters50`` is its "light" recipe).
+4 or 8; ``-asym`` for zero points; ``-iters<N>`` (default 200, AutoRound's; ``-iters50`` is its "light" recipe, ``-iters0`` its round-to-nearest).
 Tuning runs in the model's dtype without autocast (``amp=False``) and without ``torch.compile``.
 """
 
@@ -40,9 +40,9 @@ def parse(spec: str, text: str) -> tuple[dict, int, int | None]:
     bits = int(m.group(1)) if m else None
     group = None if m and m.group(2) == "channel" else int(m.group(3)) if m and m.group(3) else DEFAULT_GROUP
     iters = int(m.group(5)) if m and m.group(5) else DEFAULT_ITERS
-    if not m or bits not in BITS or (group is not None and (group < 8 or group % 8)) or iters < 1:
+    if not m or bits not in BITS or (group is not None and (group < 8 or group % 8)):
         raise UsageError(f"'{text}' is not an autoround scheme; give autoround:int<bits>[-g<N>|-channel][-asym][-iters<N>] with bits in "
-                         f"{', '.join(map(str, BITS))}, N a multiple of 8 and at least 1 iteration (autoround:int4-g128, autoround:int4-g128-iters50)")  # fmt: skip
+                         f"{', '.join(map(str, BITS))}, N a multiple of 8 (autoround:int4-g128, autoround:int4-g128-iters50; -iters0 is its round-to-nearest)")  # fmt: skip
     return {"bits": bits, "group_size": group if group else -1, "sym": not m.group(4), "iters": iters, "amp": False}, bits, group
 
 
