@@ -76,11 +76,11 @@ def _until(until_se: float | None, run: dict, order_seed: int):
     return None if until_se is None else UntilSettings(until_se, max_tokens_of(run.get("max_tokens")), order_seed)
 
 
-def _scheme_text(schemes, recipes, variants) -> str:
-    """The schemes as --schemes' text; None: the three default schemes, or none when recipes or variants are given
-    (as --recipe alone on the command line)."""
+def _scheme_text(schemes, recipes, variants, checkpoints=()) -> str:
+    """The schemes as --schemes' text; None: the three default schemes, or none when recipes, variants or
+    checkpoints are given (as --recipe alone on the command line)."""
     if schemes is None:
-        schemes = () if recipes or variants else SCHEMES
+        schemes = () if recipes or variants or checkpoints else SCHEMES
     return comma_list(schemes)
 
 
@@ -88,10 +88,11 @@ def _scheme_text(schemes, recipes, variants) -> str:
 @checked
 def compare(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str | Sequence[str] | None = None, variants: dict | None = None,
             include: Sequence[str] = (), exclude: Sequence[str] = (), recipes: Sequence[str | Path] = (), floor: str = "sampled", floor_seed: int = 0,
-            calibration: CalibrationSettings | None = None, until_se: float | None = None, order_seed: int = 0, top_k: int = 0,
+            checkpoints: Sequence[str | Path] = (), calibration: CalibrationSettings | None = None, until_se: float | None = None, order_seed: int = 0, top_k: int = 0,
             baseline: str | None = None, alpha: float | None = None, progress: bool = False, **run):  # fmt: skip
-    """quantize-compare: the reference and each variant (``schemes``, ``recipes``, and ``variants``: name → a module
-    you built, sharing the reference's tokenizer) on the same windows; returns the ``CompareResult`` holding its
+    """quantize-compare: the reference and each variant (``schemes``, ``recipes``, ``checkpoints``: saved folders,
+    .gguf files or hub ids, and ``variants``: name → a module you built, sharing the reference's tokenizer) on the
+    same windows; returns the ``CompareResult`` holding its
     per-position table. ``model``: a spec string, or a loaded transformers model with its ``tokenizer`` (used where
     it is; ``device``/``dtype`` 'auto' mean its own). ``run``: the text, window and device keywords of
     ``run_settings`` (``text``, ``dataset``, ``max_tokens``, ``ctx``, ``protocol``, ``device``, ``dtype``, …); with
@@ -108,10 +109,11 @@ def compare(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str
     paired = None if baseline is None else PairedSettings(baseline, 0.05 if alpha is None else alpha)
 
     reference, (model_settings, text_settings, window_settings) = prepared(model, tokenizer, run)
-    scheme_text = _scheme_text(schemes, recipes, variants)
+    scheme_text = _scheme_text(schemes, recipes, variants, checkpoints)
     modules = module_variants(variants, {s.strip() for s in scheme_text.split(",")} | {Path(r).stem for r in recipes})
     variant_settings = VariantSettings(schemes=scheme_text, include=tuple(include), exclude=tuple(exclude), recipes=tuple(Path(r) for r in recipes),
-                                       calibration=calibration or CalibrationSettings(), floor=floor, floor_seed=floor_seed)  # fmt: skip
+                                       calibration=calibration or CalibrationSettings(), floor=floor, floor_seed=floor_seed,
+                                       checkpoints=tuple(str(c) for c in checkpoints))  # fmt: skip
     with evaluating(reference, *modules):
         result, cols = pipeline.quantize_compare(model_settings, text_settings, window_settings, variant_settings, _reporter(progress),
                                                  _until(until_se, run, order_seed), top_k, modules, paired)  # fmt: skip

@@ -69,6 +69,7 @@ def precision_options(command):
     return extend(command, "precision", params, lambda v: until_settings(v["context"], v["until_se"], v["order_seed"], v["run"]), place="here")
 
 
+CheckpointsOpt = Annotated[Optional[str], typer.Option("--checkpoints", help="Saved checkpoints to compare beside the schemes, comma-separated: folders (a library's quantized save, or a float one), .gguf files or hub ids; each must share the reference's tokenizer, and is named by its folder or file. Alone (without --schemes) only they are compared.", show_default=False)]
 BaselineOpt = Annotated[Optional[str], typer.Option("--baseline", help="A variant of the run (e.g. int4-g128): every other is compared with it on the same positions (mean KL, P99 KL, top-1, Δ ln PPL: paired difference ± SE, better / worse / not distinguishable).", show_default=False)]
 PairedAlphaOpt = Annotated[Optional[float], typer.Option("--alpha", help="--baseline: the verdicts' level, two-sided, Holm across the variants (default 0.05).", show_default=False)]
 VerifyCodingOpt = Annotated[bool, typer.Option("--verify-coding", help="Also compress the scored bytes with the model and a range coder, decompress them, and report the real file's size (an 'arithmetic-coded' row).")]
@@ -88,6 +89,7 @@ def quantize_compare(
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
     recipe: RecipeOpt = None,
+    checkpoints: CheckpointsOpt = None,
     floor: FloorOpt = "sampled",
     floor_seed: FloorSeedOpt = 0,
     table: TableOpt = "default",
@@ -105,15 +107,15 @@ def quantize_compare(
     from infoeval.comparison.report import print_quantize_compare, print_quantize_compare_llamacpp
     from infoeval.input.settings import check_floor
 
-    if recipe and getattr(context.get_parameter_source("schemes"), "name", "") == "DEFAULT":
-        schemes = ""  # --recipe alone: only the recipes' variants
+    if (recipe or checkpoints) and getattr(context.get_parameter_source("schemes"), "name", "") == "DEFAULT":
+        schemes = ""  # --recipe or --checkpoints alone: only their variants
     check_floor(floor)
     outputs.check()  # before the long run
     from infoeval.comparison.views import print_quantize_compare_confidence
 
     tables = {"llama.cpp": print_quantize_compare_llamacpp, "confidence": print_quantize_compare_confidence}.get(check_table(table), print_quantize_compare)
     result = compare(model, schemes=schemes, include=include or (), exclude=exclude or (), recipes=recipe or (), floor=floor, floor_seed=floor_seed,
-                     calibration=calibration_settings, top_k=page.top_k, baseline=baseline, alpha=alpha, progress=not outputs.quiet, **precision.keywords(),
+                     checkpoints=[c.strip() for c in (checkpoints or "").split(",") if c.strip()], calibration=calibration_settings, top_k=page.top_k, baseline=baseline, alpha=alpha, progress=not outputs.quiet, **precision.keywords(),
                      **run.keywords(precision.whole_text))  # fmt: skip
     _emit_run(result, "quantize-compare", model, tables, page.html, outputs)
 

@@ -14,6 +14,7 @@ from importlib import metadata
 import torch
 
 from infoeval.errors import UsageError
+from infoeval.models.checkpoints import vocab_fingerprint
 
 CHECKED = ("model_sha256", "tokenizer", "vocab", "dtype", "device", "cpu_capability", "torch", "transformers",
            "attention", "constriction")  # fmt: skip
@@ -34,13 +35,6 @@ def logits_width(model) -> int:
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     weight = getattr(head, "weight", None)
     return int(weight.shape[0]) if weight is not None else int(model.config.vocab_size)
-
-
-def vocab_fingerprint(tokenizer) -> str:
-    """sha256 of the token → id map and the special ids (the same fingerprint as a gate's reference file)."""
-    from infoeval.gating.pipeline import vocab_fingerprint as fingerprint
-
-    return fingerprint(tokenizer)
 
 
 def environment(loaded, device: torch.device, threads: int) -> dict:

@@ -22,6 +22,7 @@ from infoeval.comparison.lockstep import (  # noqa: F401  (REFERENCE … VARIANT
 from infoeval.comparison.report import compress_frame, summary_frame
 from infoeval.comparison.until import UntilSettings, bpb_ses, budget_windows, check_protocol, evaluate_until, kl_ses
 from infoeval.measure.metrics import reference_metrics, variant_metrics
+from infoeval.models.checkpoints import checkpoint_names, load_checkpoints
 from infoeval.models.objects import ModuleVariant, check_variants
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.measure.protocol_metrics import protocol_figures
@@ -150,10 +151,12 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
     reporter = reporter or Reporter()
     text_settings = _checked_text(text_settings, window_settings, until, top_k)
     plain, methods = split_schemes(variant_settings.schemes)  # fail on a bad scheme (or a missing library) before loading
-    schemes = parse_schemes(plain) if plain or not (variant_settings.recipes or methods or modules) else []
+    schemes = parse_schemes(plain) if plain or not (variant_settings.recipes or methods or modules or variant_settings.checkpoints) else []
     recipes = [read_recipe(r) for r in variant_settings.recipes]
+    named = [s.name for s in schemes] + [r.name for r in recipes] + [m.name for m in methods] + [m.name for m in modules]
+    checkpoints = checkpoint_names(variant_settings.checkpoints, set(named))
     if paired is not None:  # before anything loads
-        paired.check([s.name for s in schemes] + [r.name for r in recipes] + [m.name for m in methods] + [m.name for m in modules])
+        paired.check(named + checkpoints)
     ahead, share = _start_ahead(model_settings, variant_settings, schemes), None
     try:
         p = prepare(model_settings, text_settings, window_settings, reporter)
@@ -167,6 +170,9 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
         quantize_s = time.perf_counter() - t0
         check_variants(p.loaded, modules)  # before any forward pass
         variants += list(modules)
+        if checkpoints:
+            reporter.stage("loading checkpoints")
+            variants += load_checkpoints(variant_settings.checkpoints, checkpoints, p.loaded, model_settings.device_map)
     finally:
         for made in (ahead, share):
             if made is not None:

@@ -27,7 +27,16 @@ CSV_COLUMNS = [
     *(f"llamacpp_{k}" for k in ("ppl_se", "ppl_base_se", "ln_ppl_ratio_se", "ppl_ratio_se", "ppl_diff_se", "kl_se", "dp_se", "dp_rms_se")),
     # the noise floor (measure/floor.py): each variant against it; the floor's own row has its KL and top-1
     "x_floor", "floor_diff", "floor_diff_se", "at_floor",
+    # stored bits per weight: codes, scales and zero points (a checkpoint's, read from its files)
+    "bits_per_weight",
 ]  # fmt: skip
+
+
+def _layers(q: dict) -> str:
+    """"quantized/skipped" layers (a GGUF's blocks say only how many are quantized; a module you built neither)."""
+    if q.get("layers_quantized") is None:
+        return "–"
+    return f"{q['layers_quantized']}" if q.get("layers_skipped") is None else f"{q['layers_quantized']}/{q['layers_skipped']}"
 
 
 def summary_frame(result: dict) -> pd.DataFrame:
@@ -49,6 +58,7 @@ def summary_frame(result: dict) -> pd.DataFrame:
                 "layers_skipped": q.get("layers_skipped"),
                 "sqnr_db_min": q.get("sqnr_db_min"),
                 "sqnr_db_mean": q.get("sqnr_db_mean"),
+                "bits_per_weight": q.get("bits_per_weight"),
                 **v["metrics"],
                 **(floor.get("variants") or {}).get(v["name"], {}),
             }
@@ -163,7 +173,7 @@ def variants_tables(result: dict) -> list[Table]:
     noise floor, its line under the variants of each and a "× floor" column."""
     floor = result.get("floor")
     versus = (floor or {}).get("variants") or {}
-    a = report_table("Variants vs reference", ["scheme", "layers q/skip", "PPL", "PPL ratio", "Δ ln PPL", "top-1 agree", "Δ bits/byte"],
+    a = report_table("Variants vs reference", ["scheme", "bits/w", "layers q/skip", "PPL", "PPL ratio", "Δ ln PPL", "top-1 agree", "Δ bits/byte"],
                      f"likelihood and agreement of each variant with the reference (± one standard error{se_note(result['reference'])})",
                      no_wrap=True)  # fmt: skip
     k = report_table("Per-position KL", ["scheme", "mean KL", *(["× floor"] if floor else []), "P50", "P90", "P99", "P99.9", "max", "rev KL", "TV"],
@@ -172,7 +182,7 @@ def variants_tables(result: dict) -> list[Table]:
     for v in result["variants"]:
         m, q = v["metrics"], v["quantization"]
         a.add_row(
-            v["name"], "–" if q["layers_quantized"] is None else f"{q['layers_quantized']}/{q['layers_skipped']}", fmt_num(m["ppl"], 3), fmt_num(m["ppl_ratio"]),
+            v["name"], fmt_num(q.get("bits_per_weight"), 3), _layers(q), fmt_num(m["ppl"], 3), fmt_num(m["ppl_ratio"]),
             fmt_pm(m["ln_ppl_ratio"], m["ln_ppl_ratio_se"]), fmt_pm(100 * m["top1"], 100 * m["top1_se"], 2) + " %",
             fmt_num(m["bits_per_byte_delta"]),
         )  # fmt: skip

@@ -4,8 +4,6 @@ tokenizer is the reference's."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 
 import torch
 
@@ -13,6 +11,7 @@ from infoeval.errors import DataError, InfoevalError, UsageError
 from infoeval.input.settings import CalibrationSettings, ModelSettings
 from infoeval.input.text import reload_text
 from infoeval.models import load_model, resolve_device, resolve_dtype
+from infoeval.models.checkpoints import vocab_fingerprint
 from infoeval.models.files import BUILTIN
 from infoeval.quant.apply import WithVariant, fake_quantize_, recipe_variant, swap_in
 from infoeval.quant.floor import build_floor, original_weights
@@ -27,13 +26,6 @@ def check_scheme(scheme: str | None) -> None:
     """A --scheme that cannot be applied (unknown, or a library that is not installed) fails before anything loads."""
     if scheme:
         parse_method(scheme) if is_method(scheme) else parse_scheme(scheme)
-
-
-def vocab_fingerprint(tokenizer) -> str:
-    """sha256 of the token → id map and the special token ids: equal fingerprints mean equal token ids."""
-    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
-    special = {k: getattr(tokenizer, k, None) for k in ("bos_token_id", "eos_token_id", "unk_token_id", "pad_token_id")}
-    return hashlib.sha256(json.dumps([vocab, special], ensure_ascii=False).encode()).hexdigest()
 
 
 def load_candidate(gate_settings, model_settings: ModelSettings, ref):

@@ -121,6 +121,7 @@ class VariantSettings:
     calibration: CalibrationSettings | None = None  # for calibrated methods (autoround:…); None: the defaults
     floor: str = "sampled"  # the noise floor's windows: sampled, full or off (measure/floor.py)
     floor_seed: int = 0  # the floor's weights and its sampled windows
+    checkpoints: tuple[str, ...] = ()  # saved checkpoints (folders, .gguf files, hub ids) run as variants
 
     def __post_init__(self) -> None:
         check_floor(self.floor)

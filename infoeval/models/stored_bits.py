@@ -41,7 +41,7 @@ def _summary(layers: dict[str, int], shapes: dict[str, int], source: str) -> dic
     params = sum(shapes[n] for n in layers)
     stored = sum(layers.values())
     return {"bits_per_weight": 8 * stored / params if params else None, "layers_quantized": len(layers),
-            "params_quantized": params, "stored_bytes": stored, "bits_source": source}
+            "layers_skipped": len(shapes) - len(layers), "params_quantized": params, "stored_bytes": stored, "bits_source": source}
 
 
 def linear_shapes(model: torch.nn.Module) -> dict[str, int]:
