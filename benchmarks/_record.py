@@ -33,19 +33,25 @@ _STARTED = time.perf_counter()  # about when the script started (it imports this
 _HIDDEN = ("save", "child", "work")  # settings that are not settings of the measurement (work: a scratch folder)
 
 
-def measure_child(cmd: list[str], cwd: Path = ROOT) -> tuple[float, float]:
-    """Run ``cmd`` as a fresh process; its wall seconds and peak RSS in MiB, read from the kernel's accounting of
-    that child (``os.wait4``), so nothing in the measured process is instrumented. A failing command ends the
-    benchmark with its stderr."""
+def run_child(cmd: list[str], cwd: Path = ROOT, env: dict | None = None) -> tuple[int, float, float, str]:
+    """Run ``cmd`` as a fresh process (``env``: its environment, default this one's): its exit code, wall seconds,
+    peak RSS in MiB (read from the kernel's accounting of that child, ``os.wait4``, so nothing in the measured
+    process is instrumented; the largest of its waited-for children where it has any) and stderr."""
     import subprocess
 
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = proc.stderr.read().decode()
     _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed: {proc.stderr.read().decode()[-2000:]}")
-    return wall, usage.ru_maxrss / 1024
+    return os.waitstatus_to_exitcode(status), time.perf_counter() - t0, usage.ru_maxrss / 1024, err
+
+
+def measure_child(cmd: list[str], cwd: Path = ROOT) -> tuple[float, float]:
+    """``run_child``'s wall seconds and peak RSS; a failing command ends the benchmark with its stderr."""
+    code, wall, rss, err = run_child(cmd, cwd)
+    if code != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed: {err[-2000:]}")
+    return wall, rss
 
 
 def add_save(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

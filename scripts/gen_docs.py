@@ -15,7 +15,9 @@ What is read:
     types do not say enough (what a field means; the keys every row of a list carries);
   * the performance page renders the benchmark records ``benchmarks/results/*.json`` (``scripts/performance_page.py``);
   * the measured part of docs/methods.md renders ``benchmarks/results/methods.json`` (``scripts/methods_table.py``);
-  * the worked example of docs/compare.md renders ``benchmarks/results/many_variants.json`` (``scripts/compare_example.py``).
+  * the worked example of docs/compare.md renders ``benchmarks/results/many_variants.json`` (``scripts/compare_example.py``);
+  * the shipped checkpoints' tables of docs/gates.md and docs/methods.md render ``benchmarks/results/checkpoints.json``
+    (``scripts/checkpoints_table.py``).
 
 The output is deterministic: no dates, no absolute paths, no terminal widths.
 """
@@ -35,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import checkpoints_table  # noqa: E402  (scripts/checkpoints_table.py)
 import compare_example  # noqa: E402  (scripts/compare_example.py)
 import methods_table  # noqa: E402  (scripts/methods_table.py)
 import performance_page  # noqa: E402  (scripts/performance_page.py)
@@ -628,6 +631,7 @@ def outputs() -> dict[Path, str]:
     out[performance_page.PAGE] = performance_page.render(ROOT)
     out[methods_table.PAGE] = methods_table.render(ROOT)
     out[compare_example.PAGE] = compare_example.render(ROOT)
+    out |= checkpoints_table.render(ROOT, out)
     return out
 
 

@@ -56,7 +56,11 @@ def measured(root: Path) -> str:
 def splice(root: Path, page: Path, begin: str, end: str, generated: str) -> str:
     """The hand-written ``page`` with the part between its markers ``begin`` … ``end`` replaced by ``generated``
     (which holds the markers again); a page without both markers is an error."""
-    text = (root / page).read_text(encoding="utf-8")
+    return splice_text((root / page).read_text(encoding="utf-8"), page, begin, end, generated)
+
+
+def splice_text(text: str, page: Path, begin: str, end: str, generated: str) -> str:
+    """``splice`` on the page's text."""
     if begin not in text or end not in text:
         raise SystemExit(f"{page} lacks the markers of its generated part ({begin!r} … {end!r})")
     before, rest = text.split(begin, 1)

@@ -123,6 +123,22 @@ INTROS = {
         "tokens) against infoeval's rounding at the same group: the mean-KL ratio, the paired difference ± SE and its "
         "tuning seconds. Targets: at least four backends besides RTN run here; AutoRound below RTN in mean KL."
     ),
+    "mechanisms": (
+        "What each performance mechanism saves, measured by switching it off (`INFOEVAL_OFF`, `infoeval/switches.py`) "
+        "in whole processes of the commands it serves: the default `quantize-compare` (ahead, logits_pool, heap, "
+        "shared_batches), `sensitivity --by block` (blocks) and a 2-rank torchrun `quantize-compare` (rank_share); "
+        "all on and each off in rotation, repeated, medians and spread of the wall time and peak RSS, the numbers "
+        "printed checked equal. Rule (issue 53): a mechanism is kept where it saves at least 5 % of its command's wall "
+        "time or 10 % of its peak memory."
+    ),
+    "checkpoints": (
+        "Shipped checkpoints (see [Gates](gates.md#shipped-checkpoints) and [Methods](methods.md#fake-quantization-against-the-kernel)): "
+        "each library's saved folder of SmolLM2 (and GGUF files of its blocks) gated in a fresh process against a "
+        "4,096-token python-docs reference (exit code, mean KL ± SE, stored bits per weight, load seconds, wall, peak "
+        "RSS) beside the same method in process; and fake quantization against the kernel: KL(reference ‖ fake), "
+        "KL(reference ‖ checkpoint) on the same windows, and KL(fake ‖ checkpoint) directly. Target: every format that "
+        "installs here gates from its folder, within 2 SE of the same method in process."
+    ),
     "floor": (
         "The noise floor and bfloat16 on the CPU (see [Resolution](metrics.md#resolution-the-noise-floor)): the "
         "default `quantize-compare` of SmolLM2-135M (8,192 python-docs tokens) in float32 and in bfloat16, each a "

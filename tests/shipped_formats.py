@@ -173,3 +173,41 @@ def library_model(name: str, folder: Path) -> torch.nn.Module:
 
             return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, quantization_config=AutoRoundConfig()).eval()
         return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+
+GGUF_TYPES = ("Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0")  # what gguf-py quantizes for rows of SmolLM2's 576 inputs
+
+
+def requantize_gguf(source: Path, out: Path, qtype: str) -> Path:
+    """A GGUF file whose transformer blocks' matrices are ``source``'s, dequantized and quantized again to
+    ``qtype`` with gguf-py's reference quantizers (llama.cpp's ``llama-quantize --allow-requantize``, in
+    Python); every other tensor and every metadata field copied as they are. From the built-in SmolLM2 file
+    (Q4_1), whose dequantization is infoeval's float reference, this is a GGUF quantization of that reference."""
+    import gguf
+    import numpy as np
+
+    reader = gguf.GGUFReader(str(source))
+    target = getattr(gguf.GGMLQuantizationType, qtype)
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(str(out), arch)
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        value = field.contents()
+        if key == "general.file_type":
+            value = {"Q8_0": 7, "Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9}[qtype]  # llama.cpp's LLAMA_FTYPE_MOSTLY_*
+        sub = field.types[1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(key, value, field.types[0], sub_type=sub)
+    for t in reader.tensors:
+        shape = [int(x) for x in reversed(t.shape)]  # numpy order: rows × row length
+        if t.name.startswith("blk.") and len(shape) == 2:
+            weights = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float32)
+            writer.add_tensor(t.name, gguf.quants.quantize(weights, target), raw_dtype=target)  # bytes: rows × bytes per row
+        else:
+            quantized = t.tensor_type not in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
+            writer.add_tensor(t.name, np.asarray(t.data).reshape(shape[:-1] + [-1]), raw_dtype=t.tensor_type if quantized else None)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tiny_models import as_json
+from tiny_models import as_json, tiny_reference
 from infoeval.gating.limits import floor_line, parse_limits
 from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
 from infoeval.gating.sequential_gate import SequentialSettings, run_sequential_gate
@@ -22,12 +22,7 @@ CPU32 = ModelSettings("", "cpu", "float32")
 
 @pytest.fixture(scope="module")
 def ref(tmp_path_factory, tiny_llama_dir, tiny_text):
-    d = tmp_path_factory.mktemp("floor-gate")
-    (d / "text.txt").write_text(tiny_text, encoding="utf-8")
-    out = d / "ref.safetensors"
-    build_reference(ModelSettings(str(tiny_llama_dir), "cpu", "float32"), TextSettings(text=d / "text.txt", max_tokens=640),
-                    WindowSettings(ctx=64), out, top_k=16, tail_samples=32, seed=0)  # fmt: skip
-    return out
+    return tiny_reference(tmp_path_factory.mktemp("floor-gate"), tiny_llama_dir, tiny_text, 640)
 
 
 def _gate(ref, candidate=None, scheme=None, limits=LAX, **kw):

@@ -13,7 +13,7 @@ import pytest
 import torch
 from cli_run import run_cli
 from shipped_formats import SAVERS, library_model
-from tiny_models import as_json, requires_smollm2
+from tiny_models import as_json, requires_smollm2, tiny_reference
 
 from infoeval.errors import DataError, DeviceError, UsageError
 from infoeval.gating.limits import parse_limits
@@ -51,12 +51,7 @@ def _installed(package: str) -> bool:
 
 @pytest.fixture(scope="module")
 def ref_file(tmp_path_factory, tiny_llama_dir, tiny_text):
-    d = tmp_path_factory.mktemp("shipped-ref")
-    (d / "text.txt").write_text(tiny_text, encoding="utf-8")
-    out = d / "ref.safetensors"
-    build_reference(ModelSettings(str(tiny_llama_dir), "cpu", "float32"), TextSettings(text=d / "text.txt", max_tokens=200),
-                    WindowSettings(ctx=64), out, top_k=16, tail_samples=32, seed=0)
-    return out
+    return tiny_reference(tmp_path_factory.mktemp("shipped-ref"), tiny_llama_dir, tiny_text, 200)
 
 
 def _gate(ref, candidate=None, scheme=None):
@@ -170,3 +165,27 @@ def test_a_gguf_candidate_records_its_tensor_types(tmp_path):
     q = result["candidate"]["quantization"]
     assert q["format"] == "gguf" and q["bits_per_weight"] == 5.0 and q["tensor_types"]["Q4_1"] == 210
     assert result["metrics"]["kl_mean"] == pytest.approx(0, abs=1e-4)  # through the file's rounding
+
+
+@pytest.mark.slow
+@requires_smollm2
+def test_a_requantized_gguf_gates_at_its_closed_form_bits(tmp_path):
+    """SmolLM2's blocks requantized to Q8_0 (a float16 scale per 32 int8 codes: 34 bytes per 32 weights, 8.5 bits)
+    gate against the float reference with a small KL, and run as a quantize-compare checkpoint at the same KL."""
+    import infoeval
+    from shipped_formats import requantize_gguf
+
+    from infoeval.models.files import builtin_gguf
+
+    gguf = requantize_gguf(builtin_gguf("smollm2-135m"), tmp_path / "smollm2-Q8_0.gguf", "Q8_0")
+    ref = tmp_path / "ref.safetensors"
+    build_reference(ModelSettings("smollm2-135m", "cpu", "float32"), TextSettings(max_tokens=128), WindowSettings(ctx=64), ref,
+                    top_k=64, tail_samples=128, seed=0)
+    gated = _gate(ref, gguf)
+    q = gated["candidate"]["quantization"]
+    assert q["bits_per_weight"] == 8.5 and q["tensor_types"]["Q8_0"] == 211  # the 210 block matrices and the embeddings
+    assert 0 < gated["metrics"]["kl_mean"] < 0.02
+    compared = infoeval.compare("smollm2-135m", checkpoints=[gguf], max_tokens=128, ctx=64, floor="off").to_json()
+    v = compared["variants"][0]
+    assert v["name"] == "smollm2-Q8_0" and v["quantization"]["bits_per_weight"] == 8.5
+    assert v["metrics"]["kl_mean"] == pytest.approx(gated["metrics"]["kl_mean"], rel=0.05)  # the gate's compact estimate

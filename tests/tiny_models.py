@@ -294,3 +294,16 @@ def as_json(out):
     if isinstance(out, tuple):
         return (out[0].to_json(), *out[1:])
     return out.to_json()
+
+
+def tiny_reference(folder: Path, model_dir: Path, text: str, max_tokens: int) -> Path:
+    """A gate's reference file of ``model_dir`` on ``text`` (written to ``folder``): windows of 64, top-16 and 32
+    tail samples, seed 0."""
+    from infoeval.gating.pipeline import build_reference
+    from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+
+    (folder / "text.txt").write_text(text, encoding="utf-8")
+    out = folder / "ref.safetensors"
+    build_reference(ModelSettings(str(model_dir), "cpu", "float32"), TextSettings(text=folder / "text.txt", max_tokens=max_tokens),
+                    WindowSettings(ctx=64), out, top_k=16, tail_samples=32, seed=0)
+    return out
