@@ -28,6 +28,8 @@ from __future__ import annotations
 import ctypes
 import platform
 
+from infoeval import switches
+
 TRIM_EVERY = 32  # quantized layers between trims
 MMAP_THRESHOLD = 32 << 20  # bytes: smaller blocks come from the heap (glibc's maximum dynamic threshold)
 TRIM_THRESHOLD = 64 << 20  # bytes of free memory the heap's top keeps
@@ -45,12 +47,12 @@ _steady = False
 
 def release_freed_memory() -> bool:
     """Return the heap's free pages to the OS; True when glibc released something."""
-    return bool(_trim(0)) if _trim is not None else False
+    return bool(_trim(0)) if _trim is not None and not switches.off("heap") else False
 
 
 def steady_heap() -> bool:
     """Fix glibc's mmap and trim thresholds for the rest of the process (see the module docstring); True once set."""
     global _steady
-    if not _steady and _mallopt is not None:
+    if not _steady and _mallopt is not None and not switches.off("heap"):
         _steady = bool(_mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(_mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     return _steady

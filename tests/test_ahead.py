@@ -111,7 +111,7 @@ def test_not_started_where_it_does_not_apply(tiny_llama_dir, tmp_path, monkeypat
     assert quant_ahead.start(None, SCHEMES, torch.float32) is None
     assert quant_ahead.start(tmp_path, SCHEMES, torch.float32) is None  # no safetensors
     assert quant_ahead.start(tiny_llama_dir, [], torch.float32) is None
-    monkeypatch.setenv("INFOEVAL_AHEAD", "0")
+    monkeypatch.setenv("INFOEVAL_OFF", "ahead")
     assert quant_ahead.start(tiny_llama_dir, SCHEMES, torch.float32) is None
 
 
@@ -138,7 +138,7 @@ def test_quantize_compare_same_with_and_without_child(tiny_llama_dir, monkeypatc
     args = (ModelSettings(model=str(tiny_llama_dir)), TextSettings(max_tokens=256), WindowSettings(ctx=64),
             VariantSettings(schemes="int8-channel,int4-g32,int4-channel-asym"), Reporter())  # fmt: skip
     with_child, _ = quantize_compare(*args)
-    monkeypatch.setenv("INFOEVAL_AHEAD", "0")
+    monkeypatch.setenv("INFOEVAL_OFF", "ahead")
     without, _ = quantize_compare(*args)
     assert with_child.timings["quantize_ahead_s"] > 0 and without.timings["quantize_ahead_s"] == 0
     a, b = with_child.to_json(), without.to_json()

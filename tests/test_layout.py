@@ -59,7 +59,7 @@ def test_one_ln2():
 # In data-flow order. A module may import from its own stage and from stages before it, never from a later one
 # (module-level and function-level imports alike). ``infoeval`` itself (``__version__``) is open to all.
 STAGES: list[tuple[str, set[str]]] = [
-    ("core", {"errors", "distributed", "heap"}),  # failures and exit codes; ranks; the process's allocator
+    ("core", {"errors", "distributed", "heap", "switches"}),  # failures and exit codes; ranks; the process's allocator
     ("input", {"input", "models", "quant"}),  # settings, text → tokens → windows, provenance; models and variants
     ("engine", {"engine"}),  # the one window loop: batches, columns, roles, logits, caches
     ("measure", {"measure"}),  # per-position information theory, aggregates, SEs, the metric registry
@@ -68,7 +68,7 @@ STAGES: list[tuple[str, set[str]]] = [
     ("api", {"api"}),  # the library's functions over the commands' pipelines
     ("cli", {"cli", "__main__"}),
 ]
-LOOSE_MODULES = {"__init__", "__main__", "errors", "distributed", "heap"}  # at most 6
+LOOSE_MODULES = {"__init__", "__main__", "errors", "distributed", "heap", "switches"}  # at most 6
 PACKAGES = set().union(*(units for _, units in STAGES)) - {m for m in LOOSE_MODULES}
 
 

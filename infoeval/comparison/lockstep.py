@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from infoeval import engine
+from infoeval import engine, switches
 from infoeval.input.tokens import TokenStream
 from infoeval.input.windows import Window
 from infoeval.measure.infotheory import Workspace, compare, reference_stats
@@ -113,7 +113,8 @@ def run_lockstep(model, stream: TokenStream, windows: Sequence[Window], variants
         roles[FLOOR], only[FLOOR] = WithVariant(model, floor), at
         schema |= {f"{FLOOR}/{k}": t for k, t in FLOOR_COLUMNS.items()}
     # with SHARED_TOKENS > ctx the variants' blocks see several windows at a time and dequantize once per batch
-    batches = engine.plan_shared(windows, SHARED_TOKENS) if len(roles) > 1 else engine.plan(windows)
+    shared = len(roles) > 1 and not switches.off("shared_batches")
+    batches = engine.plan_shared(windows, SHARED_TOKENS) if shared else engine.plan(windows)
     cols = engine.run(roles, stream.ids, batches, bos_id, lockstep_reducer(names, top_k, clock), schema, stream.nbytes, on_forward,
                       check_logits=False, clock=clock, only=only)  # fmt: skip
     rows = cols["nll"].shape[0]

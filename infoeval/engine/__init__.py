@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from infoeval import distributed, heap
+from infoeval import distributed, heap, switches
 from infoeval.engine.clock import Clock
 from infoeval.engine.batches import Batch, each_window, plan, plan_shared  # noqa: F401  (plan, plan_shared: re-exported)
 from infoeval.engine.columns import IDENTITY, Columns, as_numpy, identity_columns
@@ -208,7 +208,7 @@ def run(
     cols = Columns(n, {**IDENTITY, "bytes": np.int64, **(schema or {})})
     parallel = distributed.launched()
     heap.steady_heap()  # every pass allocates the same activations: keep their pages (heap.py)
-    done, error, pool = [], None, LogitsPool()
+    done, error, pool = [], None, None if switches.off("logits_pool") else LogitsPool()
     clock = clock if clock is not None else Clock()
     clock.measured = device.type == "cpu"
     try:

@@ -21,7 +21,7 @@ core); a forked process can: on SmolLM2-135M it encodes the three default scheme
   the pages of the regions no variant took back to the OS.
 
 Used only on Linux, on a CPU, with no device map, outside a launcher, for local safetensors checkpoints;
-``INFOEVAL_AHEAD=0`` turns it off.
+``INFOEVAL_OFF=ahead`` turns it off (``infoeval/switches.py``).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+from infoeval import switches
 from infoeval.models.files import SafetensorsTensor, checkpoint_tensors
 from infoeval.quant.apply import encode_with_sqnr
 from infoeval.quant.codes import PackedWeight
@@ -245,7 +246,7 @@ def start(folder: Path | None, schemes: list[Scheme], dtype: torch.dtype, exclud
     """Fork a child quantizing ``folder``'s block weights with ``schemes``' integer ones (a 16-bit cast needs no
     child), or None where it does not apply."""
     schemes = [s for s in schemes if not s.fmt]
-    if folder is None or not schemes or not sys.platform.startswith("linux") or os.environ.get("INFOEVAL_AHEAD") == "0":
+    if folder is None or not schemes or not sys.platform.startswith("linux") or switches.off("ahead"):
         return None
     try:
         tensors = {key: t for key, t in checkpoint_tensors(folder).items()

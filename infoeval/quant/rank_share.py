@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from infoeval import distributed, heap
+from infoeval import distributed, heap, switches
 from infoeval.quant.apply import encode_with_sqnr, plan_layers
 from infoeval.quant.codes import PackedWeight
 from infoeval.quant.primitives import signal_power
@@ -116,7 +116,7 @@ def start(model: torch.nn.Module, info, schemes: list[Scheme], include=(), exclu
     loaded model's ``ModelInfo``); None without one, or where the ranks cannot share. A 16-bit cast (bf16, fp16)
     is made by every rank itself."""
     schemes = [s for s in schemes if not s.fmt]
-    if not schemes or not distributed.launched():
+    if not schemes or not distributed.launched() or switches.off("rank_share"):
         return None
     import torch.distributed as dist
 

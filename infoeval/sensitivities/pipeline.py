@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from infoeval import switches
 from infoeval.engine import blocks
 from infoeval import engine
 from infoeval.errors import RuntimeFailure
@@ -116,6 +117,7 @@ def sweep_prepared(p: Prepared, schemes: str | Sequence[Scheme], by: str = "type
                    reporter: Reporter | None = None) -> SensitivityResult:  # fmt: skip
     """The sweep on an already prepared model and text (see ``sweep``)."""
     reporter = reporter or Reporter()
+    block_cache = block_cache and not switches.off("blocks")
     schemes = parse_schemes(schemes) if isinstance(schemes, str) else list(schemes)
     model = p.loaded.model
     chosen = enumerate_units(model, by, units)
