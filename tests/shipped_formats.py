@@ -26,11 +26,10 @@ def _tokenizer(base: Path, out: Path) -> None:
 
 def _quiet():
     """Warnings and the libraries' bars off; torch's print options restored (AutoRound sets them process-wide)."""
-    from torch._tensor_str import PRINT_OPTS
+    from infoeval.quant.methods import kept_print_options
 
-    printing = {k: getattr(PRINT_OPTS, k) for k in ("precision", "threshold", "edgeitems", "linewidth", "sci_mode")}
     stack = contextlib.ExitStack()
-    stack.callback(lambda: torch.set_printoptions(**printing))
+    stack.enter_context(kept_print_options())
     stack.enter_context(warnings.catch_warnings())
     warnings.simplefilter("ignore")
     stack.enter_context(contextlib.redirect_stderr(io.StringIO()))

@@ -190,10 +190,10 @@ def _hub_quantization(repo_id: str, model) -> dict | None:
         return None
     from huggingface_hub import try_to_load_from_cache
 
-    from infoeval.models.shipped import FORMATS, describe
+    from infoeval.models.shipped import FORMATS, describe, method_name
 
     qc = qc if isinstance(qc, dict) else qc.to_dict()
-    name = str(qc.get("quant_method", "unknown")).lower().replace("_", "-")
+    name = method_name(qc)
     config = try_to_load_from_cache(repo_id, "config.json")
     folder = Path(config).parent if isinstance(config, str) else Path("/nonexistent")
     fmt = FORMATS.get(name)

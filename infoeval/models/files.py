@@ -132,12 +132,17 @@ def cached_gguf_bits(gguf: Path, digest: str) -> dict:
     from infoeval.models.stored_bits import gguf_bits
 
     bits = gguf_bits(gguf)
+    _remember(memo, json.dumps(bits))
+    return bits
+
+
+def _remember(memo: Path, text: str) -> None:
+    """Write a cache entry atomically (a temporary file of this process, renamed); a read-only cache is skipped."""
     with contextlib.suppress(OSError):
         memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(bits))
+        tmp = memo.with_name(f"{memo.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
         os.replace(tmp, memo)
-    return bits
 
 
 def list_added_tokens(folder: Path) -> None:
@@ -187,11 +192,7 @@ def cached_sha256(path: Path) -> str:
     if memo.is_file():
         return memo.read_text().strip()
     digest = sha256_file(path)
-    with contextlib.suppress(OSError):
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_suffix(".tmp")
-        tmp.write_text(digest)
-        os.replace(tmp, memo)
+    _remember(memo, digest)
     return digest
 
 

@@ -58,9 +58,12 @@ def checkpoint_format(folder: Path) -> tuple[str, dict] | None:
         return "quanto", {"quant_method": "quanto", "layout": "optimum-quanto QuantizedModelForCausalLM", "weights": weights}
     config = folder / "config.json"
     qc = json.loads(config.read_text(encoding="utf-8")).get("quantization_config") if config.is_file() else None
-    if not qc:
-        return None
-    return str(qc.get("quant_method", "unknown")).lower().replace("_", "-"), qc
+    return (method_name(qc), qc) if qc else None
+
+
+def method_name(qc: dict) -> str:
+    """A ``quantization_config``'s method as FORMATS names it (``auto_round`` → ``auto-round``)."""
+    return str(qc.get("quant_method", "unknown")).lower().replace("_", "-")
 
 
 def _installed(package: str) -> bool:
@@ -86,19 +89,14 @@ def loader_package(name: str, folder: Path) -> str | None:
 def _quiet():
     """The libraries' notices and progress bars (HQQ's, AutoRound's repacking) kept off the terminal while a
     checkpoint loads (INFOEVAL_DEBUG=1 shows them), and torch's print options as they were."""
-    from torch._tensor_str import PRINT_OPTS
+    from infoeval.quant.methods import kept_print_options, quiet_libraries
 
-    from infoeval.quant.methods import quiet_libraries
-
-    printing = {k: getattr(PRINT_OPTS, k) for k in ("precision", "threshold", "edgeitems", "linewidth", "sci_mode")}
-    try:
+    with kept_print_options():
         if os.environ.get("INFOEVAL_DEBUG"):
             yield
             return
         with quiet_libraries(), contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
             yield
-    finally:
-        torch.set_printoptions(**printing)  # AutoRound sets them for the whole process
 
 
 def load_shipped(folder: Path, name: str, package: str | None, dtype: torch.dtype, device: torch.device, device_map):
@@ -189,7 +187,8 @@ def _torchao_settings(qc: dict) -> dict:
 
 def _hqq_settings(model: torch.nn.Module) -> dict:
     for module in model.modules():
-        params = (getattr(module, "quant_config", None) or {}).get("weight_quant_params") if isinstance(getattr(module, "quant_config", None), dict) else None
+        config = getattr(module, "quant_config", None)
+        params = config.get("weight_quant_params") if isinstance(config, dict) else None
         if params:
             return {"bits": params.get("nbits"), "group_size": params.get("group_size"), "symmetric": False, "packing": "hqq"}
     return {"bits": None, "group_size": None, "symmetric": False, "packing": "hqq"}

@@ -115,6 +115,22 @@ def split_schemes(text: str) -> tuple[str, list[MethodScheme]]:
     return ",".join(p for p in parts if not is_method(p)), methods
 
 
+_PRINT_OPTIONS = ("precision", "threshold", "edgeitems", "linewidth", "sci_mode")
+
+
+@contextlib.contextmanager
+def kept_print_options():
+    """torch's print options as they were before the block (AutoRound sets them for the whole process)."""
+    import torch
+    from torch._tensor_str import PRINT_OPTS
+
+    printing = {k: getattr(PRINT_OPTS, k) for k in _PRINT_OPTIONS}
+    try:
+        yield
+    finally:
+        torch.set_printoptions(**printing)
+
+
 LIBRARY_LOGGERS = ("torchao", "torch.utils._pytree", "hqq", "optimum.quanto", "bitsandbytes", "autoround")
 
 

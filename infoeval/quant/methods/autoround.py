@@ -46,9 +46,6 @@ def parse(spec: str, text: str) -> tuple[dict, int, int | None]:
     return {"bits": bits, "group_size": group if group else -1, "sym": not m.group(4), "iters": iters, "amp": False}, bits, group
 
 
-_PRINT_OPTIONS = ("precision", "threshold", "edgeitems", "linewidth", "sci_mode")
-
-
 @contextlib.contextmanager
 def _quiet():
     """AutoRound's and transformers' progress bars and notices kept off the terminal (INFOEVAL_DEBUG shows them),
@@ -56,21 +53,21 @@ def _quiet():
     import logging
 
     import auto_round  # noqa: F401  (its import sets its logger's level: set it after)
-    from torch._tensor_str import PRINT_OPTS
 
-    printing = {k: getattr(PRINT_OPTS, k) for k in _PRINT_OPTIONS}
+    from infoeval.quant.methods import kept_print_options
+
     logger = logging.getLogger("autoround")
     level = logger.level
     try:
-        if os.environ.get("INFOEVAL_DEBUG"):
-            yield
-            return
-        logger.setLevel(logging.ERROR)
-        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-            yield
+        with kept_print_options():
+            if os.environ.get("INFOEVAL_DEBUG"):
+                yield
+                return
+            logger.setLevel(logging.ERROR)
+            with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+                yield
     finally:
         logger.setLevel(level)
-        torch.set_printoptions(**printing)
 
 
 def quantize_model(model: torch.nn.Module, tokenizer, selected: list[str], settings: dict, calibration) -> tuple[dict, dict]:
