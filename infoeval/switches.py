@@ -1,5 +1,5 @@
 """Switches that turn one performance mechanism off, so that ``benchmarks/mechanisms.py`` measures what each one
-saves in whole processes of the commands it serves: ``INFOEVAL_OFF=ahead,heap`` (comma-separated names of
+saves in whole processes of the commands it serves: ``INFOEVAL_OFF=heap,blocks`` (comma-separated names of
 ``MECHANISMS``). The numbers a command prints are the same with any of them off (tests/test_switches.py); only
 its time and memory change.
 """
@@ -10,7 +10,6 @@ import os
 
 ENV = "INFOEVAL_OFF"
 MECHANISMS = {
-    "ahead": "quantizing the schemes' block weights in a forked child while the reference loads (quant/ahead.py)",
     "rank_share": "under a launcher, each rank quantizing its share of the layers and receiving the others' (quant/rank_share.py)",
     "logits_pool": "a window's logits written into reused buffers on a CPU (engine/logits_pool.py)",
     "heap": "glibc's heap thresholds fixed for the window loop and freed pages returned while quantizing (heap.py)",

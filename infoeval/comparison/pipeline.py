@@ -26,7 +26,6 @@ from infoeval.models.checkpoints import checkpoint_names, load_checkpoints
 from infoeval.models.objects import ModuleVariant, check_variants
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.measure.protocol_metrics import protocol_figures
-from infoeval.quant import ahead as quant_ahead
 from infoeval.quant import rank_share
 from infoeval.quant.apply import build_variants
 from infoeval.quant.methods import split_schemes
@@ -123,23 +122,6 @@ def _checked_text(text_settings: TextSettings, window_settings: WindowSettings, 
     return dataclasses.replace(text_settings, max_tokens=None)
 
 
-def _start_ahead(model_settings: ModelSettings, variant_settings: VariantSettings, schemes) -> quant_ahead.Ahead | None:
-    """A forked child quantizing the checkpoint while this process loads it (``quant/ahead.py``), where it can:
-    a local checkpoint evaluated on this process's CPU, with no device map and outside a launcher."""
-    from infoeval.models.files import local_checkpoint
-    from infoeval.models import resolve_device, resolve_dtype
-
-    if not schemes or model_settings.device_map or distributed.launched() or not isinstance(model_settings.model, str):
-        return None
-    try:
-        device = resolve_device(model_settings.device)
-        if device.type != "cpu":
-            return None
-        return quant_ahead.start(local_checkpoint(model_settings.model), schemes, resolve_dtype(model_settings.dtype, device), variant_settings.exclude)
-    except Exception:  # noqa: BLE001  (a bad setting is reported by prepare, as without the child)
-        return None
-
-
 def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, variant_settings: VariantSettings,
                      reporter: Reporter | None = None, until: UntilSettings | None = None, top_k: int = 0,
                      modules: Sequence[ModuleVariant] = (), paired: PairedSettings | None = None) -> tuple[CompareResult, CompareColumns]:  # fmt: skip
@@ -157,13 +139,13 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
     checkpoints = checkpoint_names(variant_settings.checkpoints, set(named))
     if paired is not None:  # before anything loads
         paired.check(named + checkpoints)
-    ahead, share = _start_ahead(model_settings, variant_settings, schemes), None
+    share = None
     try:
         p = prepare(model_settings, text_settings, window_settings, reporter)
         reporter.stage("quantizing")
         t0 = time.perf_counter()
         share = rank_share.start(p.loaded.model, p.loaded.info, schemes, variant_settings.include, variant_settings.exclude)  # under a launcher
-        variants = build_variants(p.loaded.model, schemes, recipes, variant_settings.include, variant_settings.exclude, ahead or share)
+        variants = build_variants(p.loaded.model, schemes, recipes, variant_settings.include, variant_settings.exclude, share)
         calibration = for_methods(methods, variant_settings.calibration, p.text, p.stream, p.loaded.tokenizer)  # autoround:…
         variants += [build_method_variant(p.loaded.model, m, variant_settings.include, variant_settings.exclude, p.loaded.tokenizer, calibration)
                      for m in methods]  # fmt: skip
@@ -174,15 +156,14 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
             reporter.stage("loading checkpoints")
             variants += load_checkpoints(variant_settings.checkpoints, checkpoints, p.loaded, model_settings.device_map)
     finally:
-        for made in (ahead, share):
-            if made is not None:
-                made.release()
+        if share is not None:
+            share.release()
     floor = None if variant_settings.floor == "off" else build_floor(p.loaded.model, variant_settings.include, variant_settings.exclude, variant_settings.floor_seed)
     floor_at = _floor_at(p, 1 + len(variants), until, variant_settings.floor, variant_settings.floor_seed) if floor else ()
     cols, eval_timings, p, block = _evaluate(p, variants, reporter, until, kl_ses, top_k, floor, floor_at)
     if top_k:
         cols.vocab = _vocab(p, cols)
-    timings = {**p.timings, "quantize_s": quantize_s, "quantize_ahead_s": ahead.child_s if ahead else 0.0, **eval_timings}
+    timings = {**p.timings, "quantize_s": quantize_s, **eval_timings}
     records = tuple(VariantResult(v.name, variant_metrics(cols.reference, cols.variants[v.name]), v.summary()) for v in variants)
     t0 = time.perf_counter()
     paired_view = paired_block(cols.variants, paired, cols.reference["window"]) if paired else None

@@ -98,14 +98,14 @@ def quantize_variant(model: torch.nn.Module, scheme: Scheme, include=(), exclude
 
 def encode_with_sqnr(w: torch.Tensor, scheme: Scheme, signal: float) -> tuple[PackedWeight, float]:
     """A layer's stored weight and its SQNR (``signal``: its Σw², ``signal_power``): how every layer is encoded,
-    in this process, by a forked child (``quant/ahead.py``) or by the rank that owns it (``quant/rank_share.py``)."""
+    in this process or by the rank that owns it (``quant/rank_share.py``)."""
     packed, w_hat = codes.encode_dequantized(w, scheme)
     return packed, sqnr_db(w, w_hat, signal, overwrite=True)
 
 
 def _encode_layer(name: str, w: torch.Tensor, scheme: Scheme, signals: dict[str, float], ahead, encoded: int):
     """(stored weight, SQNR, whether this process encoded it) of one layer: the encoding made elsewhere where there
-    is one (``ahead.take``: a forked child's, or another rank's), else encoded here."""
+    is one (``ahead.take``: another rank's), else encoded here."""
     got = ahead.take(name, scheme, w) if ahead is not None else None
     if got is not None:
         packed, sqnr, signal = got
@@ -126,8 +126,8 @@ def quantize_plan(model: torch.nn.Module, plan, scheme: Scheme, label: str | Non
     with its own scheme. With ``label`` the variant is a mix named ``label`` (``scheme``: its most common scheme);
     a layer is encoded the same way whatever else the plan holds, so a one-scheme plan gives ``quantize_variant``'s
     codes bit for bit. ``signals``: Σw² per layer name, filled and reused by the variants of one model (SQNR);
-    ``ahead``: encodings made elsewhere, the same bits, used where it has them: a forked child's
-    (``quant/ahead.py``) or every rank's share (``quant/rank_share.py``)."""
+    ``ahead``: encodings made elsewhere, the same bits, used where it has them: every rank's share
+    (``quant/rank_share.py``)."""
     modules = dict(model.named_modules())
     owners = _tied_names(model)
     signals = {} if signals is None else signals
@@ -173,7 +173,7 @@ def recipe_variant(model: torch.nn.Module, recipe: Recipe, include=(), exclude=(
 
 def build_variants(model: torch.nn.Module, schemes, recipes=(), include=(), exclude=(), ahead=None) -> list[QuantizedVariant]:
     """One variant per scheme, then one per recipe; two variants of one name are a usage error. ``ahead``:
-    encodings made elsewhere (``quant/ahead.py``, ``quant/rank_share.py``)."""
+    encodings made elsewhere (``quant/rank_share.py``)."""
     names = [s.name for s in schemes] + [r.name for r in recipes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

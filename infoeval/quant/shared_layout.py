@@ -1,7 +1,6 @@
 """Where a quantizer elsewhere writes each encoded weight: fixed regions of a flat byte buffer, laid out from the
-weights' shapes alone, so that the writer and the readers agree on them before anything is encoded: one shared
-anonymous mapping per scheme for a forked child (``quant/ahead.py``), one buffer per rank for the ranks
-(``quant/rank_share.py``).
+weights' shapes alone, so that the writer and the readers agree on them before anything is encoded: one buffer
+per rank for the ranks (``quant/rank_share.py``).
 
 Every (scheme, weight) gets one region per stored field of ``codes._encode`` (codes, scales, zero points,
 and room for the most −0 positions an int8 weight may list), 64-byte aligned. ``write`` copies an encoding
