@@ -6,8 +6,7 @@
 Commands (each a fresh process, ``--json`` to a scratch file, ``-q``):
 
 * ``compare``: the default ``quantize-compare`` (its three schemes, python-docs, the sampled noise floor) at
-  ``--tokens``; served by ``logits_pool`` (reused logits buffers),
-  ``heap`` (glibc thresholds and trims) and ``shared_batches`` (the decoder blocks of 4 windows in one pass);
+  ``--tokens``; served by ``heap`` (glibc thresholds and trims) and ``shared_batches`` (the decoder blocks of 4 windows in one pass);
 * ``sensitivity``: ``sensitivity --by block --schemes int4-g128`` at ``--sensitivity-tokens``; served by
   ``blocks`` (each unit's forward from its first block's cached input);
 * ``ranks``: ``torchrun --nproc-per-node 2 -m infoeval quantize-compare`` (gloo) at ``--tokens``; served by
@@ -35,7 +34,7 @@ from pathlib import Path
 from _record import add_save, emit, run_child  # benchmarks/_record.py
 
 ROOT = Path(__file__).resolve().parents[1]
-SERVES = {"compare": ("logits_pool", "heap", "shared_batches"), "sensitivity": ("blocks",), "ranks": ("rank_share",)}
+SERVES = {"compare": ("heap", "shared_batches"), "sensitivity": ("blocks",), "ranks": ("rank_share",)}
 WALL_RULE, PEAK_RULE = 0.05, 0.10  # a mechanism pays when it saves at least this share of the wall time or of the peak
 
 

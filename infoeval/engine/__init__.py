@@ -46,13 +46,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from infoeval import distributed, heap, switches
+from infoeval import distributed, heap
 from infoeval.engine.clock import Clock
 from infoeval.engine.batches import Batch, each_window, plan, plan_shared  # noqa: F401  (plan, plan_shared: re-exported)
 from infoeval.engine.columns import IDENTITY, Columns, as_numpy, identity_columns
 from infoeval.errors import RuntimeFailure
 from infoeval.engine.kvcache import cache_kw, crop_to, new_cache  # noqa: F401  (crop_to, new_cache: re-exported)
-from infoeval.engine.logits_pool import LogitsPool, pooled_head
 from infoeval.engine.roles import headless, linears_row_by_row, model_device, parts
 from infoeval.input.windows import window_inputs, window_targets
 
@@ -109,10 +108,10 @@ class RoleLogits(Mapping):
     with ``hidden`` (a shared batch's blocks' output per role, and this window's index in it) only the head runs."""
 
     def __init__(self, roles: Mapping[str, object], inputs: dict, batch: Batch, on_forward: Callable[[], None] | None,
-                 hidden: tuple[dict, int] | None = None, pool: LogitsPool | None = None, check: bool = True, *,
+                 hidden: tuple[dict, int] | None = None, check: bool = True, *,
                  clock: Clock):  # fmt: skip
         self._roles, self._inputs, self._batch, self._on_forward, self._hidden = roles, inputs, batch, on_forward, hidden
-        self._pool, self._check, self._clock = pool, check, clock
+        self._check, self._clock = check, clock
 
     def __getitem__(self, role: str) -> torch.Tensor:
         with self._clock.forward(role):
@@ -122,14 +121,13 @@ class RoleLogits(Mapping):
         if self._hidden is not None:
             states, k = self._hidden
             module, active = parts(self._roles[role])
-            with active(), pooled_head(module, self._pool):
+            with active():
                 return module.get_output_embeddings()(states[role][k : k + 1, self._batch.keep])
         model = self._roles[role]
         device = model_device(model, next(iter(self._inputs.values())).device)
         if device not in self._inputs:
             self._inputs[device] = next(iter(self._inputs.values())).to(device)
-        with pooled_head(parts(model)[0], self._pool):
-            return forward_logits(model, self._inputs[device], self._batch.keep)
+        return forward_logits(model, self._inputs[device], self._batch.keep)
 
     def __contains__(self, role) -> bool:  # without computing anything (Mapping's would ask for the logits)
         return role in self._roles
@@ -156,7 +154,7 @@ def _active(roles: Mapping[str, object], only: Mapping[str, Collection[int]], wi
 
 
 def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, prefix_id: int | None, device, on_forward,
-           pool: LogitsPool | None, check: bool, clock: Clock, only: Mapping[str, Collection[int]]) -> Iterator[Step]:  # fmt: skip
+           check: bool, clock: Clock, only: Mapping[str, Collection[int]]) -> Iterator[Step]:  # fmt: skip
     """The reducer's steps of batch ``b``: one, or one per window of a shared batch (whose blocks run first, once
     per role, on the rows of the windows the role runs on; window by window instead where a role's model does not
     ``splits``). A step's logits hold the roles that run on its windows (``only``)."""
@@ -178,13 +176,13 @@ def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, pref
             targets = window_targets(stream_ids, w.windows[0])[None].to(device)
             here = {r: roles[r] for r in hidden if k in row[r]}
             states = {r: hidden[r][row[r][k] : row[r][k] + 1] for r in here}
-            yield Step(w, targets, RoleLogits(here, {}, w, on_forward, (states, 0), pool, check, clock=clock))
+            yield Step(w, targets, RoleLogits(here, {}, w, on_forward, (states, 0), check, clock=clock))
         return
     for k, w in enumerate(each_window(b) if b.shared else [b]):
         w_inputs = inputs[k : k + 1] if b.shared else inputs  # a shared batch's windows share one length
         targets = torch.stack([window_targets(stream_ids, x) for x in w.windows]).to(device)
         here = _active(roles, only, w.windows)
-        yield Step(w, targets, RoleLogits(here, {device: w_inputs}, w, on_forward, pool=pool, check=check, clock=clock))
+        yield Step(w, targets, RoleLogits(here, {device: w_inputs}, w, on_forward, check=check, clock=clock))
 
 
 @torch.inference_mode()
@@ -208,12 +206,12 @@ def run(
     cols = Columns(n, {**IDENTITY, "bytes": np.int64, **(schema or {})})
     parallel = distributed.launched()
     heap.steady_heap()  # every pass allocates the same activations: keep their pages (heap.py)
-    done, error, pool = [], None, None if switches.off("logits_pool") else LogitsPool()
+    done, error = [], None
     clock = clock if clock is not None else Clock()
     clock.measured = device.type == "cpu"
     try:
         for b in distributed.shard(batches) if parallel else batches:
-            for step in _steps(roles, stream_ids, b, prefix_id, device, on_forward, pool, check_logits, clock, only or {}):
+            for step in _steps(roles, stream_ids, b, prefix_id, device, on_forward, check_logits, clock, only or {}):
                 part = identity_columns(step.batch, stream_ids)
                 if nbytes is not None:
                     part["bytes"] = np.concatenate([nbytes[w.target_slice] for w in step.batch.windows])
