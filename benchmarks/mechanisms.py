@@ -6,15 +6,17 @@
 Commands (each a fresh process, ``--json`` to a scratch file, ``-q``):
 
 * ``compare``: the default ``quantize-compare`` (its three schemes, python-docs, the sampled noise floor) at
-  ``--tokens``; served by ``heap`` (glibc thresholds and trims) and ``shared_batches`` (the decoder blocks of 4 windows in one pass);
+  ``--tokens``; served by ``heap`` (glibc thresholds and trims) and ``shared_batches`` (the decoder blocks of 4
+  windows in one pass);
 * ``sensitivity``: ``sensitivity --by block --schemes int4-g128`` at ``--sensitivity-tokens``; served by
-  ``blocks`` (each unit's forward from its first block's cached input);
-* ``ranks``: ``torchrun --nproc-per-node 2 -m infoeval quantize-compare`` (gloo) at ``--tokens``; served by
-  ``rank_share`` (the quantizing split between ranks).
+  ``blocks`` (each unit's forward from its first block's cached input).
+
+(The record of 2026-12-05 also measured ``ahead``, ``logits_pool`` and, on a 2-rank torchrun quantize-compare,
+``rank_share``; all three were removed, docs/design-notes.md.)
 
 Per command, the configurations (all on, and each of its mechanisms off) run ``--repeats`` times in rotation (so
 drift in the machine falls on all alike): wall seconds and peak RSS from the kernel's accounting of the child
-(``os.wait4``; for torchrun the largest of its processes). Per mechanism: the medians on and off, their spread
+(``os.wait4``). Per mechanism: the medians on and off, their spread
 (min–max), the saving in % of the command's wall time and of its peak, and whether it pays by issue 53's rule
 (≥ 5 % of the wall time or ≥ 10 % of the peak). The numbers every configuration printed must be equal (checked).
 
@@ -34,7 +36,7 @@ from pathlib import Path
 from _record import add_save, emit, run_child  # benchmarks/_record.py
 
 ROOT = Path(__file__).resolve().parents[1]
-SERVES = {"compare": ("heap", "shared_batches"), "sensitivity": ("blocks",), "ranks": ("rank_share",)}
+SERVES = {"compare": ("heap", "shared_batches"), "sensitivity": ("blocks",)}
 WALL_RULE, PEAK_RULE = 0.05, 0.10  # a mechanism pays when it saves at least this share of the wall time or of the peak
 
 
@@ -42,10 +44,7 @@ def _command(name: str, args, out: Path) -> list[str]:
     py = [sys.executable, "-m", "infoeval"]
     if name == "compare":
         return [*py, "quantize-compare", "--max-tokens", str(args.tokens), "--json", str(out), "-q"]
-    if name == "sensitivity":
-        return [*py, "sensitivity", "--by", "block", "--schemes", "int4-g128", "--max-tokens", str(args.sensitivity_tokens), "--json", str(out), "-q"]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "infoeval", "quantize-compare",
-            "--max-tokens", str(args.tokens), "--json", str(out), "-q"]
+    return [*py, "sensitivity", "--by", "block", "--schemes", "int4-g128", "--max-tokens", str(args.sensitivity_tokens), "--json", str(out), "-q"]
 
 
 def _strip(x):
@@ -101,7 +100,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--sensitivity-tokens", type=int, default=2048)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--commands", default="compare,sensitivity,ranks")
+    ap.add_argument("--commands", default="compare,sensitivity")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="infoeval-mechanisms-"))
     figures = {"rule": {"saves_wall_at_least": WALL_RULE, "or_saves_peak_at_least": PEAK_RULE}, "repeats": args.repeats,

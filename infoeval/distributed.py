@@ -41,8 +41,6 @@ class Group:
     backend: str | None = None
     gathered_bytes: int = 0
     gathered_rows: int = 0
-    encodings_made: int = 0  # quantized (layer, scheme) pairs this rank encoded for every rank (quant/rank_share.py)
-    encodings_received: int = 0  # … and received from the other ranks
 
     @property
     def main(self) -> bool:
@@ -50,8 +48,7 @@ class Group:
 
     def to_json(self) -> dict:
         return {"world_size": self.world_size, "backend": self.backend, "gathered_bytes": self.gathered_bytes,
-                "gathered_rows": self.gathered_rows, "encodings_made": self.encodings_made,
-                "encodings_received": self.encodings_received}  # fmt: skip
+                "gathered_rows": self.gathered_rows}  # fmt: skip
 
 
 _GROUP: Group | None = None

@@ -10,7 +10,6 @@ import os
 
 ENV = "INFOEVAL_OFF"
 MECHANISMS = {
-    "rank_share": "under a launcher, each rank quantizing its share of the layers and receiving the others' (quant/rank_share.py)",
     "heap": "glibc's heap thresholds fixed for the window loop and freed pages returned while quantizing (heap.py)",
     "shared_batches": "the decoder blocks of up to 4 windows in one pass per model (engine/batches.py, plan_shared)",
     "blocks": "sensitivity's units run from their first block's cached input (engine/blocks.py)",

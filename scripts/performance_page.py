@@ -126,7 +126,7 @@ INTROS = {
     "mechanisms": (
         "What each performance mechanism saves, measured by switching it off (`INFOEVAL_OFF`, `infoeval/switches.py`) "
         "in whole processes of the commands it serves: the default `quantize-compare` (heap, shared_batches; "
-        "ahead and logits_pool, since removed), `sensitivity --by block` (blocks) and a 2-rank torchrun `quantize-compare` (rank_share); "
+        "ahead and logits_pool, since removed), `sensitivity --by block` (blocks) and a 2-rank torchrun `quantize-compare` (rank_share, since removed); "
         "all on and each off in rotation, repeated, medians and spread of the wall time and peak RSS, the numbers "
         "printed checked equal. Rule (issue 53): a mechanism is kept where it saves at least 5 % of its command's wall "
         "time or 10 % of its peak memory."

@@ -1,5 +1,5 @@
 """Test launcher: runs the infoeval CLI, and on the rank named by INFOEVAL_TEST_FAULT_RANK makes every forward pass
-fail, or with INFOEVAL_TEST_FAULT_STAGE=quantize every encoding of its share of the layers (the variables are read
+fail, or with INFOEVAL_TEST_FAULT_STAGE=quantize every layer's encoding (the variables are read
 here only, never by the package)."""
 
 import os
@@ -8,13 +8,13 @@ import sys
 if __name__ == "__main__":
     if os.environ.get("RANK") == os.environ.get("INFOEVAL_TEST_FAULT_RANK"):
         from infoeval import engine
-        from infoeval.quant import rank_share
+        from infoeval.quant import apply
 
         def broken(*args, **kwargs):
             raise RuntimeError("injected fault")
 
         if os.environ.get("INFOEVAL_TEST_FAULT_STAGE") == "quantize":
-            rank_share.encode_with_sqnr = broken
+            apply.encode_with_sqnr = broken
         else:
             engine.forward_logits = broken
     from infoeval.cli import main

@@ -28,8 +28,8 @@ def text(tmp_path_factory, tiny_text):
 
 
 def test_a_switch_names_a_mechanism(monkeypatch):
-    monkeypatch.setenv(switches.ENV, "rank_share, heap")
-    assert switches.off("rank_share") and switches.off("heap") and not switches.off("blocks")
+    monkeypatch.setenv(switches.ENV, "shared_batches, heap")
+    assert switches.off("shared_batches") and switches.off("heap") and not switches.off("blocks")
     with pytest.raises(KeyError, match="unknown mechanism 'fast'"):
         switches.off("fast")
 

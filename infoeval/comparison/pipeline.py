@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infoeval import distributed, engine
+from infoeval import engine
 from infoeval.errors import RuntimeFailure, UsageError
 from infoeval.comparison.floor import floor_at as _floor_at, floor_block
 from infoeval.measure.confidence import confidence_block
@@ -26,7 +26,6 @@ from infoeval.models.checkpoints import checkpoint_names, load_checkpoints
 from infoeval.models.objects import ModuleVariant, check_variants
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.measure.protocol_metrics import protocol_figures
-from infoeval.quant import rank_share
 from infoeval.quant.apply import build_variants
 from infoeval.quant.methods import split_schemes
 from infoeval.quant.methods.calibration import for_methods
@@ -139,25 +138,19 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
     checkpoints = checkpoint_names(variant_settings.checkpoints, set(named))
     if paired is not None:  # before anything loads
         paired.check(named + checkpoints)
-    share = None
-    try:
-        p = prepare(model_settings, text_settings, window_settings, reporter)
-        reporter.stage("quantizing")
-        t0 = time.perf_counter()
-        share = rank_share.start(p.loaded.model, p.loaded.info, schemes, variant_settings.include, variant_settings.exclude)  # under a launcher
-        variants = build_variants(p.loaded.model, schemes, recipes, variant_settings.include, variant_settings.exclude, share)
-        calibration = for_methods(methods, variant_settings.calibration, p.text, p.stream, p.loaded.tokenizer)  # autoround:…
-        variants += [build_method_variant(p.loaded.model, m, variant_settings.include, variant_settings.exclude, p.loaded.tokenizer, calibration)
-                     for m in methods]  # fmt: skip
-        quantize_s = time.perf_counter() - t0
-        check_variants(p.loaded, modules)  # before any forward pass
-        variants += list(modules)
-        if checkpoints:
-            reporter.stage("loading checkpoints")
-            variants += load_checkpoints(variant_settings.checkpoints, checkpoints, p.loaded, model_settings.device_map)
-    finally:
-        if share is not None:
-            share.release()
+    p = prepare(model_settings, text_settings, window_settings, reporter)
+    reporter.stage("quantizing")
+    t0 = time.perf_counter()
+    variants = build_variants(p.loaded.model, schemes, recipes, variant_settings.include, variant_settings.exclude)
+    calibration = for_methods(methods, variant_settings.calibration, p.text, p.stream, p.loaded.tokenizer)  # autoround:…
+    variants += [build_method_variant(p.loaded.model, m, variant_settings.include, variant_settings.exclude, p.loaded.tokenizer, calibration)
+                 for m in methods]  # fmt: skip
+    quantize_s = time.perf_counter() - t0
+    check_variants(p.loaded, modules)  # before any forward pass
+    variants += list(modules)
+    if checkpoints:
+        reporter.stage("loading checkpoints")
+        variants += load_checkpoints(variant_settings.checkpoints, checkpoints, p.loaded, model_settings.device_map)
     floor = None if variant_settings.floor == "off" else build_floor(p.loaded.model, variant_settings.include, variant_settings.exclude, variant_settings.floor_seed)
     floor_at = _floor_at(p, 1 + len(variants), until, variant_settings.floor, variant_settings.floor_seed) if floor else ()
     cols, eval_timings, p, block = _evaluate(p, variants, reporter, until, kl_ses, top_k, floor, floor_at)

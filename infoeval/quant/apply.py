@@ -89,50 +89,39 @@ def plan_layers(model: torch.nn.Module, include: list[str] = (), exclude: list[s
 
 
 @torch.no_grad()
-def quantize_variant(model: torch.nn.Module, scheme: Scheme, include=(), exclude=(), signals=None,
-                     ahead=None) -> QuantizedVariant:  # fmt: skip
+def quantize_variant(model: torch.nn.Module, scheme: Scheme, include=(), exclude=(), signals=None) -> QuantizedVariant:
     """Quantize the selected layers' weights (on their own device and dtype) and report every Linear layer."""
     plan = [(name, scheme if selected else None, reason) for name, selected, reason in plan_layers(model, list(include), list(exclude))]
-    return quantize_plan(model, plan, scheme, signals=signals, ahead=ahead)
+    return quantize_plan(model, plan, scheme, signals=signals)
 
 
 def encode_with_sqnr(w: torch.Tensor, scheme: Scheme, signal: float) -> tuple[PackedWeight, float]:
-    """A layer's stored weight and its SQNR (``signal``: its Σw², ``signal_power``): how every layer is encoded,
-    in this process or by the rank that owns it (``quant/rank_share.py``)."""
+    """A layer's stored weight and its SQNR (``signal``: its Σw², ``signal_power``): how every layer is encoded."""
     packed, w_hat = codes.encode_dequantized(w, scheme)
     return packed, sqnr_db(w, w_hat, signal, overwrite=True)
 
 
-def _encode_layer(name: str, w: torch.Tensor, scheme: Scheme, signals: dict[str, float], ahead, encoded: int):
-    """(stored weight, SQNR, whether this process encoded it) of one layer: the encoding made elsewhere where there
-    is one (``ahead.take``: another rank's), else encoded here."""
-    got = ahead.take(name, scheme, w) if ahead is not None else None
-    if got is not None:
-        packed, sqnr, signal = got
-        signals.setdefault(name, signal)
-        return packed, sqnr, False
+def _encode_layer(name: str, w: torch.Tensor, scheme: Scheme, signals: dict[str, float], encoded: int):
+    """(stored weight, SQNR) of one layer (``encoded``: how many layers this variant encoded before it)."""
     if encoded % heap.TRIM_EVERY == heap.TRIM_EVERY - 1:
         heap.release_freed_memory()  # the freed temporaries of the last layers (heap.py)
     signal = signals.get(name)
     if signal is None:
         signal = signals[name] = signal_power(w)
-    return *encode_with_sqnr(w, scheme, signal), True
+    return encode_with_sqnr(w, scheme, signal)
 
 
 @torch.no_grad()
 def quantize_plan(model: torch.nn.Module, plan, scheme: Scheme, label: str | None = None,
-                  signals: dict[str, float] | None = None, ahead=None) -> QuantizedVariant:  # fmt: skip
+                  signals: dict[str, float] | None = None) -> QuantizedVariant:  # fmt: skip
     """Quantize each layer of ``plan`` ((name, its scheme or None to skip, reason) per Linear layer and embedding)
     with its own scheme. With ``label`` the variant is a mix named ``label`` (``scheme``: its most common scheme);
     a layer is encoded the same way whatever else the plan holds, so a one-scheme plan gives ``quantize_variant``'s
-    codes bit for bit. ``signals``: Σw² per layer name, filled and reused by the variants of one model (SQNR);
-    ``ahead``: encodings made elsewhere, the same bits, used where it has them: every rank's share
-    (``quant/rank_share.py``)."""
+    codes bit for bit. ``signals``: Σw² per layer name, filled and reused by the variants of one model (SQNR)."""
     modules = dict(model.named_modules())
     owners = _tied_names(model)
     signals = {} if signals is None else signals
     weights: dict[str, PackedWeight] = {}
-    here: set[str] = set()  # the layers encoded in this process (the others' already lie in a few flat buffers)
     reports, chosen = [], {}
     for name, layer_scheme, reason in plan:
         w = modules[name].weight
@@ -141,9 +130,7 @@ def quantize_plan(model: torch.nn.Module, plan, scheme: Scheme, label: str | Non
         if layer_scheme is None:
             reports.append(LayerReport(name, tuple(w.shape), False, reason, tied_to=tied))
             continue
-        packed, sqnr, mine = _encode_layer(name, w.data, layer_scheme, signals, ahead, len(here))
-        if mine:
-            here.add(name)
+        packed, sqnr = _encode_layer(name, w.data, layer_scheme, signals, len(weights))
         if layer_scheme.group_size is not None and layer_scheme.group_size >= w.shape[1]:
             reason += f"; group {layer_scheme.group_size} ≥ {w.shape[1]} inputs, so one group per row"
         elif layer_scheme.group_size is not None and w.shape[1] % layer_scheme.group_size:
@@ -152,13 +139,12 @@ def quantize_plan(model: torch.nn.Module, plan, scheme: Scheme, label: str | Non
             reason += f"; tied to {tied}, which keeps its original weights"
         weights[name], chosen[name] = packed, layer_scheme
         reports.append(LayerReport(name, tuple(w.shape), True, reason, sqnr, tied, layer_scheme.name if label else None))
-    weights |= storage.gather({n: weights[n] for n in here})  # one allocation for the variant's own (storage.py)
+    weights = storage.gather(weights)  # the variant's codes in one allocation (storage.py)
     heap.release_freed_memory()
     return QuantizedVariant(scheme, weights, tuple(reports), label, chosen if label else None)
 
 
-def recipe_variant(model: torch.nn.Module, recipe: Recipe, include=(), exclude=(), signals=None,
-                   ahead=None) -> QuantizedVariant:  # fmt: skip
+def recipe_variant(model: torch.nn.Module, recipe: Recipe, include=(), exclude=(), signals=None) -> QuantizedVariant:
     """The mix a recipe describes (each Linear layer with its own scheme), named after the recipe; a unit that
     matches no Linear layer, or units that overlap with different schemes, are usage errors."""
     linears = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
@@ -168,20 +154,18 @@ def recipe_variant(model: torch.nn.Module, recipe: Recipe, include=(), exclude=(
         if s is not None:
             counts[s.name] = counts.get(s.name, 0) + 1
     main = next((s for _, s, _ in plan if s is not None and counts[s.name] == max(counts.values())), recipe.schemes()[0])
-    return quantize_plan(model, plan, main, label=recipe.name, signals=signals, ahead=ahead)
+    return quantize_plan(model, plan, main, label=recipe.name, signals=signals)
 
 
-def build_variants(model: torch.nn.Module, schemes, recipes=(), include=(), exclude=(), ahead=None) -> list[QuantizedVariant]:
-    """One variant per scheme, then one per recipe; two variants of one name are a usage error. ``ahead``:
-    encodings made elsewhere (``quant/rank_share.py``)."""
+def build_variants(model: torch.nn.Module, schemes, recipes=(), include=(), exclude=()) -> list[QuantizedVariant]:
+    """One variant per scheme, then one per recipe; two variants of one name are a usage error."""
     names = [s.name for s in schemes] + [r.name for r in recipes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise UsageError(f"two variants are named '{dupes[0]}' (a recipe is named after its file); rename the recipe file")
     signals: dict[str, float] = {}  # Σw² per layer, for every variant's SQNR
-    variants = [quantize_variant(model, s, include, exclude, signals, ahead) for s in schemes] + \
-               [recipe_variant(model, r, include, exclude, signals, ahead) for r in recipes]  # fmt: skip
-    return variants
+    return [quantize_variant(model, s, include, exclude, signals) for s in schemes] + \
+           [recipe_variant(model, r, include, exclude, signals) for r in recipes]  # fmt: skip
 
 
 class DequantBuffers:
