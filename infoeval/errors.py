@@ -82,7 +82,8 @@ def flag_spelling():
 
 
 def keyword_errors(function):
-    """A public API function whose errors name its keywords, not the command line's flags (outside ``flag_spelling``)."""
+    """A public API function whose errors name its keywords, not the command line's flags (outside
+    ``flag_spelling``)."""
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):

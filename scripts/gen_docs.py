@@ -201,11 +201,12 @@ def metric_groups() -> list[tuple[str, str, dict]]:
     import numpy as np
 
     from infoeval.measure import metrics as m
+    from infoeval.measure.column_metrics import reference_metrics
     from infoeval.measure.llamacpp_stats import kld_statistics
     from infoeval.sensitivities.result import UNIT_METRICS
 
     one = np.array([1.0, 2.0, 3.0])
-    ref_keys = set(m.reference_metrics({"nll": one, "bytes": np.ones(3), "entropy": one}))
+    ref_keys = set(reference_metrics({"nll": one, "bytes": np.ones(3), "entropy": one}))
     with np.errstate(all="ignore"):
         llama_keys = set(kld_statistics(one, one + 0.5, one / 10, np.ones(3, dtype=bool)))
 
@@ -258,7 +259,7 @@ def result_types() -> dict[str, type]:
     """Every command that writes a result JSON (``--json``) → its result dataclass (a ``Result``)."""
     from infoeval.codec.pipeline import CompressResult as CodecCompress, DecompressResult
     from infoeval.comparison.pipeline import CompareResult, CompressResult
-    from infoeval.gating.pipeline import GateResult
+    from infoeval.gating.records import GateResult
     from infoeval.klfit.fit import KLFitResult
     from infoeval.mixing.result import MixResult
     from infoeval.mutual_information.pipeline import MutualInfoResult

@@ -16,7 +16,8 @@ import infoeval
 from infoeval.comparison import pipeline as compare_pipeline
 from infoeval.errors import DataError, UsageError
 from infoeval.gating.limits import parse_limits
-from infoeval.gating.pipeline import GateResult, GateSettings, build_reference, run_gate
+from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
+from infoeval.gating.records import GateResult
 from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -60,7 +61,7 @@ def test_a_fresh_result_round_trips_exactly(runs):
 
 
 def test_save_writes_what_the_cli_writes_and_load_reads_it_back(runs, tmp_path):
-    from infoeval.comparison.report import positions_frame
+    from infoeval.comparison.frames import positions_frame
 
     result, cols = runs["compare"]
     result.with_positions(lambda: positions_frame(cols.reference, cols.variants))
@@ -106,7 +107,7 @@ def test_the_python_api_page_runs(runs, tmp_path):
     """docs/python-api.md's code blocks, run in order on a run folder this test writes (RUN) and a copy (COPY)."""
     import re
 
-    from infoeval.comparison.report import positions_frame
+    from infoeval.comparison.frames import positions_frame
 
     result, cols = runs["compare"]
     run = tmp_path / "run"

@@ -26,7 +26,7 @@ from cli_run import run_cli
 from infoeval import __version__
 from infoeval.quant.primitives import fake_quantize
 from infoeval.quant.schemes import parse_scheme
-from infoeval.comparison.report import CSV_COLUMNS
+from infoeval.comparison.frames import CSV_COLUMNS
 
 SCHEMES = ["int8-channel", "int4-g32"]
 CTX = 64

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from cli_run import run_cli
 
-from infoeval.comparison.report import compress_frame
+from infoeval.comparison.frames import compress_frame
 from infoeval.output.results import output_paths
 
 ENV = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"}
@@ -80,7 +80,7 @@ def test_compress_frame_ratios():
 def test_option_types_of_api_keywords():
     from typing import Optional, Sequence
 
-    from infoeval.cli.options import typer_type
+    from infoeval.cli.signatures import typer_type
 
     assert typer_type(int) is int and typer_type(str | Sequence[float]) is str
     assert typer_type(int | None) == Optional[int] and typer_type(str | Sequence[str] | None) == Optional[str]

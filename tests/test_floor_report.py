@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from infoeval.comparison.report import CSV_COLUMNS, summary_frame, variants_tables
+from infoeval.comparison.frames import CSV_COLUMNS, summary_frame
+from infoeval.comparison.report import variants_tables
 from infoeval.gating.limits import below_floor, floor_line, judge, parse_limits
 from infoeval.gating.report import floor_lines
 from infoeval.report.data import floor_header

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from infoeval.gating.compact import compact
-from infoeval.measure.infotheory import compact_divergences as divergences
+from infoeval.measure.compact_kl import compact_divergences as divergences
 
 
 def _pair(n=6, v=300, scale=3.0, noise=0.4, seed=0):

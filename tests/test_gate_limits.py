@@ -11,7 +11,7 @@ import pytest
 
 from infoeval.errors import UsageError
 from infoeval.gating.limits import DEFAULT_LIMITS, compare_baseline, judge, parse_limits
-from infoeval.gating.report import junit_xml, markdown
+from infoeval.gating.ci_report import junit_xml, markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = {

@@ -21,12 +21,13 @@ from infoeval.errors import UsageError
 from infoeval.gating.limit_streams import QUANTILES, Plan, limit_stream, window_columns
 from infoeval.gating.limits import parse_limits
 from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
-from infoeval.gating.report import gate_table, junit_xml, markdown
+from infoeval.gating.ci_report import junit_xml, markdown
+from infoeval.gating.report import gate_table
 from infoeval.gating.sequential_gate import SequentialSettings, run_sequential_gate
 from infoeval.input.settings import WindowSettings
 from infoeval.measure import stopping as st
 from infoeval.measure.llamacpp_stats import delta_p
-from infoeval.measure.metrics import variant_metrics
+from infoeval.measure.column_metrics import variant_metrics
 from infoeval.measure.sequential import FAIL, PASS
 from infoeval.input.settings import ModelSettings, TextSettings
 

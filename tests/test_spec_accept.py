@@ -13,7 +13,7 @@ from tiny_models import as_json
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
 from infoeval.models import load_model
-from infoeval.speculative import accept
+from infoeval.speculative import accept, accept_columns
 from infoeval.speculative.drafts import DraftSettings
 from test_standard_errors import brute_se
 
@@ -75,7 +75,7 @@ def test_columns_match_brute_force(layer1, brute):
     assert [(t, m) for t, m in cols.conditions] == [(0.5, "both"), (1.0, "both"), (2.0, "both"), (0.5, "target"), (2.0, "target")]
     for t, mode in cols.conditions:
         want = _stats(zp, zq, y, t, t if mode == "both" else 1.0)
-        got = cols.stats[accept.key(t, mode)]
+        got = cols.stats[accept_columns.key(t, mode)]
         for k, v in want.items():
             assert np.allclose(got[k], v.numpy(), atol=5e-5, rtol=1e-4), (t, mode, k)
 
@@ -83,7 +83,7 @@ def test_columns_match_brute_force(layer1, brute):
 def test_aggregates_follow_their_definitions(layer1):
     result, cols = layer1
     for c in result["conditions"]:
-        s = cols.stats[accept.key(c["temperature"], c["mode"])]
+        s = cols.stats[accept_columns.key(c["temperature"], c["mode"])]
         beta = s["beta"].astype(np.float64)
         assert c["tokens"] == MAX_TOKENS
         assert c["alpha"] == pytest.approx(beta.mean()) and c["alpha_se"] == pytest.approx(brute_se(beta.tolist(), cols.base["window"].tolist()))
@@ -104,10 +104,10 @@ def test_aggregates_follow_their_definitions(layer1):
 
 def test_target_only_mode_keeps_the_draft_at_T1(layer1):
     _, cols = layer1
-    q1 = cols.stats[accept.key(1.0, "both")]["entropy_q"]
-    assert np.array_equal(cols.stats[accept.key(2.0, "target")]["entropy_q"], q1)
-    assert np.array_equal(cols.stats[accept.key(2.0, "target")]["entropy_p"], cols.stats[accept.key(2.0, "both")]["entropy_p"])
-    assert not np.allclose(cols.stats[accept.key(2.0, "both")]["entropy_q"], q1)
+    q1 = cols.stats[accept_columns.key(1.0, "both")]["entropy_q"]
+    assert np.array_equal(cols.stats[accept_columns.key(2.0, "target")]["entropy_q"], q1)
+    assert np.array_equal(cols.stats[accept_columns.key(2.0, "target")]["entropy_p"], cols.stats[accept_columns.key(2.0, "both")]["entropy_p"])
+    assert not np.allclose(cols.stats[accept_columns.key(2.0, "both")]["entropy_q"], q1)
 
 
 def test_outputs_shape(layer1):
@@ -125,7 +125,7 @@ def test_outputs_shape(layer1):
 def test_full_depth_draft_is_accepted_everywhere(tiny_llama_dir, text_file):
     result, cols = _run(tiny_llama_dir, text_file, DraftSettings(layers=2), temps=(1.0, 2.0))
     for c in result["conditions"]:
-        s = cols.stats[accept.key(c["temperature"], c["mode"])]
+        s = cols.stats[accept_columns.key(c["temperature"], c["mode"])]
         if c["mode"] == "both":
             assert np.allclose(s["beta"], 1.0, atol=1e-5) and np.allclose(s["kl"], 0.0, atol=1e-6)
             assert c["expected_tokens"][3]["e_mean_alpha"] == pytest.approx(5.0, abs=1e-3)
@@ -141,4 +141,4 @@ def test_bad_temperatures(spec):
 
 def test_temperatures_parse():
     assert accept.parse_temperatures("0.5, 1,2") == (0.5, 1.0, 2.0)
-    assert accept.conditions((1.0, 3.0)) == [(1.0, "both"), (3.0, "both"), (3.0, "target")]
+    assert accept_columns.conditions((1.0, 3.0)) == [(1.0, "both"), (3.0, "both"), (3.0, "target")]

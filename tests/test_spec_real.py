@@ -16,7 +16,7 @@ import torch
 
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.prepare import Reporter, prepare
-from infoeval.speculative import accept
+from infoeval.speculative import accept, accept_columns
 from infoeval.speculative.decode import speculative_sample
 from infoeval.speculative.drafts import DraftSettings, build_draft
 from tiny_models import requires_smollm2
@@ -32,13 +32,13 @@ def prepared():
 
 def _alpha(p, ds, temps=(1.0,)):
     draft = build_draft(p.loaded, ds, CPU, torch.float32)
-    cols = accept.evaluate_windows(p, draft, temps)
+    cols = accept_columns.evaluate_windows(p, draft, temps)
     return accept.summarize(cols, 1.0, "both"), cols
 
 
 def test_full_depth_is_the_target(prepared):
     s, cols = _alpha(prepared, DraftSettings(layers=30))
-    stats = cols.stats[accept.key(1.0, "both")]
+    stats = cols.stats[accept_columns.key(1.0, "both")]
     assert np.all(stats["kl"] == 0)  # the very same logits
     assert np.allclose(stats["beta"], 1.0, atol=1e-4)  # Σ p over 49,152 float32 terms: 1 ± 3e-5
     assert cols.base["top1"].all() and s["pinsker"]["violations"] == 0

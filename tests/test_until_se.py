@@ -18,7 +18,7 @@ from infoeval.comparison.until import MIN_WINDOWS, UntilSettings
 from infoeval.errors import UsageError
 from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.measure import stopping as st
-from infoeval.measure.metrics import bits_per_byte_se, variant_metrics
+from infoeval.measure.column_metrics import bits_per_byte_se, variant_metrics
 from infoeval.measure.sequential import CONTINUE, PASS
 from infoeval.measure.stats import LN2, cluster_se, mean_cov, se
 

@@ -51,6 +51,35 @@ def _sequential(sequential: bool, options: dict):
     return SequentialSettings(*(options.get(k, default) for k, default in defaults.items()))
 
 
+def _candidate(candidate, tokenizer, scheme: str | None, recipe, options: dict):
+    """The gate's candidate (None, a spec, or a model object with its ``tokenizer``) once the keywords are known to
+    be limits or sequential settings; a model object is not quantized again in place (``scheme``, ``recipe``)."""
+    from infoeval.models.objects import ModelObject, model_object
+
+    unknown = sorted(set(options) - set(LIMITS) - set(SEQUENTIAL))
+    if unknown:
+        raise UsageError(f"unknown keyword '{unknown[0]}'; allowed besides the gate's own: {', '.join(LIMITS + SEQUENTIAL)}")
+    candidate = None if candidate is None else model_object(candidate, tokenizer, what="candidate")
+    if isinstance(candidate, ModelObject) and (scheme or recipe):
+        raise UsageError("--scheme and --recipe quantize the candidate in place; give a candidate object already quantized, or a spec")
+    return candidate
+
+
+def _run(candidate, settings, seq, devices: dict, progress: bool) -> tuple:
+    """Run the fixed gate (``seq`` None) or the sequential one on ``candidate`` with the device keywords ``devices``
+    ('auto': a model object's own); returns (result, per-position columns)."""
+    from infoeval.gating.pipeline import run_gate
+    from infoeval.models.objects import evaluating, own_settings
+
+    model_settings = ModelSettings(candidate or "", **own_settings(candidate, devices))
+    with evaluating(candidate):
+        if seq is None:
+            return run_gate(settings, model_settings, _reporter(progress))
+        from infoeval.gating.sequential_gate import run_sequential_gate
+
+        return run_sequential_gate(settings, seq, model_settings, _reporter(progress))
+
+
 @keyword_errors
 @checked
 def gate(candidate: str | object | None = None, *, tokenizer=None, reference: str | Path = "reference.safetensors", scheme: str | None = None,
@@ -64,28 +93,15 @@ def gate(candidate: str | object | None = None, *, tokenizer=None, reference: st
     seeded order and stops when the verdict is certain (``alpha``, ``min_tokens``, ``max_tokens``, ``order``,
     ``order_seed``, ``undecided``, ``round_windows``). Returns the ``GateResult`` (``passed``) with its positions."""
     from infoeval.gating.limits import limits_from
-    from infoeval.gating.pipeline import GateSettings, run_gate
+    from infoeval.gating.pipeline import GateSettings
     from infoeval.gating.positions import positions_frame
-    from infoeval.models.objects import ModelObject, evaluating, model_object, own_settings
 
-    unknown = sorted(set(options) - set(LIMITS) - set(SEQUENTIAL))
-    if unknown:
-        raise UsageError(f"unknown keyword '{unknown[0]}'; allowed besides the gate's own: {', '.join(LIMITS + SEQUENTIAL)}")
-    candidate = None if candidate is None else model_object(candidate, tokenizer, what="candidate")
-    if isinstance(candidate, ModelObject) and (scheme or recipe):
-        raise UsageError("--scheme and --recipe quantize the candidate in place; give a candidate object already quantized, or a spec")
+    candidate = _candidate(candidate, tokenizer, scheme, recipe, options)
     seq = _sequential(sequential, options)
     settings = GateSettings(Path(reference), candidate, scheme, limits_from(limits, {k: options.get(k) for k in LIMITS}), confidence, point,
                             None if baseline is None else Path(baseline), baseline_tolerance, None if recipe is None else Path(recipe), top_k,
                             calibration, floor, floor_seed)  # fmt: skip
-    model_settings = ModelSettings(candidate or "", **own_settings(candidate, {"device": device, "dtype": dtype, "device_map": device_map}))
-    with evaluating(candidate):
-        if seq is None:
-            result, cols = run_gate(settings, model_settings, _reporter(progress))
-        else:
-            from infoeval.gating.sequential_gate import run_sequential_gate
-
-            result, cols = run_sequential_gate(settings, seq, model_settings, _reporter(progress))
+    result, cols = _run(candidate, settings, seq, {"device": device, "dtype": dtype, "device_map": device_map}, progress)
     return result.with_positions(lambda: positions_frame(cols), cols)
 
 

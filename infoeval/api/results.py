@@ -15,7 +15,7 @@ def _classes() -> dict[str, type[Result]]:
     """Each command's result class, by the command its schema names."""
     from infoeval.codec.pipeline import CompressResult as CodecCompress, DecompressResult
     from infoeval.comparison.pipeline import CompareResult, CompressResult
-    from infoeval.gating.pipeline import GateResult, ReferenceResult
+    from infoeval.gating.records import GateResult, ReferenceResult
     from infoeval.klfit.fit import KLFitResult
     from infoeval.mixing.result import MixResult
     from infoeval.mutual_information.pipeline import MutualInfoResult

@@ -84,6 +84,29 @@ def _scheme_text(schemes, recipes, variants, checkpoints=()) -> str:
     return comma_list(schemes)
 
 
+def _paired(baseline: str | None, alpha: float | None):
+    """--baseline's paired verdicts at ``alpha`` (default 0.05), or None without a baseline; ``alpha`` alone is a
+    usage error."""
+    from infoeval.measure.paired import PairedSettings
+
+    if baseline is None and alpha is not None:
+        raise UsageError("--alpha needs --baseline: it is the level of the paired verdicts")
+    return None if baseline is None else PairedSettings(baseline, 0.05 if alpha is None else alpha)
+
+
+def _variants(schemes, variants, recipes, checkpoints, include, exclude, calibration, floor, floor_seed) -> tuple[VariantSettings, list]:
+    """``compare``'s variant keywords as the command line's settings, and the caller's modules (``variants``), each
+    checked against the schemes' and recipes' names."""
+    from infoeval.models.objects import module_variants
+
+    scheme_text = _scheme_text(schemes, recipes, variants, checkpoints)
+    modules = module_variants(variants, {s.strip() for s in scheme_text.split(",")} | {Path(r).stem for r in recipes})
+    variant_settings = VariantSettings(schemes=scheme_text, include=tuple(include), exclude=tuple(exclude), recipes=tuple(Path(r) for r in recipes),
+                                       calibration=calibration or CalibrationSettings(), floor=floor, floor_seed=floor_seed,
+                                       checkpoints=tuple(str(c) for c in checkpoints))  # fmt: skip
+    return variant_settings, modules
+
+
 @keyword_errors
 @checked
 def compare(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str | Sequence[str] | None = None, variants: dict | None = None,
@@ -100,20 +123,12 @@ def compare(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str
     the variants; every other is compared with it on the same positions, verdicts at ``alpha`` (default 0.05;
     ``result.paired``)."""
     from infoeval.comparison import pipeline
-    from infoeval.comparison.report import positions_frame
-    from infoeval.measure.paired import PairedSettings
-    from infoeval.models.objects import evaluating, module_variants
+    from infoeval.comparison.frames import positions_frame
+    from infoeval.models.objects import evaluating
 
-    if baseline is None and alpha is not None:
-        raise UsageError("--alpha needs --baseline: it is the level of the paired verdicts")
-    paired = None if baseline is None else PairedSettings(baseline, 0.05 if alpha is None else alpha)
-
+    paired = _paired(baseline, alpha)
     reference, (model_settings, text_settings, window_settings) = prepared(model, tokenizer, run)
-    scheme_text = _scheme_text(schemes, recipes, variants, checkpoints)
-    modules = module_variants(variants, {s.strip() for s in scheme_text.split(",")} | {Path(r).stem for r in recipes})
-    variant_settings = VariantSettings(schemes=scheme_text, include=tuple(include), exclude=tuple(exclude), recipes=tuple(Path(r) for r in recipes),
-                                       calibration=calibration or CalibrationSettings(), floor=floor, floor_seed=floor_seed,
-                                       checkpoints=tuple(str(c) for c in checkpoints))  # fmt: skip
+    variant_settings, modules = _variants(schemes, variants, recipes, checkpoints, include, exclude, calibration, floor, floor_seed)
     with evaluating(reference, *modules):
         result, cols = pipeline.quantize_compare(model_settings, text_settings, window_settings, variant_settings, _reporter(progress),
                                                  _until(until_se, run, order_seed), top_k, modules, paired)  # fmt: skip
@@ -128,7 +143,7 @@ def compress_bits(model: str | object = DEFAULT_MODEL, *, tokenizer=None, verify
     ``verify_coding`` a real arithmetic-coded file of them); returns the ``CompressResult`` with its positions.
     ``model``: a spec string, or a loaded model with its ``tokenizer`` (as ``compare``'s)."""
     from infoeval.comparison import pipeline
-    from infoeval.comparison.report import positions_frame
+    from infoeval.comparison.frames import positions_frame
     from infoeval.models.objects import evaluating
 
     reference, (model_settings, text_settings, window_settings) = prepared(model, tokenizer, run)

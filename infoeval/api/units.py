@@ -52,7 +52,7 @@ def mix(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str | S
     scheme's exact bits), solved exactly from a sensitivity sweep (or ``sensitivity`` files), then the mix and every
     uniform scheme measured on held-out text; returns the ``MixResult`` (``exports``: the recipe, llama.cpp tensor
     types, compressed-tensors config; ``sweep``: the sweep's own result) with its positions."""
-    from infoeval.comparison.report import positions_frame
+    from infoeval.comparison.frames import positions_frame
     from infoeval.mixing.pipeline import MixSettings
     from infoeval.mixing.pipeline import mix as run_mix
     from infoeval.models.objects import evaluating

@@ -7,7 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from infoeval.cli.options import ExcludeOpt, FloorOpt, FloorSeedOpt, IncludeOpt, RecipeOpt, RunOptions, SchemesOpt, extend, option
+from infoeval.cli.options import RunOptions
+from infoeval.cli.signatures import extend, option
+from infoeval.cli.variant_options import ExcludeOpt, FloorOpt, FloorSeedOpt, IncludeOpt, RecipeOpt, SchemesOpt
 from infoeval.cli.output import PageOptions, page_extras, page_options
 from infoeval.cli.outputs import RUN_OUTPUTS, Outputs, scoring_options
 from infoeval.quant.schemes import DEFAULT_SCHEMES

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from infoeval.api.information import kl_fit as fit
-from infoeval.cli.options import api_options
+from infoeval.cli.signatures import api_options
 from infoeval.cli.output import as_json
 from infoeval.cli.outputs import Outputs, output_options
 

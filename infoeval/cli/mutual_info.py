@@ -50,7 +50,7 @@ def mutual_info(
                                    bootstrap=bootstrap, seed=seed, progress=not outputs.quiet, **keywords))  # fmt: skip
 
     def draw(path):
-        from infoeval.output.plots import plot_mutual_info
+        from infoeval.output.mutual_info_plot import plot_mutual_info
 
         plot_mutual_info(data, path)
 

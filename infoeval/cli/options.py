@@ -3,10 +3,6 @@ argument or as --model, settings builders and output paths."""
 
 from __future__ import annotations
 
-import functools
-import inspect
-import types
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
@@ -14,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from infoeval.api.scoring import MAX_TOKENS
+from infoeval.cli.signatures import extend, option
 from infoeval.errors import UsageError
 from infoeval.models import DEFAULT_MODEL
 from infoeval.input.settings import DEFAULT_CTX, ModelSettings, max_tokens_of, read_toml  # noqa: F401  (read_toml: the commands' config and limits files)
@@ -74,17 +71,6 @@ ProtocolOpt = Annotated[str, typer.Option(help="rolling (every token scored once
 DocumentsOpt = Annotated[Optional[str], typer.Option(help="With --protocol lm-eval: a JSONL file of documents, or 'articles' (the WikiText file split into articles, lm-eval's wikitext task).")]
 DocumentFieldOpt = Annotated[str, typer.Option(help="The field of each JSONL line that holds the document.")]
 PrefixOpt = Annotated[str, typer.Option(help="Token put before the text: auto (BOS, else EOS), bos, eos or none.")]
-SchemesOpt = Annotated[str, typer.Option(help="Comma-separated schemes: int<bits>-channel | int<bits>-g<N> [-asym] (infoeval's rounding), bf16 | fp16 (the weights at 16 bits), or <library>:<spec> such as hqq:int4-g64 (the library's own quantizer and kernels; docs/methods.md).")]
-IncludeOpt = Annotated[Optional[list[str]], typer.Option(help="Also quantize modules matching this glob (repeatable), e.g. lm_head.")]
-ExcludeOpt = Annotated[Optional[list[str]], typer.Option(help="Do not quantize modules matching this glob (repeatable).")]
-CalibrationOpt = Annotated[Optional[str], typer.Option("--calibration", help="Calibrated methods (autoround:…): the text they learn from, a dataset name or a UTF-8 file; default: the evaluated text after the evaluated tokens (docs/methods.md).", show_default=False)]
-CalibrationSamplesOpt = Annotated[int, typer.Option(help="Calibrated methods: how many chunks of calibration text.")]
-CalibrationSeqlenOpt = Annotated[int, typer.Option(help="Calibrated methods: tokens per chunk.")]
-CalibrationSeedOpt = Annotated[int, typer.Option(help="Calibrated methods: the seed that draws the chunks and seeds the method.")]
-CalibrationOverlapOpt = Annotated[bool, typer.Option("--calibration-overlap", help="Allow calibration chunks that repeat the evaluated tokens (refused by default).")]
-FloorOpt = Annotated[str, typer.Option("--floor", help="The noise floor (the reference with its weights moved by one bfloat16 rounding step) in the same run: sampled (a seeded share of the windows, ≤ 8 % of the forward passes, ≤ 10 % of the wall time), full (every window) or off.")]
-FloorSeedOpt = Annotated[int, typer.Option(help="The noise floor's seed: its weights and its sampled windows.")]
-RecipeOpt = Annotated[Optional[list[Path]], typer.Option(help="Recipe TOML (unit → scheme, as `infoeval mix` writes): one more variant, named after the file (repeatable).")]
 CsvOpt = Annotated[Optional[Path], typer.Option(help="Write the summary CSV here (a row per variant, or per compressor).")]
 JsonOpt = Annotated[Optional[Path], typer.Option(help="Write metrics and provenance as JSON here.")]
 PositionsOpt = Annotated[Optional[Path], typer.Option(help="Write per-position columns as CSV here.")]
@@ -146,57 +132,6 @@ class RunOptions:
                 "device": self.device, "dtype": self.dtype, "device_map": self.device_map}  # fmt: skip
 
 
-def option(name: str, annotation, default) -> inspect.Parameter:
-    """One keyword-only option of a command's signature (what the decorators below add)."""
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
-
-
-def extend(command, argument: str, extra: list[inspect.Parameter], build, place: str = "last"):
-    """``command`` with the options ``extra`` added to its own, in its --help and --config like its own, which reach
-    it as one argument named ``argument``: ``build(values)`` of every option's value. ``place``: where they stand in
-    --help, "last" (after its own), "first" or "here" (where the command declares ``argument``). An option the command
-    declares itself (its own default or help) stays its own and is in ``values`` as well. Typer passes every option
-    by name, so all are keyword-only."""
-    hints = typing.get_type_hints(command, include_extras=True)
-    own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in inspect.signature(command).parameters.values()]
-    declared = {p.name for p in own} - {argument}
-
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        return command(*args, **{argument: build(kwargs)}, **{k: v for k, v in kwargs.items() if k in declared})
-
-    added = [p for p in extra if p.name not in declared]
-    at = {"first": 0, "last": len(own)}.get(place) if place != "here" else [p.name for p in own].index(argument)
-    own = [p for p in own if p.name != argument]
-    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own[:at] + added + own[at:]]
-    wrapper.__signature__ = inspect.Signature(params)
-    wrapper.__annotations__ = {p.name: p.annotation for p in params}
-    del wrapper.__wrapped__
-    return wrapper
-
-
-def typer_type(hint):
-    """An API keyword's type as an option's: a union holding str as str (a list keyword is comma-separated text),
-    ``X | None`` as ``Optional[X]``."""
-    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else ()
-    kinds = [a for a in args if a is not type(None)]
-    kind = str if str in kinds else kinds[0] if len(kinds) == 1 else hint
-    return Optional[kind] if type(None) in args else kind
-
-
-def api_options(function, argument: str, helps: dict[str, str]):
-    """Give a command an option per keyword of the API's ``function`` named in ``helps`` (name → help text), declared
-    once here: its type and default are the keyword's own (a list as comma-separated text), so the command line's
-    defaults cannot drift from the API's; they reach the command as one ``argument``, the dict of those keywords."""
-    from infoeval.api.scoring import comma_list
-
-    signature, hints = inspect.signature(function), typing.get_type_hints(function)
-    defaults = {n: signature.parameters[n].default for n in helps}
-    params = [option(n, Annotated[typer_type(hints[n]), typer.Option(help=helps[n], show_default=d is not None)],
-                     comma_list(d) if isinstance(d, (list, tuple)) else d) for n, d in defaults.items()]  # fmt: skip
-    return lambda command: extend(command, argument, params, lambda values: {n: values[n] for n in helps}, place="here")
-
-
 _TEXT = [option("text", TextOpt, None), option("dataset", DatasetOpt, None), option("data_dir", DataDirOpt, None),
          option("max_tokens", MaxTokensOpt, MAX_TOKENS_DEFAULT)]  # fmt: skip
 _WINDOW = [option("ctx", CtxOpt, None), option("stride", StrideOpt, None), option("protocol", ProtocolOpt, PROTOCOL_DEFAULT),
@@ -211,19 +146,6 @@ def run_options(windows: bool = True):
     shared = _TEXT + (_WINDOW if windows else []) + _DEVICE
     build = lambda values: RunOptions(**{n: values[n] for n in RunOptions.__dataclass_fields__ if n in values})  # noqa: E731
     return lambda command: extend(command, "run", shared, build)
-
-
-_CALIBRATION = [option("calibration", CalibrationOpt, None), option("calibration_samples", CalibrationSamplesOpt, 128),
-                option("calibration_seqlen", CalibrationSeqlenOpt, 512), option("calibration_seed", CalibrationSeedOpt, 42),
-                option("calibration_overlap", CalibrationOverlapOpt, False)]  # fmt: skip
-
-
-def calibration_options(command):
-    """Give a command the calibration options of the calibrated methods (autoround:…), defined once here; they
-    reach it as one ``calibration_settings: CalibrationSettings`` argument."""
-    from infoeval.input.settings import CalibrationSettings
-
-    return extend(command, "calibration_settings", _CALIBRATION, lambda values: CalibrationSettings(*(values[p.name] for p in _CALIBRATION)))
 
 
 def model_options(argument=ModelArg, flag=ModelOpt, default: str | None = MODEL_DEFAULT, what: str = "the model"):

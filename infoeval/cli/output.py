@@ -37,7 +37,7 @@ class PageOptions:
 
 def page_options(command):
     """Give a command --topk and --html, declared once here; they reach it as one ``page: PageOptions`` argument."""
-    from infoeval.cli.options import extend, option
+    from infoeval.cli.signatures import extend, option
 
     params = [option("topk", TopKOpt, 0), option("html", HtmlOpt, None)]
     return extend(command, "page", params, lambda values: PageOptions(values["topk"], values["html"]), place="here")
@@ -87,8 +87,9 @@ def emit(
     also_written: tuple[str, ...] = (),
 ) -> dict:
     """Write the result JSON and CSVs named in ``paths`` (``summary`` and ``positions`` build the frames, only when
-    wanted; ``summary`` by default the command's own summary table, ``Result.to_frame``), then each extra file (path → its text), then the plot (``draw(plot)``); print the tables
-    (``tables(console, data)``) on stdout and the files written on stderr. Returns the result's JSON dict."""
+    wanted; ``summary`` by default the command's own summary table, ``Result.to_frame``), then each extra file
+    (path → its text), then the plot (``draw(plot)``); print the tables (``tables(console, data)``) on stdout and
+    the files written on stderr. Returns the result's JSON dict."""
     from infoeval.output.report import stdout_console
     from infoeval.output.results import atomic_write_bytes, write_outputs
 

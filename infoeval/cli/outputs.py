@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from infoeval.cli.options import (
-    ConfigOpt, CsvOpt, JsonOpt, OutDirOpt, PlotOpt, PositionsOpt, QuietOpt, RunNameOpt, extend, option, run_folder,
-)  # fmt: skip
+from infoeval.cli.options import ConfigOpt, CsvOpt, JsonOpt, OutDirOpt, PlotOpt, PositionsOpt, QuietOpt, RunNameOpt, run_folder
+from infoeval.cli.signatures import extend, option
 
 # the output options a command may take; "folder" stands for --out-dir and --run-name (the default run folder)
 STANDARD = {"csv": CsvOpt, "json": JsonOpt, "positions": PositionsOpt, "plot": PlotOpt, "quiet": QuietOpt}
@@ -96,7 +95,8 @@ def scoring_options(*outputs: str, windows: bool = True, calibration: bool = Fal
     --model (``model_options``; ``argument``: another positional, e.g. TARGET), the calibration options with
     ``calibration``, the text (``windows``: and window) and device options (``run_options``) and the output options
     ``outputs`` (``output_options``; ``own``: those with their own help)."""
-    from infoeval.cli.options import ModelArg, calibration_options, model_options, run_options
+    from infoeval.cli.options import ModelArg, model_options, run_options
+    from infoeval.cli.variant_options import calibration_options
 
     def decorate(command):
         command = model_options(argument or ModelArg, what=what)(command)

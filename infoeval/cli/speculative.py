@@ -11,8 +11,9 @@ from typing import Annotated, Optional
 import typer
 
 from infoeval.cli.options import (
-    DEVICE_DEFAULT, DTYPE_DEFAULT, TEMPERATURE_FLAGS, DeviceMapOpt, DeviceOpt, DtypeOpt, RunOptions, extend, model_options, option,
+    DEVICE_DEFAULT, DTYPE_DEFAULT, TEMPERATURE_FLAGS, DeviceMapOpt, DeviceOpt, DtypeOpt, RunOptions, model_options,
 )  # fmt: skip
+from infoeval.cli.signatures import extend, option
 from infoeval.cli.outputs import Outputs, output_options, scoring_options
 from infoeval.models import DEFAULT_MODEL
 

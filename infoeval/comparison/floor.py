@@ -1,5 +1,5 @@
-"""quantize-compare's noise floor: the windows it runs on and the result's block (``measure/floor.py`` holds the
-maths, ``quant/floor.py`` the definition)."""
+"""quantize-compare's noise floor: the floor built on the reference, the windows it runs on and the result's
+block (``measure/floor.py`` holds the maths, ``quant/floor.py`` the definition)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import numpy as np
 from infoeval.comparison.lockstep import CompareColumns
 from infoeval.comparison.until import UntilSettings, budget_windows
 from infoeval.input.prepare import Prepared
+from infoeval.input.settings import VariantSettings
 from infoeval.measure import floor as floor_measure
 from infoeval.measure.stopping import visit_order
-from infoeval.quant.floor import FloorVariant
+from infoeval.quant.floor import FloorVariant, build_floor
 
 
 def floor_at(p: Prepared, n_models: int, until: UntilSettings | None, mode: str, seed: int) -> tuple[int, ...]:
@@ -20,6 +21,15 @@ def floor_at(p: Prepared, n_models: int, until: UntilSettings | None, mode: str,
         return floor_measure.floor_windows([w.index for w in p.windows], n_models, mode, seed)
     order = visit_order(len(p.windows), until.seed, until.order)[: budget_windows(p, until)]
     return floor_measure.floor_windows([p.windows[i].index for i in order], n_models, mode, seed, first=True)
+
+
+def noise_floor(p: Prepared, settings: VariantSettings, n_models: int, until: UntilSettings | None
+                ) -> tuple[FloorVariant | None, tuple[int, ...]]:  # fmt: skip
+    """The noise floor built on the reference (None with --floor off) and the windows it runs on (``floor_at``)."""
+    if settings.floor == "off":
+        return None, ()
+    floor = build_floor(p.loaded.model, settings.include, settings.exclude, settings.floor_seed)
+    return floor, floor_at(p, n_models, until, settings.floor, settings.floor_seed)
 
 
 def floor_block(cols: CompareColumns, floor: FloorVariant, mode: str, floor_at: tuple[int, ...], n_models: int) -> dict:

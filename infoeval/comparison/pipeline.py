@@ -12,27 +12,21 @@ import numpy as np
 
 from infoeval import engine
 from infoeval.errors import RuntimeFailure, UsageError
-from infoeval.comparison.floor import floor_at as _floor_at, floor_block
+from infoeval.comparison.floor import floor_block, noise_floor
 from infoeval.measure.confidence import confidence_block
 from infoeval.measure.frontier import frontier_block
 from infoeval.measure.paired import PairedSettings, paired_block
 from infoeval.comparison.lockstep import (  # noqa: F401  (REFERENCE … VARIANT_COLUMNS, lockstep_reducer: re-exported)
     FLOOR_STATISTICS, REF_COLUMNS, REFERENCE, SHARED_TOKENS, TOP_COLUMNS, VARIANT_COLUMNS, CompareColumns, lockstep_reducer, run_lockstep,
 )  # fmt: skip
-from infoeval.comparison.report import compress_frame, summary_frame
+from infoeval.comparison.frames import compress_frame, summary_frame
 from infoeval.comparison.until import UntilSettings, bpb_ses, budget_windows, check_protocol, evaluate_until, kl_ses
-from infoeval.measure.metrics import reference_metrics, variant_metrics
-from infoeval.models.checkpoints import checkpoint_names, load_checkpoints
-from infoeval.models.objects import ModuleVariant, check_variants
+from infoeval.measure.column_metrics import reference_metrics, variant_metrics
+from infoeval.comparison.variants import build_planned, plan_variants
+from infoeval.models.objects import ModuleVariant
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.measure.protocol_metrics import protocol_figures
-from infoeval.quant.apply import build_variants
-from infoeval.quant.methods import split_schemes
-from infoeval.quant.methods.calibration import for_methods
-from infoeval.quant.methods.variant import build_method_variant
-from infoeval.quant.floor import FLOOR, FloorVariant, build_floor
-from infoeval.quant.recipe import read_recipe
-from infoeval.quant.schemes import parse_schemes
+from infoeval.quant.floor import FLOOR, FloorVariant
 from infoeval.output.results import Result
 from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.input.tokens import token_texts
@@ -54,14 +48,18 @@ class CompareResult(Result):
     reference: dict[str, float]
     variants: tuple[VariantResult, ...]
     protocol_metrics: dict | None = None  # the lm-eval / gptq protocol's own figures, per model
-    until_se: dict | None = None  # --until-se: the target, whether it was reached, the tokens it took (comparison/until.py)
+    # --until-se: the target, whether it was reached, the tokens it took (comparison/until.py)
+    until_se: dict | None = None
     floor: dict | None = None  # the noise floor: its windows, metrics, and each variant against it (measure/floor.py)
     paired: dict | None = None  # --baseline: every other variant against it, paired verdicts (measure/paired.py)
-    frontier: dict | None = None  # the bits-per-weight against KL frontier: the Pareto-optimal variants (measure/frontier.py)
-    by_confidence: dict | None = None  # each variant's mean KL and top-1 by the reference's top-1 probability (measure/confidence.py)
+    # the bits-per-weight against KL frontier: the Pareto-optimal variants (measure/frontier.py)
+    frontier: dict | None = None
+    # each variant's mean KL and top-1 by the reference's top-1 probability (measure/confidence.py)
+    by_confidence: dict | None = None
     FAMILY = "quantize-compare"
     SUMMARY = staticmethod(summary_frame)
-    OMITTED_WHEN_NONE = ("until_se", "floor", "paired", "frontier", "by_confidence")  # without --until-se, with --floor off, without --baseline or a second variant
+    # without --until-se, with --floor off, without --baseline or a second variant
+    OMITTED_WHEN_NONE = ("until_se", "floor", "paired", "frontier", "by_confidence")
 
 
 @dataclass(frozen=True)
@@ -72,7 +70,8 @@ class CompressResult(Result):
     compressors: tuple[dict, ...]
     model_over_xz: float | None
     protocol_metrics: dict | None = None  # the lm-eval / gptq protocol's own figures
-    until_se: dict | None = None  # --until-se: the target, whether it was reached, the tokens it took (comparison/until.py)
+    # --until-se: the target, whether it was reached, the tokens it took (comparison/until.py)
+    until_se: dict | None = None
     FAMILY = "compress-bits"
     SUMMARY = staticmethod(compress_frame)
     OMITTED_WHEN_NONE = ("until_se",)  # without --until-se, the same record as before
@@ -121,6 +120,17 @@ def _checked_text(text_settings: TextSettings, window_settings: WindowSettings, 
     return dataclasses.replace(text_settings, max_tokens=None)
 
 
+def _paired_view(cols: CompareColumns, paired: PairedSettings | None, timings: dict[str, float]) -> dict | None:
+    """--baseline: every other variant against it (None without one); its seconds go into ``timings`` as paired_s,
+    the verdicts' own cost (the P99's bootstrap most of it)."""
+    if not paired:
+        return None
+    t0 = time.perf_counter()
+    view = paired_block(cols.variants, paired, cols.reference["window"])
+    timings["paired_s"] = time.perf_counter() - t0
+    return view
+
+
 def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, variant_settings: VariantSettings,
                      reporter: Reporter | None = None, until: UntilSettings | None = None, top_k: int = 0,
                      modules: Sequence[ModuleVariant] = (), paired: PairedSettings | None = None) -> tuple[CompareResult, CompareColumns]:  # fmt: skip
@@ -131,37 +141,16 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
     baseline it names)."""
     reporter = reporter or Reporter()
     text_settings = _checked_text(text_settings, window_settings, until, top_k)
-    plain, methods = split_schemes(variant_settings.schemes)  # fail on a bad scheme (or a missing library) before loading
-    schemes = parse_schemes(plain) if plain or not (variant_settings.recipes or methods or modules or variant_settings.checkpoints) else []
-    recipes = [read_recipe(r) for r in variant_settings.recipes]
-    named = [s.name for s in schemes] + [r.name for r in recipes] + [m.name for m in methods] + [m.name for m in modules]
-    checkpoints = checkpoint_names(variant_settings.checkpoints, set(named))
-    if paired is not None:  # before anything loads
-        paired.check(named + checkpoints)
+    plan = plan_variants(variant_settings, modules, paired)  # fail on a bad scheme, name or baseline before loading
     p = prepare(model_settings, text_settings, window_settings, reporter)
-    reporter.stage("quantizing")
-    t0 = time.perf_counter()
-    variants = build_variants(p.loaded.model, schemes, recipes, variant_settings.include, variant_settings.exclude)
-    calibration = for_methods(methods, variant_settings.calibration, p.text, p.stream, p.loaded.tokenizer)  # autoround:…
-    variants += [build_method_variant(p.loaded.model, m, variant_settings.include, variant_settings.exclude, p.loaded.tokenizer, calibration)
-                 for m in methods]  # fmt: skip
-    quantize_s = time.perf_counter() - t0
-    check_variants(p.loaded, modules)  # before any forward pass
-    variants += list(modules)
-    if checkpoints:
-        reporter.stage("loading checkpoints")
-        variants += load_checkpoints(variant_settings.checkpoints, checkpoints, p.loaded, model_settings.device_map)
-    floor = None if variant_settings.floor == "off" else build_floor(p.loaded.model, variant_settings.include, variant_settings.exclude, variant_settings.floor_seed)
-    floor_at = _floor_at(p, 1 + len(variants), until, variant_settings.floor, variant_settings.floor_seed) if floor else ()
+    variants, calibration, quantize_s = build_planned(p, plan, variant_settings, modules, model_settings.device_map, reporter)
+    floor, floor_at = noise_floor(p, variant_settings, 1 + len(variants), until)
     cols, eval_timings, p, block = _evaluate(p, variants, reporter, until, kl_ses, top_k, floor, floor_at)
     if top_k:
         cols.vocab = _vocab(p, cols)
     timings = {**p.timings, "quantize_s": quantize_s, **eval_timings}
     records = tuple(VariantResult(v.name, variant_metrics(cols.reference, cols.variants[v.name]), v.summary()) for v in variants)
-    t0 = time.perf_counter()
-    paired_view = paired_block(cols.variants, paired, cols.reference["window"]) if paired else None
-    if paired:
-        timings["paired_s"] = time.perf_counter() - t0  # the verdicts' own cost (the P99's bootstrap most of it)
+    paired_view = _paired_view(cols, paired, timings)
     result = CompareResult(
         p.provenance("quantize-compare", **({"top_k": top_k} if top_k else {}), **({"calibration": calibration.provenance} if calibration else {})), timings,
         reference=reference_metrics(cols.reference),

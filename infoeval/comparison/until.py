@@ -22,7 +22,7 @@ import numpy as np
 
 from infoeval import distributed
 from infoeval.errors import UsageError
-from infoeval.measure.metrics import bits_per_byte_se
+from infoeval.measure.column_metrics import bits_per_byte_se
 from infoeval.measure.sequential import PASS
 from infoeval.measure.stats import cluster_se, se
 from infoeval.measure.stopping import budget_count, check_order, run_until_se, visit_order

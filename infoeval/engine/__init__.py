@@ -19,27 +19,13 @@ and fills only their rows. Under a launcher (torchrun, accelerate launch) each r
 ``last_logits`` and ``CachedModel``.
 
 Shared batches (``plan_shared``): windows of one length go through every role's decoder blocks together, once
-per batch, and each window then gets its own step, its logits made from the blocks' output by the role's head::
-
-    hidden[role] = model-without-head(inputs of the batch's windows)     (B, T, hidden), at the batch's start
-    for each window k:  logits[role] = head(hidden[role][k, scored positions of window k])      (1, n, V)
-
-A quantized variant then dequantizes its layers once per batch instead of once per window, and the memory stays
-one window's logits per role plus (roles × B × T × hidden) floats. The logits are computed exactly as the
-window's own forward pass computes them (its head on the same rows), which ``splits`` checks once per model on
-a few tokens; a model whose forward does more after its head (a logit soft-cap, a scale) fails the check and its
-windows go through one by one. Between the blocks and the heads the heap's free pages go back to the OS (one
-``heap.release_freed_memory`` per batch), so the activations the blocks freed do not stay resident under the
-logits. The blocks see a batch of B sequences, and every Linear layer gives the bits of one
-sequence at a time (``roles.linears_row_by_row``: one product of the batch where that was checked to give them,
-else one product per sequence; a BLAS may block B·T rows differently), so the numbers are the bits of
-window-by-window forward passes.
+per batch, and each window then gets its own step, its logits made from the blocks' output by the role's head
+(``engine/shared.py``).
 """
 
 from __future__ import annotations
 
 import time
-import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -52,7 +38,8 @@ from infoeval.engine.batches import Batch, each_window, plan, plan_shared  # noq
 from infoeval.engine.columns import IDENTITY, Columns, as_numpy, identity_columns
 from infoeval.errors import RuntimeFailure
 from infoeval.engine.kvcache import cache_kw, crop_to, new_cache  # noqa: F401  (crop_to, new_cache: re-exported)
-from infoeval.engine.roles import headless, linears_row_by_row, model_device, parts
+from infoeval.engine.roles import model_device, parts
+from infoeval.engine.shared import run_blocks, splits
 from infoeval.input.windows import window_inputs, window_targets
 
 Reducer = Callable[["Step"], Mapping[str, "torch.Tensor | np.ndarray"]]
@@ -67,24 +54,6 @@ def forward_logits(model, inputs: torch.Tensor, keep: torch.Tensor | int) -> tor
 def last_logits(model, inputs: torch.Tensor) -> torch.Tensor:
     """Next-token logits after each row of ``inputs`` (B, T) → (B, V)."""
     return forward_logits(model, inputs, 1)[:, -1]
-
-
-_SPLITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def splits(model: torch.nn.Module, probe: torch.Tensor) -> bool:
-    """Whether ``model``'s logits are exactly its head applied to what its forward pass gives the head, checked
-    once per model on ``probe`` (1, T) ids: the same bits, shape and dtype."""
-    if model not in _SPLITS:
-        ok = callable(getattr(model, "get_output_embeddings", None)) and model.get_output_embeddings() is not None
-        if ok:
-            full = forward_logits(model, probe, 0)
-            with headless(model) as head:
-                hidden = forward_logits(model, probe, 0)
-            split = head(hidden)
-            ok = split.shape == full.shape and split.dtype == full.dtype and torch.equal(split, full)
-        _SPLITS[model] = ok
-    return _SPLITS[model]
 
 
 def require_finite(values: torch.Tensor, role: str, batch: Batch) -> None:
@@ -163,15 +132,7 @@ def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, pref
     # a model placed by accelerate (device_map) keeps its per-module hooks: it goes window by window
     if b.shared and all(model_device(m, device) == device and not getattr(m, "hf_device_map", None)
                         and splits(m, inputs[:1, :8]) for m, _ in split.values()):  # fmt: skip
-        hidden, row = {}, {}  # role → (B_role, T, hidden); role → {window k of the batch: its row there}
-        for role, (module, active) in split.items():
-            ks = [k for k, w in enumerate(b.windows) if role not in only or w.index in only[role]]
-            row[role] = {k: j for j, k in enumerate(ks)}
-            rows = inputs if len(ks) == len(b.windows) else inputs[ks]
-            with clock.forward(role), active(), headless(module), linears_row_by_row(module):
-                hidden[role] = forward_logits(module, rows, 0)  # (B, T, hidden): the head's inputs
-        with clock.forward():
-            heap.release_freed_memory()  # the blocks' activations are free and the heads' logits come next (heap.py)
+        hidden, row = run_blocks(split, inputs, b, clock, only)
         for k, w in enumerate(each_window(b)):
             targets = window_targets(stream_ids, w.windows[0])[None].to(device)
             here = {r: roles[r] for r in hidden if k in row[r]}

@@ -60,7 +60,8 @@ def plan_shared(windows: Sequence[Window], tokens: int) -> list[Batch]:
     shared batch: its windows go through the decoder blocks together and are reduced one by one (any scored
     positions). Rows as ``plan``'s.
 
-    >>> [(len(b.windows), b.rows) for b in plan_shared([Window(i, 4 * i, 4, 0, 4) for i in range(3)] + [Window(3, 12, 2, 0, 2)], 8)]
+    >>> windows = [Window(i, 4 * i, 4, 0, 4) for i in range(3)] + [Window(3, 12, 2, 0, 2)]
+    >>> [(len(b.windows), b.rows) for b in plan_shared(windows, 8)]
     [(2, slice(0, 8, None)), (1, slice(8, 12, None)), (1, slice(12, 14, None))]
     """
     out, row, i = [], 0, 0

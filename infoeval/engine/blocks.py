@@ -26,7 +26,8 @@ import torch
 
 from infoeval import engine
 from infoeval.errors import RuntimeFailure
-from infoeval.quant.apply import decoder_prefix, swapped
+from infoeval.quant.apply import swapped
+from infoeval.quant.selection import decoder_prefix
 
 
 @dataclass(frozen=True)

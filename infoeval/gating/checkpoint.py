@@ -38,13 +38,7 @@ def quantize_checkpoint(model_settings: ModelSettings, scheme_name: str, out: Pa
     per layer) instead of ``scheme_name``; stored fake-quantized."""
     scheme = parse_scheme(scheme_name)
     mix = read_recipe(recipe) if recipe is not None else None
-    if fmt not in FORMATS:
-        raise UsageError(f"unknown --format '{fmt}'; allowed: {', '.join(FORMATS)}")
-    if mix is not None and fmt != "fake":
-        raise UsageError("--recipe checkpoints are written with --format fake (pack-quantized holds one int4 scheme)")
-    out = Path(out)
-    if out.exists() and not force:
-        raise UsageError(f"output folder '{out}' already exists; choose another --out or pass --force")
+    out = _checked_out(fmt, mix, out, force)
     device = resolve_device(model_settings.device)
     loaded = load_model(model_settings.model, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map)
     packed = check_packable(loaded.model, scheme, include, exclude) if fmt == "pack-quantized" else None
@@ -61,6 +55,29 @@ def quantize_checkpoint(model_settings: ModelSettings, scheme_name: str, out: Pa
         "storage": "dequantized float weights" if fmt == "fake" else "compressed-tensors pack-quantized int4 codes",
         "quantization": summary,
     }
+    _save(loaded, variant, scheme, packed, fmt, report, out)
+    return {"out": str(out), "scheme": variant.name, "format": fmt, "layers_quantized": summary["layers_quantized"],
+            "layers_skipped": summary["layers_skipped"], "sqnr_db_min": summary["sqnr_db_min"],
+            "sqnr_db_mean": summary["sqnr_db_mean"], "params_quantized": summary["params_quantized"],
+            "files": sorted(p.name for p in out.iterdir())}
+
+
+def _checked_out(fmt: str, mix, out: Path, force: bool) -> Path:
+    """``out`` as a Path once the request is known to be writable: a known format, a recipe only as fake weights,
+    and no existing folder unless ``force``."""
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown --format '{fmt}'; allowed: {', '.join(FORMATS)}")
+    if mix is not None and fmt != "fake":
+        raise UsageError("--recipe checkpoints are written with --format fake (pack-quantized holds one int4 scheme)")
+    out = Path(out)
+    if out.exists() and not force:
+        raise UsageError(f"output folder '{out}' already exists; choose another --out or pass --force")
+    return out
+
+
+def _save(loaded, variant, scheme, packed, fmt: str, report: dict, out: Path) -> None:
+    """Write the quantized model, its tokenizer and ``report`` into a temp folder beside ``out``, then rename it
+    to ``out`` (replacing it); on any failure the temp folder is removed and ``out`` is left as it was."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
@@ -81,10 +98,6 @@ def quantize_checkpoint(model_settings: ModelSettings, scheme_name: str, out: Pa
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return {"out": str(out), "scheme": variant.name, "format": fmt, "layers_quantized": summary["layers_quantized"],
-            "layers_skipped": summary["layers_skipped"], "sqnr_db_min": summary["sqnr_db_min"],
-            "sqnr_db_mean": summary["sqnr_db_mean"], "params_quantized": summary["params_quantized"],
-            "files": sorted(p.name for p in out.iterdir())}
 
 
 def saved_scheme(folder: Path) -> str | None:

@@ -1,5 +1,5 @@
 """Pure maths of the compact reference: a next-token distribution p kept as its top-K plus a tail, and the
-divergences of a candidate q from it (computed by ``infotheory.compact_divergences``).
+divergences of a candidate q from it (computed by ``compact_kl.compact_divergences``).
 
 Per scored position the reference keeps
   * the top-K token ids and log p (K = 64 by default),
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from infoeval.measure.infotheory import tail_logmass
+from infoeval.measure.compact_kl import tail_logmass
 
 DEFAULT_TOP_K = 64
 DEFAULT_TAIL_SAMPLES = 128

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from infoeval.gating.pipeline import CANDIDATE, GATE_COLUMNS, gate_metrics
+from infoeval.gating.columns import CANDIDATE, GATE_COLUMNS, gate_metrics
 from infoeval.measure.floor import floor_metrics, floor_rows, versus_floor
 from infoeval.quant.floor import FLOOR
 

@@ -151,7 +151,8 @@ def below_floor(verdicts: list[Verdict], floor_metrics: dict | None) -> list[Ver
     side of the threshold) failed, closed, with the floor's value: a limit below what the run can resolve cannot be
     judged. Metrics the floor does not have are left as they are; without a floor (``--floor off``) nothing changes.
 
-    >>> v = judge(parse_limits({"max_kl_mean": 1e-5, "max_kl_p99": 0.5}), {"kl_mean": 2e-6, "kl_se": 1e-7, "kl_p99": 0.1})
+    >>> limits = parse_limits({"max_kl_mean": 1e-5, "max_kl_p99": 0.5})
+    >>> v = judge(limits, {"kl_mean": 2e-6, "kl_se": 1e-7, "kl_p99": 0.1})
     >>> [(x.passed, x.floor) for x in below_floor(v, {"kl_mean": 3e-5, "kl_p99": 1e-4})]
     [(False, 3e-05), (True, None)]
     """

@@ -11,36 +11,31 @@ import numpy as np
 import torch
 
 from infoeval.input.settings import CalibrationSettings, ModelSettings, TextSettings, WindowSettings
-from infoeval.errors import DataError, UsageError
+from infoeval.errors import UsageError
 from infoeval import engine
 from infoeval.gating.compact import CompactDist, compact
-from infoeval.measure.infotheory import by_rows, chunk_rows, compact_divergences, entropy, log_softmax
-from infoeval.gating.report import verdicts_frame
+from infoeval.measure.infotheory import by_rows, chunk_rows, entropy, log_softmax
 from infoeval.gating.baseline import judge_baseline, read_baseline
+from infoeval.gating.columns import GATE_COLUMNS, gate_metrics, gate_reducer, reference_columns
+from infoeval.gating.floor import floor_roles, gate_floor
 from infoeval.gating.limits import Limit, below_floor, judge
 from infoeval.input.settings import check_floor
 from infoeval.measure.floor import floor_windows
 from infoeval.quant.floor import FLOOR
-from infoeval.gating.positions import TOP_COLUMNS, candidate_top, check_top_k, row_columns
+from infoeval.gating.positions import TOP_COLUMNS, check_top_k, row_columns
+from infoeval.gating.records import GateResult, ReferenceResult, gate_result
 from infoeval.gating.reference_file import Reference, read_reference, write_reference
-from infoeval.measure.metrics import reference_metrics, variant_metrics
-from infoeval.measure.stats import se
+from infoeval.measure.column_metrics import reference_metrics
 from infoeval.gating.candidate import check_scheme, vocab_fingerprint
 from infoeval.gating.candidate import load_candidate as _load_candidate  # under this name the tests replace it
-from infoeval.input.provenance import provenance
-from infoeval.output.results import SCHEMA_VERSION, Result
+from infoeval.output.results import SCHEMA_VERSION
 from infoeval.input.prepare import Reporter, prepare, progress
 
 
-REFERENCE, CANDIDATE = "the reference model", "the candidate"
+REFERENCE = "the reference model"
 COMPACT_FIELDS = tuple(CompactDist.__dataclass_fields__)
 REFERENCE_SCHEMA = {"top_ids": np.int64, "tail_ids": np.int64, "top_logp": np.float32, "tail_logmass": np.float32,
                     "tail_logp": np.float32, "target_logp": np.float32, "entropy": np.float32}  # fmt: skip
-GATE_COLUMNS = ("kl", "kl_lower", "tv", "rkl", "top1")
-
-
-def _slice(d: CompactDist, a: int, b: int) -> CompactDist:
-    return CompactDist(*(getattr(d, f)[a:b] for f in CompactDist.__dataclass_fields__))
 
 
 def _compact_rows(z: torch.Tensor, targets: torch.Tensor, top_k: int, tail_samples: int, gen) -> dict:
@@ -49,48 +44,6 @@ def _compact_rows(z: torch.Tensor, targets: torch.Tensor, top_k: int, tail_sampl
     d = compact(lp, top_k, tail_samples, gen)
     return {**{f: getattr(d, f) for f in COMPACT_FIELDS}, "target_logp": lp.gather(-1, targets[:, None])[:, 0],
             "entropy": entropy(lp)}  # fmt: skip
-
-
-def _gate_rows(ref: Reference, z: torch.Tensor, rows: slice, top_k: int = 0) -> dict:
-    """The gate's columns for the column rows ``rows`` from the candidate's logits ``z`` of those rows (with
-    ``top_k``, its k most likely tokens and their probabilities too)."""
-    lq = log_softmax(z).cpu()
-    d = compact_divergences(_slice(ref.dist, rows.start, rows.stop), lq)
-    return {"nll": -lq.gather(-1, ref.target_ids[rows, None])[:, 0], **{k: getattr(d, k) for k in GATE_COLUMNS}, **candidate_top(lq, top_k)}
-
-
-@dataclass(frozen=True)
-class ReferenceResult(Result):
-    """reference: the file written, its size against llama.cpp's, and the reference's own metrics."""
-
-    file: str
-    file_bytes: int
-    bytes_per_position: float
-    llama_cpp_bytes_per_position: int
-    vocab_size: int
-    tokenizer_fingerprint: str
-    top_k: int
-    tail_samples: int
-    seed: int
-    reference: dict[str, float]
-    FAMILY = "reference"
-
-
-@dataclass(frozen=True)
-class GateResult(Result):
-    """gate: the verdict of every limit (and of the baseline), the candidate's metrics, the reference's."""
-
-    passed: bool
-    verdicts: tuple[dict, ...]
-    baseline: dict | None
-    metrics: dict[str, float]
-    reference: dict[str, float]
-    candidate: dict
-    sequential: dict | None = None  # gate --sequential: the stop, tokens used of the budget, the bounds (sequential_gate.py)
-    floor: dict | None = None  # the noise floor: its windows, metrics, the candidate against it, the limits below it
-    FAMILY = "gate"
-    SUMMARY = staticmethod(verdicts_frame)
-    OMITTED_WHEN_NONE = ("sequential", "floor")  # the fixed gate's record with --floor off is the same as before
 
 
 def window_seed(seed: int, window: int) -> int:
@@ -114,8 +67,26 @@ def build_reference(model_settings: ModelSettings, text_settings: TextSettings, 
     p = prepare(model_settings, text_settings, window_settings, reporter)
     model = p.loaded.model
     gen = torch.Generator(device=engine.model_device(model)).manual_seed(seed)
-
     seen = {}
+    reduce = _reference_reducer(gen, seed, top_k, tail_samples, seen)
+    with progress(reporter, len(p.windows), f"reference: {len(p.windows)} windows") as bar:
+        cols = engine.run({REFERENCE: model}, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id, reduce,
+                          REFERENCE_SCHEMA, p.stream.nbytes, bar.step)  # fmt: skip
+    vocab = seen.get("vocab") or model.get_output_embeddings().weight.shape[0]  # a rank may have had no window
+    prov = p.provenance("reference")
+    ref = _reference(p, cols, prov, vocab, top_k, tail_samples, seed)
+    size = write_reference(out, ref, vocab)
+    meta = ref.meta
+    return ReferenceResult(
+        prov, {**p.timings, "eval_s": bar.seconds}, file=str(out), file_bytes=size, bytes_per_position=size / ref.n,
+        llama_cpp_bytes_per_position=2 * vocab, vocab_size=vocab, tokenizer_fingerprint=meta["tokenizer_fingerprint"],
+        top_k=meta["top_k"], tail_samples=tail_samples, seed=seed, reference=meta["reference"],
+    )  # fmt: skip
+
+
+def _reference_reducer(gen: torch.Generator, seed: int, top_k: int, tail_samples: int, seen: dict):
+    """The engine's reducer of the reference pass: each window's rows → the reference file's columns, its tail
+    samples drawn by ``gen`` reseeded per window; ``seen["vocab"]`` records the logits' width."""
 
     def reduce(step: engine.Step) -> dict:
         z, targets = step.logits[REFERENCE][0], step.targets[0]
@@ -127,11 +98,12 @@ def build_reference(model_settings: ModelSettings, text_settings: TextSettings, 
         size = chunk_rows(z) if gen.device.type == "cpu" else z.shape[0]
         return by_rows(z.shape[0], lambda r: _compact_rows(z[r], targets[r], top_k, tail_samples, gen), size)
 
-    with progress(reporter, len(p.windows), f"reference: {len(p.windows)} windows") as bar:
-        cols = engine.run({REFERENCE: model}, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id, reduce,
-                          REFERENCE_SCHEMA, p.stream.nbytes, bar.step)  # fmt: skip
-    vocab = seen.get("vocab") or model.get_output_embeddings().weight.shape[0]  # a rank may have had no window
-    prov = p.provenance("reference")
+    return reduce
+
+
+def _reference(p, cols: dict, prov, vocab: int, top_k: int, tail_samples: int, seed: int) -> Reference:
+    """The reference to write from the pass's columns ``cols``: its metadata (provenance, the tokenizer's
+    fingerprint, the sampling, the reference's own metrics) and the columns as tensors."""
     meta = {
         "schema": f"infoeval/reference/{SCHEMA_VERSION}",
         "provenance": prov.to_json(),
@@ -144,13 +116,7 @@ def build_reference(model_settings: ModelSettings, text_settings: TextSettings, 
     }
     t = {k: torch.from_numpy(v) for k, v in cols.items()}
     dist = CompactDist(*(t[f] for f in COMPACT_FIELDS))
-    ref = Reference(dist, t["token_id"], t["target_logp"], t["entropy"], t["bytes"], p.stream.ids, p.windows, meta)
-    size = write_reference(out, ref, vocab)
-    return ReferenceResult(
-        prov, {**p.timings, "eval_s": bar.seconds}, file=str(out), file_bytes=size, bytes_per_position=size / ref.n,
-        llama_cpp_bytes_per_position=2 * vocab, vocab_size=vocab, tokenizer_fingerprint=meta["tokenizer_fingerprint"],
-        top_k=meta["top_k"], tail_samples=tail_samples, seed=seed, reference=meta["reference"],
-    )  # fmt: skip
+    return Reference(dist, t["token_id"], t["target_logp"], t["entropy"], t["bytes"], p.stream.ids, p.windows, meta)
 
 
 @dataclass(frozen=True)
@@ -179,8 +145,6 @@ class GateSettings:
 @torch.inference_mode()
 def run_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporter: Reporter | None = None) -> tuple[GateResult, dict]:
     """Run the candidate on the reference's windows; returns (result dict, per-position columns)."""
-    from infoeval.gating.floor import floor_roles, gate_floor
-
     reporter = reporter or Reporter()
     ref, baseline, candidate, load_s = open_gate(gate_settings, model_settings, reporter)
     floor_at = floor_windows([w.index for w in ref.windows], 1, gate_settings.floor, gate_settings.floor_seed) if candidate[3] is not None else ()
@@ -214,55 +178,3 @@ def open_gate(gate_settings: GateSettings, model_settings: ModelSettings, report
     t0 = time.perf_counter()
     candidate = _load_candidate(gate_settings, model_settings, ref)
     return ref, baseline, candidate, time.perf_counter() - t0
-
-
-def gate_reducer(ref: Reference, top_k: int = 0):
-    """The engine's reducer of a gate: the candidate's per-position columns against the reference's rows."""
-
-    def reduce(step: engine.Step) -> dict:
-        z, a = step.logits[CANDIDATE][0], step.batch.rows.start
-        if z.shape[1] != ref.meta["vocab_size"]:
-            raise DataError(f"the candidate has {z.shape[1]} output logits, the reference {ref.meta['vocab_size']}: different vocabularies")
-        out = by_rows(z.shape[0], lambda r: _gate_rows(ref, z[r], slice(a + r.start, a + r.stop), top_k), chunk_rows(z))
-        if FLOOR in step.logits:  # the noise floor on its windows, judged against the reference file as the candidate is
-            zf = step.logits[FLOOR][0]
-            floor = by_rows(zf.shape[0], lambda r: _gate_rows(ref, zf[r], slice(a + r.start, a + r.stop)), chunk_rows(zf))
-            out |= {f"{FLOOR}/{k}": floor[k] for k in ("nll", *GATE_COLUMNS)}
-        return out
-
-    return reduce
-
-
-def reference_columns(ref: Reference) -> dict:
-    """The reference's per-position columns the metrics read: NLL, bytes, entropy."""
-    return {"nll": (-ref.target_logp).numpy(), "bytes": ref.nbytes.numpy(), "entropy": ref.entropy.numpy()}
-
-
-def gate_result(gate_settings: GateSettings, ref: Reference, candidate: tuple, timings: dict, passed: bool, verdicts: tuple,
-                base_rows: list, metrics: dict, sequential: dict | None = None, floor: dict | None = None) -> GateResult:  # fmt: skip
-    """The gate's result record (``sequential``: the block of a sequential gate, else None; ``floor``: the noise
-    floor's block, ``gate_floor``)."""
-    spec, loaded, qreport = candidate[:3]
-    return GateResult(
-        provenance(
-            "gate", model=loaded.info, reference_file=str(gate_settings.reference), reference_provenance=ref.meta["provenance"],
-            top_k=ref.meta["top_k"], tail_samples=ref.meta["tail_samples"], confidence=gate_settings.confidence, point=gate_settings.point,
-            positions_top_k=gate_settings.top_k,
-        ),
-        timings, passed=passed, verdicts=verdicts,
-        baseline={"file": str(gate_settings.baseline), "rows": base_rows} if gate_settings.baseline else None, metrics=metrics,
-        reference=ref.meta["reference"],
-        candidate={"spec": spec, "model": loaded.info.to_json(), "scheme": gate_settings.scheme or (f"recipe {gate_settings.recipe}" if gate_settings.recipe else None),
-                   "quantization": qreport},
-        sequential=sequential, floor=floor,
-    )  # fmt: skip
-
-
-def gate_metrics(ref_cols: dict, var: dict) -> dict:
-    """The candidate's metrics against the reference's columns, with the KL lower bound's mean and SE."""
-    m = variant_metrics(ref_cols, var)
-    lower = var["kl_lower"].astype(np.float64)
-    m["kl_lower_mean"] = float(lower.mean())
-    m["kl_lower_se"] = se(lower, ref_cols.get("window"))
-    m["reference_ppl"] = reference_metrics(ref_cols)["ppl"]
-    return m

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from infoeval.comparison.report import top_k_columns
+from infoeval.comparison.frames import top_k_columns
 from infoeval.engine.columns import identity_columns
 from infoeval.errors import UsageError
 from infoeval.input.tokens import token_texts

@@ -11,7 +11,6 @@ run alone, the columns in the reference's order)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,18 +25,12 @@ from infoeval.gating.limits import below_floor, judge
 from infoeval.measure.floor import floor_windows
 from infoeval.quant.floor import FLOOR
 from infoeval.gating.positions import TOP_COLUMNS, row_columns
-from infoeval.gating.pipeline import (
-    GATE_COLUMNS,
-    GateResult,
-    GateSettings,
-    gate_metrics,
-    gate_reducer,
-    gate_result,
-    open_gate,
-    reference_columns,
-)
+from infoeval.gating.columns import GATE_COLUMNS, gate_metrics, gate_reducer, reference_columns
+from infoeval.gating.pipeline import GateSettings, open_gate
+from infoeval.gating.records import GateResult, gate_result
+from infoeval.gating.sequential_block import sequential_report
 from infoeval.input.prepare import Reporter, progress
-from infoeval.measure.sequential import FAIL, PASS
+from infoeval.measure.sequential import PASS
 from infoeval.measure.stopping import (
     SequentialRule,
     budget_count,
@@ -46,11 +39,6 @@ from infoeval.measure.stopping import (
     visit_order,
 )
 from infoeval.input.settings import ModelSettings
-
-DECISIONS = {PASS: "pass", FAIL: "fail", 0: "undecided"}
-METHOD = ("Lai's t-mixture confidence sequence on window-level observations (running intersection); PASS when every "
-          "limit's upper bound at alpha holds (intersection-union), FAIL when one limit's lower bound at alpha/k breaks "
-          "it (union bound), for a stream with a floor also by the exact capital test, each half of alpha/k")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -99,16 +87,41 @@ def run_sequential_gate(gate_settings: GateSettings, seq: SequentialSettings, mo
     ref, baseline, candidate, load_s = open_gate(gate_settings, model_settings, reporter, lambda r: planned.update(_plan(r, seq, gate_settings.limits)))
     batches, tokens, ref_cols, streams, order, budget = (planned[k] for k in ("batches", "tokens", "ref_cols", "streams", "order", "budget"))
     rule = sequential_rule(streams, seq, len(batches))
+    floor_at = _floor_at(gate_settings, candidate, batches, order[:budget])
+    with progress(reporter, budget, f"candidate: up to {budget} of {len(batches)} windows, sequential") as bar:
+        evaluate, var, floors = _evaluator(ref, batches, ref_cols, streams, candidate, floor_at, gate_settings.top_k, bar.step)
+        outcome, obs = run_rounds(evaluate, order, budget, round_size(seq), rule, tokens[order])
+    used = np.sort(order[: outcome.used])
+    rows = np.concatenate([np.arange(batches[i].rows.start, batches[i].rows.stop) for i in used])
+    var_used = {k: v[rows] for k, v in var.items()}
+    ref_used = {k: v[rows] for k, v in ref_cols.items()}
+    metrics = gate_metrics(ref_used, var_used)
+    verdicts, floor, base_rows = _verdicts(gate_settings, ref, baseline, candidate, metrics, floors, ref_cols, var, floor_at, rows)
+    fixed_ok, decided = _decision(seq, outcome, verdicts)
+    report = sequential_report(seq, rule, streams, outcome, obs, order, tokens, fixed_ok, round_size(seq))
+    result = gate_result(gate_settings, ref, candidate, {"load_s": load_s, "eval_s": bar.seconds}, decided and all(r["passed"] for r in base_rows),
+                         tuple(v.as_dict() for v in verdicts), base_rows, metrics, report, floor)  # fmt: skip
+    return result, {"reference": ref_used, "variant": var_used, "rows": rows, **row_columns(ref, rows, var_used, gate_settings.top_k, candidate[1].tokenizer)}
+
+
+def _floor_at(gate_settings: GateSettings, candidate: tuple, batches: list, visited: np.ndarray):
+    """The windows of the noise floor: the first windows of the visiting order (``visited``, up to the budget),
+    which every sequential gate evaluates; none without a floor model."""
+    return floor_windows([batches[i].windows[0].index for i in visited], 1, gate_settings.floor, first=True) if candidate[3] is not None else ()
+
+
+def _evaluator(ref, batches: list, ref_cols: dict, streams: list, candidate: tuple, floor_at, top_k: int, on_forward):
+    """The rounds' ``evaluate``: the candidate (and the noise floor at ``floor_at``) on some windows, their columns
+    put at their rows in ``var`` (``floors``), and each window's observation of every limit's stream; returns
+    (evaluate, var, floors)."""
     var: dict = {}
     floors: dict = {"window": np.concatenate([np.full(b.rows.stop - b.rows.start, b.windows[0].index) for b in batches])}
-    reduce, prefix_id = gate_reducer(ref, gate_settings.top_k), ref.meta["provenance"]["protocol"]["prefix_id"]
-    # the noise floor on the first windows of the visiting order, which every sequential gate evaluates
-    floor_at = floor_windows([batches[i].windows[0].index for i in order[:budget]], 1, gate_settings.floor, first=True) if candidate[3] is not None else ()
+    reduce, prefix_id = gate_reducer(ref, top_k), ref.meta["provenance"]["protocol"]["prefix_id"]
     roles, only = floor_roles(candidate, floor_at)
 
     def evaluate(idx: np.ndarray) -> list:
         part = engine.run(roles, ref.stream_ids, [batches[i] for i in idx], prefix_id, reduce,
-                          {"top1": np.bool_, f"{FLOOR}/top1": np.bool_, **TOP_COLUMNS}, on_forward=bar.step, n_rows=ref.n, only=only)  # fmt: skip
+                          {"top1": np.bool_, f"{FLOOR}/top1": np.bool_, **TOP_COLUMNS}, on_forward=on_forward, n_rows=ref.n, only=only)  # fmt: skip
         for k in (k for k in part if k in ("nll", *GATE_COLUMNS, *TOP_COLUMNS) or k.startswith(f"{FLOOR}/")):
             into = floors if k.startswith(f"{FLOOR}/") else var
             into.setdefault(k, np.zeros_like(part[k]))
@@ -116,26 +129,29 @@ def run_sequential_gate(gate_settings: GateSettings, seq: SequentialSettings, mo
                 into[k][batches[i].rows] = part[k][batches[i].rows]
         return [[s.observe(w) for s in streams] for w in (window_columns(ref_cols, var, batches[i].rows) for i in idx)]
 
-    with progress(reporter, budget, f"candidate: up to {budget} of {len(batches)} windows, sequential") as bar:
-        outcome, obs = run_rounds(evaluate, order, budget, round_size(seq), rule, tokens[order])
-    used = np.sort(order[: outcome.used])
-    rows = np.concatenate([np.arange(batches[i].rows.start, batches[i].rows.stop) for i in used])
-    var_used = {k: v[rows] for k, v in var.items()}
-    ref_used = {k: v[rows] for k, v in ref_cols.items()}
-    metrics = gate_metrics(ref_used, var_used)
+    return evaluate, var, floors
+
+
+def _verdicts(gate_settings: GateSettings, ref, baseline, candidate: tuple, metrics: dict, floors: dict, ref_cols: dict, var: dict,
+              floor_at, rows: np.ndarray) -> tuple[list, dict | None, list]:
+    """The fixed verdicts on the rows of the windows used: every limit (held against the noise floor's block) and
+    the baseline's rows; returns (verdicts, floor, baseline rows)."""
     verdicts = judge(list(gate_settings.limits), metrics, gate_settings.confidence, False)
     used_rows = np.zeros(ref.n, bool)
     used_rows[rows] = True
     floor = gate_floor(gate_settings, candidate, floors, ref_cols, var, floor_at, used_rows)
     verdicts = below_floor(verdicts, floor["metrics_all"] if floor else None)
-    floor_failed = any(v.floor is not None for v in verdicts)
     base_rows = judge_baseline(gate_settings, ref, baseline, metrics, [v.limit.metric for v in verdicts], var, ref_cols, used_rows)
+    return verdicts, floor, base_rows
+
+
+def _decision(seq: SequentialSettings, outcome, verdicts: list) -> tuple[bool, bool]:
+    """(the fixed verdicts all pass, the gate passes on its limits): a PASS of the rule, or an undecided budget with
+    ``--undecided pass`` and the fixed verdicts passing; never with a limit below the noise floor."""
     fixed_ok = all(v.passed for v in verdicts)
+    floor_failed = any(v.floor is not None for v in verdicts)
     decided = not floor_failed and (outcome.decision == PASS or (outcome.decision == 0 and fixed_ok and seq.undecided == "pass"))
-    report = sequential_report(seq, rule, streams, outcome, obs, order, tokens, fixed_ok)
-    result = gate_result(gate_settings, ref, candidate, {"load_s": load_s, "eval_s": bar.seconds}, decided and all(r["passed"] for r in base_rows),
-                         tuple(v.as_dict() for v in verdicts), base_rows, metrics, report, floor)  # fmt: skip
-    return result, {"reference": ref_used, "variant": var_used, "rows": rows, **row_columns(ref, rows, var_used, gate_settings.top_k, candidate[1].tokenizer)}
+    return fixed_ok, decided
 
 
 def _plan(ref, seq: SequentialSettings, limits) -> dict:
@@ -152,53 +168,3 @@ def _plan(ref, seq: SequentialSettings, limits) -> dict:
         raise UsageError(f"--min-tokens {seq.min_tokens} is more than the budget's {reachable} positions ({budget} whole windows of "
                          f"the reference's {len(batches)}): nothing could be decided; lower it or raise --max-tokens")  # fmt: skip
     return {"batches": batches, "tokens": tokens, "ref_cols": ref_cols, "streams": streams, "order": order, "budget": budget}
-
-
-def _finite(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
-
-
-def limit_rows(rule: SequentialRule, streams: list, obs: np.ndarray) -> list[dict]:
-    """Per limit at the stopping window: the stream, its CS, the bounds (``bound_of``: on the metric, on the share of
-    positions above a quantile limit, or the largest window KL seen), the decision and which test failed it."""
-    rows = []
-    for s, st, x in zip(streams, rule.states(obs), obs.T):
-        lim = s.limit
-        rows.append({
-            "limit": lim.key, "metric": lim.metric, "side": lim.side, "threshold": lim.value, "observation": s.observation,
-            "stream_limit": s.stream.limit, "stream_mean": float(x.mean()), "stream_lower": _finite(st.lower[-1]),
-            "stream_upper": _finite(st.upper[-1]),
-            # the bound that proves a PASS (upper for a max limit, lower for top-1) and the one that proves a FAIL
-            "pass_bound": _finite(s.to_metric(st.upper[-1])), "fail_bound": _finite(s.to_metric(st.lower[-1])),
-            "log_capital": None if st.log_capital is None else _finite(st.log_capital[-1]),
-            "decision": DECISIONS[int(st.decision[-1])], "failed_by": _failed_by(s, st), "bound_of": s.bound_of,
-        })  # fmt: skip
-    return rows
-
-
-def _failed_by(s, st) -> str | None:
-    """Which test broke a limit: the window maximum, the confidence sequence's lower bound, or the exact capital."""
-    if st.decision[-1] != FAIL:
-        return None
-    if s.stream.kind == "max":
-        return "window maximum"
-    return "confidence sequence" if st.lower[-1] > s.stream.limit else "exact capital test"
-
-
-def sequential_report(seq: SequentialSettings, rule: SequentialRule, streams: list, outcome, obs: np.ndarray,
-                      order: np.ndarray, tokens: np.ndarray, fixed_ok: bool) -> dict:  # fmt: skip
-    """The result's ``sequential`` block: the stop, tokens used of the budget, the saving, every limit's bounds."""
-    in_order = tokens[order]
-    used, budget = int(in_order[: outcome.used].sum()), int(in_order[: outcome.budget].sum())
-    decision = DECISIONS[outcome.decision] if outcome.decision else "undecided at budget"
-    return {
-        "decision": decision, "fixed_verdict_passed": fixed_ok, "undecided": seq.undecided, "alpha": seq.alpha,
-        "guarantee": seq.order == "seeded",  # text order is not a random sample of the windows: no error bound
-        "alpha_pass": rule.levels()[0], "alpha_fail_per_limit": rule.levels()[1], "method": METHOD, "t_opt": rule.t_opt, "order": seq.order, "seed": seq.seed,
-        "round_windows": seq.round_windows, "round_size": round_size(seq), "rounds": outcome.rounds, "stopped_at_window": outcome.used,
-        "windows_used": outcome.used, "windows_evaluated": outcome.evaluated, "windows_budget": outcome.budget,
-        "windows_total": len(order), "tokens_used": used, "tokens_evaluated": int(in_order[: outcome.evaluated].sum()),
-        "tokens_budget": budget, "tokens_total": int(tokens.sum()), "min_tokens": seq.min_tokens,
-        "saving": 1.0 - used / budget if budget else 0.0, "visited": [int(i) for i in order[: outcome.used]],
-        "limits": limit_rows(rule, streams, obs[: outcome.used]),
-    }  # fmt: skip

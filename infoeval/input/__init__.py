@@ -1,1 +1,2 @@
-"""The input stage: text → tokens → documents → windows, the protocols that cut them, and prepare (all of it at once)."""
+"""The input stage: text → tokens → documents → windows, the protocols that cut them, and prepare (all of it at
+once)."""

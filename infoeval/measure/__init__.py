@@ -1,1 +1,2 @@
-"""The maths: per-position information theory, aggregates and standard errors, the metric registry, llama.cpp's statistics."""
+"""The maths: per-position information theory, aggregates and standard errors, the metric registry, llama.cpp's
+statistics."""

@@ -3,7 +3,8 @@ compressed-tensors ``config_groups`` block. Pure functions of names, schemes and
 
 **llama.cpp.** ``llama-quantize --tensor-type-file FILE model-f16.gguf out.gguf TYPE`` reads ``pattern=ggml_type``
 entries separated by spaces or newlines (no comments); each pattern is a regular expression searched in the GGUF
-tensor name, the first match wins. We write one anchored pattern per tensor, e.g. ``^blk\\.3\\.ffn_down\\.weight$=q8_0``.
+tensor name, the first match wins. We write one anchored pattern per tensor, e.g.
+``^blk\\.3\\.ffn_down\\.weight$=q8_0``.
 GGUF names of Llama-style models: ``model.layers.N.self_attn.{q,k,v,o}_proj`` → ``blk.N.attn_{q,k,v,output}``,
 ``model.layers.N.mlp.{gate,up,down}_proj`` → ``blk.N.ffn_{gate,up,down}``, ``lm_head`` → ``output``.
 

@@ -17,18 +17,19 @@ from pathlib import Path
 import torch
 
 from infoeval.comparison.pipeline import CompareColumns, run_lockstep
-from infoeval.errors import DataError, UsageError
-from infoeval.measure.metrics import reference_metrics, variant_metrics
+from infoeval.errors import UsageError
+from infoeval.measure.column_metrics import reference_metrics, variant_metrics
 from infoeval.mixing import export
-from infoeval.mixing.problem import build_problem, load_sensitivity, parse_budget, parse_sweep, split_windows
+from infoeval.mixing.held_out import per_unit_kls
+from infoeval.mixing.problem import build_problem, parse_budget, parse_sweep
 from infoeval.mixing.result import MixResult, measured_row, solution_row, target_row, unit_rows
 from infoeval.mixing.solve import as_budget, check_budgets, solve
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
-from infoeval.quant.apply import decoder_prefix, plan_layers, quantize_plan, quantize_variant
+from infoeval.quant.apply import quantize_plan, quantize_variant
+from infoeval.quant.selection import decoder_prefix, plan_layers
 from infoeval.quant.recipe import Recipe, recipe_toml
 from infoeval.quant.schemes import SchemeError, parse_scheme, parse_schemes
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
-from infoeval.input.windows import describe
 
 DEFAULT_MIX_SCHEMES = "int3-g128-asym,int4-g128,int4-g128-asym,int5-g128-asym,int8-channel"
 KINDS = ("linear", "block", "type")
@@ -81,43 +82,6 @@ def _check_budgets_early(model, shapes, mix_settings: MixSettings, schemes, extr
     problem = build_problem(rows, schemes, shapes)
     budget, _ = parse_budget(mix_settings.budget, problem)
     check_budgets(problem.cost, problem.weights, [budget, *extra])
-
-
-def _subset(p: Prepared, windows, note: str, max_tokens: int) -> Prepared:
-    """``p`` restricted to some windows, its protocol recounted and the split noted in its rule."""
-    proto = dataclasses.replace(p.protocol, rule=f"{p.protocol.rule}; {note}", max_tokens=max_tokens,
-                                **describe(list(windows), len(p.stream)))  # fmt: skip
-    return dataclasses.replace(p, windows=tuple(windows), protocol=proto)
-
-
-def _span(windows) -> dict:
-    return {"windows": len(windows), "first_target": windows[0].first_target,
-            "last_target": windows[-1].first_target + windows[-1].n_scored - 1,
-            "tokens": sum(w.n_scored for w in windows)}  # fmt: skip
-
-
-def _sensitivity(p: Prepared, text_settings: TextSettings, mix_settings: MixSettings, schemes, reporter: Reporter) -> tuple[Prepared, list, dict, dict]:
-    """(the measured part of ``p``, unit rows, the sweep's JSON or None, the held-out record)."""
-    from infoeval.sensitivities import sweep_prepared
-
-    if mix_settings.sensitivity:
-        rows, meta = load_sensitivity(mix_settings.sensitivity)
-        sha = p.text.sha256
-        overlap = any(m["provenance"].get("text", {}).get("sha256") == sha and not m.get("split") for m in meta)
-        held = {"measured": _span(p.windows), "sweep": [{"file": m["file"], "split": m["split"]} for m in meta],
-                "overlap_possible": overlap,
-                "note": "the sensitivity file was measured on this same text; its tokens may overlap the measured ones"
-                if overlap else "the sensitivity file comes from another text or a held-out split"}  # fmt: skip
-        return p, rows, None, held
-    measured, swept = split_windows(p.windows, text_settings.max_tokens)
-    if not swept or not measured:
-        raise DataError(f"the text has no tokens after the {text_settings.max_tokens:,} measured ones for the sweep; use a longer text or a smaller --max-tokens")
-    span = {"measured": _span(measured), "sweep": _span(swept)}
-    note = f"sweep on stream tokens {span['sweep']['first_target']}…{span['sweep']['last_target']}, after the measured ones"
-    sens = sweep_prepared(_subset(p, swept, note, mix_settings.sweep_tokens), schemes, mix_settings.by, block_cache=mix_settings.block_cache, proxy=False, reporter=reporter)
-    data = sens.to_json() | {"held_out_split": span}
-    held = span | {"overlap_possible": False, "note": "the sweep read the tokens right after the measured ones"}
-    return _subset(p, measured, "measured windows: the first --max-tokens tokens", text_settings.max_tokens), data["units"], data, held
 
 
 def _check_coverage(problem, model) -> None:
@@ -178,7 +142,7 @@ def mix(model_settings: ModelSettings, text_settings: TextSettings, window_setti
     shapes = _linear_shapes(p_all.loaded.model)
     if not mix_settings.sensitivity:
         _check_budgets_early(p_all.loaded.model, shapes, mix_settings, schemes, extra)
-    p, rows, sweep_json, held = _sensitivity(p_all, text_settings, mix_settings, schemes, reporter)
+    p, rows, sweep_json, held = per_unit_kls(p_all, text_settings, mix_settings, schemes, reporter)
     model = p.loaded.model
     problem = build_problem(rows, schemes, shapes)
     _check_coverage(problem, model)
@@ -189,8 +153,9 @@ def mix(model_settings: ModelSettings, text_settings: TextSettings, window_setti
     return _finish(p, problem, choices, budget_scheme, mix_settings, sweep_json, held, reporter, solve_s)
 
 
-def _finish(p, problem, choices, budget_scheme, mix_settings, sweep_json, held, reporter, solve_s):
-    model = p.loaded.model
+def _entries(problem, choices) -> tuple[dict, list[str]]:
+    """The variants to measure, picks → [name, kind, bits, budgets]: every uniform scheme, then each distinct mix
+    the solver chose, with the budgets that chose it; and the name of each choice's variant, in order."""
     U = len(problem.units)
     entries = {}  # picks → (name, kind, bits, budgets)
     for k, s in enumerate(problem.schemes):
@@ -200,9 +165,20 @@ def _finish(p, problem, choices, budget_scheme, mix_settings, sweep_json, held, 
         e = entries.setdefault(c.picks, [f"mix-{c.bits_per_weight:.4f}", "mix", c.bits_per_weight, []])
         e[3].append(float(c.budget_bits))
         names.append(e[0])
-    specs = [(e[0], (lambda k=k, e=e: quantize_variant(model, problem.schemes[k[0]]) if e[1] == "uniform"
-                     else _variant(model, problem, k, e[0]))) for k, e in entries.items()]  # fmt: skip
-    cols, eval_s = _measure(p, specs, reporter)
+    return entries, names
+
+
+def _specs(model, problem, entries) -> list:
+    """(name, build) of each variant of ``entries``: a uniform scheme quantizes the whole model, a mix each unit
+    with its own scheme; each is built only when its pass over the windows comes."""
+    return [(e[0], (lambda k=k, e=e: quantize_variant(model, problem.schemes[k[0]]) if e[1] == "uniform"
+                    else _variant(model, problem, k, e[0]))) for k, e in entries.items()]  # fmt: skip
+
+
+def _finish(p, problem, choices, budget_scheme, mix_settings, sweep_json, held, reporter, solve_s):
+    """Every uniform scheme and chosen mix measured on the held-out windows, and the result built from them."""
+    entries, names = _entries(problem, choices)
+    cols, eval_s = _measure(p, _specs(p.loaded.model, problem, entries), reporter)
     measured = [measured_row(e[0], e[1], e[2], problem.predicted(k), variant_metrics(cols.reference, cols.variants[e[0]]), e[3])
                 for k, e in entries.items()]  # fmt: skip
     main = choices[0]

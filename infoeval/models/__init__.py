@@ -24,8 +24,8 @@ from infoeval.models.files import (
     cached_sha256,
     gguf_cache_dir,
     gguf_file,
-    weights_digest,
 )
+from infoeval.models.sources import from_folder, from_hub, hub_quantization, load_folder
 from infoeval.input.settings import DEFAULT_MODEL
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
@@ -140,100 +140,6 @@ def _tokenizer_info(tok, source: str) -> TokenizerInfo:
     )  # fmt: skip
 
 
-def _from_folder(folder: Path | str, dtype: torch.dtype, device_map, local_files_only: bool = False):
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    kw = {"local_files_only": local_files_only}
-    config = AutoConfig.from_pretrained(folder, **kw)
-    # under a launcher with --device-map, each rank's replica spreads over its own group of GPUs
-    placement = {"device_map": device_map}
-    max_memory = distributed.replica_max_memory() if device_map else None
-    if max_memory:
-        placement["max_memory"] = max_memory
-    try:
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **placement, **kw)
-    except ValueError as e:
-        if "Unrecognized configuration class" in str(e):
-            raise ModelLoadError(
-                f"'{folder}' holds a {config.model_type} model, which is not a causal language model"
-            ) from None
-        raise
-    tok = AutoTokenizer.from_pretrained(folder, **kw)
-    return model, tok
-
-
-def _load_folder(folder: Path, device: torch.device, dtype: torch.dtype, device_map):
-    """(model, tokenizer, provenance) of a model folder: a float checkpoint through transformers, a shipped
-    quantized one through its library (``models/shipped.py``)."""
-    from infoeval.models.shipped import checkpoint_format, describe, load_shipped, loader_package
-
-    if not (folder.is_dir() and (folder / "config.json").is_file()):
-        raise ModelLoadError(f"'{folder}' is not a Hugging Face model folder (no config.json)")
-    info = {"kind": "folder", "path": str(folder.resolve()), "sha256": weights_digest(folder)}
-    shipped = checkpoint_format(folder)
-    if shipped is None:
-        model, tok = _from_folder(folder, dtype, device_map)
-        return model, tok, info
-    from transformers import AutoTokenizer
-
-    name, settings = shipped
-    package = loader_package(name, folder)
-    model = load_shipped(folder, name, package, dtype, device, device_map)
-    tok = AutoTokenizer.from_pretrained(folder)
-    return model, tok, info | {"quantization": describe(name, settings, package, model, folder)}
-
-
-def _hub_quantization(repo_id: str, model) -> dict | None:
-    """A hub checkpoint's quantization (from its snapshot in the local cache); None for a float one."""
-    qc = getattr(model.config, "quantization_config", None)
-    if not qc:
-        return None
-    from huggingface_hub import try_to_load_from_cache
-
-    from infoeval.models.shipped import FORMATS, describe, method_name
-
-    qc = qc if isinstance(qc, dict) else qc.to_dict()
-    name = method_name(qc)
-    config = try_to_load_from_cache(repo_id, "config.json")
-    folder = Path(config).parent if isinstance(config, str) else Path("/nonexistent")
-    fmt = FORMATS.get(name)
-    return describe(name, qc, fmt.packages[0] if fmt else None, model, folder)
-
-
-def _hub_reachable(timeout: float = 3.0) -> bool:
-    """One TCP connection to the hub's host: tells "offline" apart quickly, before huggingface_hub's retries."""
-    import socket
-    from urllib.parse import urlparse
-
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        return False
-    from huggingface_hub import constants
-
-    url = urlparse(constants.ENDPOINT)
-    try:
-        with socket.create_connection((url.hostname, url.port or 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def _from_hub(repo_id: str, dtype: torch.dtype, device_map):
-    """The local Hugging Face cache first; the hub only when it can be reached."""
-    try:
-        return _from_folder(repo_id, dtype, device_map, local_files_only=True)
-    except OSError:
-        pass
-    if not _hub_reachable():
-        raise ModelLoadError(
-            f"model '{repo_id}' is not a local folder and not in the Hugging Face cache, and the hub cannot be reached; "
-            f"download it where there is internet (`hf download {repo_id}`) or pass a local folder"
-        )
-    try:
-        return _from_folder(repo_id, dtype, device_map)
-    except OSError as e:
-        raise ModelLoadError(f"cannot load '{repo_id}' from the Hugging Face hub: {str(e).splitlines()[0]}") from None
-
-
 def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: str | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer from a built-in name, a .gguf file, a folder or a hub id (or take a
     ``ModelObject``, a model already in memory, as it is: ``models/objects.py``)."""
@@ -252,18 +158,18 @@ def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: 
                 folder = gguf_cache_dir(gguf, digest)
             except (ValueError, OSError, KeyError) as e:
                 raise ModelLoadError(f"cannot load GGUF file '{gguf}': {str(e).splitlines()[0]}") from None
-            model, tok = _from_folder(folder, dtype, device_map)
+            model, tok = from_folder(folder, dtype, device_map)
             add_bos = json.loads((folder / "infoeval-source.json").read_text()).get("gguf_add_bos")
             info.update(kind="gguf", path=str(gguf.resolve()), sha256=digest, cache=str(folder), gguf_add_bos=add_bos,
                         quantization=cached_gguf_bits(gguf, digest))
             tok_source = f"transformers GGUF conversion of {gguf.name}"
         elif Path(spec).exists():
-            model, tok, folder_info = _load_folder(Path(spec), device, dtype, device_map)
+            model, tok, folder_info = load_folder(Path(spec), device, dtype, device_map)
             info.update(folder_info)
             tok_source = f"{type(tok).__name__} from {spec}"
         elif _HUB_ID.match(spec):
-            model, tok = _from_hub(spec, dtype, device_map)
-            info.update(kind="hub", revision=getattr(model.config, "_commit_hash", None), quantization=_hub_quantization(spec, model))
+            model, tok = from_hub(spec, dtype, device_map)
+            info.update(kind="hub", revision=getattr(model.config, "_commit_hash", None), quantization=hub_quantization(spec, model))
             tok_source = f"{type(tok).__name__} from hub {spec}"
         else:
             raise ModelLoadError(

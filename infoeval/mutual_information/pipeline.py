@@ -15,7 +15,7 @@ from infoeval.mutual_information.estimator import (
 )
 from infoeval.mutual_information.powerlaw import fit_with_ci
 from infoeval.mutual_information.report import mi_summary_frame
-from infoeval.input.prepare import Reporter, prepare, progress
+from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.input.provenance import provenance
 from infoeval.output.results import Result
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
@@ -76,6 +76,30 @@ def _block_rows(summaries: list[LengthSummary], nbytes: np.ndarray) -> list[dict
     return rows
 
 
+def _length_rows(summaries: list[LengthSummary], fit: dict, seconds: dict[int, float]) -> list[dict]:
+    """A row per length: its estimate, the fitted power law's value there, its time and its per-position profiles."""
+    rows = []
+    for x in summaries:
+        law = fit.get("fit")
+        rows.append(x.row() | {
+            "mi_bits_fit": law["a"] * x.length ** law["beta"] if law else None, "seconds": seconds[x.length],
+            "marginal_profile_bits": x.marginal_profile.tolist(), "conditional_profile_bits": x.conditional_profile.tolist(),
+        })  # fmt: skip
+    return rows
+
+
+def _protocol(p: Prepared, text_settings: TextSettings, s: MISettings, tokens_available: int, counts: dict, max_positions) -> dict:
+    """The result's protocol record: the rule, the start token, the tokens read and the blocks of every length."""
+    return {
+        "name": "mutual-info",
+        "rule": RULE,
+        "prefix": s.prefix, "prefix_token": p.protocol.prefix_token, "prefix_id": p.protocol.prefix_id,
+        "max_tokens": text_settings.max_tokens, "tokens_available": tokens_available, "text_tokens": p.protocol.text_tokens,
+        "tokenized": p.protocol.tokenized, "tokenizer": p.protocol.tokenizer,
+        "blocks_requested": s.blocks, "blocks": {str(k): v for k, v in counts.items()}, "max_positions": max_positions,
+    }  # fmt: skip
+
+
 def run_mutual_info(model_settings: ModelSettings, text_settings: TextSettings, s: MISettings, reporter: Reporter | None = None) -> MutualInfoResult:
     """Load model and text, score the blocks of every length, fit I(L) ≈ A·L^β."""
     reporter = reporter or Reporter()
@@ -98,23 +122,9 @@ def run_mutual_info(model_settings: ModelSettings, text_settings: TextSettings, 
     reporter.stage("bootstrapping the fit")
     fit = fit_with_ci(list(s.lengths), [x.mi_bits for x in summaries], s.bootstrap, s.seed)
     reporter.stop()
-    rows = []
-    for x in summaries:
-        law = fit.get("fit")
-        rows.append(x.row() | {
-            "mi_bits_fit": law["a"] * x.length ** law["beta"] if law else None, "seconds": seconds[x.length],
-            "marginal_profile_bits": x.marginal_profile.tolist(), "conditional_profile_bits": x.conditional_profile.tolist(),
-        })  # fmt: skip
-    protocol = {
-        "name": "mutual-info",
-        "rule": RULE,
-        "prefix": s.prefix, "prefix_token": p.protocol.prefix_token, "prefix_id": start_id,
-        "max_tokens": text_settings.max_tokens, "tokens_available": int(text_ids.shape[0]), "text_tokens": p.protocol.text_tokens,
-        "tokenized": p.protocol.tokenized, "tokenizer": p.protocol.tokenizer,
-        "blocks_requested": s.blocks, "blocks": {str(k): v for k, v in counts.items()}, "max_positions": max_positions,
-    }  # fmt: skip
+    protocol = _protocol(p, text_settings, s, int(text_ids.shape[0]), counts, max_positions)
     return MutualInfoResult(
         provenance("mutual-info", model=p.loaded.info, text=p.text, protocol=protocol), {**p.timings, "eval_s": bar.seconds},
-        settings=dataclasses.asdict(s) | {"lengths": list(s.lengths)}, lengths=tuple(rows), fit=fit,
+        settings=dataclasses.asdict(s) | {"lengths": list(s.lengths)}, lengths=tuple(_length_rows(summaries, fit, seconds)), fit=fit,
         blocks=tuple(_block_rows(summaries, p.stream.nbytes)),
     )  # fmt: skip

@@ -62,7 +62,8 @@ class Result:
         return result_of(cls, data)
 
     def to_frame(self) -> pd.DataFrame | None:
-        """The summary as a DataFrame: the rows and columns of the CLI's summary.csv (None for a command without one)."""
+        """The summary as a DataFrame: the rows and columns of the CLI's summary.csv (None for a command without
+        one)."""
         return None if type(self).SUMMARY is None else type(self).SUMMARY(self.to_json())
 
     @property

@@ -13,7 +13,7 @@ of bfloat16's unit roundoff 2⁻⁸: the relative change of a weight that bfloat
 
 The variant stores nothing: each forward pass makes a layer's weights again from (w, seed, ordinal), the same
 bits every time, in a fresh tensor that replaces the weight for that pass only (``apply.swapped``). The layers
-are those the schemes quantize (``apply.plan_layers``: the same --include / --exclude).
+are those the schemes quantize (``selection.plan_layers``: the same --include / --exclude).
 
 >>> w = torch.tensor([[1.0, -2.0, 0.5]])
 >>> a, b = floor_weight(w, seed=0, ordinal=3), floor_weight(w, seed=0, ordinal=3)
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from infoeval.quant.apply import plan_layers
+from infoeval.quant.selection import plan_layers
 
 STEP = 2.0**-9  # the largest relative change: half of bfloat16's unit roundoff
 FLOOR = "floor"  # the floor's role and column prefix

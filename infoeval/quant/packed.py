@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from infoeval.errors import UsageError
-from infoeval.quant.apply import plan_layers
+from infoeval.quant.selection import plan_layers
 from infoeval.quant.primitives import dequantize_codes, quantize_codes
 from infoeval.quant.schemes import Scheme
 

@@ -2,10 +2,10 @@
 
 Conventions (tools disagree, so they are spelled out):
 
-| mode       | codes q                 | scale s                               | zero point z             | ŵ            |
-|------------|-------------------------|---------------------------------------|--------------------------|--------------|
-| symmetric  | −(2^(b−1)−1) … 2^(b−1)−1 | max|w| / (2^(b−1)−1)                  | 0                        | s·q          |
-| asymmetric | 0 … 2^b−1               | (max(w,0) − min(w,0)) / (2^b−1)       | clamp(round(−min/s),0,qmax) | s·(q − z) |
+| mode       | codes q                  | scale s                         | zero point z                | ŵ         |
+|------------|--------------------------|---------------------------------|-----------------------------|-----------|
+| symmetric  | −(2^(b−1)−1) … 2^(b−1)−1 | max|w| / (2^(b−1)−1)            | 0                           | s·q       |
+| asymmetric | 0 … 2^b−1                | (max(w,0) − min(w,0)) / (2^b−1) | clamp(round(−min/s),0,qmax) | s·(q − z) |
 
 with q = clamp(round(w/s) + z, qmin, qmax) and round = round-half-to-even (``torch.round``). The symmetric
 range is *restricted* (int8: −127…127, int4: −7…7), so 0 is exact and the grid is symmetric; the asymmetric

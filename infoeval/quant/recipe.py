@@ -93,7 +93,7 @@ def read_recipe(path: Path) -> Recipe:
 
 
 def assign(recipe: Recipe, linears: list[str], planned: list[tuple[str, bool, str]]) -> list[tuple[str, Scheme | None, str]]:
-    """(name, scheme or None, reason) for every entry of ``planned`` (``apply.plan_layers``: every Linear layer,
+    """(name, scheme or None, reason) for every entry of ``planned`` (``selection.plan_layers``: every Linear layer,
     then the embeddings), given the names of the model's Linear layers ``linears``."""
     hits = {}
     for pattern, scheme in recipe.units:

@@ -47,7 +47,8 @@ def frontier_svg(points: list[dict]) -> str:
             cx, cy = sx(p["bits"]), y(p[figure])
             tip = html.escape(f"{p['name']}: {p['bits']:.4g} bits/weight, {label} {p[figure]:.4g}" + (" (on the frontier)" if figure in p["on"] else ""))
             mark = (f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" fill="{colour}"/>' if shape == "circle" else
-                    f'<path d="M{cx - 5:.1f},{cy - 5:.1f}L{cx + 5:.1f},{cy + 5:.1f}M{cx - 5:.1f},{cy + 5:.1f}L{cx + 5:.1f},{cy - 5:.1f}" stroke="{colour}" stroke-width="2"/>')  # fmt: skip
+                    f'<path d="M{cx - 5:.1f},{cy - 5:.1f}L{cx + 5:.1f},{cy + 5:.1f}M{cx - 5:.1f},{cy + 5:.1f}'
+                   f'L{cx + 5:.1f},{cy - 5:.1f}" stroke="{colour}" stroke-width="2"/>')  # fmt: skip
             out.append(f'<g class="point" data-variant="{html.escape(p["name"])}" data-figure="{figure}"><title>{tip}</title>{mark}</g>')
         out.append(f'<text x="{W - RIGHT - 4}" y="{TOP + 14 + 16 * SERIES.index((figure, label, colour, shape))}" text-anchor="end" font-size="11" fill="{colour}">{label}</text>')
     return "".join(out) + "</svg>"
@@ -67,11 +68,13 @@ def verdict_table(paired: dict) -> str:
         cells = "".join(f'<td class="{VERDICT_CLASS[row[m]["verdict"]]}" data-metric="{m}">{html.escape(_pm(row[m]["diff"], row[m]["se"]))} '
                         f'{WORD[row[m]["verdict"]]}</td>' for m in COLUMNS)  # fmt: skip
         f = row["top1_flips"]
-        rows.append(f'<tr data-variant="{html.escape(name)}"><td>{html.escape(name)}</td>{cells}<td>{f["baseline_only"]:,} / {f["variant_only"]:,}</td></tr>')
+        flips = f'<td>{f["baseline_only"]:,} / {f["variant_only"]:,}</td>'
+        rows.append(f'<tr data-variant="{html.escape(name)}"><td>{html.escape(name)}</td>{cells}{flips}</tr>')
     note = (f"variant − {html.escape(paired['baseline'])} on the same positions; ± batch-means SE; verdicts two-sided at α = "
             f"{paired['alpha']:g}, Holm across the variants; ≈ not distinguishable; top-1 flips: positions where only the baseline / "
             "only the variant agrees with the reference")  # fmt: skip
-    return f'<table class="paired"><caption>{note}</caption><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    body = "".join(rows)
+    return f'<table class="paired"><caption>{note}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def confidence_table(block: dict) -> str:

@@ -25,10 +25,11 @@ from infoeval.engine import blocks
 from infoeval import engine
 from infoeval.errors import RuntimeFailure
 from infoeval.measure.infotheory import Workspace, compare, reference_stats
-from infoeval.measure.metrics import reference_metrics
+from infoeval.measure.column_metrics import reference_metrics
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.quant import codes
-from infoeval.quant.apply import LayerReport, QuantizedVariant, WithVariant, decoder_prefix
+from infoeval.quant.apply import LayerReport, QuantizedVariant, WithVariant
+from infoeval.quant.selection import decoder_prefix
 from infoeval.quant.schemes import Scheme, parse_schemes
 from infoeval.sensitivities import proxy as fisher
 from infoeval.sensitivities.ranking import spearman

@@ -1,5 +1,5 @@
 """The units a sensitivity sweep quantizes one at a time, from the layers a scheme would quantize by default
-(``quant.apply.plan_layers``: every Linear inside the decoder blocks).
+(``quant.selection.plan_layers``: every Linear inside the decoder blocks).
 
     --by linear   one Linear layer             model.layers.3.mlp.down_proj   starts at block 3
     --by block    every Linear of one block    model.layers.3                 starts at block 3
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from infoeval.errors import UsageError
-from infoeval.quant.apply import decoder_prefix, plan_layers
+from infoeval.quant.selection import decoder_prefix, plan_layers
 
 KINDS = ("linear", "block", "type")
 

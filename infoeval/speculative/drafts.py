@@ -18,7 +18,8 @@ import torch
 
 from infoeval.errors import ModelLoadError, UsageError
 from infoeval.models import LoadedModel, load_model
-from infoeval.quant.apply import QuantizedVariant, WithVariant, decoder_prefix, quantize_variant
+from infoeval.quant.apply import QuantizedVariant, WithVariant, quantize_variant
+from infoeval.quant.selection import decoder_prefix
 from infoeval.quant.schemes import parse_scheme
 
 KINDS = ("model", "scheme", "layers")

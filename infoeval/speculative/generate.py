@@ -88,11 +88,9 @@ def _timed_runs(target, draft, prompt_ids, gamma, max_new, temperature, seed, re
     return plain, spec, walls
 
 
-def spec_decode(model_settings: ModelSettings, draft_settings: DraftSettings, prompt: str, gamma: int, max_new: int, temperature: float,
-                seed: int, repeats: int = 1, verify: int = 0, reporter: Reporter | None = None) -> tuple[DecodeResult, Generation]:  # fmt: skip
-    reporter = reporter or Reporter()
-    check_options(gamma, max_new, temperature, repeats, verify)
-    draft_settings.check()
+def _load(model_settings: ModelSettings, draft_settings: DraftSettings, prompt: str, reporter: Reporter):
+    """The target and its draft, loaded and built (timed together as load_s), and the prompt's token ids on their
+    device; returns (loaded target, draft, prompt ids, timings)."""
     device = resolve_device(model_settings.device)
     dtype = resolve_dtype(model_settings.dtype, device)
     reporter.stage(f"loading {model_settings.model}")
@@ -103,19 +101,38 @@ def spec_decode(model_settings: ModelSettings, draft_settings: DraftSettings, pr
     ids = loaded.tokenizer(prompt).input_ids
     if not ids:
         raise UsageError("--prompt is empty after tokenization; give some text")
-    prompt_ids = torch.tensor(ids, device=device)
-    target = loaded.model
+    return loaded, draft, torch.tensor(ids, device=device), timings
 
-    plain, spec, walls = _timed_runs(target, draft, prompt_ids, gamma, max_new, temperature, seed, repeats, reporter)
-    n_prompt = len(ids)
-    res_plain = _gen_dict(plain, walls["plain"], loaded.tokenizer, n_prompt)
-    res_spec = _gen_dict(spec, walls["speculative"], loaded.tokenizer, n_prompt)
+
+def _model_of_speedup(plain: Generation, spec: Generation, gamma: int) -> dict:
+    """The speed-up predicted from the measured steps: α, the expected tokens per target call, the draft step's and
+    the verifying call's costs relative to one target step, both predictions and the break-even α."""
     alpha = spec.alpha
     t_target = plain.target_s / plain.target_calls  # one cached 1-token target step
     t_draft = spec.draft_s / spec.draft_calls if spec.draft_calls else float("nan")
     t_verify = spec.target_s / spec.target_calls  # one target call over γ + 1 tokens
     cost, verify_cost = t_draft / t_target, t_verify / t_target
     e = expected_tokens(alpha, gamma)
+    return {
+        "alpha": alpha, "predicted_tokens_per_call": e, "target_step_s": t_target, "draft_step_s": t_draft,
+        "cost_ratio": cost, "verify_call_s": t_verify, "verify_cost": verify_cost,
+        "predicted_speedup_papers": e / (gamma * cost + 1.0), "predicted_speedup": e / (gamma * cost + verify_cost),
+        "break_even_alpha": break_even_alpha(gamma, cost, verify_cost),
+    }  # fmt: skip
+
+
+def spec_decode(model_settings: ModelSettings, draft_settings: DraftSettings, prompt: str, gamma: int, max_new: int, temperature: float,
+                seed: int, repeats: int = 1, verify: int = 0, reporter: Reporter | None = None) -> tuple[DecodeResult, Generation]:  # fmt: skip
+    reporter = reporter or Reporter()
+    check_options(gamma, max_new, temperature, repeats, verify)
+    draft_settings.check()
+    loaded, draft, prompt_ids, timings = _load(model_settings, draft_settings, prompt, reporter)
+    target = loaded.model
+
+    plain, spec, walls = _timed_runs(target, draft, prompt_ids, gamma, max_new, temperature, seed, repeats, reporter)
+    n_prompt = len(prompt_ids)
+    res_plain = _gen_dict(plain, walls["plain"], loaded.tokenizer, n_prompt)
+    res_spec = _gen_dict(spec, walls["speculative"], loaded.tokenizer, n_prompt)
     verified = None
     if verify:
         reporter.stage(f"Theorem 1: {verify} samples per sampler")
@@ -129,13 +146,7 @@ def spec_decode(model_settings: ModelSettings, draft_settings: DraftSettings, pr
         settings={"gamma": gamma, "max_new_tokens": max_new, "temperature": temperature, "seed": seed, "repeats": repeats,
                   "eos": "ignored: both loops generate exactly max_new_tokens"},
         plain=res_plain, speculative=res_spec, speedup=res_plain["wall_s"] / res_spec["wall_s"],
-        model_of_speedup={
-            "alpha": alpha, "predicted_tokens_per_call": e, "target_step_s": t_target, "draft_step_s": t_draft,
-            "cost_ratio": cost, "verify_call_s": t_verify, "verify_cost": verify_cost,
-            "predicted_speedup_papers": e / (gamma * cost + 1.0), "predicted_speedup": e / (gamma * cost + verify_cost),
-            "break_even_alpha": break_even_alpha(gamma, cost, verify_cost),
-        },
-        verify=verified,
+        model_of_speedup=_model_of_speedup(plain, spec, gamma), verify=verified,
     )  # fmt: skip
     return result, spec
 

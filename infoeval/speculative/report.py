@@ -6,14 +6,11 @@ from rich.console import Console
 from rich.table import Table
 
 from infoeval.output.report import fmt_num, fmt_pm, report_table, run_header
+from infoeval.speculative.accept_report import accept_tables
 
 
 def _table(title: str, columns: list[str], caption: str | None = None, left: int = 1) -> Table:
     return report_table(title, columns, caption, left=left, no_wrap=True)
-
-
-def _cond(c: dict) -> str:
-    return f"T={c['temperature']:g} " + ("both" if c["mode"] == "both" else "target only")
 
 
 def describe(info: dict) -> str:
@@ -31,37 +28,6 @@ def _draft_line(info: dict, role: str = "draft") -> str:
 
 
 # ------------------------------------------------------------------------------------------------ spec-accept
-def accept_tables(result: dict) -> list[Table]:
-    conds = result["conditions"]
-    a = _table("Acceptance of draft tokens", ["condition", "α", "KL(p‖q) nats", "TV", "H(p) bits", "H(q) bits", "NLL p", "NLL q"],
-               "β = Σ min(p, q) per position, α = mean β (± one standard error)")  # fmt: skip
-    b = _table("Pinsker check", ["condition", "violations", "max TV/√(KL/2)", "Pearson r(H(p), β)", "n"],
-               "Pinsker TV ≤ √(KL/2) at every position; correlation of the target's entropy with β")  # fmt: skip
-    for c in conds:
-        a.add_row(_cond(c), fmt_pm(c["alpha"], c["alpha_se"]), fmt_pm(c["kl_mean"], c["kl_se"]), fmt_num(c["tv_mean"]),
-                  fmt_num(c["entropy_p_bits"], 3), fmt_num(c["entropy_q_bits"], 3), fmt_num(c["nll_p"], 3), fmt_num(c["nll_q"], 3))  # fmt: skip
-        pk = c["pinsker"]
-        b.add_row(_cond(c), f"{pk['violations']} of {pk['checked']:,}", fmt_num(pk["max_ratio"]), fmt_num(c["pearson_r"]), fmt_num(c["pearson_n"]))
-    q = _table("Acceptance by entropy quartile", ["condition", "quartile", "H(p) range bits", "mean H(p)", "α", "KL nats", "top-1", "n"],
-               "acceptance by target-entropy quartile (Q1 = most confident quarter of positions)", left=2)  # fmt: skip
-    for c in conds:
-        for i, r in enumerate(c["quartiles"]):
-            q.add_row(_cond(c) if i == 0 else "", r["quartile"], f"{fmt_num(r['entropy_min_bits'], 3)}–{fmt_num(r['entropy_max_bits'], 3)}",
-                      fmt_num(r["entropy_mean_bits"], 3), fmt_pm(r["alpha"], r["alpha_se"], 3), fmt_num(r["kl_mean"], 3),
-                      fmt_num(r["top1"], 3), fmt_num(r["n"]), end_section=i == 3)  # fmt: skip
-    e = _table("Tokens per call", ["γ", *[_cond(c) for c in conds]],
-               "expected tokens per target call E(γ) = (1 − α^(γ+1))/(1 − α): at α = mean β / mean over positions of E(β)")  # fmt: skip
-    for i, g in enumerate(r["gamma"] for r in conds[0]["expected_tokens"]):
-        e.add_row(str(g), *[f"{fmt_num(c['expected_tokens'][i]['e_mean_alpha'], 3)} / {fmt_num(c['expected_tokens'][i]['e_per_position'], 3)}" for c in conds])
-    t1 = result["top1"]
-    r = _table("Top-1 runs", ["run length", "runs", "share", "share if independent"],
-               f"greedy top-1 agreement {fmt_pm(100 * t1['top1'], 100 * t1['top1_se'], 2)} %: runs of consecutive matches "
-               f"({t1['runs']:,} runs, mean {fmt_num(t1['run_mean'], 3)}, longest {t1['run_max']})")  # fmt: skip
-    for row in t1["run_lengths"]:
-        r.add_row(row["length"], fmt_num(row["runs"]), fmt_num(row["share"], 3), fmt_num(row["share_if_independent"], 3))
-    return [a, b, q, e, r]
-
-
 def print_spec_accept(console: Console, result: dict) -> None:
     console.print(run_header(result))
     console.print(_draft_line(result["provenance"]["draft"]) + "   (p = target, q = draft)")

@@ -11,8 +11,8 @@ On a fixed context c, the first two emitted tokens (x₁, x₂) are drawn N time
 * ``draft``: directly from q, to show the test accepts a sampler that matches its hypothesis.
 
 Each sample set is tested (Pearson χ²; cells: the likely pairs (x₁, x₂), "x₁ then any other token" for each likely
-x₁, and "other"; see ``cells``) against p's exact joint law p(x₁)·p(x₂|x₁) and against q's. Speculative samples should not
-be rejected against p and should be rejected against q (which shows the test has power).
+x₁, and "other"; see ``cells``) against p's exact joint law p(x₁)·p(x₂|x₁) and against q's. Speculative samples
+should not be rejected against p and should be rejected against q (which shows the test has power).
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ selected layers of the variant; everything else stays the reference's own. The l
 are kept at 16 bits in AutoRound's ``layer_config``, so the blocks after them are tuned as they will run.
 
 Specs: ``int<bits>`` (groups of 128, AutoRound's default), ``int<bits>-g<N>``, ``int<bits>-channel``, bits 2, 3,
-4 or 8; ``-asym`` for zero points; ``-iters<N>`` (default 200, AutoRound's; ``-iters50`` is its "light" recipe, ``-iters0`` its round-to-nearest).
+4 or 8; ``-asym`` for zero points; ``-iters<N>`` (default 200, AutoRound's; ``-iters50`` is its "light" recipe,
+``-iters0`` its round-to-nearest).
 Tuning runs in the model's dtype without autocast (``amp=False``) and without ``torch.compile``.
 """
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from infoeval.errors import UsageError
-from infoeval.quant.apply import plan_layers
+from infoeval.quant.selection import plan_layers
 from infoeval.quant.methods import MethodScheme, quiet_libraries
 from infoeval.quant.variant import LayerReport
 
@@ -143,7 +143,8 @@ def _replace(model, copied, adapter, plan, make, layers: list) -> None:
         quantized, stored, seconds = made
         parent, _, child = name.rpartition(".")
         setattr(copied.get_submodule(parent) if parent else copied, child, quantized)
-        # read through a copy: a library may change its module at the first call (bitsandbytes repacks for its CPU kernel)
+        # read through a copy: a library may change its module at the first call
+        # (bitsandbytes repacks for its CPU kernel)
         w_hat = effective_weight(_probe_copy(quantized), source.in_features, source.weight)
         report = LayerReport(name, tuple(source.weight.shape), True, reason, sqnr_db(source.weight, w_hat))
         details = adapter.describe(quantized) if hasattr(adapter, "describe") else {}
