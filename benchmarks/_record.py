@@ -55,9 +55,12 @@ def measure_child(cmd: list[str], cwd: Path = ROOT) -> tuple[float, float]:
 
 
 def add_save(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--save", action="store_true",
-                        help="also write the JSON, with the command line, machine, versions and date, to "
-                             "benchmarks/results/<script>.json")  # fmt: skip
+    parser.add_argument(
+        "--save",
+        action="store_true",
+        help="also write the JSON, with the command line, machine, versions and date, to "
+        "benchmarks/results/<script>.json",
+    )
     return parser
 
 
@@ -123,12 +126,25 @@ def machine() -> dict:
             gpu = torch.cuda.get_device_name(0)
     except Exception:  # noqa: BLE001 - a broken CUDA setup is "no GPU" for the record
         gpu = None
-    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "usable_cores": usable, "memory_gib": _memory_gib(),
-            "gpu": gpu, "os": f"{platform.system()} {platform.machine()}"}  # fmt: skip
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "usable_cores": usable,
+        "memory_gib": _memory_gib(),
+        "gpu": gpu,
+        "os": f"{platform.system()} {platform.machine()}",
+    }
 
 
-def record(name: str, figures: dict, *, script: str | Path | None = None, args=None, argv: list[str] | None = None,
-           wall_s: float | None = None) -> dict:  # fmt: skip
+def record(
+    name: str,
+    figures: dict,
+    *,
+    script: str | Path | None = None,
+    args=None,
+    argv: list[str] | None = None,
+    wall_s: float | None = None,
+) -> dict:
     """The record of one benchmark run: the figures and what they were measured with."""
     import torch
 
@@ -155,8 +171,9 @@ def write_atomic(path: Path, data: dict) -> Path:
     return path
 
 
-def save(script: str | Path, figures: dict, *, args=None, results_dir: Path | None = None,
-         argv: list[str] | None = None) -> Path:  # fmt: skip
+def save(
+    script: str | Path, figures: dict, *, args=None, results_dir: Path | None = None, argv: list[str] | None = None
+) -> Path:
     """Write ``<results_dir>/<script stem>.json`` (default ``benchmarks/results``); returns its path."""
     name = Path(script).stem
     rec = record(name, figures, script=script, args=args, argv=argv)

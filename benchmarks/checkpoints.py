@@ -60,7 +60,9 @@ EQUIVALENT = {
 def _cli(args: list) -> None:
     proc = subprocess.run([sys.executable, "-m", "infoeval", *map(str, args)], cwd=ROOT, capture_output=True, text=True)
     if proc.returncode not in (0, 1):
-        raise SystemExit(f"infoeval {' '.join(map(str, args))} failed ({proc.returncode}): {proc.stderr.strip()[-800:]}")
+        raise SystemExit(
+            f"infoeval {' '.join(map(str, args))} failed ({proc.returncode}): {proc.stderr.strip()[-800:]}"
+        )
 
 
 def _base() -> Path:
@@ -92,15 +94,31 @@ def _save_all(base: Path, work: Path) -> tuple[dict, dict]:
         except ImportError as e:
             missing[name] = str(e).splitlines()[0]
             continue
-        made[name] = {"path": out, "save_s": None if reused else round(time.perf_counter() - t0, 2)}  # None: made by an earlier run
+        made[name] = {
+            "path": out,
+            "save_s": None if reused else round(time.perf_counter() - t0, 2),
+        }  # None: made by an earlier run
     return made, missing
 
 
 def _gate(ref: Path, work: Path, tag: str, candidate: Path | None = None, scheme: str | None = None) -> dict:
     """One gate in a fresh process: exit code, mean KL ± SE, top-1, stored bits, load, wall and peak RSS."""
     out = work / f"gate-{tag}.json"
-    cmd = [sys.executable, "-m", "infoeval", "gate", *([str(candidate)] if candidate else []), "-r", str(ref), "--floor", "off", "-q",
-           "--json", str(out), *(["--scheme", scheme] if scheme else [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "infoeval",
+        "gate",
+        *([str(candidate)] if candidate else []),
+        "-r",
+        str(ref),
+        "--floor",
+        "off",
+        "-q",
+        "--json",
+        str(out),
+        *(["--scheme", scheme] if scheme else []),
+    ]
     if scheme and scheme.startswith("autoround:"):  # the saved export's calibration size (tests/shipped_formats.py)
         cmd += ["--calibration-samples", "4", "--calibration-seqlen", "32"]
     code, wall, rss, err = run_child(cmd)
@@ -108,9 +126,16 @@ def _gate(ref: Path, work: Path, tag: str, candidate: Path | None = None, scheme
         return {"exit_code": code, "error": err.strip().splitlines()[-1] if err.strip() else None}
     r = json.loads(out.read_text())
     q = r["candidate"]["quantization"] or {}
-    return {"exit_code": code, "kl_mean": r["metrics"]["kl_mean"], "kl_se": r["metrics"]["kl_se"], "top1": r["metrics"]["top1"],
-            "bits_per_weight": q.get("bits_per_weight"), "load_s": round(r["timings"]["load_s"], 2), "wall_s": round(wall, 1),
-            "peak_rss_mib": round(rss, 1)}
+    return {
+        "exit_code": code,
+        "kl_mean": r["metrics"]["kl_mean"],
+        "kl_se": r["metrics"]["kl_se"],
+        "top1": r["metrics"]["top1"],
+        "bits_per_weight": q.get("bits_per_weight"),
+        "load_s": round(r["timings"]["load_s"], 2),
+        "wall_s": round(wall, 1),
+        "peak_rss_mib": round(rss, 1),
+    }
 
 
 def _z(a: dict, b: dict) -> float | None:
@@ -120,8 +145,22 @@ def _z(a: dict, b: dict) -> float | None:
 
 
 def _compare(model, schemes: list[str], checkpoints: list[Path], tokens: int, out: Path) -> dict:
-    _cli(["quantize-compare", model, *(["--schemes", ",".join(schemes)] if schemes else []), "--checkpoints", ",".join(map(str, checkpoints)),
-          "--max-tokens", tokens, "--floor", "off", "--json", out, "-q"])
+    _cli(
+        [
+            "quantize-compare",
+            model,
+            *(["--schemes", ",".join(schemes)] if schemes else []),
+            "--checkpoints",
+            ",".join(map(str, checkpoints)),
+            "--max-tokens",
+            tokens,
+            "--floor",
+            "off",
+            "--json",
+            out,
+            "-q",
+        ]
+    )
     return {v["name"]: v for v in json.loads(out.read_text())["variants"]}
 
 
@@ -140,11 +179,18 @@ def fake_against_kernel(made: dict, tokens: int, work: Path) -> dict:
         direct = _compare(fake, [], [made[n]["path"] for n in mine], tokens, work / f"fake-{scheme}-vs-kernel.json")
         for n in mine:
             m_ref, m_fake, m_ckpt = joint[names[n]]["metrics"], joint[scheme]["metrics"], direct[names[n]]["metrics"]
-            rows[n] = {"scheme": scheme, "bits_per_weight": joint[names[n]]["quantization"]["bits_per_weight"],
-                       "kl_ref_fake": m_fake["kl_mean"], "kl_ref_fake_se": m_fake["kl_se"],
-                       "kl_ref_checkpoint": m_ref["kl_mean"], "kl_ref_checkpoint_se": m_ref["kl_se"],
-                       "kl_fake_checkpoint": m_ckpt["kl_mean"], "kl_fake_checkpoint_se": m_ckpt["kl_se"], "top1_fake_checkpoint": m_ckpt["top1"],
-                       "unexplained": m_ckpt["kl_mean"] / m_ref["kl_mean"] if m_ref["kl_mean"] else None}
+            rows[n] = {
+                "scheme": scheme,
+                "bits_per_weight": joint[names[n]]["quantization"]["bits_per_weight"],
+                "kl_ref_fake": m_fake["kl_mean"],
+                "kl_ref_fake_se": m_fake["kl_se"],
+                "kl_ref_checkpoint": m_ref["kl_mean"],
+                "kl_ref_checkpoint_se": m_ref["kl_se"],
+                "kl_fake_checkpoint": m_ckpt["kl_mean"],
+                "kl_fake_checkpoint_se": m_ckpt["kl_se"],
+                "top1_fake_checkpoint": m_ckpt["top1"],
+                "unexplained": m_ckpt["kl_mean"] / m_ref["kl_mean"] if m_ref["kl_mean"] else None,
+            }
     return rows
 
 
@@ -152,7 +198,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_save(ap)
     ap.add_argument("--tokens", type=int, default=4096)
-    ap.add_argument("--work", type=Path, default=None, help="scratch folder for the checkpoints (default: a temporary one)")
+    ap.add_argument(
+        "--work", type=Path, default=None, help="scratch folder for the checkpoints (default: a temporary one)"
+    )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="infoeval-checkpoints-"))
@@ -161,7 +209,9 @@ def main() -> None:
         made, missing = _save_all(_base(), work)
         print(json.dumps({"made": {k: {**v, "path": str(v["path"])} for k, v in made.items()}, "missing": missing}))
         return
-    saved = subprocess.run([sys.executable, __file__, "--child", "save", "--work", str(work)], check=True, capture_output=True, text=True)
+    saved = subprocess.run(
+        [sys.executable, __file__, "--child", "save", "--work", str(work)], check=True, capture_output=True, text=True
+    )
     made, missing = (json.loads(saved.stdout.strip().splitlines()[-1])[k] for k in ("made", "missing"))
     ref = work / "ref.safetensors"
     _cli(["reference", "smollm2-135m", "--max-tokens", args.tokens, "--out", ref, "-q"])
@@ -173,8 +223,14 @@ def main() -> None:
             row["in_process"] = {"scheme": method, **_gate(ref, work, f"{name}-in-process", scheme=method)}
             row["z"] = _z(row["checkpoint"], row["in_process"])
         gated[name] = row
-    out = {"tokens": args.tokens, "text": "python-docs", "model": "smollm2-135m", "gated": gated,
-           "fake_vs_kernel": fake_against_kernel(made, args.tokens, work), "missing": missing}
+    out = {
+        "tokens": args.tokens,
+        "text": "python-docs",
+        "model": "smollm2-135m",
+        "gated": gated,
+        "fake_vs_kernel": fake_against_kernel(made, args.tokens, work),
+        "missing": missing,
+    }
     emit(__file__, out, args.save, args=args)
 
 

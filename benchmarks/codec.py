@@ -75,8 +75,11 @@ def one_per_token(model, seg, start_id: int, steps: int) -> float:
 
 
 def _rates(n: int, enc: Clock, dec: Clock, tf: Clock, single: float) -> dict:
-    return {f"{name}_{kind}": round(n / getattr(c, kind), 2) for name, c in (("compress", enc), ("decompress", dec),
-            ("teacher_forced_batched", tf)) for kind in ("wall", "cpu")} | {"one_forward_per_token_wall": round(single, 2)}  # fmt: skip
+    return {
+        f"{name}_{kind}": round(n / getattr(c, kind), 2)
+        for name, c in (("compress", enc), ("decompress", dec), ("teacher_forced_batched", tf))
+        for kind in ("wall", "cpu")
+    } | {"one_forward_per_token_wall": round(single, 2)}
 
 
 def measure(loaded, device, raw: bytes, ctx: int, group: int, steps: int) -> dict:
@@ -93,20 +96,49 @@ def measure(loaded, device, raw: bytes, ctx: int, group: int, steps: int) -> dic
     header_bits = file_bits - stream
     xz, zstd = (next(r for r in compress_all(raw) if r["method"] == m) for m in ("xz -9", "zstd -19"))
     return {
-        "bytes": n, "tokens": coding.tokens, "segments": len(segs), "groups": len(archive.streams), "round_trip": back == raw,
-        "file_bytes": len(blob), "header_bytes": header_bits // 8,
-        "bits_per_byte": {"file": file_bits / n, "payload": stream / n, "ideal": ideal / n, "xz -9": xz["bits_per_byte"],
-                          "zstd -19": zstd["bits_per_byte"]},
-        "bits": {"ideal": ideal, "counts": coding.code_bits, "payload": stream, "file": file_bits,
-                 "teacher_forced_ideal": tf_bits},
-        "overhead_bits": {"quantisation": coding.code_bits - ideal, "coder": stream - coding.code_bits, "header": header_bits},
-        "targets": {"payload_over_ideal": stream / ideal, "file_over_ideal_plus_header": file_bits / (ideal + header_bits),
-                    "within_0.1%": file_bits <= 1.001 * (ideal + header_bits)},
-        "vs_xz": {"file_over_xz": file_bits / xz["bits"], "ideal_over_xz": ideal / xz["bits"], "file_over_zstd": file_bits / zstd["bits"]},
+        "bytes": n,
+        "tokens": coding.tokens,
+        "segments": len(segs),
+        "groups": len(archive.streams),
+        "round_trip": back == raw,
+        "file_bytes": len(blob),
+        "header_bytes": header_bits // 8,
+        "bits_per_byte": {
+            "file": file_bits / n,
+            "payload": stream / n,
+            "ideal": ideal / n,
+            "xz -9": xz["bits_per_byte"],
+            "zstd -19": zstd["bits_per_byte"],
+        },
+        "bits": {
+            "ideal": ideal,
+            "counts": coding.code_bits,
+            "payload": stream,
+            "file": file_bits,
+            "teacher_forced_ideal": tf_bits,
+        },
+        "overhead_bits": {
+            "quantisation": coding.code_bits - ideal,
+            "coder": stream - coding.code_bits,
+            "header": header_bits,
+        },
+        "targets": {
+            "payload_over_ideal": stream / ideal,
+            "file_over_ideal_plus_header": file_bits / (ideal + header_bits),
+            "within_0.1%": file_bits <= 1.001 * (ideal + header_bits),
+        },
+        "vs_xz": {
+            "file_over_xz": file_bits / xz["bits"],
+            "ideal_over_xz": ideal / xz["bits"],
+            "file_over_zstd": file_bits / zstd["bits"],
+        },
         "tokens_per_s": _rates(coding.tokens, enc, dec, tf, single),
         "bytes_per_s": {"compress_wall": round(n / enc.wall, 1), "decompress_wall": round(n / dec.wall, 1)},
-        "decompress_slowdown_vs_teacher_forced": {"wall": round(dec.wall / tf.wall, 2), "cpu": round(dec.cpu / tf.cpu, 2)},
-    }  # fmt: skip
+        "decompress_slowdown_vs_teacher_forced": {
+            "wall": round(dec.wall / tf.wall, 2),
+            "cpu": round(dec.cpu / tf.cpu, 2),
+        },
+    }
 
 
 def main() -> None:
@@ -122,8 +154,16 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     loaded, device, _ = load(a.model, "cpu", "float32", Reporter())
-    out = {"benchmark": "codec", "model": a.model, "ctx": a.ctx, "group": a.group, "threads": a.threads,
-           "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(), "texts": {}}  # fmt: skip
+    out = {
+        "benchmark": "codec",
+        "model": a.model,
+        "ctx": a.ctx,
+        "group": a.group,
+        "threads": a.threads,
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "texts": {},
+    }
     for name in a.texts.split(","):
         raw = prefix_bytes(load_text(None, name, None).text, a.bytes)
         out["texts"][name] = measure(loaded, device, raw, a.ctx, a.group, a.steps)

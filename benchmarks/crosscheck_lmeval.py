@@ -39,7 +39,12 @@ LM_EVAL = "0.4.13"
 PINNED = ("torch", "transformers", "tokenizers", "accelerate", "safetensors")
 DEFAULT_VENV = Path.home() / ".cache" / "infoeval-crosscheck" / "venv"
 FIGURES = ("word_perplexity", "byte_perplexity", "bits_per_byte")
-OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+OFFLINE = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 TASK = "infoeval_crosscheck"
 
 
@@ -68,7 +73,9 @@ def model_folder() -> Path:
     return gguf_cache_dir(gguf, sha256_file(gguf))
 
 
-def write_task(folder: Path, text: str, venv_py: Path, data_dir: str | None, max_chars: int | None = None) -> tuple[Path, list[str]]:
+def write_task(
+    folder: Path, text: str, venv_py: Path, data_dir: str | None, max_chars: int | None = None
+) -> tuple[Path, list[str]]:
     """The task YAML and its JSONL in ``folder``; returns the JSONL and infoeval's text options. ``max_chars``
     keeps the first characters of python-docs only (a shorter document, for a quicker check)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -86,15 +93,23 @@ def write_task(folder: Path, text: str, venv_py: Path, data_dir: str | None, max
 
         pages = wikitext_articles(load_text(None, text, Path(data_dir) if data_dir else None).text)
         data.write_text("".join(json.dumps({"page": p}, ensure_ascii=False) + "\n" for p in pages), encoding="utf-8")
-        src = subprocess.run([str(venv_py), "-c", "import lm_eval, os; print(os.path.dirname(lm_eval.__file__))"],
-                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        src = subprocess.run(
+            [str(venv_py), "-c", "import lm_eval, os; print(os.path.dirname(lm_eval.__file__))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         shutil.copy(Path(src) / "tasks" / "wikitext" / "preprocess_wikitext.py", folder / "preprocess_wikitext.py")
-        target = ("doc_to_target: !function preprocess_wikitext.wikitext_detokenizer\n"
-                  "process_results: !function preprocess_wikitext.process_results\n")  # fmt: skip
+        target = (
+            "doc_to_target: !function preprocess_wikitext.wikitext_detokenizer\n"
+            "process_results: !function preprocess_wikitext.process_results\n"
+        )
         options = ["--dataset", text, "--documents", "articles"] + (["--data-dir", data_dir] if data_dir else [])
     (folder / f"{TASK}.yaml").write_text(
         f"task: {TASK}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\ntest_split: test\n"
-        f"output_type: loglikelihood_rolling\ndoc_to_text: ''\n{target}{metrics}", encoding="utf-8")  # fmt: skip
+        f"output_type: loglikelihood_rolling\ndoc_to_text: ''\n{target}{metrics}",
+        encoding="utf-8",
+    )
     return data, options
 
 
@@ -104,51 +119,105 @@ def check_kept(work: Path, data: Path) -> None:
     digest = hashlib.sha256(data.read_bytes()).hexdigest()
     mark = work / "docs.sha256"
     if mark.is_file() and mark.read_text().strip() != digest:
-        sys.exit(f"--keep {work}: its finished runs are of another text (docs.jsonl sha256 {mark.read_text().strip()[:12]}, "
-                 f"now {digest[:12]}); use another --keep folder")  # fmt: skip
+        sys.exit(
+            f"--keep {work}: its finished runs are of another text (docs.jsonl sha256 {mark.read_text().strip()[:12]}, "
+            f"now {digest[:12]}); use another --keep folder"
+        )
     mark.write_text(digest + "\n")
 
 
 def run_lm_eval(venv_py: Path, folder: Path, task_dir: Path, ctx: int, out: Path) -> dict:
     lm_eval = venv_py.parent / "lm_eval"
-    cmd = [str(lm_eval), "--model", "hf", "--model_args", f"pretrained={folder},max_length={ctx},dtype=float32",
-           "--device", "cpu", "--batch_size", "1", "--tasks", TASK, "--include_path", str(task_dir),
-           "--output_path", str(out), "--log_samples"]  # fmt: skip
+    cmd = [
+        str(lm_eval),
+        "--model",
+        "hf",
+        "--model_args",
+        f"pretrained={folder},max_length={ctx},dtype=float32",
+        "--device",
+        "cpu",
+        "--batch_size",
+        "1",
+        "--tasks",
+        TASK,
+        "--include_path",
+        str(task_dir),
+        "--output_path",
+        str(out),
+        "--log_samples",
+    ]
     t0 = time.perf_counter()
     if not glob.glob(str(out / "**" / "results_*.json"), recursive=True):  # a kept folder's finished run is reused
         subprocess.run(cmd, check=True, env={**os.environ, **OFFLINE}, stdout=subprocess.DEVNULL)
     seconds = time.perf_counter() - t0
     results = json.loads(Path(sorted(glob.glob(str(out / "**" / "results_*.json"), recursive=True))[-1]).read_text())
     res = results["results"][TASK]
-    samples = [json.loads(line) for f in glob.glob(str(out / "**" / f"samples_{TASK}_*.jsonl"), recursive=True)
-               for line in Path(f).read_text().splitlines() if line.strip()]  # fmt: skip
+    samples = [
+        json.loads(line)
+        for f in glob.glob(str(out / "**" / f"samples_{TASK}_*.jsonl"), recursive=True)
+        for line in Path(f).read_text().splitlines()
+        if line.strip()
+    ]
     ll = sum(s["word_perplexity"][0] for s in samples)
-    return {"loglikelihood": ll, "documents": len(samples), "words": sum(s["word_perplexity"][1] for s in samples),
-            "bytes": sum(s["byte_perplexity"][1] for s in samples), **{m: res[f"{m},none"] for m in FIGURES},
-            "seconds": round(seconds, 1), "version": results.get("lm_eval_version") or LM_EVAL}  # fmt: skip
+    return {
+        "loglikelihood": ll,
+        "documents": len(samples),
+        "words": sum(s["word_perplexity"][1] for s in samples),
+        "bytes": sum(s["byte_perplexity"][1] for s in samples),
+        **{m: res[f"{m},none"] for m in FIGURES},
+        "seconds": round(seconds, 1),
+        "version": results.get("lm_eval_version") or LM_EVAL,
+    }
 
 
 def run_infoeval(options: list[str], ctx: int, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "infoeval", "compress-bits", "--protocol", "lm-eval", "--ctx", str(ctx),
-           "--max-tokens", "all", "--json", str(out), "-q", *options]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "infoeval",
+        "compress-bits",
+        "--protocol",
+        "lm-eval",
+        "--ctx",
+        str(ctx),
+        "--max-tokens",
+        "all",
+        "--json",
+        str(out),
+        "-q",
+        *options,
+    ]
     t0 = time.perf_counter()
     if not out.is_file():  # a kept folder's finished run is reused
         subprocess.run(cmd, check=True, env={**os.environ, **OFFLINE}, stdout=subprocess.DEVNULL)
     seconds = time.perf_counter() - t0
     data = json.loads(out.read_text())
     figures = data["protocol_metrics"]["figures"]["reference"]
-    return {**figures, "tokens": data["reference"]["tokens"], "windows": data["provenance"]["protocol"]["windows"],
-            "seconds": round(seconds, 1)}  # fmt: skip
+    return {
+        **figures,
+        "tokens": data["reference"]["tokens"],
+        "windows": data["provenance"]["protocol"]["windows"],
+        "seconds": round(seconds, 1),
+    }
 
 
 def compare(ours: dict, theirs: dict) -> dict:
     keys = ("loglikelihood", "words", "bytes", *FIGURES)
     rel = {k: abs(ours[k] - theirs[k]) / abs(theirs[k]) if theirs[k] else abs(ours[k]) for k in keys}
-    printed = {m: {"infoeval": f"{ours[m]:.4f}", "lm_eval": f"{theirs[m]:.4f}", "equal": f"{ours[m]:.4f}" == f"{theirs[m]:.4f}"}
-               for m in FIGURES}  # fmt: skip
-    return {"relative_difference": rel, "printed": printed,
-            "loglikelihood_within_1e-5": rel["loglikelihood"] <= 1e-5,
-            "all_printed_equal": all(p["equal"] for p in printed.values())}  # fmt: skip
+    printed = {
+        m: {
+            "infoeval": f"{ours[m]:.4f}",
+            "lm_eval": f"{theirs[m]:.4f}",
+            "equal": f"{ours[m]:.4f}" == f"{theirs[m]:.4f}",
+        }
+        for m in FIGURES
+    }
+    return {
+        "relative_difference": rel,
+        "printed": printed,
+        "loglikelihood_within_1e-5": rel["loglikelihood"] <= 1e-5,
+        "all_printed_equal": all(p["equal"] for p in printed.values()),
+    }
 
 
 def main() -> None:
@@ -158,8 +227,12 @@ def main() -> None:
     ap.add_argument("--data-dir", default=None, help="folder holding wikitext-2-raw/ (else infoeval's search path)")
     ap.add_argument("--max-chars", type=int, default=None, help="python-docs: only its first N characters (quicker)")
     ap.add_argument("--venv", type=Path, default=DEFAULT_VENV)
-    ap.add_argument("--keep", type=Path, default=None,
-                    help="keep the task, lm-eval's and infoeval's outputs here (finished runs of the same text found there are reused)")
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="keep the task, lm-eval's and infoeval's outputs here (finished runs of the same text found there are reused)",
+    )
     add_save(ap)
     args = ap.parse_args()
     py = ensure_venv(args.venv)
@@ -172,8 +245,19 @@ def main() -> None:
         theirs = run_lm_eval(py, folder, work / "task", ctx, work / f"lm_eval-{ctx}")
         ours = run_infoeval(options, ctx, work / f"infoeval-{ctx}.json")
         runs.append({"ctx": ctx, "lm_eval": theirs, "infoeval": ours, **compare(ours, theirs)})
-    emit(__file__, {"text": args.text, "max_chars": args.max_chars, "model": str(folder), "requirements": requirements(), "runs": runs}, args.save,
-         args=args, indent=1)
+    emit(
+        __file__,
+        {
+            "text": args.text,
+            "max_chars": args.max_chars,
+            "model": str(folder),
+            "requirements": requirements(),
+            "runs": runs,
+        },
+        args.save,
+        args=args,
+        indent=1,
+    )
     if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)
 

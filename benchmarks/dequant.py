@@ -55,7 +55,10 @@ def bench_scheme(model, name: str, ids: torch.Tensor, repeats: int) -> dict:
     variant = quantize_variant(model, parse_scheme(name))
     modules = dict(model.named_modules())
     fp32_bytes = sum(modules[n].weight.numel() * 4 for n in variant.weights)
-    full = {n: torch.nn.Parameter(fake_quantize(modules[n].weight, variant.scheme), requires_grad=False) for n in variant.weights}
+    full = {
+        n: torch.nn.Parameter(fake_quantize(modules[n].weight, variant.scheme), requires_grad=False)
+        for n in variant.weights
+    }
     packed_model = WithVariant(model, variant)
 
     def packed():
@@ -97,8 +100,15 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     model = load_model("smollm2-135m", torch.device("cpu"), torch.float32).model
     ids = torch.randint(0, model.config.vocab_size, (1, args.tokens), generator=torch.Generator().manual_seed(0))
-    out = {"model": "smollm2-135m", "device": "cpu", "dtype": "float32", "tokens": args.tokens,
-           "threads": torch.get_num_threads(), "repeats": args.repeats, "schemes": {}}  # fmt: skip
+    out = {
+        "model": "smollm2-135m",
+        "device": "cpu",
+        "dtype": "float32",
+        "tokens": args.tokens,
+        "threads": torch.get_num_threads(),
+        "repeats": args.repeats,
+        "schemes": {},
+    }
     for name in args.schemes.split(","):
         out["schemes"][name] = bench_scheme(model, name, ids, args.repeats)
     emit(__file__, out, args.save, args=args, indent=1)

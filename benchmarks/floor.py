@@ -48,7 +48,9 @@ def infoeval(args: list, folder: Path, result: bool = True) -> tuple[dict | None
     out = folder / f"r{len(list(folder.iterdir()))}.json"
     t0 = time.perf_counter()
     json_args = ["--json", out] if result else []
-    proc = subprocess.run([sys.executable, "-m", "infoeval", *map(str, args), *json_args, "-q"], env=ENV, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "infoeval", *map(str, args), *json_args, "-q"], env=ENV, capture_output=True, text=True
+    )
     wall = time.perf_counter() - t0
     if proc.returncode not in (0, 1):
         raise SystemExit(f"infoeval {' '.join(map(str, args))} failed:\n{proc.stderr[-2000:]}")
@@ -61,13 +63,25 @@ def dtype_figures(dtype: str, max_tokens: int, folder: Path) -> dict:
     _, wall_off = infoeval([*common, "--floor", "off"], folder)
     floor = run["floor"]
     return {
-        "wall_s": wall, "wall_s_floor_off": wall_off, "wall_ratio_floor_on_off": wall / wall_off,
-        "floor_s": run["timings"].get("floor_s"), "floor_share_of_wall": run["timings"].get("floor_s", 0.0) / wall,
-        "floor_windows": len(floor["windows"]), "windows": floor["windows_of_run"],
+        "wall_s": wall,
+        "wall_s_floor_off": wall_off,
+        "wall_ratio_floor_on_off": wall / wall_off,
+        "floor_s": run["timings"].get("floor_s"),
+        "floor_share_of_wall": run["timings"].get("floor_s", 0.0) / wall,
+        "floor_windows": len(floor["windows"]),
+        "windows": floor["windows_of_run"],
         "floor": floor["metrics"],
-        "schemes": {v["name"]: {"kl_mean": v["metrics"]["kl_mean"], "kl_se": v["metrics"]["kl_se"], "kl_p99": v["metrics"]["kl_p99"],
-                                "top1": v["metrics"]["top1"], **floor["variants"][v["name"]]} for v in run["variants"]},
-    }  # fmt: skip
+        "schemes": {
+            v["name"]: {
+                "kl_mean": v["metrics"]["kl_mean"],
+                "kl_se": v["metrics"]["kl_se"],
+                "kl_p99": v["metrics"]["kl_p99"],
+                "top1": v["metrics"]["top1"],
+                **floor["variants"][v["name"]],
+            }
+            for v in run["variants"]
+        },
+    }
 
 
 def dtype_cost(max_tokens: int, folder: Path) -> dict:
@@ -76,7 +90,14 @@ def dtype_cost(max_tokens: int, folder: Path) -> dict:
     infoeval(["reference", "--dtype", "float32", "--max-tokens", max_tokens, "--out", ref], folder, result=False)
     gate, wall = infoeval(["gate", "--reference", ref, "--dtype", "bfloat16", "--floor", "off"], folder)
     m = gate["metrics"]
-    return {"kl_mean": m["kl_mean"], "kl_se": m["kl_se"], "kl_p99": m["kl_p99"], "top1": m["top1"], "top1_disagree": 1 - m["top1"], "wall_s": wall}
+    return {
+        "kl_mean": m["kl_mean"],
+        "kl_se": m["kl_se"],
+        "kl_p99": m["kl_p99"],
+        "top1": m["top1"],
+        "top1_disagree": 1 - m["top1"],
+        "wall_s": wall,
+    }
 
 
 def decision(f: dict) -> dict:
@@ -84,8 +105,13 @@ def decision(f: dict) -> dict:
     speed = f["float32"]["wall_s"] / f["bfloat16"]["wall_s"]
     floor, int8 = f["bfloat16"]["floor"]["kl_mean"], f["float32"]["schemes"]["int8-channel"]["kl_mean"]
     fast, fine = speed >= 1.5, floor <= int8 / 10
-    return {"bf16_speedup": speed, "bf16_floor_over_int8_fp32": floor / int8, "fast_enough": fast, "floor_small_enough": fine,
-            "auto_on_cpu": "bfloat16" if fast and fine else "float32"}  # fmt: skip
+    return {
+        "bf16_speedup": speed,
+        "bf16_floor_over_int8_fp32": floor / int8,
+        "fast_enough": fast,
+        "floor_small_enough": fine,
+        "auto_on_cpu": "bfloat16" if fast and fine else "float32",
+    }
 
 
 def markdown(record: dict) -> str:
@@ -101,15 +127,20 @@ def markdown(record: dict) -> str:
     row("floor KL P99", lambda d: f"{d['floor']['kl_p99']:.3g}")
     row("floor top-1 disagreement", lambda d: f"{100 * d['floor']['top1_disagree']:.2f} %")
     for name in f[dtypes[0]]["schemes"]:
-        row(f"{name} mean KL (× floor)", lambda d, n=name: f"{d['schemes'][n]['kl_mean']:.3g} ({d['schemes'][n]['x_floor']:.0f}×)")
+        row(
+            f"{name} mean KL (× floor)",
+            lambda d, n=name: f"{d['schemes'][n]['kl_mean']:.3g} ({d['schemes'][n]['x_floor']:.0f}×)",
+        )
         row(f"{name} KL P99", lambda d, n=name: f"{d['schemes'][n]['kl_p99']:.3g}")
     row("wall seconds (default run)", lambda d: f"{d['wall_s']:.0f}")
     row("floor's share of the wall time", lambda d: f"{100 * d['floor_share_of_wall']:.1f} %")
     if "bfloat16_cost" in f:
         c = f["bfloat16_cost"]
         lines.append("")
-        lines.append(f"bfloat16's own cost (float32 reference, the model computed in bfloat16): mean KL {c['kl_mean']:.3g} ± {c['kl_se']:.2g}, "
-                     f"P99 {c['kl_p99']:.3g}, top-1 disagreement {100 * c['top1_disagree']:.2f} %.")  # fmt: skip
+        lines.append(
+            f"bfloat16's own cost (float32 reference, the model computed in bfloat16): mean KL {c['kl_mean']:.3g} ± {c['kl_se']:.2g}, "
+            f"P99 {c['kl_p99']:.3g}, top-1 disagreement {100 * c['top1_disagree']:.2f} %."
+        )
     return "\n".join(lines)
 
 

@@ -33,7 +33,9 @@ def child(model: str) -> dict:
 
 def run(model: str, cache: str) -> dict:
     env = dict(os.environ, INFOEVAL_CACHE=cache)
-    out = subprocess.run([sys.executable, __file__, "--child", model], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", model], env=env, capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -51,14 +53,19 @@ def main() -> None:
         cold = run(a.model, cache)
         warm = [run(a.model, cache) for _ in range(a.repeats)]
     best = min(w["load_s"] for w in warm)
-    emit(__file__, {
-        "benchmark": "load_time",
-        "model": a.model,
-        "cold_load_s": round(cold["load_s"], 2),
-        "warm_load_s": [round(w["load_s"], 2) for w in warm],
-        "import_s": round(min(w["import_s"] for w in warm), 2),
-        "cold_over_warm": round(cold["load_s"] / best, 1),
-    }, a.save, args=a)
+    emit(
+        __file__,
+        {
+            "benchmark": "load_time",
+            "model": a.model,
+            "cold_load_s": round(cold["load_s"], 2),
+            "warm_load_s": [round(w["load_s"], 2) for w in warm],
+            "import_s": round(min(w["import_s"] for w in warm), 2),
+            "cold_over_warm": round(cold["load_s"] / best, 1),
+        },
+        a.save,
+        args=a,
+    )
 
 
 if __name__ == "__main__":

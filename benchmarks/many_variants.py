@@ -27,7 +27,7 @@ import numpy as np
 from _record import add_save, emit, measure_child  # benchmarks/_record.py
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMES = ("int8-channel,int8-g128,int4-g128,int4-g64,int4-g32,int4-channel,int4-g128-asym,int3-g64,bf16,hqq:int4-g64,quanto:int4,bnb:nf4")
+SCHEMES = "int8-channel,int8-g128,int4-g128,int4-g64,int4-g32,int4-channel,int4-g128-asym,int3-g64,bf16,hqq:int4-g64,quanto:int4,bnb:nf4"
 BASELINE = "int4-g128"
 
 
@@ -66,20 +66,37 @@ def main() -> None:
         folder = Path(tmp)
         _, reference = child(["compress-bits", "smollm2-135m", *text], folder)
         plain_json, plain = child(["quantize-compare", "smollm2-135m", "--schemes", SCHEMES, *text], folder)
-        paired_json, paired = child(["quantize-compare", "smollm2-135m", "--schemes", SCHEMES, "--baseline", BASELINE, *text], folder)
+        paired_json, paired = child(
+            ["quantize-compare", "smollm2-135m", "--schemes", SCHEMES, "--baseline", BASELINE, *text], folder
+        )
     stored = sum(v["quantization"].get("stored_bytes") or 0 for v in plain_json["variants"]) / 2**20
     growth = plain["peak_rss_mib"] - reference["peak_rss_mib"]
-    verdicts = {name: {m: f"{row[m]['diff']:+.4g} ± {row[m]['se']:.2g} {row[m]['verdict']}" for m in ("kl_mean", "kl_p99", "top1", "ln_ppl_ratio")}
-                for name, row in paired_json["paired"]["variants"].items()}  # fmt: skip
+    verdicts = {
+        name: {
+            m: f"{row[m]['diff']:+.4g} ± {row[m]['se']:.2g} {row[m]['verdict']}"
+            for m in ("kl_mean", "kl_p99", "top1", "ln_ppl_ratio")
+        }
+        for name, row in paired_json["paired"]["variants"].items()
+    }
     figures = {
-        "variants": len(plain_json["variants"]), "tokens": plain_json["reference"]["tokens"], "reference": reference, "plain": plain, "paired": paired,
-        "stored_mib": round(stored, 1), "growth_over_reference_mib": round(growth, 1), "growth_over_stored": round(growth / stored, 2) if stored else None,
-        "paired_s": round(paired_json["timings"]["paired_s"], 2), "paired_share_of_run": round(paired_json["timings"]["paired_s"] / paired["wall_s"], 4),
+        "variants": len(plain_json["variants"]),
+        "tokens": plain_json["reference"]["tokens"],
+        "reference": reference,
+        "plain": plain,
+        "paired": paired,
+        "stored_mib": round(stored, 1),
+        "growth_over_reference_mib": round(growth, 1),
+        "growth_over_stored": round(growth / stored, 2) if stored else None,
+        "paired_s": round(paired_json["timings"]["paired_s"], 2),
+        "paired_share_of_run": round(paired_json["timings"]["paired_s"] / paired["wall_s"], 4),
         "wall_paired_over_plain": round(paired["wall_s"] / plain["wall_s"], 3),
-        "frontier": paired_json["frontier"], "bits_per_weight": {v["name"]: v["quantization"].get("bits_per_weight") for v in plain_json["variants"]},
-        "kl_mean": {v["name"]: v["metrics"]["kl_mean"] for v in plain_json["variants"]}, "verdicts_vs": BASELINE, "verdicts": verdicts,
+        "frontier": paired_json["frontier"],
+        "bits_per_weight": {v["name"]: v["quantization"].get("bits_per_weight") for v in plain_json["variants"]},
+        "kl_mean": {v["name"]: v["metrics"]["kl_mean"] for v in plain_json["variants"]},
+        "verdicts_vs": BASELINE,
+        "verdicts": verdicts,
         "calibration": calibration(a.trials),
-    }  # fmt: skip
+    }
     emit(__file__, figures, a.save, args=a)
 
 

@@ -44,13 +44,30 @@ def _command(name: str, args, out: Path) -> list[str]:
     py = [sys.executable, "-m", "infoeval"]
     if name == "compare":
         return [*py, "quantize-compare", "--max-tokens", str(args.tokens), "--json", str(out), "-q"]
-    return [*py, "sensitivity", "--by", "block", "--schemes", "int4-g128", "--max-tokens", str(args.sensitivity_tokens), "--json", str(out), "-q"]
+    return [
+        *py,
+        "sensitivity",
+        "--by",
+        "block",
+        "--schemes",
+        "int4-g128",
+        "--max-tokens",
+        str(args.sensitivity_tokens),
+        "--json",
+        str(out),
+        "-q",
+    ]
 
 
 def _strip(x):
     """``x`` without what differs between runs of the same settings: timings (``*_s``), provenance, memory."""
     if isinstance(x, dict):
-        return {k: _strip(v) for k, v in x.items() if not k.endswith("_s") and k not in ("timings", "provenance", "memory", "block_cache", "layers_run_fraction")}
+        return {
+            k: _strip(v)
+            for k, v in x.items()
+            if not k.endswith("_s")
+            and k not in ("timings", "provenance", "memory", "block_cache", "layers_run_fraction")
+        }
     return [_strip(v) for v in x] if isinstance(x, list) else x
 
 
@@ -80,17 +97,30 @@ def measure(name: str, args, work: Path) -> dict:
     on = runs[None]
     same = all(r["numbers"] == on[0]["numbers"] for c in configs for r in runs[c])
     wall_on, peak_on = statistics.median(r["wall_s"] for r in on), statistics.median(r["peak_rss_mib"] for r in on)
-    out = {"command": " ".join(_command(name, args, Path("OUT.json"))[1:]), "numbers_equal": same,
-           "all_on": {"wall_s": round(wall_on, 2), "wall_spread_s": _spread([r["wall_s"] for r in on]),
-                      "peak_rss_mib": round(peak_on, 1), "peak_spread_mib": _spread([r["peak_rss_mib"] for r in on])}, "mechanisms": {}}
+    out = {
+        "command": " ".join(_command(name, args, Path("OUT.json"))[1:]),
+        "numbers_equal": same,
+        "all_on": {
+            "wall_s": round(wall_on, 2),
+            "wall_spread_s": _spread([r["wall_s"] for r in on]),
+            "peak_rss_mib": round(peak_on, 1),
+            "peak_spread_mib": _spread([r["peak_rss_mib"] for r in on]),
+        },
+        "mechanisms": {},
+    }
     for c in SERVES[name]:
         wall_off = statistics.median(r["wall_s"] for r in runs[c])
         peak_off = statistics.median(r["peak_rss_mib"] for r in runs[c])
         saves_wall, saves_peak = 1 - wall_on / wall_off, 1 - peak_on / peak_off
-        out["mechanisms"][c] = {"off_wall_s": round(wall_off, 2), "off_wall_spread_s": _spread([r["wall_s"] for r in runs[c]]),
-                                "off_peak_rss_mib": round(peak_off, 1), "off_peak_spread_mib": _spread([r["peak_rss_mib"] for r in runs[c]]),
-                                "saves_wall": round(saves_wall, 4), "saves_peak": round(saves_peak, 4),
-                                "pays": saves_wall >= WALL_RULE or saves_peak >= PEAK_RULE}
+        out["mechanisms"][c] = {
+            "off_wall_s": round(wall_off, 2),
+            "off_wall_spread_s": _spread([r["wall_s"] for r in runs[c]]),
+            "off_peak_rss_mib": round(peak_off, 1),
+            "off_peak_spread_mib": _spread([r["peak_rss_mib"] for r in runs[c]]),
+            "saves_wall": round(saves_wall, 4),
+            "saves_peak": round(saves_peak, 4),
+            "pays": saves_wall >= WALL_RULE or saves_peak >= PEAK_RULE,
+        }
     return out
 
 
@@ -103,8 +133,11 @@ def main() -> None:
     ap.add_argument("--commands", default="compare,sensitivity")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="infoeval-mechanisms-"))
-    figures = {"rule": {"saves_wall_at_least": WALL_RULE, "or_saves_peak_at_least": PEAK_RULE}, "repeats": args.repeats,
-               "commands": {name: measure(name, args, work) for name in args.commands.split(",")}}
+    figures = {
+        "rule": {"saves_wall_at_least": WALL_RULE, "or_saves_peak_at_least": PEAK_RULE},
+        "repeats": args.repeats,
+        "commands": {name: measure(name, args, work) for name in args.commands.split(",")},
+    }
     emit(__file__, figures, args.save, args=args)
 
 

@@ -38,8 +38,17 @@ def measure(args: list[str], model: str | None) -> dict:
     """Run one quantize-compare in a child; returns its wall seconds, peak RSS (MiB) and mean KL per scheme."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        cmd = [sys.executable, "-m", "infoeval", "quantize-compare", *(["--model", model] if model else []), *args,
-               "--json", str(out), "-q"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "infoeval",
+            "quantize-compare",
+            *(["--model", model] if model else []),
+            *args,
+            "--json",
+            str(out),
+            "-q",
+        ]
         wall, peak = measure_child(cmd)
         data = json.loads(out.read_text())
     return {

@@ -39,8 +39,10 @@ from _record import add_save, emit  # benchmarks/_record.py
 ROOT = Path(__file__).resolve().parents[1]
 # at 4 bits, groups of 64 (SmolLM2's rows of 576 inputs are not a multiple of 128, which torchao needs; quanto picks
 # its own group, 96 or 128) and infoeval's int4-g128 as the usual reference point; at 8 bits, a scale per channel
-SCHEMES = ("int4-g128,int4-g64,hqq:int4-g64,quanto:int4,torchao:int4-g64,bnb:nf4,autoround:int4-g64-iters50,"
-           "int8-channel,hqq:int8-channel,quanto:int8,torchao:int8,bnb:int8")
+SCHEMES = (
+    "int4-g128,int4-g64,hqq:int4-g64,quanto:int4,torchao:int4-g64,bnb:nf4,autoround:int4-g64-iters50,"
+    "int8-channel,hqq:int8-channel,quanto:int8,torchao:int8,bnb:int8"
+)
 CALIBRATED = "autoround:"
 
 
@@ -60,7 +62,11 @@ def _available(schemes: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _calibration_args(schemes: list[str], args) -> list:
-    return ["--calibration-samples", args.calibration_samples, "--calibration-seqlen", args.calibration_seqlen] if any(s.startswith(CALIBRATED) for s in schemes) else []
+    return (
+        ["--calibration-samples", args.calibration_samples, "--calibration-seqlen", args.calibration_seqlen]
+        if any(s.startswith(CALIBRATED) for s in schemes)
+        else []
+    )
 
 
 def _one_iteration(scheme: str) -> str:
@@ -69,20 +75,48 @@ def _one_iteration(scheme: str) -> str:
 
 
 def _compare(schemes: list[str], tokens: int, out: Path, extra: list) -> dict:
-    args = ["quantize-compare", "--schemes", ",".join(schemes), "--max-tokens", tokens, "--json", out, "--positions", out.with_suffix(".csv"), "-q", *extra]
+    args = [
+        "quantize-compare",
+        "--schemes",
+        ",".join(schemes),
+        "--max-tokens",
+        tokens,
+        "--json",
+        out,
+        "--positions",
+        out.with_suffix(".csv"),
+        "-q",
+        *extra,
+    ]
     subprocess.run([sys.executable, "-m", "infoeval", *map(str, args)], cwd=ROOT, check=True, capture_output=True)
     result = json.loads(out.read_text())
     rows = {}
     for v in result["variants"]:
         m, q = v["metrics"], v["quantization"]
         rows[v["name"]] = {
-            "bits_per_weight": round(q["bits_per_weight"], 4), "kl_mean": m["kl_mean"], "kl_se": m["kl_se"], "kl_p99": m["kl_p99"],
-            "top1": m["top1"], "ln_ppl_ratio": m["ln_ppl_ratio"], "ln_ppl_ratio_se": m["ln_ppl_ratio_se"], "sqnr_db_mean": q["sqnr_db_mean"],
-            "quantize_s": q.get("quantize_s"), "library": q["scheme"].get("library_version") and f"{q['scheme']['library']} {q['scheme']['library_version']}",
-            **({"tune_s": q["tune_s"], "kernel": q["kernel"], "calibration": q["calibration"]} if "calibration" in q else {}),
-        }  # fmt: skip
-    return {"tokens": result["reference"]["tokens"], "reference_ppl": result["reference"]["ppl"], "quantize_s_all": result["timings"]["quantize_s"],
-            "schemes": rows}  # fmt: skip
+            "bits_per_weight": round(q["bits_per_weight"], 4),
+            "kl_mean": m["kl_mean"],
+            "kl_se": m["kl_se"],
+            "kl_p99": m["kl_p99"],
+            "top1": m["top1"],
+            "ln_ppl_ratio": m["ln_ppl_ratio"],
+            "ln_ppl_ratio_se": m["ln_ppl_ratio_se"],
+            "sqnr_db_mean": q["sqnr_db_mean"],
+            "quantize_s": q.get("quantize_s"),
+            "library": q["scheme"].get("library_version")
+            and f"{q['scheme']['library']} {q['scheme']['library_version']}",
+            **(
+                {"tune_s": q["tune_s"], "kernel": q["kernel"], "calibration": q["calibration"]}
+                if "calibration" in q
+                else {}
+            ),
+        }
+    return {
+        "tokens": result["reference"]["tokens"],
+        "reference_ppl": result["reference"]["ppl"],
+        "quantize_s_all": result["timings"]["quantize_s"],
+        "schemes": rows,
+    }
 
 
 def _paired(positions: Path, scheme: str, versus: str) -> dict:
@@ -94,7 +128,13 @@ def _paired(positions: Path, scheme: str, versus: str) -> dict:
     frame = pd.read_csv(positions, usecols=["variant", "kl"])
     a, b = (frame.loc[frame["variant"] == name, "kl"].to_numpy(dtype=float) for name in (scheme, versus))
     diff, diff_se = mean_se(a - b)
-    return {"scheme": scheme, "versus": versus, "kl_ratio": float(a.mean() / b.mean()), "kl_diff": diff, "kl_diff_se": diff_se}
+    return {
+        "scheme": scheme,
+        "versus": versus,
+        "kl_ratio": float(a.mean() / b.mean()),
+        "kl_diff": diff,
+        "kl_diff_se": diff_se,
+    }
 
 
 def _calibration(tokenizer):
@@ -102,7 +142,9 @@ def _calibration(tokenizer):
     from infoeval.input.settings import CalibrationSettings
     from infoeval.quant.methods.calibration import calibration_samples
 
-    return calibration_samples(CalibrationSettings(text="python-docs", samples=8, seqlen=64), None, np.zeros(0, dtype=np.int64), 0, tokenizer)
+    return calibration_samples(
+        CalibrationSettings(text="python-docs", samples=8, seqlen=64), None, np.zeros(0, dtype=np.int64), 0, tokenizer
+    )
 
 
 def _forward_times(schemes: list[str], repeats: int) -> dict:
@@ -120,7 +162,12 @@ def _forward_times(schemes: list[str], repeats: int) -> dict:
     for s in schemes:
         if is_method(s):
             m = parse_method(_one_iteration(s))
-            roles[s] = build_method_variant(model, m, tokenizer=loaded.tokenizer, calibration=_calibration(loaded.tokenizer) if m.calibrated else None).model
+            roles[s] = build_method_variant(
+                model,
+                m,
+                tokenizer=loaded.tokenizer,
+                calibration=_calibration(loaded.tokenizer) if m.calibrated else None,
+            ).model
         else:
             roles[s] = WithVariant(model, quantize_variant(model, parse_scheme(s)))
     ids = torch.randint(0, 49152, (1, 512), generator=torch.Generator().manual_seed(0))
@@ -138,8 +185,14 @@ def _forward_times(schemes: list[str], repeats: int) -> dict:
 
 
 def _peak_rss_mb(schemes: list[str] | None, extra: list = ()) -> float:
-    args = ["quantize-compare", "--schemes", ",".join(map(_one_iteration, schemes)), "--max-tokens", 512, "-q", *extra] if schemes else ["compress-bits", "--max-tokens", 512, "-q"]
-    proc = subprocess.Popen([sys.executable, "-m", "infoeval", *map(str, args)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    args = (
+        ["quantize-compare", "--schemes", ",".join(map(_one_iteration, schemes)), "--max-tokens", 512, "-q", *extra]
+        if schemes
+        else ["compress-bits", "--max-tokens", 512, "-q"]
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infoeval", *map(str, args)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{args} failed: {proc.stderr.read().decode()[-1500:]}")
@@ -161,15 +214,23 @@ def main(argv: list[str] | None = None) -> int:
     schemes, missing = _available([s.strip() for s in args.schemes.split(",") if s.strip()])
     figures: dict = {"schemes_missing": missing}
     # first, while this process is small: a child's peak RSS counts what it inherited at the fork
-    figures["peak_rss_mb"] = {"reference only": _peak_rss_mb(None), **{s: _peak_rss_mb([s], _calibration_args([s], args)) for s in schemes}}
+    figures["peak_rss_mb"] = {
+        "reference only": _peak_rss_mb(None),
+        **{s: _peak_rss_mb([s], _calibration_args([s], args)) for s in schemes},
+    }
     figures["compare"] = _compare(schemes, args.tokens, args.work / "compare.json", _calibration_args(schemes, args))
     calibrated = [s for s in schemes if s.startswith(CALIBRATED)]
-    figures["calibrated"] = [{**_paired(args.work / "compare.csv", s, args.versus), "tune_s": figures["compare"]["schemes"][s]["tune_s"]}
-                             for s in calibrated if args.versus in schemes]  # fmt: skip
+    figures["calibrated"] = [
+        {**_paired(args.work / "compare.csv", s, args.versus), "tune_s": figures["compare"]["schemes"][s]["tune_s"]}
+        for s in calibrated
+        if args.versus in schemes
+    ]
     figures["forward"] = _forward_times(schemes, args.repeats)
     backends = {s.split(":")[0] for s in schemes if ":" in s}
-    figures["targets"] = {"at least four backends besides RTN ran": len(backends) >= 4,
-                          **{f"{c['scheme']} below {c['versus']} in mean KL": c["kl_ratio"] < 1 for c in figures["calibrated"]}}  # fmt: skip
+    figures["targets"] = {
+        "at least four backends besides RTN ran": len(backends) >= 4,
+        **{f"{c['scheme']} below {c['versus']} in mean KL": c["kl_ratio"] < 1 for c in figures["calibrated"]},
+    }
     emit(__file__, figures, args.save, args=args)
     return 0
 

@@ -29,9 +29,27 @@ TARGET = 0.7
 
 def run(by: str, a: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        args = [sys.executable, "-m", "infoeval", "mix", *(["--model", a.model] if a.model else []), "--schemes", a.schemes,
-                "--budget-bits", "int4-g128", "--by", by, "--max-tokens", str(a.tokens), "--sweep-tokens", str(a.sweep_tokens),
-                *(["--sweep", a.sweep] if a.sweep else []), "--out-dir", tmp, "-q"]  # fmt: skip
+        args = [
+            sys.executable,
+            "-m",
+            "infoeval",
+            "mix",
+            *(["--model", a.model] if a.model else []),
+            "--schemes",
+            a.schemes,
+            "--budget-bits",
+            "int4-g128",
+            "--by",
+            by,
+            "--max-tokens",
+            str(a.tokens),
+            "--sweep-tokens",
+            str(a.sweep_tokens),
+            *(["--sweep", a.sweep] if a.sweep else []),
+            "--out-dir",
+            tmp,
+            "-q",
+        ]
         t0 = time.perf_counter()
         proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
         wall = time.perf_counter() - t0
@@ -40,14 +58,38 @@ def run(by: str, a: argparse.Namespace) -> dict:
         data = json.loads((Path(tmp) / "result.json").read_text())
     s, tg = data["solutions"][0], data["target"]
     return {
-        "by": by, "units": len(data["units"]), "budget_bits": s["budget_bits"], "mix_bits": s["bits_per_weight"],
-        "solver": s["method"], "predicted_kl": s["predicted_kl"], "mix_kl": tg["mix_kl"], "int4_g128_kl": tg["uniform_kl"],
-        "ratio": tg["ratio"], "meets_target": tg["ratio"] is not None and tg["ratio"] <= TARGET and s["bits_per_weight"] <= tg["uniform_bits"],
+        "by": by,
+        "units": len(data["units"]),
+        "budget_bits": s["budget_bits"],
+        "mix_bits": s["bits_per_weight"],
+        "solver": s["method"],
+        "predicted_kl": s["predicted_kl"],
+        "mix_kl": tg["mix_kl"],
+        "int4_g128_kl": tg["uniform_kl"],
+        "ratio": tg["ratio"],
+        "meets_target": tg["ratio"] is not None
+        and tg["ratio"] <= TARGET
+        and s["bits_per_weight"] <= tg["uniform_bits"],
         "choice": s["choice"],
-        "curve": [{k: r[k] for k in ("name", "kind", "bits_per_weight", "predicted_kl", "measured_kl", "measured_kl_se", "additivity")}
-                  for r in sorted(data["measured"], key=lambda r: r["bits_per_weight"])],
-        "held_out": data["held_out"], "wall_s": wall, "timings": data["timings"],
-    }  # fmt: skip
+        "curve": [
+            {
+                k: r[k]
+                for k in (
+                    "name",
+                    "kind",
+                    "bits_per_weight",
+                    "predicted_kl",
+                    "measured_kl",
+                    "measured_kl_se",
+                    "additivity",
+                )
+            }
+            for r in sorted(data["measured"], key=lambda r: r["bits_per_weight"])
+        ],
+        "held_out": data["held_out"],
+        "wall_s": wall,
+        "timings": data["timings"],
+    }
 
 
 def main() -> None:

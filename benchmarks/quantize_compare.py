@@ -41,10 +41,16 @@ def child(mode: str, tokens: int, model: str, data_dir: str) -> dict:
     window_settings = WindowSettings(ctx=512)
     t0 = time.perf_counter()
     if mode == "compare":
-        result = quantize_compare(model_settings, text_settings, window_settings, VariantSettings(), Reporter())[0].to_json()
+        result = quantize_compare(model_settings, text_settings, window_settings, VariantSettings(), Reporter())[
+            0
+        ].to_json()
         wall = time.perf_counter() - t0
-        out = {"wall_s": wall, "timings": result["timings"], "scored_tokens": result["reference"]["tokens"],
-               "kl_mean": {v["name"]: v["metrics"]["kl_mean"] for v in result["variants"]}}
+        out = {
+            "wall_s": wall,
+            "timings": result["timings"],
+            "scored_tokens": result["reference"]["tokens"],
+            "kl_mean": {v["name"]: v["metrics"]["kl_mean"] for v in result["variants"]},
+        }
     else:
         p = prepare(model_settings, text_settings, window_settings, Reporter())
         from infoeval.input.windows import window_inputs
@@ -57,7 +63,12 @@ def child(mode: str, tokens: int, model: str, data_dir: str) -> dict:
                 for _ in range(4):
                     model_(input_ids=ids, use_cache=False).logits.sum()
         fwd = time.perf_counter() - t1
-        out = {"forward_s": fwd, "setup_s": t1 - t0, "scored_tokens": p.protocol.scored_tokens, "windows": len(p.windows)}
+        out = {
+            "forward_s": fwd,
+            "setup_s": t1 - t0,
+            "scored_tokens": p.protocol.scored_tokens,
+            "windows": len(p.windows),
+        }
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
 
@@ -102,8 +113,11 @@ def main() -> None:
                 "ratio_wall_vs_plain": round(comp["wall_s"] / plain["forward_s"], 3),
                 "ratio_quantize_and_eval_vs_plain": round(loop / plain["forward_s"], 3),
                 "ratio_eval_vs_plain": round(comp["timings"]["eval_s"] / plain["forward_s"], 3),
-                **{f"ratio_eval_{part}_vs_plain": round(comp["timings"][f"eval_{part}_s"] / plain["forward_s"], 3)
-                   for part in ("forward", "statistics") if f"eval_{part}_s" in comp["timings"]},  # CPU only
+                **{
+                    f"ratio_eval_{part}_vs_plain": round(comp["timings"][f"eval_{part}_s"] / plain["forward_s"], 3)
+                    for part in ("forward", "statistics")
+                    if f"eval_{part}_s" in comp["timings"]
+                },  # CPU only
                 "tokens_per_s": round(comp["scored_tokens"] / comp["wall_s"], 1),
                 "peak_rss_mib": round(max(r["peak_rss_mib"] for r in comps), 1),
                 "plain_peak_rss_mib": round(plain["peak_rss_mib"], 1),

@@ -36,7 +36,9 @@ def run(kind: str, args: list[str]) -> tuple[float, dict]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         t0 = time.perf_counter()
-        proc = subprocess.run([*launch, *args, "--json", str(out), "-q"], cwd=ROOT, env=env, capture_output=True, text=True)
+        proc = subprocess.run(
+            [*launch, *args, "--json", str(out), "-q"], cwd=ROOT, env=env, capture_output=True, text=True
+        )
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             raise SystemExit(f"{kind} failed: {proc.stderr[-2000:]}")
@@ -57,7 +59,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     add_save(ap)
     a = ap.parse_args()
-    args = ["quantize-compare", *(["--model", a.model] if a.model else []), "--ctx", "512", "--max-tokens", str(a.tokens)]
+    args = [
+        "quantize-compare",
+        *(["--model", a.model] if a.model else []),
+        "--ctx",
+        "512",
+        "--max-tokens",
+        str(a.tokens),
+    ]
     walls: dict[str, list[float]] = {"process": [], "ranks": []}
     results = {}
     for _ in range(a.repeats):
@@ -65,7 +74,9 @@ def main() -> None:
             wall, results[kind] = run(kind, args)
             walls[kind].append(wall)
     one, two = _numbers(results["process"]), _numbers(results["ranks"])
-    rel = max((abs(one[k] - two[k]) / abs(one[k]) for k in one if one[k] not in (0.0,) and one[k] == one[k]), default=0.0)
+    rel = max(
+        (abs(one[k] - two[k]) / abs(one[k]) for k in one if one[k] not in (0.0,) and one[k] == one[k]), default=0.0
+    )
     par = results["ranks"]["provenance"]["parallel"]
     out = {
         "benchmark": "ranks",

@@ -34,7 +34,14 @@ from _record import add_save, emit  # benchmarks/_record.py
 
 ROOT = Path(__file__).resolve().parents[1]
 WHOLE_TEXT = 113_108  # scored positions of the whole python-docs text at the default protocol
-FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--window-size=1280,1000")
+FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--window-size=1280,1000",
+)
 
 
 def _compare(work: Path, tokens: int, topk: int, tag: str) -> dict:
@@ -68,7 +75,11 @@ def _write(run, out: Path, title: str) -> dict:
 
     t0 = time.perf_counter()
     atomic_write_bytes(out, render([run_data(run.result, run.positions, run.vocab, title)]).encode("utf-8"))
-    return {"bytes": out.stat().st_size, "mb": round(out.stat().st_size / 1e6, 3), "write_s": round(time.perf_counter() - t0, 3)}
+    return {
+        "bytes": out.stat().st_size,
+        "mb": round(out.stat().st_size / 1e6, 3),
+        "write_s": round(time.perf_counter() - t0, 3),
+    }
 
 
 def _renderer_rss_mb(driver) -> float:
@@ -77,7 +88,11 @@ def _renderer_rss_mb(driver) -> float:
     for proc in Path("/proc").iterdir():
         try:
             if proc.name.isdigit() and b"--type=renderer" in (proc / "cmdline").read_bytes():
-                total += int(next(line for line in (proc / "status").read_text().splitlines() if line.startswith("VmRSS")).split()[1])
+                total += int(
+                    next(
+                        line for line in (proc / "status").read_text().splitlines() if line.startswith("VmRSS")
+                    ).split()[1]
+                )
         except (OSError, StopIteration):
             continue
     return round(total / 1024, 1)
@@ -97,13 +112,21 @@ def _browser(page: Path) -> dict:
         driver.execute_cdp_cmd("Performance.enable", {})
         driver.get(page.as_uri())
         marks = ("first-contentful-paint", "infoeval-ready", "infoeval-painted")
-        WebDriverWait(driver, 120).until(lambda d: d.execute_script(f"return {list(marks)}.every((m) => performance.getEntriesByName(m).length)"))
+        WebDriverWait(driver, 120).until(
+            lambda d: d.execute_script(f"return {list(marks)}.every((m) => performance.getEntriesByName(m).length)")
+        )
         timing = driver.execute_script(f"return {list(marks)}.map((m) => performance.getEntriesByName(m)[0].startTime)")
         spans = driver.execute_script("return document.querySelectorAll('.text .t').length")
         metrics = {m["name"]: m["value"] for m in driver.execute_cdp_cmd("Performance.getMetrics", {})["metrics"]}
-        out = {"first_contentful_paint_s": round(timing[0] / 1000, 3), "script_done_s": round(timing[1] / 1000, 3),
-               "text_painted_s": round(timing[2] / 1000, 3), "spans": spans,
-               "dom_nodes": int(metrics["Nodes"]), "js_heap_mb": round(metrics["JSHeapUsedSize"] / 2**20, 1), "renderer_rss_mb": _renderer_rss_mb(driver)}  # fmt: skip
+        out = {
+            "first_contentful_paint_s": round(timing[0] / 1000, 3),
+            "script_done_s": round(timing[1] / 1000, 3),
+            "text_painted_s": round(timing[2] / 1000, 3),
+            "spans": spans,
+            "dom_nodes": int(metrics["Nodes"]),
+            "js_heap_mb": round(metrics["JSHeapUsedSize"] / 2**20, 1),
+            "renderer_rss_mb": _renderer_rss_mb(driver),
+        }
         t0 = time.perf_counter()
         driver.find_element("css selector", "#run-0 .next").click()
         driver.execute_script("return document.querySelectorAll('#run-0 .text .t').length")
@@ -149,18 +172,24 @@ def main(argv: list[str] | None = None) -> int:
     run = read_run(folder)
     default = _write(run, args.work / "default.html", "default run")
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "infoeval", "report", folder, "-o", args.work / "again.html"], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "infoeval", "report", folder, "-o", args.work / "again.html"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     default["report_process_s"] = round(time.perf_counter() - t0, 2)
     figures["default_page"] = default | _browser(args.work / "default.html")
     whole = _write(_tiled(run, WHOLE_TEXT), args.work / "whole.html", "whole text (tiled)")
     figures["whole_text_page"] = {"positions": WHOLE_TEXT, **whole, **_browser(args.work / "whole.html")}
     d, w = figures["default_page"], figures["whole_text_page"]
     figures["targets"] = {
-        "default page ≤ 4 MB": d["mb"] <= 4, "default page written in ≤ 3 s": d["write_s"] <= 3,
+        "default page ≤ 4 MB": d["mb"] <= 4,
+        "default page written in ≤ 3 s": d["write_s"] <= 3,
         "default page's text painted ≤ 2 s": d["text_painted_s"] <= 2,
         "whole text ≤ 40 MB or paged (spans ≤ 4,096)": w["mb"] <= 40 or w["spans"] <= 4096,
         "top-5 adds ≤ 5 % to quantize-compare": figures["topk_cost"]["eval_ratio"] <= 1.05,
-    }  # fmt: skip
+    }
     emit(__file__, figures, args.save, args=args)
     return 0
 

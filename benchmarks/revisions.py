@@ -43,11 +43,21 @@ def _tree(rev: str, work: Path) -> tuple[str, Path]:
     """``rev``'s full commit id and a worktree of it (``WORK``: this tree, as it is)."""
     if rev == "WORK":
         return "WORK", ROOT
-    sha = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip()
+    sha = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
     path = work / sha[:12]
-    subprocess.run(["git", "worktree", "add", "--detach", "-f", str(path), sha], cwd=ROOT, check=True, capture_output=True)
-    found = subprocess.run([sys.executable, "-c", "import infoeval; print(infoeval.__file__)"], cwd=path, env=_env(path),
-                           check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", "-f", str(path), sha], cwd=ROOT, check=True, capture_output=True
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", "import infoeval; print(infoeval.__file__)"],
+        cwd=path,
+        env=_env(path),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     if not Path(found).is_relative_to(path):
         raise SystemExit(f"{rev}: the child imports infoeval from {found}, not from its worktree {path}")
     return sha, path
@@ -58,17 +68,35 @@ def _env(tree: Path) -> dict:
 
 
 def _run(tree: Path, args, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "infoeval", "quantize-compare", "--max-tokens", str(args.tokens), "--json", str(out), "-q"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "infoeval",
+        "quantize-compare",
+        "--max-tokens",
+        str(args.tokens),
+        "--json",
+        str(out),
+        "-q",
+    ]
     code, wall, rss, err = run_child(cmd, cwd=tree, env=_env(tree))
     if code != 0:
         raise SystemExit(f"{tree} failed ({code}): {err[-1500:]}")
-    return {"wall_s": wall, "peak_rss_mib": rss, "numbers": json.dumps(_strip(json.loads(out.read_text())), sort_keys=True)}
+    return {
+        "wall_s": wall,
+        "peak_rss_mib": rss,
+        "numbers": json.dumps(_strip(json.loads(out.read_text())), sort_keys=True),
+    }
 
 
 def _summary(runs: list[dict]) -> dict:
     walls, peaks = [r["wall_s"] for r in runs], [r["peak_rss_mib"] for r in runs]
-    return {"wall_s": round(statistics.median(walls), 2), "wall_spread_s": [round(min(walls), 2), round(max(walls), 2)],
-            "peak_rss_mib": round(statistics.median(peaks), 1), "peak_spread_mib": [round(min(peaks), 1), round(max(peaks), 1)]}
+    return {
+        "wall_s": round(statistics.median(walls), 2),
+        "wall_spread_s": [round(min(walls), 2), round(max(walls), 2)],
+        "peak_rss_mib": round(statistics.median(peaks), 1),
+        "peak_spread_mib": [round(min(peaks), 1), round(max(peaks), 1)],
+    }
 
 
 def measure(revs: list[str], args, work: Path) -> list[dict]:
@@ -85,14 +113,26 @@ def measure(revs: list[str], args, work: Path) -> list[dict]:
     out = []
     for k, (rev, sha, _) in enumerate(trees):
         mine = runs[rev][0]["numbers"]
-        row = {"rev": rev, "commit": sha, **_summary(runs[rev]), "numbers_repeat": all(r["numbers"] == mine for r in runs[rev])}
+        row = {
+            "rev": rev,
+            "commit": sha,
+            **_summary(runs[rev]),
+            "numbers_repeat": all(r["numbers"] == mine for r in runs[rev]),
+        }
         if k:
             prev, base = out[k - 1], out[0]
             before = runs[revs[k - 1]][0]["numbers"]
-            row |= {"numbers_equal_previous": mine == before, "blocks_added": sorted(set(json.loads(mine)) - set(json.loads(before))),
-                    "blocks_removed": sorted(set(json.loads(before)) - set(json.loads(mine)))}
-            row |= {"wall_vs_previous": round(row["wall_s"] / prev["wall_s"], 3), "peak_vs_previous": round(row["peak_rss_mib"] / prev["peak_rss_mib"], 3),
-                    "wall_vs_first": round(row["wall_s"] / base["wall_s"], 3), "peak_vs_first": round(row["peak_rss_mib"] / base["peak_rss_mib"], 3)}
+            row |= {
+                "numbers_equal_previous": mine == before,
+                "blocks_added": sorted(set(json.loads(mine)) - set(json.loads(before))),
+                "blocks_removed": sorted(set(json.loads(before)) - set(json.loads(mine))),
+            }
+            row |= {
+                "wall_vs_previous": round(row["wall_s"] / prev["wall_s"], 3),
+                "peak_vs_previous": round(row["peak_rss_mib"] / prev["peak_rss_mib"], 3),
+                "wall_vs_first": round(row["wall_s"] / base["wall_s"], 3),
+                "peak_vs_first": round(row["peak_rss_mib"] / base["peak_rss_mib"], 3),
+            }
         out.append(row)
     return out
 
@@ -100,7 +140,9 @@ def measure(revs: list[str], args, work: Path) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_save(ap)
-    ap.add_argument("--revs", required=True, help="comma-separated git revisions, oldest first (WORK: this working tree)")
+    ap.add_argument(
+        "--revs", required=True, help="comma-separated git revisions, oldest first (WORK: this working tree)"
+    )
     ap.add_argument("--labels", default="", help="comma-separated labels, one per revision (what each step changed)")
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=3)
@@ -113,7 +155,12 @@ def main() -> None:
     rows = measure(revs, args, work)
     for row, label in zip(rows, labels):
         row["label"] = label
-    emit(__file__, {"command": f"quantize-compare --max-tokens {args.tokens}", "repeats": args.repeats, "revisions": rows}, args.save, args=args)
+    emit(
+        __file__,
+        {"command": f"quantize-compare --max-tokens {args.tokens}", "repeats": args.repeats, "revisions": rows},
+        args.save,
+        args=args,
+    )
 
 
 if __name__ == "__main__":

@@ -57,22 +57,42 @@ def main() -> None:
     if a.threads:
         torch.set_num_threads(a.threads)
     t0 = time.perf_counter()
-    p = prepare(ModelSettings(model=a.model), TextSettings(dataset=a.dataset, max_tokens=a.max_tokens),
-                WindowSettings(ctx=a.ctx), Reporter())  # fmt: skip
-    out = {"model": a.model, "scheme": a.scheme, "tokens": p.protocol.scored_tokens, "ctx": a.ctx,
-           "threads": torch.get_num_threads(), "load_s": time.perf_counter() - t0, "runs": {}}  # fmt: skip
+    p = prepare(
+        ModelSettings(model=a.model),
+        TextSettings(dataset=a.dataset, max_tokens=a.max_tokens),
+        WindowSettings(ctx=a.ctx),
+        Reporter(),
+    )
+    out = {
+        "model": a.model,
+        "scheme": a.scheme,
+        "tokens": p.protocol.scored_tokens,
+        "ctx": a.ctx,
+        "threads": torch.get_num_threads(),
+        "load_s": time.perf_counter() - t0,
+        "runs": {},
+    }
     for by in a.by.split(","):
         cached = _one(p, a, by, True)
-        row = {"units": len(cached["units"]), "cache_sweep_s": cached["timings"]["sweep_s"],
-               "cache_sweep_cpu_s": cached["timings"]["sweep_cpu_s"],
-               "proxy_s": cached["timings"]["proxy_s"], "layers_run_fraction": cached["layers_run_fraction"],
-               "proxy_spearman": cached["proxy"]["spearman"]}  # fmt: skip
+        row = {
+            "units": len(cached["units"]),
+            "cache_sweep_s": cached["timings"]["sweep_s"],
+            "cache_sweep_cpu_s": cached["timings"]["sweep_cpu_s"],
+            "proxy_s": cached["timings"]["proxy_s"],
+            "layers_run_fraction": cached["layers_run_fraction"],
+            "proxy_spearman": cached["proxy"]["spearman"],
+        }
         if not a.no_plain:
             plain = _one(p, a, by, False)
-            row |= {"plain_sweep_s": plain["timings"]["sweep_s"], "plain_sweep_cpu_s": plain["timings"]["sweep_cpu_s"],
-                    "speedup": plain["timings"]["sweep_s"] / cached["timings"]["sweep_s"],
-                    "cpu_speedup": plain["timings"]["sweep_cpu_s"] / cached["timings"]["sweep_cpu_s"],
-                    "max_kl_difference": max(abs(x["kl_mean"] - y["kl_mean"]) for x, y in zip(cached["units"], plain["units"]))}  # fmt: skip
+            row |= {
+                "plain_sweep_s": plain["timings"]["sweep_s"],
+                "plain_sweep_cpu_s": plain["timings"]["sweep_cpu_s"],
+                "speedup": plain["timings"]["sweep_s"] / cached["timings"]["sweep_s"],
+                "cpu_speedup": plain["timings"]["sweep_cpu_s"] / cached["timings"]["sweep_cpu_s"],
+                "max_kl_difference": max(
+                    abs(x["kl_mean"] - y["kl_mean"]) for x, y in zip(cached["units"], plain["units"])
+                ),
+            }
         out["runs"][by] = row
         print(json.dumps({by: row}), flush=True)
     emit(__file__, out, a.save, args=a)

@@ -46,19 +46,40 @@ def corpus_rows(result: dict, positions: pd.DataFrame, block: int) -> list[dict]
         for metric, (se_key, column) in METRICS.items():
             x = (d["nll"] - d["nll_ref"] if column is None else d[column]).to_numpy(dtype=np.float64)
             naive, blocked = iid_se(x), fixed_block_se(x, block)
-            rows.append({
-                "variant": v["name"], "metric": metric, "mean": m[metric], "naive": naive, "batch": m[se_key],
-                f"block{block}": blocked, f"batch/block{block}": m[se_key] / blocked,
-                f"naive/block{block}": naive / blocked, "se_block": m["se_block"], "se_blocks": m["se_blocks"],
-            })  # fmt: skip
+            rows.append(
+                {
+                    "variant": v["name"],
+                    "metric": metric,
+                    "mean": m[metric],
+                    "naive": naive,
+                    "batch": m[se_key],
+                    f"block{block}": blocked,
+                    f"batch/block{block}": m[se_key] / blocked,
+                    f"naive/block{block}": naive / blocked,
+                    "se_block": m["se_block"],
+                    "se_blocks": m["se_blocks"],
+                }
+            )
     return rows
 
 
 def run_corpus(corpus: str, max_tokens: int, folder: Path) -> tuple[dict, pd.DataFrame]:
     pos, res = folder / f"{corpus}.csv", folder / f"{corpus}.json"
     text = [] if corpus == "python-docs" else ["--dataset", corpus]
-    cmd = [sys.executable, "-m", "infoeval", "quantize-compare", *text, "--max-tokens", str(max_tokens),
-           "--positions", str(pos), "--json", str(res), "-q"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "infoeval",
+        "quantize-compare",
+        *text,
+        "--max-tokens",
+        str(max_tokens),
+        "--positions",
+        str(pos),
+        "--json",
+        str(res),
+        "-q",
+    ]
     subprocess.run(cmd, check=True, env=os.environ | {"HF_HUB_OFFLINE": "1"})
     return json.loads(res.read_text(encoding="utf-8")), pd.read_csv(pos)
 
@@ -67,12 +88,16 @@ def markdown(record: dict) -> str:
     """The table of docs/metrics.md from a saved record."""
     block = record["settings"]["block"]
     record = record["figures"]
-    lines = [f"| corpus | variant | metric | mean | sd/√n | batch means | block-{block} | batch / block | sd/√n / block |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        f"| corpus | variant | metric | mean | sd/√n | batch means | block-{block} | batch / block | sd/√n / block |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for corpus, c in record["corpora"].items():
         for r in c["rows"]:
-            lines.append(f"| {corpus} | {r['variant']} | {r['metric']} | {r['mean']:.4g} | {r['naive']:.3g} | {r['batch']:.3g} | "
-                         f"{r[f'block{block}']:.3g} | {r[f'batch/block{block}']:.2f} | {r[f'naive/block{block}']:.2f} |")  # fmt: skip
+            lines.append(
+                f"| {corpus} | {r['variant']} | {r['metric']} | {r['mean']:.4g} | {r['naive']:.3g} | {r['batch']:.3g} | "
+                f"{r[f'block{block}']:.3g} | {r[f'batch/block{block}']:.2f} | {r[f'naive/block{block}']:.2f} |"
+            )
     return "\n".join(lines)
 
 
@@ -91,7 +116,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for corpus in args.corpora.split(","):
             result, positions = run_corpus(corpus, args.max_tokens, Path(tmp))
-            out["corpora"][corpus] = {"text": result["provenance"]["text"], "rows": corpus_rows(result, positions, args.block)}
+            out["corpora"][corpus] = {
+                "text": result["provenance"]["text"],
+                "rows": corpus_rows(result, positions, args.block),
+            }
     emit(__file__, out, args.save, args=args)
 
 

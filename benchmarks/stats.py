@@ -159,7 +159,16 @@ def child_memory(mode: str, n: int, chunk: int, a) -> dict:
 
 
 def memory(mode: str, n: int, chunk: int, a) -> float:
-    cmd = [sys.executable, __file__, "--child", f"{mode},{n},{chunk}", "--vocab", str(a.vocab), "--threads", str(a.threads)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        f"{mode},{n},{chunk}",
+        "--vocab",
+        str(a.vocab),
+        "--threads",
+        str(a.threads),
+    ]
     cmd += ["--model", a.model, "--data-dir", a.data_dir] if a.model else []
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True)
     return json.loads(res.stdout.strip().splitlines()[-1])["extra_mib"]
@@ -171,17 +180,30 @@ def measure(n: int, chunks: list[int], a) -> dict:
     modes = [("old", 0), *(("new", c) for c in chunks)]
     best, cpu, cols = seconds(modes, z, zv, targets, a.repeats)
     old_s, old_cpu = best[("old", 0)], cpu[("old", 0)]
-    row = {"rows": n, "vocab": vocab, "old_s": round(old_s, 4), "old_cpu_s": round(old_cpu, 4),
-           "old_buffers_mib": round(5 * n * vocab * 4 / 2**20, 1),
-           "old_extra_mib": memory("old", n, 0, a), "chunked": []}  # fmt: skip
+    row = {
+        "rows": n,
+        "vocab": vocab,
+        "old_s": round(old_s, 4),
+        "old_cpu_s": round(old_cpu, 4),
+        "old_buffers_mib": round(5 * n * vocab * 4 / 2**20, 1),
+        "old_extra_mib": memory("old", n, 0, a),
+        "chunked": [],
+    }
     for mode, c in modes[1:]:
         it.CHUNK_ROWS = c or None
         rows = max(r.stop - r.start for r in it.row_chunks(n, it.chunk_rows(z)))
-        row["chunked"].append({"chunk_rows": c or f"auto: {it.chunk_rows(z)}", "s": round(best[(mode, c)], 4),
-                               "speedup": round(old_s / best[(mode, c)], 2), "cpu_s": round(cpu[(mode, c)], 4),
-                               "cpu_speedup": round(old_cpu / cpu[(mode, c)], 2), "buffers_mib": round(4 * rows * vocab * 4 / 2**20, 1),
-                               "extra_mib": memory(mode, n, c, a),
-                               "bit_identical": all(torch.equal(cols[(mode, c)][k], v) for k, v in cols[("old", 0)].items())})  # fmt: skip
+        row["chunked"].append(
+            {
+                "chunk_rows": c or f"auto: {it.chunk_rows(z)}",
+                "s": round(best[(mode, c)], 4),
+                "speedup": round(old_s / best[(mode, c)], 2),
+                "cpu_s": round(cpu[(mode, c)], 4),
+                "cpu_speedup": round(old_cpu / cpu[(mode, c)], 2),
+                "buffers_mib": round(4 * rows * vocab * 4 / 2**20, 1),
+                "extra_mib": memory(mode, n, c, a),
+                "bit_identical": all(torch.equal(cols[(mode, c)][k], v) for k, v in cols[("old", 0)].items()),
+            }
+        )
     return row
 
 
@@ -189,7 +211,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="512,2048", help="scored positions per window")
     ap.add_argument("--vocab", type=int, default=49152)
-    ap.add_argument("--chunks", default="0,2,4,8,16,32,64", help="rows per chunk to try; 0: infotheory.chunk_rows's own")
+    ap.add_argument(
+        "--chunks", default="0,2,4,8,16,32,64", help="rows per chunk to try; 0: infotheory.chunk_rows's own"
+    )
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--model", default="", help="real logits from this model (e.g. smollm2-135m) instead of synthetic")
@@ -204,9 +228,14 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     chunks = [int(c) for c in a.chunks.split(",")]
     runs = [measure(int(n), chunks, a) for n in a.rows.split(",")]
-    out = {"benchmark": "stats", "logits": a.model or "synthetic", "torch_threads": a.threads,
-           "chunk_bytes": it.CHUNK_BYTES, "seconds": "per window: reference_stats + compare of one variant",
-           "runs": runs}  # fmt: skip
+    out = {
+        "benchmark": "stats",
+        "logits": a.model or "synthetic",
+        "torch_threads": a.threads,
+        "chunk_bytes": it.CHUNK_BYTES,
+        "seconds": "per window: reference_stats + compare of one variant",
+        "runs": runs,
+    }
     emit(__file__, out, a.save, args=a)
 
 

@@ -5,8 +5,22 @@ The Python API (``infoeval.api``) is imported when first used: ``infoeval.compar
 one function per command that measures (``infoeval.api``); ``infoeval.load(path)`` reads a result back."""
 
 __version__ = "0.2.0"
-_API = ("compare", "compress_bits", "reference", "gate", "quantize", "sensitivity", "mix", "spec_accept", "distill", "spec_decode", "temperature",
-        "mutual_info", "kl_fit", "load")  # fmt: skip
+_API = (
+    "compare",
+    "compress_bits",
+    "reference",
+    "gate",
+    "quantize",
+    "sensitivity",
+    "mix",
+    "spec_accept",
+    "distill",
+    "spec_decode",
+    "temperature",
+    "mutual_info",
+    "kl_fit",
+    "load",
+)
 
 
 def __getattr__(name: str):

@@ -47,8 +47,12 @@ class Group:
         return self.rank == 0
 
     def to_json(self) -> dict:
-        return {"world_size": self.world_size, "backend": self.backend, "gathered_bytes": self.gathered_bytes,
-                "gathered_rows": self.gathered_rows}  # fmt: skip
+        return {
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "gathered_bytes": self.gathered_bytes,
+            "gathered_rows": self.gathered_rows,
+        }
 
 
 _GROUP: Group | None = None
@@ -86,8 +90,13 @@ def group() -> Group:
     if not dist.is_initialized():
         timeout = timedelta(seconds=_env_int("INFOEVAL_DIST_TIMEOUT", 1800))
         dist.init_process_group(backend=backend, timeout=timeout)
-    _GROUP = Group(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
-                   local_world_size=_env_int("LOCAL_WORLD_SIZE", 1), backend=backend)  # fmt: skip
+    _GROUP = Group(
+        rank=dist.get_rank(),
+        world_size=dist.get_world_size(),
+        local_rank=local_rank,
+        local_world_size=_env_int("LOCAL_WORLD_SIZE", 1),
+        backend=backend,
+    )
     return _GROUP
 
 
@@ -158,7 +167,9 @@ def replica_gpus(n_gpus: int, local_rank: int, local_world_size: int) -> list[in
     """
     per = n_gpus // max(1, local_world_size)
     if per < 1:
-        raise RuntimeFailure(f"{local_world_size} ranks on this node but only {n_gpus} GPUs: one replica needs at least one")
+        raise RuntimeFailure(
+            f"{local_world_size} ranks on this node but only {n_gpus} GPUs: one replica needs at least one"
+        )
     return list(range(local_rank * per, (local_rank + 1) * per))
 
 

@@ -54,5 +54,7 @@ def steady_heap() -> bool:
     """Fix glibc's mmap and trim thresholds for the rest of the process (see the module docstring); True once set."""
     global _steady
     if not _steady and _mallopt is not None and not switches.off("heap"):
-        _steady = bool(_mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(_mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+        _steady = bool(_mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+            _mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+        )
     return _steady

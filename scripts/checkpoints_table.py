@@ -21,6 +21,7 @@ METHODS_END = "<!-- fake-vs-kernel: end -->"
 # checkpoint) / KL(reference ‖ fake): how well the fake quantization's figure predicts the checkpoint's
 SAME, PREDICTS = 0.1, (0.8, 1.25)
 
+
 def _f(x, digits: int = 4) -> str:
     return "–" if x is None else f"{x:.{digits}g}"
 
@@ -31,13 +32,17 @@ def _pm(x, se) -> str:
 
 def _head(rec: dict) -> str:
     fig = rec["figures"]
-    return (f"SmolLM2-135M (float32), the first {fig['tokens']:,} tokens of the {fig['text']} text, windows of 512; "
-            f"{rec['machine'].get('cores')} CPU cores, {rec['date'][:10]}. Recorded by `{rec['command']}`.")
+    return (
+        f"SmolLM2-135M (float32), the first {fig['tokens']:,} tokens of the {fig['text']} text, windows of 512; "
+        f"{rec['machine'].get('cores')} CPU cores, {rec['date'][:10]}. Recorded by `{rec['command']}`."
+    )
 
 
 def gate_rows(fig: dict) -> list[str]:
-    out = ["| format | exit | bits/weight | mean KL ± SE (checkpoint) | same method in process | z | load s | peak RSS MiB |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        "| format | exit | bits/weight | mean KL ± SE (checkpoint) | same method in process | z | load s | peak RSS MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for name, row in fig["gated"].items():
         c, p = row["checkpoint"], row.get("in_process") or {}
         if "kl_mean" not in c:
@@ -45,8 +50,10 @@ def gate_rows(fig: dict) -> list[str]:
             continue
         same = f"`{p['scheme']}` {_pm(p.get('kl_mean'), p.get('kl_se'))}" if p else "–"
         z = "–" if row.get("z") is None else f"{row['z']:+.2f}"
-        out.append(f"| {name} | {c['exit_code']} | {c['bits_per_weight']:.3f} | {_pm(c['kl_mean'], c['kl_se'])} | {same} | {z} | "
-                   f"{c['load_s']:.1f} | {c['peak_rss_mib']:.0f} |")
+        out.append(
+            f"| {name} | {c['exit_code']} | {c['bits_per_weight']:.3f} | {_pm(c['kl_mean'], c['kl_se'])} | {same} | {z} | "
+            f"{c['load_s']:.1f} | {c['peak_rss_mib']:.0f} |"
+        )
     return out
 
 
@@ -62,13 +69,18 @@ def verdict(row: dict) -> str:
 
 
 def kernel_rows(fig: dict) -> list[str]:
-    out = ["| format | infoeval scheme | bits/weight | KL(ref ‖ fake) | KL(ref ‖ checkpoint) | ratio | KL(fake ‖ checkpoint) | share | "
-           "top-1 fake = ckpt | fake quantization |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    out = [
+        "| format | infoeval scheme | bits/weight | KL(ref ‖ fake) | KL(ref ‖ checkpoint) | ratio | KL(fake ‖ checkpoint) | share | "
+        "top-1 fake = ckpt | fake quantization |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for name, r in fig["fake_vs_kernel"].items():
-        out.append(f"| {name} | `{r['scheme']}` | {r['bits_per_weight']:.3f} | {_pm(r['kl_ref_fake'], r['kl_ref_fake_se'])} | "
-                   f"{_pm(r['kl_ref_checkpoint'], r['kl_ref_checkpoint_se'])} | {_f(r['kl_ref_checkpoint'] / r['kl_ref_fake'], 3)} | "
-                   f"{_pm(r['kl_fake_checkpoint'], r['kl_fake_checkpoint_se'])} | "
-                   f"{_f(r['unexplained'], 2)} | {100 * r['top1_fake_checkpoint']:.1f} % | {verdict(r)} |")
+        out.append(
+            f"| {name} | `{r['scheme']}` | {r['bits_per_weight']:.3f} | {_pm(r['kl_ref_fake'], r['kl_ref_fake_se'])} | "
+            f"{_pm(r['kl_ref_checkpoint'], r['kl_ref_checkpoint_se'])} | {_f(r['kl_ref_checkpoint'] / r['kl_ref_fake'], 3)} | "
+            f"{_pm(r['kl_fake_checkpoint'], r['kl_fake_checkpoint_se'])} | "
+            f"{_f(r['unexplained'], 2)} | {100 * r['top1_fake_checkpoint']:.1f} % | {verdict(r)} |"
+        )
     return out
 
 
@@ -78,11 +90,20 @@ def render(root: Path, pages: dict[Path, str]) -> dict[Path, str]:
     rec = json.loads((root / RECORD).read_text(encoding="utf-8"))
     fig = rec["figures"]
     missing = [f"Not run: {k} ({v})" for k, v in fig.get("missing", {}).items()]
-    gates = "\n".join([GATES_BEGIN, "", _head(rec), "", *gate_rows(fig), "", *(missing + [""] if missing else []), GATES_END])
-    note = (f"ratio = KL(reference ‖ checkpoint) / KL(reference ‖ fake); share = KL(fake ‖ checkpoint) / KL(reference ‖ "
-            f"checkpoint). **The same model**: share at most {SAME:g} (the kernel computes infoeval's rounding, position by "
-            f"position); **predicts its KL**: ratio within {PREDICTS[0]:g}–{PREDICTS[1]:g} (the fake quantization's figures "
-            "stand in for the checkpoint's, not its positions); else **does not predict it**: gate the checkpoint itself.")
+    gates = "\n".join(
+        [GATES_BEGIN, "", _head(rec), "", *gate_rows(fig), "", *(missing + [""] if missing else []), GATES_END]
+    )
+    note = (
+        f"ratio = KL(reference ‖ checkpoint) / KL(reference ‖ fake); share = KL(fake ‖ checkpoint) / KL(reference ‖ "
+        f"checkpoint). **The same model**: share at most {SAME:g} (the kernel computes infoeval's rounding, position by "
+        f"position); **predicts its KL**: ratio within {PREDICTS[0]:g}–{PREDICTS[1]:g} (the fake quantization's figures "
+        "stand in for the checkpoint's, not its positions); else **does not predict it**: gate the checkpoint itself."
+    )
     methods = "\n".join([METHODS_BEGIN, "", _head(rec), "", *kernel_rows(fig), "", note, "", METHODS_END])
-    return {page: splice_text(pages.get(page) or (root / page).read_text(encoding="utf-8"), page, begin, end, text)
-            for page, begin, end, text in ((GATES, GATES_BEGIN, GATES_END, gates), (METHODS, METHODS_BEGIN, METHODS_END, methods))}
+    return {
+        page: splice_text(pages.get(page) or (root / page).read_text(encoding="utf-8"), page, begin, end, text)
+        for page, begin, end, text in (
+            (GATES, GATES_BEGIN, GATES_END, gates),
+            (METHODS, METHODS_BEGIN, METHODS_END, methods),
+        )
+    }

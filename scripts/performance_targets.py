@@ -36,7 +36,10 @@ def _memory(f: dict):
 
 
 def _codec(f: dict):
-    worst = max(max(t["targets"]["payload_over_ideal"], t["targets"]["file_over_ideal_plus_header"]) for t in f["texts"].values())
+    worst = max(
+        max(t["targets"]["payload_over_ideal"], t["targets"]["file_over_ideal_plus_header"])
+        for t in f["texts"].values()
+    )
     return f"worst {_ratio(worst)} ideal", all(t["targets"]["within_0.1%"] for t in f["texts"].values())
 
 
@@ -54,7 +57,10 @@ def _sequential(f: dict):
     good, bad = f["int8-channel"], f["int4-channel"]
     share, windows = good["sequential"]["tokens_share"], bad["sequential"]["windows_evaluated"]
     met = share <= 0.30 and good["wall_ratio"] <= 0.4 and windows <= 2 and bad["wall_ratio"] <= 0.15
-    return f"int8: {_pct(share)} of tokens, {_ratio(good['wall_ratio'])} wall; int4-channel: {windows} window(s), {_ratio(bad['wall_ratio'])}", met
+    return (
+        f"int8: {_pct(share)} of tokens, {_ratio(good['wall_ratio'])} wall; int4-channel: {windows} window(s), {_ratio(bad['wall_ratio'])}",
+        met,
+    )
 
 
 def _report(f: dict):
@@ -72,7 +78,9 @@ def _methods(f: dict):
 
 def _checkpoints(f: dict):
     zs = [g["z"] for g in f["gated"].values() if "z" in g]
-    return f"{len(f['gated'])} formats gated; z within ±{max(abs(z) for z in zs):.2f} in {len(zs)} pairs", all(abs(z) <= 2 for z in zs)
+    return f"{len(f['gated'])} formats gated; z within ±{max(abs(z) for z in zs):.2f} in {len(zs)} pairs", all(
+        abs(z) <= 2 for z in zs
+    )
 
 
 def _floor(f: dict):
@@ -99,7 +107,10 @@ def _removals(f: dict):
     steps = [r for r in f["revisions"] if "removed" in r.get("label", "")]
     worst = max(r["wall_vs_previous"] for r in steps)
     same = all(r.get("numbers_equal_previous", False) for r in steps)
-    return f"{len(steps)} removals, worst {_ratio(worst)} wall, numbers {'equal' if same else '**changed**'}", worst <= 1.03 and same
+    return (
+        f"{len(steps)} removals, worst {_ratio(worst)} wall, numbers {'equal' if same else '**changed**'}",
+        worst <= 1.03 and same,
+    )
 
 
 def _against_old(f: dict):
@@ -110,8 +121,16 @@ def _against_old(f: dict):
 
 Getter = Callable[[dict], tuple[str, bool | None]]
 TARGETS: list[tuple[str, str, Getter]] = [
-    ("quantize_compare", "quantize-compare wall ≤ 1.10 × four plain forwards", _qc("ratio_wall_vs_plain", "target_ratio_wall_vs_plain")),
-    ("quantize_compare", "its evaluation loop ≤ 1.05 × plain", _qc("ratio_eval_vs_plain", "target_ratio_eval_vs_plain")),
+    (
+        "quantize_compare",
+        "quantize-compare wall ≤ 1.10 × four plain forwards",
+        _qc("ratio_wall_vs_plain", "target_ratio_wall_vs_plain"),
+    ),
+    (
+        "quantize_compare",
+        "its evaluation loop ≤ 1.05 × plain",
+        _qc("ratio_eval_vs_plain", "target_ratio_eval_vs_plain"),
+    ),
     ("revisions", "each removal of issue 53 ≤ 1.03 × the wall before it", _removals),
     ("revisions", "default run against d8df1b8: wall ≤ 1.02×, peak ≤ 1.02×", _against_old),
     ("mechanisms", "a mechanism is kept where it saves ≥ 5 % wall or ≥ 10 % peak", _mechanisms),
@@ -120,7 +139,11 @@ TARGETS: list[tuple[str, str, Getter]] = [
     ("codec", "payload and file ≤ 1.001 × ideal", _codec),
     ("mix", "the mix's mean KL ≤ 0.7 × uniform int4-g128's", _mix),
     ("standard_errors", "batch-means SE within 0.6–1.6 × the block-256 SE", _standard_errors),
-    ("sequential", "int8 passes on ≤ 30 % of tokens (≤ 0.4× wall); int4-channel fails in ≤ 2 windows (≤ 0.15×)", _sequential),
+    (
+        "sequential",
+        "int8 passes on ≤ 30 % of tokens (≤ 0.4× wall); int4-channel fails in ≤ 2 windows (≤ 0.15×)",
+        _sequential,
+    ),
     ("report", "page ≤ 4 MB, written ≤ 3 s, painted ≤ 2 s; top-5 ≤ 5 % more", _report),
     ("methods", "≥ 4 backends besides RTN run; AutoRound below RTN in mean KL", _methods),
     ("checkpoints", "every installed format gates from its folder within 2 SE of in-process", _checkpoints),
@@ -141,5 +164,7 @@ def summary_rows(records: dict[str, dict]) -> list[list[str]]:
             measured, met = get(rec["figures"])
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             measured, met = f"not in the record ({type(exc).__name__}: {exc})", None
-        rows.append([f"[`{name}`](#{name})", target, measured, {True: "yes", False: "**no**", None: "–"}[met], rec["date"][:10]])
+        rows.append(
+            [f"[`{name}`](#{name})", target, measured, {True: "yes", False: "**no**", None: "–"}[met], rec["date"][:10]]
+        )
     return rows

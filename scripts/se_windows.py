@@ -17,8 +17,16 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "data" / "se_windows.npz"
-SETTINGS = dict(schemes=("int4-g128", "int8-channel"), dataset="wikitext-2", data_dir=str(ROOT.parent / "shared" / "data"), ctx=512,
-                max_tokens=32768, device="cpu", dtype="float32", floor="off")  # fmt: skip
+SETTINGS = dict(
+    schemes=("int4-g128", "int8-channel"),
+    dataset="wikitext-2",
+    data_dir=str(ROOT.parent / "shared" / "data"),
+    ctx=512,
+    max_tokens=32768,
+    device="cpu",
+    dtype="float32",
+    floor="off",
+)
 
 
 def arrays(window, ref_nll, variants: dict) -> dict[str, np.ndarray]:
@@ -27,7 +35,9 @@ def arrays(window, ref_nll, variants: dict) -> dict[str, np.ndarray]:
     for name, v in variants.items():
         out[f"{name}/kl"] = np.asarray(v["kl"], dtype=np.float32)
         out[f"{name}/top1"] = np.asarray(v["top1"], dtype=np.uint8)
-        out[f"{name}/dnll"] = (np.asarray(v["nll"], dtype=np.float64) - np.asarray(ref_nll, dtype=np.float64)).astype(np.float32)
+        out[f"{name}/dnll"] = (np.asarray(v["nll"], dtype=np.float64) - np.asarray(ref_nll, dtype=np.float64)).astype(
+            np.float32
+        )
     return out
 
 

@@ -23,7 +23,9 @@ class Completed:
     stderr: str
 
 
-def run_cli(args, cwd: Path | str | None = None, env: dict | None = None, debug: bool = False, threads: int | None = None) -> Completed:
+def run_cli(
+    args, cwd: Path | str | None = None, env: dict | None = None, debug: bool = False, threads: int | None = None
+) -> Completed:
     """``infoeval ARGS`` in this process, in folder ``cwd``, with ``env`` as the whole environment where given (as
     ``subprocess.run``'s; restored afterwards; without ``env``, INFOEVAL_DEBUG unset unless ``debug``) and, with
     ``threads``, that many torch threads (as OMP_NUM_THREADS gives a new process). Settings read when a library is

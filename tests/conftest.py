@@ -80,12 +80,22 @@ def report_runs(tmp_path_factory, tiny_llama_dir, tiny_text) -> Path:
     text = ["--text", d / "text.txt", "--ctx", 32, "--max-tokens", 300]
     gate = ["gate", tiny_llama_dir, "--reference", d / "ref.safetensors", "--scheme", "int4-g32"]
     jobs = [
-        ["quantize-compare", tiny_llama_dir, *text, "--schemes", "int4-g32,int8-channel", "--topk", 5, "--out-dir", d / "qc"],
+        [
+            "quantize-compare",
+            tiny_llama_dir,
+            *text,
+            "--schemes",
+            "int4-g32,int8-channel",
+            "--topk",
+            5,
+            "--out-dir",
+            d / "qc",
+        ],
         ["compress-bits", tiny_llama_dir, *text, "--out-dir", d / "cb", "--html", d / "cb.html"],
         ["reference", tiny_llama_dir, *text, "--top-k", 8, "-o", d / "ref.safetensors"],
         [*gate, "--out-dir", d / "gate", "--html", d / "gate.html"],
         [*gate, "--sequential", "--max-kl-mean", 0.001, "--out-dir", d / "seq", "--html", d / "seq.html"],
-    ]  # fmt: skip
+    ]
     for job in jobs:
         r = run_cli([*job, "-q"], cwd=d)  # in this process (tests/cli_run.py)
         assert r.returncode in (0, 1), r.stderr  # a gate may fail its limits (exit 1)

@@ -17,7 +17,9 @@ import torch
 GPU = os.environ.get("INFOEVAL_TEST_GPU", "cuda")
 DRY_RUN = not GPU.startswith("cuda")
 HAS_GPU = DRY_RUN or torch.cuda.is_available()
-needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA device (INFOEVAL_TEST_GPU=cpu: their dry run on the CPU)")
+needs_gpu = pytest.mark.skipif(
+    not HAS_GPU, reason="needs a CUDA device (INFOEVAL_TEST_GPU=cpu: their dry run on the CPU)"
+)
 ON_GPU = [pytest.mark.cuda, needs_gpu]  # a module's pytestmark
 
 

@@ -37,18 +37,48 @@ ENV.setdefault("INFOEVAL_DATA_DIR", str(HERE.parent.parent / "shared" / "data"))
 # Keys whose values depend on the machine, the clock, the run's folder or the software versions, not on the
 # arithmetic: they are not compared.
 VOLATILE = {
-    "timings", "created", "argv", "versions", "path", "file", "out", "reference_file", "seconds", "wall_s",
-    "tokens_per_s", "speedup", "model_of_speedup", "torch_threads", "cache", "sha256_file", "load_s", "eval_s",
+    "timings",
+    "created",
+    "argv",
+    "versions",
+    "path",
+    "file",
+    "out",
+    "reference_file",
+    "seconds",
+    "wall_s",
+    "tokens_per_s",
+    "speedup",
+    "model_of_speedup",
+    "torch_threads",
+    "cache",
+    "sha256_file",
+    "load_s",
+    "eval_s",
 }
 # Renames of the result schema (old key path → new key path), applied to a golden record before comparing.
 # Schema 2: metric definitions moved to `metric_definitions` (from `metrics`, and `metrics_meta` in gate results,
 # whose `metrics` held values and still do); a checkpoint's report names its source model inside `provenance`.
 _DEFINITIONS = [("metrics", "metric_definitions")]
 RENAMES: dict[str, list[tuple[str, str]]] = {
-    **{name: _DEFINITIONS for name in (
-        "quantize-compare-llama", "quantize-compare-qwen3-llamacpp", "compress-bits-qwen3", "spec-accept-llama",
-        "spec-accept-layers", "spec-decode-llama", "distill-llama", "temperature-logits", "temperature-model",
-        "mutual-info-llama", "kl-fit", "quantize-compare-smollm2", "compress-bits-smollm2")},
+    **{
+        name: _DEFINITIONS
+        for name in (
+            "quantize-compare-llama",
+            "quantize-compare-qwen3-llamacpp",
+            "compress-bits-qwen3",
+            "spec-accept-llama",
+            "spec-accept-layers",
+            "spec-decode-llama",
+            "distill-llama",
+            "temperature-logits",
+            "temperature-model",
+            "mutual-info-llama",
+            "kl-fit",
+            "quantize-compare-smollm2",
+            "compress-bits-smollm2",
+        )
+    },
     "gate-llama": [("metrics_meta", "metric_definitions")],
     "quantize-llama": [("report/source_model", "report/provenance/model")],
 }
@@ -65,8 +95,11 @@ def se_moved(path: str) -> bool:
     """Whether a leaf of a record written before schema 4 is a standard error (or made from one: a bound, the
     batches, "at floor")."""
     parts = path.split("/")
-    return (any(p.endswith("_se") for p in parts) or parts[-1] in ("se_block", "se_blocks", "at_floor")
-            or ("verdicts" in parts and parts[-1] in ("se", "bound", "judged")))  # fmt: skip
+    return (
+        any(p.endswith("_se") for p in parts)
+        or parts[-1] in ("se_block", "se_blocks", "at_floor")
+        or ("verdicts" in parts and parts[-1] in ("se", "bound", "judged"))
+    )
 
 
 def _sha(path: Path) -> str:
@@ -85,10 +118,18 @@ def _reference_record(path: Path) -> dict:
 
     with safe_open(str(path), "pt") as f:
         meta = json.loads(f.metadata()["infoeval"])
-        tensors = {k: hashlib.sha256(f.get_tensor(k).contiguous().view(-1).view(__import__("torch").uint8).numpy().tobytes()).hexdigest()
-                   for k in sorted(f.keys())}  # fmt: skip
-    return {"reference": meta.get("reference"), "top_k": meta.get("top_k"), "tail_samples": meta.get("tail_samples"),
-            "tensors": tensors}  # fmt: skip
+        tensors = {
+            k: hashlib.sha256(
+                f.get_tensor(k).contiguous().view(-1).view(__import__("torch").uint8).numpy().tobytes()
+            ).hexdigest()
+            for k in sorted(f.keys())
+        }
+    return {
+        "reference": meta.get("reference"),
+        "top_k": meta.get("top_k"),
+        "tail_samples": meta.get("tail_samples"),
+        "tensors": tensors,
+    }
 
 
 def _checkpoint_record(folder: Path) -> dict:
@@ -103,45 +144,230 @@ def plan(folder: Path, real: bool) -> dict[str, list]:
     llama, qwen, text = folder / "llama", folder / "qwen3", folder / "text.txt"
     common = ["--text", text, "--device", "cpu"]
     runs = {
-        "quantize-compare-llama": ["quantize-compare", "--model", llama, "--schemes", "int8-channel,int4-g32,int3-g64-asym",
-                                   "--ctx", 64, "--stride", 48, "--max-tokens", 300, *common,
-                                   "--json", folder / "qc-llama.json", "--positions", folder / "qc-llama-positions.csv"],
-        "quantize-compare-qwen3-llamacpp": ["quantize-compare", "--model", qwen, "--schemes", "int4-g64,int8-channel-asym",
-                                            "--protocol", "llama.cpp", "--ctx", 64, "--max-tokens", 300, *common,
-                                            "--json", folder / "qc-qwen3.json"],
-        "compress-bits-qwen3": ["compress-bits", "--model", qwen, "--ctx", 96, "--max-tokens", 400, *common,
-                                "--json", folder / "cb-qwen3.json"],
-        "reference-llama": ["reference", llama, "--out", folder / "ref.safetensors", "--top-k", 16, "--tail-samples", 8,
-                            "--ctx", 64, "--max-tokens", 300, *common],
-        "spec-accept-llama": ["spec-accept", llama, "--draft-scheme", "int4-g32", "--temperature", "0.5,1,2", "--ctx", 64,
-                              "--max-tokens", 300, *common, "--json", folder / "sa.json"],
-        "spec-accept-layers": ["spec-accept", llama, "--draft-layers", 1, "--ctx", 64, "--max-tokens", 200, *common,
-                               "--json", folder / "sa-layers.json"],
-        "spec-decode-llama": ["spec-decode", llama, "--draft-scheme", "int4-g32", "--prompt", "The function returns",
-                              "--gamma", 3, "--max-new-tokens", 24, "--temperature", 0.8, "--seed", 3, "--device", "cpu",
-                              "--json", folder / "sd.json"],
-        "distill-llama": ["distill", llama, "--student-layers", 1, "--T", "1,2,4", "--alpha", 0.25, "--ctx", 64,
-                          "--max-tokens", 300, *common, "--json", folder / "distill.json"],
-        "temperature-logits": ["temperature", "--logits", "9.1,6.2,4.6,3.3", "--labels", "cat,lion,lynx,dog",
-                               "--T", "0.5,1,2", "--json", folder / "temp-logits.json"],
-        "temperature-model": ["temperature", "--model", llama, "--prompt", "The function", "--top", 5, "--device", "cpu",
-                              "--json", folder / "temp-model.json"],
-        "mutual-info-llama": ["mutual-info", "--model", llama, "--lengths", "8,16,32", "--blocks", 4, "--batch-tokens", 64,
-                              "--bootstrap", 50, *common, "--json", folder / "mi.json"],
-        "kl-fit": ["kl-fit", "--steps", 200, "--support", 60, "--target", "0.6:15:4,0.4:40:4", "--starts", "20,35",
-                   "--json", folder / "klfit.json"],
+        "quantize-compare-llama": [
+            "quantize-compare",
+            "--model",
+            llama,
+            "--schemes",
+            "int8-channel,int4-g32,int3-g64-asym",
+            "--ctx",
+            64,
+            "--stride",
+            48,
+            "--max-tokens",
+            300,
+            *common,
+            "--json",
+            folder / "qc-llama.json",
+            "--positions",
+            folder / "qc-llama-positions.csv",
+        ],
+        "quantize-compare-qwen3-llamacpp": [
+            "quantize-compare",
+            "--model",
+            qwen,
+            "--schemes",
+            "int4-g64,int8-channel-asym",
+            "--protocol",
+            "llama.cpp",
+            "--ctx",
+            64,
+            "--max-tokens",
+            300,
+            *common,
+            "--json",
+            folder / "qc-qwen3.json",
+        ],
+        "compress-bits-qwen3": [
+            "compress-bits",
+            "--model",
+            qwen,
+            "--ctx",
+            96,
+            "--max-tokens",
+            400,
+            *common,
+            "--json",
+            folder / "cb-qwen3.json",
+        ],
+        "reference-llama": [
+            "reference",
+            llama,
+            "--out",
+            folder / "ref.safetensors",
+            "--top-k",
+            16,
+            "--tail-samples",
+            8,
+            "--ctx",
+            64,
+            "--max-tokens",
+            300,
+            *common,
+        ],
+        "spec-accept-llama": [
+            "spec-accept",
+            llama,
+            "--draft-scheme",
+            "int4-g32",
+            "--temperature",
+            "0.5,1,2",
+            "--ctx",
+            64,
+            "--max-tokens",
+            300,
+            *common,
+            "--json",
+            folder / "sa.json",
+        ],
+        "spec-accept-layers": [
+            "spec-accept",
+            llama,
+            "--draft-layers",
+            1,
+            "--ctx",
+            64,
+            "--max-tokens",
+            200,
+            *common,
+            "--json",
+            folder / "sa-layers.json",
+        ],
+        "spec-decode-llama": [
+            "spec-decode",
+            llama,
+            "--draft-scheme",
+            "int4-g32",
+            "--prompt",
+            "The function returns",
+            "--gamma",
+            3,
+            "--max-new-tokens",
+            24,
+            "--temperature",
+            0.8,
+            "--seed",
+            3,
+            "--device",
+            "cpu",
+            "--json",
+            folder / "sd.json",
+        ],
+        "distill-llama": [
+            "distill",
+            llama,
+            "--student-layers",
+            1,
+            "--T",
+            "1,2,4",
+            "--alpha",
+            0.25,
+            "--ctx",
+            64,
+            "--max-tokens",
+            300,
+            *common,
+            "--json",
+            folder / "distill.json",
+        ],
+        "temperature-logits": [
+            "temperature",
+            "--logits",
+            "9.1,6.2,4.6,3.3",
+            "--labels",
+            "cat,lion,lynx,dog",
+            "--T",
+            "0.5,1,2",
+            "--json",
+            folder / "temp-logits.json",
+        ],
+        "temperature-model": [
+            "temperature",
+            "--model",
+            llama,
+            "--prompt",
+            "The function",
+            "--top",
+            5,
+            "--device",
+            "cpu",
+            "--json",
+            folder / "temp-model.json",
+        ],
+        "mutual-info-llama": [
+            "mutual-info",
+            "--model",
+            llama,
+            "--lengths",
+            "8,16,32",
+            "--blocks",
+            4,
+            "--batch-tokens",
+            64,
+            "--bootstrap",
+            50,
+            *common,
+            "--json",
+            folder / "mi.json",
+        ],
+        "kl-fit": [
+            "kl-fit",
+            "--steps",
+            200,
+            "--support",
+            60,
+            "--target",
+            "0.6:15:4,0.4:40:4",
+            "--starts",
+            "20,35",
+            "--json",
+            folder / "klfit.json",
+        ],
         "quantize-llama": ["quantize", llama, "--scheme", "int4-g32", "--out", folder / "ckpt", "--device", "cpu"],
     }
     if real:
-        runs["quantize-compare-smollm2"] = ["quantize-compare", "--schemes", "int8-channel,int4-g128", "--ctx", 128,
-                                            "--max-tokens", 256, "--device", "cpu", "--json", folder / "qc-smollm2.json"]
-        runs["compress-bits-smollm2"] = ["compress-bits", "--dataset", "tinyshakespeare", "--ctx", 128, "--max-tokens", 256,
-                                         "--device", "cpu", "--json", folder / "cb-smollm2.json"]
+        runs["quantize-compare-smollm2"] = [
+            "quantize-compare",
+            "--schemes",
+            "int8-channel,int4-g128",
+            "--ctx",
+            128,
+            "--max-tokens",
+            256,
+            "--device",
+            "cpu",
+            "--json",
+            folder / "qc-smollm2.json",
+        ]
+        runs["compress-bits-smollm2"] = [
+            "compress-bits",
+            "--dataset",
+            "tinyshakespeare",
+            "--ctx",
+            128,
+            "--max-tokens",
+            256,
+            "--device",
+            "cpu",
+            "--json",
+            folder / "cb-smollm2.json",
+        ]
     return runs
 
 
-GATE = ["gate", "--reference", "ref.safetensors", "--scheme", "int4-g32", "--max-kl-mean", 0.5, "--device", "cpu",
-        "--json", "gate.json"]  # fmt: skip
+GATE = [
+    "gate",
+    "--reference",
+    "ref.safetensors",
+    "--scheme",
+    "int4-g32",
+    "--max-kl-mean",
+    0.5,
+    "--device",
+    "cpu",
+    "--json",
+    "gate.json",
+]
 
 
 def run_all(folder: Path, real: bool = False, only: set[str] | None = None) -> dict[str, dict]:
@@ -217,8 +443,9 @@ def leaves(obj, path: str = ""):
         yield path, obj
 
 
-def compare(golden: dict, fresh: dict, name: str, rel: float = 0.0, renamed: bool = True,
-            other_cpu: bool = False) -> list[str]:  # fmt: skip
+def compare(
+    golden: dict, fresh: dict, name: str, rel: float = 0.0, renamed: bool = True, other_cpu: bool = False
+) -> list[str]:
     """Every leaf of the golden record (after renames, unless ``renamed`` is False: a record of today's schema)
     against the fresh one; returns the differences.
 

@@ -69,7 +69,9 @@ def torchao(kind: str):
         if kind == "int8":
             return save_transformers(base, out, TorchAoConfig(Int8WeightOnlyConfig()))
         group = int(kind.split("-g")[1])
-        return save_transformers(base, out, TorchAoConfig(IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(group))))
+        return save_transformers(
+            base, out, TorchAoConfig(IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(group)))
+        )
 
     return save
 
@@ -98,7 +100,9 @@ def quanto(weights: str):
 
         with _quiet():
             model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-            q = QuantizedModelForCausalLM.quantize(model, weights={"int4": qint4, "int8": qint8}[weights], exclude="lm_head")
+            q = QuantizedModelForCausalLM.quantize(
+                model, weights={"int4": qint4, "int8": qint8}[weights], exclude="lm_head"
+            )
             q.save_pretrained(out)
         _tokenizer(base, out)
         return out
@@ -118,8 +122,21 @@ def autoround(fmt: str, bits: int = 4, group: int = 64, sym: bool = True):
         data = [torch.randint(3, min(len(tok), 500), (1, 32), generator=g) for _ in range(4)]
         with _quiet(), torch.enable_grad():
             model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-            ar = AutoRound(model, tok, bits=bits, group_size=group, sym=sym, iters=0, nsamples=4, seqlen=32, dataset=data,
-                           amp=False, enable_torch_compile=False, device_map="cpu", seed=0)
+            ar = AutoRound(
+                model,
+                tok,
+                bits=bits,
+                group_size=group,
+                sym=sym,
+                iters=0,
+                nsamples=4,
+                seqlen=32,
+                dataset=data,
+                amp=False,
+                enable_torch_compile=False,
+                device_map="cpu",
+                seed=0,
+            )
             ar.quantize()
             ar.save_quantized(str(out), format=fmt)
         _tokenizer(base, out)
@@ -170,7 +187,9 @@ def library_model(name: str, folder: Path) -> torch.nn.Module:
         if name.startswith(("gptq", "awq")):  # without gptqmodel, AutoRound's kernels read both layouts
             from transformers import AutoRoundConfig
 
-            return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, quantization_config=AutoRoundConfig()).eval()
+            return AutoModelForCausalLM.from_pretrained(
+                folder, dtype=torch.float32, quantization_config=AutoRoundConfig()
+            ).eval()
         return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
 
@@ -201,10 +220,14 @@ def requantize_gguf(source: Path, out: Path, qtype: str) -> Path:
         shape = [int(x) for x in reversed(t.shape)]  # numpy order: rows × row length
         if t.name.startswith("blk.") and len(shape) == 2:
             weights = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float32)
-            writer.add_tensor(t.name, gguf.quants.quantize(weights, target), raw_dtype=target)  # bytes: rows × bytes per row
+            writer.add_tensor(
+                t.name, gguf.quants.quantize(weights, target), raw_dtype=target
+            )  # bytes: rows × bytes per row
         else:
             quantized = t.tensor_type not in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
-            writer.add_tensor(t.name, np.asarray(t.data).reshape(shape[:-1] + [-1]), raw_dtype=t.tensor_type if quantized else None)
+            writer.add_tensor(
+                t.name, np.asarray(t.data).reshape(shape[:-1] + [-1]), raw_dtype=t.tensor_type if quantized else None
+            )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -26,7 +26,12 @@ def _numbers(data: dict) -> dict:
 
 
 def _cli(args: list, out) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "infoeval", *map(str, args), "--json", str(out), "-q"], capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(
+        [sys.executable, "-m", "infoeval", *map(str, args), "--json", str(out), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(out.read_text(encoding="utf-8"))
 
@@ -36,29 +41,52 @@ def test_api_and_cli_give_the_same_json(tiny_llama_dir, tiny_text, tmp_path):
     text.write_text(tiny_text, encoding="utf-8")
     kw = dict(text=text, ctx=64, max_tokens=400, device="cpu")
     api = infoeval.compare(str(tiny_llama_dir), schemes=("int8-channel", "int4-g32"), **kw)
-    cli = _cli(["quantize-compare", tiny_llama_dir, "--schemes", "int8-channel,int4-g32", "--text", text, "--ctx", 64, "--max-tokens", 400,
-                "--device", "cpu"], tmp_path / "qc.json")  # fmt: skip
+    cli = _cli(
+        [
+            "quantize-compare",
+            tiny_llama_dir,
+            "--schemes",
+            "int8-channel,int4-g32",
+            "--text",
+            text,
+            "--ctx",
+            64,
+            "--max-tokens",
+            400,
+            "--device",
+            "cpu",
+        ],
+        tmp_path / "qc.json",
+    )
     assert _numbers(api.to_json()) == _numbers(cli)
-    assert len(api.positions) == 2 * api.reference["tokens"] and api.columns is not None  # a row per position and variant
+    assert (
+        len(api.positions) == 2 * api.reference["tokens"] and api.columns is not None
+    )  # a row per position and variant
     bits = infoeval.compress_bits(str(tiny_llama_dir), **kw)
-    cli = _cli(["compress-bits", tiny_llama_dir, "--text", text, "--ctx", 64, "--max-tokens", 400, "--device", "cpu"], tmp_path / "cb.json")
+    cli = _cli(
+        ["compress-bits", tiny_llama_dir, "--text", text, "--ctx", 64, "--max-tokens", 400, "--device", "cpu"],
+        tmp_path / "cb.json",
+    )
     assert _numbers(bits.to_json()) == _numbers(cli)
     assert "xz -9" in bits.to_frame()["method"].tolist() and len(bits.positions) == bits.reference["tokens"]
 
 
-@pytest.mark.parametrize("kw,fragment", [
-    ({"max_tokens": 0}, "max_tokens 0 is not allowed"),
-    ({"max_tokens": 1.5}, "max_tokens 1.5 is not allowed"),
-    ({"floor": "some"}, "floor 'some' is not allowed"),
-    ({"schemes": ("int9-channel",)}, "9 bits"),
-    ({"contxt": 64}, "unknown keyword 'contxt'"),
-    ({"until_se": -1.0}, "until_se -1.0 is not allowed"),
-    ({"ctx": "64"}, "ctx '64' is not allowed; give an integer or None"),
-    ({"device": 3}, "device 3 is not allowed; give a string"),
-    ({"schemes": 5}, "schemes 5 is not allowed; give a string or a sequence of strings or None"),
-    ({"top_k": True}, "top_k True is not allowed; give an integer"),
-    ({"variants": [1]}, "variants [1] is not allowed; give a dict or None"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kw,fragment",
+    [
+        ({"max_tokens": 0}, "max_tokens 0 is not allowed"),
+        ({"max_tokens": 1.5}, "max_tokens 1.5 is not allowed"),
+        ({"floor": "some"}, "floor 'some' is not allowed"),
+        ({"schemes": ("int9-channel",)}, "9 bits"),
+        ({"contxt": 64}, "unknown keyword 'contxt'"),
+        ({"until_se": -1.0}, "until_se -1.0 is not allowed"),
+        ({"ctx": "64"}, "ctx '64' is not allowed; give an integer or None"),
+        ({"device": 3}, "device 3 is not allowed; give a string"),
+        ({"schemes": 5}, "schemes 5 is not allowed; give a string or a sequence of strings or None"),
+        ({"top_k": True}, "top_k True is not allowed; give an integer"),
+        ({"variants": [1]}, "variants [1] is not allowed; give a dict or None"),
+    ],
+)
 def test_bad_keywords_are_one_line_usage_errors_before_loading(kw, fragment):
     with pytest.raises(UsageError) as e:
         infoeval.compare("no/such-model-anywhere", **kw)
@@ -70,7 +98,8 @@ def test_messages_name_keywords_in_python_and_flags_on_the_command_line():
     from infoeval.errors import flag_spelling, keyword_spelling
 
     assert keyword_spelling("--max-tokens 0 is not allowed; with --protocol lm-eval give --documents") == (
-        "max_tokens 0 is not allowed; with protocol lm-eval give documents")
+        "max_tokens 0 is not allowed; with protocol lm-eval give documents"
+    )
     assert keyword_spelling("int4-g128 and a--b stay") == "int4-g128 and a--b stay"
     with flag_spelling(), pytest.raises(UsageError, match="^--max-tokens 0 is not allowed"):
         infoeval.compare("no/such-model-anywhere", max_tokens=0)
@@ -102,6 +131,10 @@ def test_the_default_run_api_equals_cli(tmp_path, monkeypatch):
     (cli_args, cli_kwargs), (result, _), (api_args, api_kwargs) = calls
     drop = lambda args: args[:4] + args[5:]  # noqa: E731  (the progress reporter: two objects of one kind)
     assert drop(cli_args) == drop(api_args) and cli_kwargs == api_kwargs and type(cli_args[4]) is type(api_args[4])
-    assert cli_args[0].model == "smollm2-135m" and cli_args[1].max_tokens == 8192 and cli_args[3].schemes == "int8-channel,int4-g128,int4-channel"
+    assert (
+        cli_args[0].model == "smollm2-135m"
+        and cli_args[1].max_tokens == 8192
+        and cli_args[3].schemes == "int8-channel,int4-g128,int4-channel"
+    )
     written = json.loads((tmp_path / "default.json").read_text(encoding="utf-8"))
     assert _numbers(written) == _numbers(json.loads(json.dumps(result.to_json())))

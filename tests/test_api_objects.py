@@ -49,9 +49,16 @@ def test_an_object_gives_the_numbers_of_its_folder(tiny_llama_dir, run):
     assert all(m.training for m in model.modules())
     assert not any(m._forward_pre_hooks or m._forward_hooks for m in model.modules())
     info = by_object.to_json()["provenance"]["model"]
-    assert info["kind"] == "object" and info["spec"] == "LlamaForCausalLM" and info["device"] == "cpu" and info["dtype"] == "float32"
+    assert (
+        info["kind"] == "object"
+        and info["spec"] == "LlamaForCausalLM"
+        and info["device"] == "cpu"
+        and info["dtype"] == "float32"
+    )
     assert info["n_parameters"] == sum(p.numel() for p in model.parameters()) and len(info["sha256"]) == 64
-    assert info["sha256"] != by_folder.to_json()["provenance"]["model"]["sha256"]  # a digest of the tensors, not of the file
+    assert (
+        info["sha256"] != by_folder.to_json()["provenance"]["model"]["sha256"]
+    )  # a digest of the tensors, not of the file
     assert "in-memory" in info["tokenizer"]["source"]
 
 
@@ -62,7 +69,13 @@ def test_module_variants_share_the_lockstep(tiny_llama_dir, run, tmp_path):
     quantize_checkpoint(ModelSettings(model=str(tiny_llama_dir), device="cpu"), "int8-channel", tmp_path / "int8")
     int8, _ = _load(tmp_path / "int8")
     model, tok = _load(tiny_llama_dir)
-    result = infoeval.compare(model, tokenizer=tok, schemes=("int8-channel",), variants={"copy": copy.deepcopy(model), "ckpt": (int8, tok)}, **run)
+    result = infoeval.compare(
+        model,
+        tokenizer=tok,
+        schemes=("int8-channel",),
+        variants={"copy": copy.deepcopy(model), "ckpt": (int8, tok)},
+        **run,
+    )
     m = {v.name: v.metrics for v in result.variants}
     assert list(m) == ["int8-channel", "copy", "ckpt"]
     assert m["copy"]["kl_mean"] == 0.0 and m["copy"]["top1"] == 1.0 and m["copy"]["kl_max"] == 0.0
@@ -70,7 +83,9 @@ def test_module_variants_share_the_lockstep(tiny_llama_dir, run, tmp_path):
         assert m["ckpt"][key] == pytest.approx(m["int8-channel"][key], rel=1e-5, abs=1e-9), key
     assert m["ckpt"]["kl_mean"] > 0
     q = next(v for v in result.variants if v.name == "ckpt").quantization
-    assert q["scheme"]["kind"] == "in-memory object" and q["model"]["n_parameters"] == sum(p.numel() for p in int8.parameters())
+    assert q["scheme"]["kind"] == "in-memory object" and q["model"]["n_parameters"] == sum(
+        p.numel() for p in int8.parameters()
+    )
     frame = result.to_frame().set_index("variant")
     assert frame.loc["ckpt", "kl_mean"] == m["ckpt"]["kl_mean"] and frame["layers_quantized"].isna()["ckpt"]
 
@@ -94,13 +109,16 @@ def test_a_variant_with_another_vocabulary_is_refused_before_any_forward(tiny_ll
     assert calls == []
 
 
-@pytest.mark.parametrize("kw,fragment", [
-    ({"tokenizer": None}, "a model object needs its tokenizer"),
-    ({"dtype": "bfloat16"}, "cast the model or leave dtype='auto'"),
-    ({"device_map": "auto"}, "a model object is used where its weights are"),
-    ({"schemes": ("int8-channel",), "variants": {"int8-channel": "x"}}, "the name 'int8-channel' is taken"),
-    ({"variants": {"v": torch.nn.Linear(2, 2)}}, "variants['v'] must be a model spec"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kw,fragment",
+    [
+        ({"tokenizer": None}, "a model object needs its tokenizer"),
+        ({"dtype": "bfloat16"}, "cast the model or leave dtype='auto'"),
+        ({"device_map": "auto"}, "a model object is used where its weights are"),
+        ({"schemes": ("int8-channel",), "variants": {"int8-channel": "x"}}, "the name 'int8-channel' is taken"),
+        ({"variants": {"v": torch.nn.Linear(2, 2)}}, "variants['v'] must be a model spec"),
+    ],
+)
 def test_bad_objects_are_one_line_usage_errors(tiny_llama_dir, run, kw, fragment):
     model, tok = _load(tiny_llama_dir)
     calls = _counting(model)

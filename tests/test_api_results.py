@@ -41,10 +41,16 @@ def runs(tmp_path_factory, tiny_llama_dir):
     text = d / "text.txt"
     text.write_text(tiny_text(), encoding="utf-8")
     model = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
-    compared, cols = compare_pipeline.quantize_compare(model, TextSettings(text=text, max_tokens=300), WindowSettings(ctx=64),
-                                                       VariantSettings(schemes="int8-channel,int4-g32"))  # fmt: skip
+    compared, cols = compare_pipeline.quantize_compare(
+        model,
+        TextSettings(text=text, max_tokens=300),
+        WindowSettings(ctx=64),
+        VariantSettings(schemes="int8-channel,int4-g32"),
+    )
     ref = d / "ref.safetensors"
-    reference = build_reference(model, TextSettings(text=text, max_tokens=300), WindowSettings(ctx=64), ref, top_k=16, tail_samples=8)
+    reference = build_reference(
+        model, TextSettings(text=text, max_tokens=300), WindowSettings(ctx=64), ref, top_k=16, tail_samples=8
+    )
     gated, _ = run_gate(GateSettings(ref, None, "int8-channel", tuple(parse_limits({"max_kl_mean": 1.0}))), model)
     return {"compare": (compared, cols), "reference": reference, "gate": gated, "dir": d, "model": tiny_llama_dir}
 
@@ -85,13 +91,16 @@ def _write(path: Path, result) -> Path:
     return path
 
 
-@pytest.mark.parametrize("content,fragment", [
-    ("not json", "is not valid JSON"),
-    ("[1, 2]", "is not an infoeval result"),
-    ('{"schema": "other/thing/1"}', "is not an infoeval result (schema 'other/thing/1')"),
-    ('{"schema": "infoeval/quantize-compare/9"}', "has schema version 9; this infoeval reads versions 1 to 4"),
-    ('{"schema": "infoeval/frobnicate/3"}', "a result of 'frobnicate', which this infoeval does not know"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "content,fragment",
+    [
+        ("not json", "is not valid JSON"),
+        ("[1, 2]", "is not an infoeval result"),
+        ('{"schema": "other/thing/1"}', "is not an infoeval result (schema 'other/thing/1')"),
+        ('{"schema": "infoeval/quantize-compare/9"}', "has schema version 9; this infoeval reads versions 1 to 4"),
+        ('{"schema": "infoeval/frobnicate/3"}', "a result of 'frobnicate', which this infoeval does not know"),
+    ],
+)
 def test_bad_files_are_one_line_data_errors(tmp_path, content, fragment):
     path = tmp_path / "r.json"
     path.write_text(content, encoding="utf-8")

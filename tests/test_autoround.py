@@ -19,7 +19,9 @@ from infoeval.input.tokens import encode
 from infoeval.quant.methods.calibration import OVERLAP_RUN, Calibration, calibration_samples, chunk_starts, shared_runs
 
 HAS_AUTOROUND = importlib.util.find_spec("auto_round") is not None
-needs_autoround = pytest.mark.skipif(not HAS_AUTOROUND, reason="auto-round is not installed (pip install 'infoeval[autoround]')")
+needs_autoround = pytest.mark.skipif(
+    not HAS_AUTOROUND, reason="auto-round is not installed (pip install 'infoeval[autoround]')"
+)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,9 @@ def _read(stream):
     return stream.ids.numpy(), int(stream.nbytes.sum())
 
 
-@pytest.mark.parametrize(("n", "seqlen", "samples", "seed"), [(10, 3, 2, 0), (1000, 64, 15, 1), (1000, 64, 15, 2), (64, 64, 1, 0)])
+@pytest.mark.parametrize(
+    ("n", "seqlen", "samples", "seed"), [(10, 3, 2, 0), (1000, 64, 15, 1), (1000, 64, 15, 2), (64, 64, 1, 0)]
+)
 def test_chunk_starts_are_distinct_aligned_chunks_inside_the_text(n, seqlen, samples, seed):
     starts = chunk_starts(n, seqlen, samples, seed)
     assert len(starts) == samples == len(set(starts.tolist())) and list(starts) == sorted(starts)
@@ -71,11 +75,18 @@ def test_the_default_calibration_is_the_text_after_the_evaluated_tokens(docs, to
     stream = encode(docs.text, tokenizer, max_tokens=1000)
     cal = calibration_samples(CalibrationSettings(samples=6, seqlen=64, seed=3), docs, *_read(stream), tokenizer)
     skip = int(stream.nbytes.sum())
-    held_out = np.asarray(tokenizer(docs.text.encode()[skip:].decode(), add_special_tokens=False, verbose=False)["input_ids"])
+    held_out = np.asarray(
+        tokenizer(docs.text.encode()[skip:].decode(), add_special_tokens=False, verbose=False)["input_ids"]
+    )
     starts = chunk_starts(len(held_out), 64, 6, 3)
     assert torch.equal(cal.samples, torch.from_numpy(np.stack([held_out[s : s + 64] for s in starts])))
     pv = cal.provenance
-    assert pv["held_out"] and pv["offset_bytes"] == skip > 0 and pv["sha256"] == docs.sha256 and pv["chunk_starts"] == starts.tolist()
+    assert (
+        pv["held_out"]
+        and pv["offset_bytes"] == skip > 0
+        and pv["sha256"] == docs.sha256
+        and pv["chunk_starts"] == starts.tolist()
+    )
     assert (pv["samples"], pv["seqlen"], pv["seed"], pv["overlap_runs"]) == (6, 64, 3, 0)
     import hashlib
 
@@ -90,8 +101,14 @@ def test_calibration_that_repeats_the_evaluated_tokens_is_refused(docs, tokenize
     with pytest.raises(UsageError, match=rf"repeat the evaluated tokens \(\d+ runs of {OVERLAP_RUN} tokens\)") as err:
         calibration_samples(settings, Text(docs.text + " ", "file", None), *_read(stream), tokenizer)
     assert "\n" not in str(err.value) and "--calibration-overlap" in str(err.value)
-    allowed = calibration_samples(CalibrationSettings(text=str(twice), samples=8, seqlen=64, allow_overlap=True), docs, *_read(stream), tokenizer)
-    assert allowed.provenance["overlap_runs"] > 0 and allowed.provenance["overlap_allowed"] and not allowed.provenance["held_out"]
+    allowed = calibration_samples(
+        CalibrationSettings(text=str(twice), samples=8, seqlen=64, allow_overlap=True), docs, *_read(stream), tokenizer
+    )
+    assert (
+        allowed.provenance["overlap_runs"] > 0
+        and allowed.provenance["overlap_allowed"]
+        and not allowed.provenance["held_out"]
+    )
 
 
 def test_too_little_held_out_text_is_one_line(docs, tokenizer):
@@ -101,23 +118,32 @@ def test_too_little_held_out_text_is_one_line(docs, tokenizer):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize(("kw", "message"), [({"samples": 0}, "--calibration-samples 0"), ({"seqlen": 4}, "--calibration-seqlen 4")])
+@pytest.mark.parametrize(
+    ("kw", "message"), [({"samples": 0}, "--calibration-samples 0"), ({"seqlen": 4}, "--calibration-seqlen 4")]
+)
 def test_bad_calibration_settings(kw, message):
     with pytest.raises(UsageError, match=message):
         CalibrationSettings(**kw)
 
 
 @needs_autoround
-@pytest.mark.parametrize(("text", "settings"), [
-    ("autoround:int4", {"bits": 4, "group_size": 128, "sym": True, "iters": 200, "amp": False}),
-    ("autoround:int2-g64-asym-iters50", {"bits": 2, "group_size": 64, "sym": False, "iters": 50, "amp": False}),
-    ("autoround:int8-channel", {"bits": 8, "group_size": -1, "sym": True, "iters": 200, "amp": False}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "settings"),
+    [
+        ("autoround:int4", {"bits": 4, "group_size": 128, "sym": True, "iters": 200, "amp": False}),
+        ("autoround:int2-g64-asym-iters50", {"bits": 2, "group_size": 64, "sym": False, "iters": 50, "amp": False}),
+        ("autoround:int8-channel", {"bits": 8, "group_size": -1, "sym": True, "iters": 200, "amp": False}),
+    ],
+)
 def test_autoround_specs(text, settings):
     from infoeval.quant.methods import parse_method
 
     m = parse_method(text)
-    assert m.settings == settings and m.calibrated and m.group_size == (None if settings["group_size"] < 0 else settings["group_size"])
+    assert (
+        m.settings == settings
+        and m.calibrated
+        and m.group_size == (None if settings["group_size"] < 0 else settings["group_size"])
+    )
 
 
 @needs_autoround
@@ -139,12 +165,25 @@ def _direct(model_dir, samples: torch.Tensor, tmp_path, **settings):
 
     printing = {k: getattr(PRINT_OPTS, k) for k in ("precision", "threshold", "edgeitems", "linewidth", "sci_mode")}
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    ar = AutoRound(model, AutoTokenizer.from_pretrained(model_dir), dataset=[r[None, :] for r in samples], nsamples=len(samples), seqlen=samples.shape[1],
-                   batch_size=8, seed=42, amp=False, enable_torch_compile=False, device_map="cpu", **settings)  # fmt: skip
+    ar = AutoRound(
+        model,
+        AutoTokenizer.from_pretrained(model_dir),
+        dataset=[r[None, :] for r in samples],
+        nsamples=len(samples),
+        seqlen=samples.shape[1],
+        batch_size=8,
+        seed=42,
+        amp=False,
+        enable_torch_compile=False,
+        device_map="cpu",
+        **settings,
+    )
     ar.quantize()
     ar.save_quantized(str(tmp_path / "direct"), format="auto_round")
     torch.set_printoptions(**printing)  # AutoRound sets them for the whole process
-    return AutoModelForCausalLM.from_pretrained(tmp_path / "direct", dtype=torch.float32, device_map="cpu", quantization_config=AutoRoundConfig(backend="auto"))
+    return AutoModelForCausalLM.from_pretrained(
+        tmp_path / "direct", dtype=torch.float32, device_map="cpu", quantization_config=AutoRoundConfig(backend="auto")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -158,10 +197,14 @@ def variant_and_direct(tiny_llama_dir, docs, tokenizer, tmp_path_factory):
     cal = calibration_samples(CalibrationSettings(samples=8, seqlen=64), docs, *_read(stream), tokenizer)
     model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
     before, printed = {k: v.clone() for k, v in model.state_dict().items()}, str(torch.tensor([0.123456, 1e-9]))
-    variant = build_method_variant(model, parse_method("autoround:int4-g32-iters4"), tokenizer=tokenizer, calibration=cal)
+    variant = build_method_variant(
+        model, parse_method("autoround:int4-g32-iters4"), tokenizer=tokenizer, calibration=cal
+    )
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # the reference is left as it was
     assert str(torch.tensor([0.123456, 1e-9])) == printed  # AutoRound sets torch's print options; they are put back
-    direct = _direct(tiny_llama_dir, cal.samples, tmp_path_factory.mktemp("ar"), bits=4, group_size=32, sym=True, iters=4)
+    direct = _direct(
+        tiny_llama_dir, cal.samples, tmp_path_factory.mktemp("ar"), bits=4, group_size=32, sym=True, iters=4
+    )
     return model, variant, direct, cal
 
 
@@ -173,8 +216,14 @@ def test_the_variant_is_autoround_run_directly(variant_and_direct):
         for layer in variant.layers:
             if layer.report.quantized:
                 x = torch.randn(5, layer.report.shape[1], generator=torch.Generator().manual_seed(1))
-                assert torch.equal(variant.model.get_submodule(layer.report.name)(x), direct.get_submodule(layer.report.name)(x))
-        ours, theirs, ref = variant.model(input_ids=ids).logits, direct(input_ids=ids).logits, model(input_ids=ids).logits
+                assert torch.equal(
+                    variant.model.get_submodule(layer.report.name)(x), direct.get_submodule(layer.report.name)(x)
+                )
+        ours, theirs, ref = (
+            variant.model(input_ids=ids).logits,
+            direct(input_ids=ids).logits,
+            model(input_ids=ids).logits,
+        )
     if direct.dtype == torch.float32:  # its PyTorch kernels (without auto-round-lib) make the loaded model float16
         torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
     assert not torch.allclose(ours, ref, atol=1e-3)  # it did quantize
@@ -199,27 +248,94 @@ def test_autoround_bits_are_its_checkpoints_tensors(variant_and_direct):
 def test_quantize_compare_takes_autoround_and_records_the_calibration(tmp_path, tiny_llama_dir, docs):
     text = tmp_path / "docs.txt"
     text.write_text(docs.text, encoding="utf-8")
-    base = ["quantize-compare", str(tiny_llama_dir), "--text", str(text), "--max-tokens", "512", "--ctx", "128",
-            "--schemes", "autoround:int4-g32-iters2", "--calibration-samples", "4", "--calibration-seqlen", "32"]  # fmt: skip
+    base = [
+        "quantize-compare",
+        str(tiny_llama_dir),
+        "--text",
+        str(text),
+        "--max-tokens",
+        "512",
+        "--ctx",
+        "128",
+        "--schemes",
+        "autoround:int4-g32-iters2",
+        "--calibration-samples",
+        "4",
+        "--calibration-seqlen",
+        "32",
+    ]
     run = run_cli([*base, "--json", str(tmp_path / "r.json"), "--quiet"], cwd=tmp_path)  # in this process (cli_run.py)
     assert run.returncode == 0, run.stderr[-2000:]
     data = json.loads((tmp_path / "r.json").read_text())
     cal = data["provenance"]["calibration"]
-    assert cal["held_out"] and cal["sha256"] == docs.sha256 and (cal["samples"], cal["seqlen"], cal["seed"]) == (4, 32, 42)
-    assert data["variants"][0]["quantization"]["calibration"] == cal and data["variants"][0]["quantization"]["scheme"]["library"] == "auto-round"
-    (tmp_path / "more.txt").write_text("A preface.\n\n" + docs.text[:1200], encoding="utf-8")  # within the evaluated tokens
+    assert (
+        cal["held_out"] and cal["sha256"] == docs.sha256 and (cal["samples"], cal["seqlen"], cal["seed"]) == (4, 32, 42)
+    )
+    assert (
+        data["variants"][0]["quantization"]["calibration"] == cal
+        and data["variants"][0]["quantization"]["scheme"]["library"] == "auto-round"
+    )
+    (tmp_path / "more.txt").write_text(
+        "A preface.\n\n" + docs.text[:1200], encoding="utf-8"
+    )  # within the evaluated tokens
     bad = run_cli([*base, "--calibration", str(tmp_path / "more.txt"), "--quiet"], cwd=tmp_path)
-    assert bad.returncode == 2 and "repeat the evaluated tokens" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
-    ref = run_cli(["reference", str(tiny_llama_dir), "--text", str(text), "--max-tokens", "512", "--ctx", "128", "-o", str(tmp_path / "ref.safetensors"),
-                   "-q"], cwd=tmp_path)  # fmt: skip
+    assert (
+        bad.returncode == 2
+        and "repeat the evaluated tokens" in bad.stderr
+        and len(bad.stderr.strip().splitlines()) == 1
+    )
+    ref = run_cli(
+        [
+            "reference",
+            str(tiny_llama_dir),
+            "--text",
+            str(text),
+            "--max-tokens",
+            "512",
+            "--ctx",
+            "128",
+            "-o",
+            str(tmp_path / "ref.safetensors"),
+            "-q",
+        ],
+        cwd=tmp_path,
+    )
     assert ref.returncode == 0, ref.stderr[-2000:]
-    gate = run_cli(["gate", "--reference", str(tmp_path / "ref.safetensors"), "--scheme", "autoround:int4-g32-iters2",
-                           "--calibration-samples", "4", "--calibration-seqlen", "32", "--max-kl-mean", "10", "--min-top1", "0", "--max-kl-p99", "100",
-                           "--max-ppl-ratio", "10", "--max-bpb-increase", "10", "--json", str(tmp_path / "g.json"), "-q"], cwd=tmp_path)  # fmt: skip
+    gate = run_cli(
+        [
+            "gate",
+            "--reference",
+            str(tmp_path / "ref.safetensors"),
+            "--scheme",
+            "autoround:int4-g32-iters2",
+            "--calibration-samples",
+            "4",
+            "--calibration-seqlen",
+            "32",
+            "--max-kl-mean",
+            "10",
+            "--min-top1",
+            "0",
+            "--max-kl-p99",
+            "100",
+            "--max-ppl-ratio",
+            "10",
+            "--max-bpb-increase",
+            "10",
+            "--json",
+            str(tmp_path / "g.json"),
+            "-q",
+        ],
+        cwd=tmp_path,
+    )
     assert gate.returncode == 0, gate.stderr[-2000:]
     g = json.loads((tmp_path / "g.json").read_text())
-    assert g["candidate"]["quantization"]["calibration"]["tokens_sha256"] == cal["tokens_sha256"]  # the same held-out chunks
-    assert g["metrics"]["kl_mean"] == pytest.approx(data["variants"][0]["metrics"]["kl_mean"], rel=0.02)  # the gate reads a compact reference
+    assert (
+        g["candidate"]["quantization"]["calibration"]["tokens_sha256"] == cal["tokens_sha256"]
+    )  # the same held-out chunks
+    assert g["metrics"]["kl_mean"] == pytest.approx(
+        data["variants"][0]["metrics"]["kl_mean"], rel=0.02
+    )  # the gate reads a compact reference
 
 
 @needs_autoround

@@ -93,10 +93,26 @@ def cli_runs(request, tmp_path_factory, tiny_llama_dir, not_causal_dir, tiny_tex
         jobs[name] = (list(args), cwd, env)
 
     out = root / "explicit" / "out"
-    job("explicit", ["quantize-compare", *base, "--csv", out / "s.csv", "--json", out / "r.json", "--positions", out / "p.csv"])
+    job(
+        "explicit",
+        ["quantize-compare", *base, "--csv", out / "s.csv", "--json", out / "r.json", "--positions", out / "p.csv"],
+    )
     job("default-folder", ["quantize-compare", *base, "--max-tokens", "100", "-q"])
     job("run-name", ["quantize-compare", *base, "--max-tokens", "100", "--run-name", "my-run", "-q"])
-    job("compress-bits", ["compress-bits", "--model", tiny_llama_dir, "--text", text, "--ctx", CTX, "--json", root / "compress-bits" / "cb.json"])
+    job(
+        "compress-bits",
+        [
+            "compress-bits",
+            "--model",
+            tiny_llama_dir,
+            "--text",
+            text,
+            "--ctx",
+            CTX,
+            "--json",
+            root / "compress-bits" / "cb.json",
+        ],
+    )
     job("help", ["--help"])
     job("help-quantize-compare", ["quantize-compare", "--help"])
     job("debug", ["quantize-compare", *base, "--schemes", "int4-chanel"], ENV | {"INFOEVAL_DEBUG": "1"})
@@ -244,8 +260,24 @@ def test_positions_csv(explicit):
     pos, res = explicit["positions"], explicit["json"]
     n = res["reference"]["tokens"]
     assert len(pos) == n * len(SCHEMES)
-    expected_cols = {"window", "position", "token_id", "context", "bytes", "variant", "nll_ref", "entropy_ref", "p_top1_ref",
-                     "nll", "entropy", "kl", "rkl", "tv", "top1_match", "dp"}  # fmt: skip
+    expected_cols = {
+        "window",
+        "position",
+        "token_id",
+        "context",
+        "bytes",
+        "variant",
+        "nll_ref",
+        "entropy_ref",
+        "p_top1_ref",
+        "nll",
+        "entropy",
+        "kl",
+        "rkl",
+        "tv",
+        "top1_match",
+        "dp",
+    }
     assert set(pos.columns) == expected_cols
     for v in res["variants"]:
         f = pos[pos["variant"] == v["name"]]
@@ -316,8 +348,16 @@ def test_help(cli_runs):
 
 # ------------------------------------------------------------------------------------------- errors
 ERROR_IDS = [f"error-{n}" for n in ERROR_CASES] + [f"error-{n}-explicit" for n in LATE_CASES]
-FAST_ERROR_IDS = {"error-missing-text", "error-unknown-scheme", "error-bf16-group", "error-floor-value"}  # refused before the model loads; the rest are slow
-ERROR_PARAMS = [pytest.param(c, marks=[pytest.mark.cli_jobs(c), *([] if c in FAST_ERROR_IDS else [pytest.mark.slow])]) for c in ERROR_IDS]
+FAST_ERROR_IDS = {
+    "error-missing-text",
+    "error-unknown-scheme",
+    "error-bf16-group",
+    "error-floor-value",
+}  # refused before the model loads; the rest are slow
+ERROR_PARAMS = [
+    pytest.param(c, marks=[pytest.mark.cli_jobs(c), *([] if c in FAST_ERROR_IDS else [pytest.mark.slow])])
+    for c in ERROR_IDS
+]
 
 
 @pytest.mark.parametrize("case", ERROR_PARAMS)

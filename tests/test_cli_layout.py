@@ -89,7 +89,10 @@ def test_positional_wins_over_a_config_model(calls, tmp_path):
     (tmp_path / "c.toml").write_text('[spec-accept]\nmodel = "from/config"\n', encoding="utf-8")
     call = _invoke(["spec-accept", "given/here", "--config", tmp_path / "c.toml", "--draft-layers", "1"], calls)
     assert _model_of(call) == "given/here"
-    assert _model_of(_invoke(["spec-accept", "--config", tmp_path / "c.toml", "--draft-layers", "1"], calls)) == "from/config"
+    assert (
+        _model_of(_invoke(["spec-accept", "--config", tmp_path / "c.toml", "--draft-layers", "1"], calls))
+        == "from/config"
+    )
 
 
 def _main(monkeypatch, capsys, args) -> tuple[int, list[str]]:
@@ -103,14 +106,25 @@ def _main(monkeypatch, capsys, args) -> tuple[int, list[str]]:
 def test_model_given_twice_is_one_line_exit_2(command, calls, monkeypatch, capsys):
     code, lines = _main(monkeypatch, capsys, [command, "model/a", "--model", "model/b", *ENTRY[command][2]])
     assert code == 2 and len(lines) == 1, lines
-    assert lines[0].startswith("infoeval: error:") and "given twice" in lines[0] and "model/a" in lines[0] and "model/b" in lines[0]
+    assert (
+        lines[0].startswith("infoeval: error:")
+        and "given twice" in lines[0]
+        and "model/a" in lines[0]
+        and "model/b" in lines[0]
+    )
     assert not calls  # refused before the library was called
 
 
 def test_model_given_twice_through_the_entry_point(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"}
-    proc = subprocess.run([sys.executable, "-m", "infoeval", "reference", "model/a", "-m", "model/b"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "infoeval", "reference", "model/a", "-m", "model/b"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "given twice" in proc.stderr, proc.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -190,11 +204,21 @@ def _print_reports(console: Console) -> None:
     console.print(gate_report.gate_table(gate))
     cells = [{"tokens": [1, 2]}] * 3
     row = {"stat": 1.5, "df": 3, "p_value": 0.5}
-    verify = {"samples": 1000, "seed": 0, "cells": cells, "rows": [{"sampler": "target", "vs_target": row, "vs_draft": row}]}
+    verify = {
+        "samples": 1000,
+        "seed": 0,
+        "cells": cells,
+        "rows": [{"sampler": "target", "vs_target": row, "vs_draft": row}],
+    }
     console.print(spec_report.verify_table(verify))
-    info = {"file": "/a/rather/long/path/to/the/reference/file/of/this/run/reference.safetensors", "top_k": 64,
-            "tail_samples": 128, "bytes_per_position": 300.0, "llama_cpp_bytes_per_position": 196_000,
-            "reference": {"tokens": 1000, "ppl": 12.5, "bits_per_byte": 1.1}}
+    info = {
+        "file": "/a/rather/long/path/to/the/reference/file/of/this/run/reference.safetensors",
+        "top_k": 64,
+        "tail_samples": 128,
+        "bytes_per_position": 300.0,
+        "llama_cpp_bytes_per_position": 196_000,
+        "reference": {"tokens": 1000, "ppl": 12.5, "bits_per_byte": 1.1},
+    }
     console.print(gate_report.reference_summary_table(info))
 
 
@@ -224,7 +248,9 @@ def test_captions_print_at_full_width():
 
     spec_report.print_spec_accept(console, _golden("spec-accept-layers"))
     out = console.file.getvalue()
-    assert any(line.startswith("expected tokens per target call E(γ) = (1 − α^(γ+1))/(1 − α)") for line in out.splitlines()), out
+    assert any(
+        line.startswith("expected tokens per target call E(γ) = (1 − α^(γ+1))/(1 − α)") for line in out.splitlines()
+    ), out
 
 
 def test_report_modules_build_tables_through_report_table():

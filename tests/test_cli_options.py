@@ -27,13 +27,22 @@ def _run(args, cwd: Path):
         pytest.param(["--max-tokens", "0"], "--max-tokens 0", marks=pytest.mark.slow),
         pytest.param(["--prefix", "start"], "unknown prefix policy 'start'", marks=pytest.mark.slow),
         pytest.param(["--protocol", "llama"], "unknown protocol 'llama'", marks=pytest.mark.slow),
-        pytest.param(["--protocol", "llama.cpp", "--ctx", "64", "--stride", "32"], "--stride cannot be set", marks=pytest.mark.slow),
+        pytest.param(
+            ["--protocol", "llama.cpp", "--ctx", "64", "--stride", "32"],
+            "--stride cannot be set",
+            marks=pytest.mark.slow,
+        ),
         pytest.param(["--ctx", "8", "--stride", "0"], "--stride 0", marks=pytest.mark.slow),
         (["--model", "no-such-model"], "neither an existing file or folder nor a hub id"),
     ],
-)  # fmt: skip
+)
 def test_bad_options_fail_fast_with_one_line(tmp_path, args, message):
-    proc = _run(["quantize-compare", "--model", "/nonexistent-is-checked-later", *args] if "--model" not in args else ["quantize-compare", *args], tmp_path)
+    proc = _run(
+        ["quantize-compare", "--model", "/nonexistent-is-checked-later", *args]
+        if "--model" not in args
+        else ["quantize-compare", *args],
+        tmp_path,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
@@ -57,21 +66,32 @@ def test_config_values_are_used_and_command_line_wins(tmp_path):
     (tmp_path / "c.toml").write_text("[quantize-compare]\nschemes = ['int8-channel', 'int4-chanel']\nctx = 16\n")
     proc = _run(["quantize-compare", "--config", tmp_path / "c.toml"], tmp_path)
     assert proc.returncode == 2 and "int4-chanel" in proc.stderr  # the config's schemes were parsed
-    proc = _run(["quantize-compare", "--config", tmp_path / "c.toml", "--schemes", "int8-channel", "--stride", "17"], tmp_path)
+    proc = _run(
+        ["quantize-compare", "--config", tmp_path / "c.toml", "--schemes", "int8-channel", "--stride", "17"], tmp_path
+    )
     assert proc.returncode == 2 and "--stride 17" in proc.stderr and "(16)" in proc.stderr  # config ctx, CLI schemes
 
 
 def test_output_paths():
     d = Path("results/run")
-    assert output_paths(None, None, None, None, d) == {"json": d / "result.json", "csv": d / "summary.csv", "positions": d / "positions.csv"}
+    assert output_paths(None, None, None, None, d) == {
+        "json": d / "result.json",
+        "csv": d / "summary.csv",
+        "positions": d / "positions.csv",
+    }
     assert output_paths(Path("a.csv"), None, None, None, d) == {"csv": Path("a.csv")}
     assert output_paths(Path("a.csv"), None, None, Path("o"), d) == {
-        "json": Path("o/result.json"), "csv": Path("a.csv"), "positions": Path("o/positions.csv")}  # fmt: skip
+        "json": Path("o/result.json"),
+        "csv": Path("a.csv"),
+        "positions": Path("o/positions.csv"),
+    }
 
 
 def test_compress_frame_ratios():
-    result = {"reference": {"total_bits": 100.0, "bits_per_byte": 0.5},
-              "compressors": [{"method": "xz -9", "bytes": 50, "bits": 400, "bits_per_byte": 2.0}]}  # fmt: skip
+    result = {
+        "reference": {"total_bits": 100.0, "bits_per_byte": 0.5},
+        "compressors": [{"method": "xz -9", "bytes": 50, "bits": 400, "bits_per_byte": 2.0}],
+    }
     f = compress_frame(result)
     assert list(f["method"]) == ["model", "xz -9"]
     assert list(f["bits_vs_model"]) == [1.0, 4.0]
@@ -100,7 +120,9 @@ def test_options_taken_from_the_api_keep_its_defaults_and_order():
 
     api, cli = inspect.signature(api_fit).parameters, inspect.signature(kl_fit).parameters
     assert [n for n in cli if n in HELP] == list(HELP)
-    assert {n: cli[n].default for n in HELP} == {n: v if not isinstance(v := api[n].default, tuple) else ",".join(map(str, v)) for n in HELP}
+    assert {n: cli[n].default for n in HELP} == {
+        n: v if not isinstance(v := api[n].default, tuple) else ",".join(map(str, v)) for n in HELP
+    }
     names = list(inspect.signature(gate).parameters)
     assert names[names.index("limits") + 1 : names.index("limits") + 1 + len(LIMITS)] == list(LIMITS)
     at = names.index("sequential") + 1

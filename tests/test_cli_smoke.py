@@ -24,23 +24,104 @@ def _jobs(model: Path, runs: Path, d: Path) -> dict[str, tuple[list, int]]:
     return {
         "reference": (["reference", model, *text, "--top-k", 8, "-o", d / "ref.safetensors", "-q"], 0),
         "quantize": (["quantize", model, "--scheme", "int4-g32", "--out", d / "ckpt", "--device", "cpu"], 0),
-        "sensitivity": (["sensitivity", model, *text, "--by", "block", "--scheme", "int4-g32", "--no-proxy", "--json", d / "sens.json", "-q"], 0),
-        "mix": (["mix", model, *text, "--schemes", "int4-g32,int8-channel", "--budget-bits", "int4-g32", "--sweep-tokens", 64,
-                 "--out-dir", d / "mix", "-q"], 0),
+        "sensitivity": (
+            [
+                "sensitivity",
+                model,
+                *text,
+                "--by",
+                "block",
+                "--scheme",
+                "int4-g32",
+                "--no-proxy",
+                "--json",
+                d / "sens.json",
+                "-q",
+            ],
+            0,
+        ),
+        "mix": (
+            [
+                "mix",
+                model,
+                *text,
+                "--schemes",
+                "int4-g32,int8-channel",
+                "--budget-bits",
+                "int4-g32",
+                "--sweep-tokens",
+                64,
+                "--out-dir",
+                d / "mix",
+                "-q",
+            ],
+            0,
+        ),
         "spec-accept": (["spec-accept", model, *text, "--draft-layers", 1, "--json", d / "sa.json", "-q"], 0),
-        "spec-decode": (["spec-decode", model, "--draft-layers", 1, "--max-new-tokens", 8, "--device", "cpu", "--json", d / "sd.json", "-q"], 0),
+        "spec-decode": (
+            [
+                "spec-decode",
+                model,
+                "--draft-layers",
+                1,
+                "--max-new-tokens",
+                8,
+                "--device",
+                "cpu",
+                "--json",
+                d / "sd.json",
+                "-q",
+            ],
+            0,
+        ),
         "distill": (["distill", model, *text, "--student-layers", 1, "--json", d / "distill.json", "-q"], 0),
         "temperature": (["temperature", "--logits", "3,1,0", "--json", d / "temp.json"], 0),
-        "compress": (["compress", d / "text.txt", "-o", d / "text.iez", "--model", model, "--ctx", 64, "--json", d / "compress.json", "-q"], 0),
+        "compress": (
+            [
+                "compress",
+                d / "text.txt",
+                "-o",
+                d / "text.iez",
+                "--model",
+                model,
+                "--ctx",
+                64,
+                "--json",
+                d / "compress.json",
+                "-q",
+            ],
+            0,
+        ),
         "report": (["report", runs / "qc", runs / "gate", "-o", d / "report.html"], 0),
-        "gate": (["gate", model, "--reference", d / "ref.safetensors", "--scheme", "int4-g32", "--max-kl-mean", 1e-9, "--json", d / "gate.json",
-                  "-q"], 1),  # a failed limit: exit 1
+        "gate": (
+            [
+                "gate",
+                model,
+                "--reference",
+                d / "ref.safetensors",
+                "--scheme",
+                "int4-g32",
+                "--max-kl-mean",
+                1e-9,
+                "--json",
+                d / "gate.json",
+                "-q",
+            ],
+            1,
+        ),  # a failed limit: exit 1
         "decompress": (["decompress", d / "text.iez", "-o", d / "back.txt", "--json", d / "decompress.json", "-q"], 0),
-    }  # fmt: skip
+    }
 
 
 def _run(args: list, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "infoeval", *map(str, args)], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "infoeval", *map(str, args)],
+        cwd=cwd,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")

@@ -93,8 +93,23 @@ def _cli(monkeypatch, capsys, *args) -> list[str]:
 @pytest.fixture
 def packed(tiny_llama_dir, tiny_text, tmp_path, monkeypatch, capsys):
     (tmp_path / "in.txt").write_text(tiny_text[:1200], encoding="utf-8")
-    _cli(monkeypatch, capsys, "compress", tmp_path / "in.txt", "-o", tmp_path / "in.iez", "-m", tiny_llama_dir,
-         "--ctx", "40", "--group", "2", "-q", "--json", tmp_path / "c.json")  # fmt: skip
+    _cli(
+        monkeypatch,
+        capsys,
+        "compress",
+        tmp_path / "in.txt",
+        "-o",
+        tmp_path / "in.iez",
+        "-m",
+        tiny_llama_dir,
+        "--ctx",
+        "40",
+        "--group",
+        "2",
+        "-q",
+        "--json",
+        tmp_path / "c.json",
+    )
     return tmp_path / "in.iez"
 
 
@@ -124,9 +139,13 @@ def test_truncated_file_exits_2(packed, tmp_path, monkeypatch, capsys, cut):
 
 
 def test_another_model_exits_2_unless_forced(packed, tiny_qwen3_dir, tmp_path, monkeypatch, capsys):
-    code, lines = _main(monkeypatch, capsys, "decompress", packed, "-o", tmp_path / "back.txt", "-m", tiny_qwen3_dir, "-q")
+    code, lines = _main(
+        monkeypatch, capsys, "decompress", packed, "-o", tmp_path / "back.txt", "-m", tiny_qwen3_dir, "-q"
+    )
     assert code == 2 and len(lines) == 1 and "model_sha256" in lines[0] and "tokenizer" in lines[0], lines
-    code, lines = _main(monkeypatch, capsys, "decompress", packed, "-o", tmp_path / "back.txt", "-m", tiny_qwen3_dir, "-q", "--force")
+    code, lines = _main(
+        monkeypatch, capsys, "decompress", packed, "-o", tmp_path / "back.txt", "-m", tiny_qwen3_dir, "-q", "--force"
+    )
     assert code == 3 and len(lines) == 1, lines  # forced: the checksums catch the wrong tokens
     assert not (tmp_path / "back.txt").exists()
 
@@ -140,7 +159,9 @@ def test_another_tokenizer_exits_2_and_forced_is_caught(packed, tiny_llama_dir, 
     (other / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
     code, lines = _main(monkeypatch, capsys, "decompress", packed, "-o", tmp_path / "back.txt", "-m", other, "-q")
     assert code == 2 and "tokenizer" in lines[0] and "model_sha256" not in lines[0], lines
-    code, lines = _main(monkeypatch, capsys, "decompress", packed, "-o", tmp_path / "back.txt", "-m", other, "-q", "--force")
+    code, lines = _main(
+        monkeypatch, capsys, "decompress", packed, "-o", tmp_path / "back.txt", "-m", other, "-q", "--force"
+    )
     assert code == 3 and "sha256" in lines[0], lines
     assert not (tmp_path / "back.txt").exists()
 
@@ -159,8 +180,19 @@ def test_refused_fallback_and_bad_input_exit_2(tiny_llama_dir, tmp_path, monkeyp
     (tmp_path / "bin").write_bytes(b"\xff\xfe\xfd")
     out = _cli(monkeypatch, capsys, "compress", tmp_path / "bin", "-o", tmp_path / "xz.iez", "-m", tiny_llama_dir, "-q")
     assert any("stored with xz" in line for line in out) and (tmp_path / "xz.iez").exists()
-    code, lines = _main(monkeypatch, capsys, "compress", tmp_path / "bin", "-o", tmp_path / "b.iez", "-m", tiny_llama_dir,
-                        "--fallback", "refuse", "-q")  # fmt: skip
+    code, lines = _main(
+        monkeypatch,
+        capsys,
+        "compress",
+        tmp_path / "bin",
+        "-o",
+        tmp_path / "b.iez",
+        "-m",
+        tiny_llama_dir,
+        "--fallback",
+        "refuse",
+        "-q",
+    )
     assert code == 2 and "not UTF-8" in lines[0] and not (tmp_path / "b.iez").exists()
     code, lines = _main(monkeypatch, capsys, "decompress", tmp_path / "bin", "-o", tmp_path / "x", "-q")
     assert code == 2 and "not an infoeval compressed file" in lines[0]
@@ -172,7 +204,11 @@ def test_compress_bits_verify_coding_adds_a_measured_row(tiny_llama_dir):
     from infoeval.comparison.pipeline import compress_bits
     from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
-    model_settings, text_settings, window_settings = ModelSettings(model=str(tiny_llama_dir)), TextSettings(max_tokens=300), WindowSettings(ctx=64)
+    model_settings, text_settings, window_settings = (
+        ModelSettings(model=str(tiny_llama_dir)),
+        TextSettings(max_tokens=300),
+        WindowSettings(ctx=64),
+    )
     result, _ = compress_bits(model_settings, text_settings, window_settings, verify_coding=True)
     row = next(r for r in result.compressors if r["method"] == "arithmetic-coded")
     assert row["round_trip"] and row["payload_bits"] <= 1.001 * row["ideal_bits"] + 16
@@ -187,7 +223,9 @@ def test_compress_bits_passes_verify_coding(monkeypatch, tmp_path):
     from infoeval.comparison import pipeline
 
     seen = []
-    monkeypatch.setattr(pipeline, "compress_bits", lambda *a, **kw: seen.append(kw) or (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(
+        pipeline, "compress_bits", lambda *a, **kw: seen.append(kw) or (_ for _ in ()).throw(KeyboardInterrupt)
+    )
     monkeypatch.chdir(tmp_path)
     for args, expected in ((["--verify-coding"], True), ([], False)):
         CliRunner().invoke(cli.app, ["compress-bits", "m", *args])

@@ -36,7 +36,9 @@ def kw(tmp_path_factory, tiny_text):
 
 @pytest.fixture(scope="module")
 def both(tiny_llama_dir, folders, kw):
-    return infoeval.compare(str(tiny_llama_dir), schemes=("int4-g64",), checkpoints=list(folders.values()), **kw).to_json()
+    return infoeval.compare(
+        str(tiny_llama_dir), schemes=("int4-g64",), checkpoints=list(folders.values()), **kw
+    ).to_json()
 
 
 def _variant(result: dict, name: str) -> dict:
@@ -54,9 +56,16 @@ def test_each_checkpoint_has_the_numbers_of_a_run_of_it_alone(both, tiny_llama_d
 def test_a_checkpoint_records_its_format_and_stored_bits(both):
     q = _variant(both, "bnb-nf4")["quantization"]
     assert q["scheme"]["kind"] == "checkpoint" and q["scheme"]["format"] == "bitsandbytes" and q["scheme"]["bits"] == 4
-    assert 4.5 < q["bits_per_weight"] < 5 and q["layers_quantized"] == 14 and q["checkpoint"]["quantization"]["library"] == "bitsandbytes"
+    assert (
+        4.5 < q["bits_per_weight"] < 5
+        and q["layers_quantized"] == 14
+        and q["checkpoint"]["quantization"]["library"] == "bitsandbytes"
+    )
     assert q["shared_bytes"] > 0  # the embeddings and norms are the reference's own tensors
-    assert set(both["frontier"]["kl_mean"]) <= {"int4-g64", "bnb-nf4", "compressed-int4-g64"} and not both["frontier"]["without_bits"]
+    assert (
+        set(both["frontier"]["kl_mean"]) <= {"int4-g64", "bnb-nf4", "compressed-int4-g64"}
+        and not both["frontier"]["without_bits"]
+    )
 
 
 def test_the_pack_quantized_checkpoint_computes_its_fake_quantization(both):
@@ -71,7 +80,9 @@ def test_share_equal_replaces_only_equal_plain_tensors(tiny_llama_dir, folders):
     freed = share_equal(ckpt, ref)
     emb = ref.get_input_embeddings().weight
     assert ckpt.get_input_embeddings().weight is emb and freed >= emb.numel() * 4
-    assert ckpt.model.layers[0].self_attn.q_proj.weight is not ref.model.layers[0].self_attn.q_proj.weight  # its own 4-bit codes
+    assert (
+        ckpt.model.layers[0].self_attn.q_proj.weight is not ref.model.layers[0].self_attn.q_proj.weight
+    )  # its own 4-bit codes
     assert share_equal(ckpt, ref) == 0  # nothing left to share
 
 
@@ -90,9 +101,31 @@ def test_names_and_tokenizers_are_checked_before_the_run(tiny_llama_dir, folders
 
 def test_cli_checkpoints_alone_with_a_baseline(tiny_llama_dir, folders, kw, tmp_path):
     out = tmp_path / "qc.json"
-    r = run_cli(["quantize-compare", str(tiny_llama_dir), "--checkpoints", ",".join(map(str, folders.values())), "--baseline", "bnb-nf4",
-                 "--text", str(kw["text"]), "--ctx", "64", "--max-tokens", "256", "--device", "cpu", "--floor", "off", "--json", str(out)])
+    r = run_cli(
+        [
+            "quantize-compare",
+            str(tiny_llama_dir),
+            "--checkpoints",
+            ",".join(map(str, folders.values())),
+            "--baseline",
+            "bnb-nf4",
+            "--text",
+            str(kw["text"]),
+            "--ctx",
+            "64",
+            "--max-tokens",
+            "256",
+            "--device",
+            "cpu",
+            "--floor",
+            "off",
+            "--json",
+            str(out),
+        ]
+    )
     assert r.returncode == 0, r.stderr
     data = json.loads(out.read_text())
-    assert [v["name"] for v in data["variants"]] == ["bnb-nf4", "compressed-int4-g64"] and data["paired"]["baseline"] == "bnb-nf4"
+    assert [v["name"] for v in data["variants"]] == ["bnb-nf4", "compressed-int4-g64"] and data["paired"][
+        "baseline"
+    ] == "bnb-nf4"
     assert "compressed-int4-g64" in r.stdout and "bits/w" in r.stdout

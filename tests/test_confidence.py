@@ -31,7 +31,15 @@ def test_buckets_against_a_loop():
 
 def test_the_reference_top1_probability_obeys_its_bounds(tiny_llama_dir, tiny_text, tmp_path):
     (tmp_path / "t.txt").write_text(tiny_text, encoding="utf-8")
-    result = infoeval.compare(str(tiny_llama_dir), schemes=("int4-g32",), text=tmp_path / "t.txt", ctx=64, max_tokens=400, device="cpu", floor="off")
+    result = infoeval.compare(
+        str(tiny_llama_dir),
+        schemes=("int4-g32",),
+        text=tmp_path / "t.txt",
+        ctx=64,
+        max_tokens=400,
+        device="cpu",
+        floor="off",
+    )
     ref = result.columns.reference
     p, observed = ref["p_top1"].astype(np.float64), np.exp(-ref["nll"].astype(np.float64))
     assert (observed <= p * (1 + 1e-5)).all() and (p <= 1 + 1e-6).all() and (p >= 1 / 512 - 1e-7).all()
@@ -40,16 +48,34 @@ def test_the_reference_top1_probability_obeys_its_bounds(tiny_llama_dir, tiny_te
     assert (-np.log(p) <= ref["entropy"].astype(np.float64) + 1e-5).all()  # min-entropy ≤ Shannon entropy
     block = result.to_json()["by_confidence"]
     assert block["counts"] == np.bincount(bucket_of(p), minlength=len(EDGES) - 1).tolist()
-    assert math.isclose(sum(c * (k or 0) for c, k in zip(block["counts"], block["variants"]["int4-g32"]["kl_mean"])) / p.size,
-                        result.to_json()["variants"][0]["metrics"]["kl_mean"], rel_tol=1e-9)  # fmt: skip
+    assert math.isclose(
+        sum(c * (k or 0) for c, k in zip(block["counts"], block["variants"]["int4-g32"]["kl_mean"])) / p.size,
+        result.to_json()["variants"][0]["metrics"]["kl_mean"],
+        rel_tol=1e-9,
+    )
     assert "p_top1_ref" in result.positions.columns
 
 
 def test_the_confidence_view(tiny_llama_dir, tiny_text, tmp_path):
     (tmp_path / "t.txt").write_text(tiny_text, encoding="utf-8")
     args = ["--text", "t.txt", "--ctx", 64, "--max-tokens", 200, "--device", "cpu", "--floor", "off", "-q"]
-    r = run_cli(["quantize-compare", tiny_llama_dir, "--schemes", "int8-channel,int4-g32", "--table", "confidence", "--json", "c.json", *args], cwd=tmp_path)
-    assert r.returncode == 0 and "Mean KL by the reference's confidence" in r.stdout and "Top-1 agreement by" in r.stdout
+    r = run_cli(
+        [
+            "quantize-compare",
+            tiny_llama_dir,
+            "--schemes",
+            "int8-channel,int4-g32",
+            "--table",
+            "confidence",
+            "--json",
+            "c.json",
+            *args,
+        ],
+        cwd=tmp_path,
+    )
+    assert (
+        r.returncode == 0 and "Mean KL by the reference's confidence" in r.stdout and "Top-1 agreement by" in r.stdout
+    )
     assert json.loads((tmp_path / "c.json").read_text(encoding="utf-8"))["by_confidence"]["edges"] == list(EDGES)
     bad = run_cli(["gate", "-r", "missing.safetensors", "--table", "confidence", "-q"], cwd=tmp_path)
     assert bad.returncode == 2 and "--table 'confidence' is not allowed; give one of default, llama.cpp" in bad.stderr

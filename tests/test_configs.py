@@ -49,9 +49,15 @@ def group():
 
 def test_configs_are_found():
     """The globs above see the shipped files (and so will see new ones)."""
-    assert {_id(f) for f in COMMAND_FILES} >= {"quantize-compare.toml", "schemes-sweep.toml", "wikitext2-llamacpp.toml",
-                                               "spec/spec-accept.toml"}  # fmt: skip
-    assert {_id(f) for f in LIMITS_FILES} >= {"gates/default.toml", "gates/strict.toml"} and all(f.parent == GATES for f in LIMITS_FILES)
+    assert {_id(f) for f in COMMAND_FILES} >= {
+        "quantize-compare.toml",
+        "schemes-sweep.toml",
+        "wikitext2-llamacpp.toml",
+        "spec/spec-accept.toml",
+    }
+    assert {_id(f) for f in LIMITS_FILES} >= {"gates/default.toml", "gates/strict.toml"} and all(
+        f.parent == GATES for f in LIMITS_FILES
+    )
 
 
 def _parse(group, command: str, path: Path):
@@ -76,13 +82,17 @@ def _targets(group, path: Path) -> dict[str, dict]:
     data = tomllib.loads(text)
     tables = {k: v for k, v in data.items() if isinstance(v, dict)}
     top = {k: v for k, v in data.items() if not isinstance(v, dict)}
-    assert set(tables) <= set(group.commands), f"{_id(path)}: tables {sorted(set(tables) - set(group.commands))} name no command"
+    assert set(tables) <= set(group.commands), (
+        f"{_id(path)}: tables {sorted(set(tables) - set(group.commands))} name no command"
+    )
     named = re.findall(r"^#.*\binfoeval ([a-z][a-z0-9-]*)\b[^\n]*--config", text, flags=re.M)
     assert set(named) <= set(group.commands), f"{_id(path)}: its usage line names {named}"
     targets = dict(tables)
     if top:
         users = [c for c in named if c not in tables]
-        assert users, f"{_id(path)}: top-level keys {sorted(top)} but no `infoeval COMMAND --config` line says which command"
+        assert users, (
+            f"{_id(path)}: top-level keys {sorted(top)} but no `infoeval COMMAND --config` line says which command"
+        )
         targets.update({c: top for c in users})
     assert set(named) <= set(targets), f"{_id(path)}: its usage line names {named}, it has keys for {sorted(targets)}"
     return targets
@@ -129,7 +139,7 @@ def test_a_bad_key_is_refused_by_the_same_parse(group, tmp_path):
     from infoeval.errors import UsageError
 
     bad = tmp_path / "bad.toml"
-    bad.write_text('[quantize-compare]\nctx = 64\ndraft-layers = 2\n', encoding="utf-8")
+    bad.write_text("[quantize-compare]\nctx = 64\ndraft-layers = 2\n", encoding="utf-8")
     with pytest.raises(UsageError, match="unknown key 'draft-layers' for quantize-compare"):
         _parse(group, "quantize-compare", bad)
     bad.write_text('[quantize-compare]\nctx = "wide"\n', encoding="utf-8")

@@ -41,18 +41,26 @@ def test_bfloat16_is_finite_and_near_float32(tiny_llama_dir, text):
     half its float32 value plus 0.01 nats (the bfloat16 noise floor of this model is about 1e-3; int4-g32's KL about
     0.03), and the run's own noise floor says how far bfloat16 itself moves the model."""
     kw = dict(schemes=SCHEMES, text=text, ctx=64, max_tokens=400, device=GPU, floor="full")
-    f32, b16 = infoeval.compare(str(tiny_llama_dir), dtype="float32", **kw).to_json(), infoeval.compare(str(tiny_llama_dir), dtype="bfloat16", **kw).to_json()
+    f32, b16 = (
+        infoeval.compare(str(tiny_llama_dir), dtype="float32", **kw).to_json(),
+        infoeval.compare(str(tiny_llama_dir), dtype="bfloat16", **kw).to_json(),
+    )
     assert b16["provenance"]["dtype"] == "bfloat16" and f32["provenance"]["dtype"] == "float32"
     assert abs(b16["reference"]["ppl"] / f32["reference"]["ppl"] - 1) < 0.02
     for a, b in zip(f32["variants"], b16["variants"]):
-        assert np.isfinite(b["metrics"]["kl_mean"]) and abs(b["metrics"]["kl_mean"] - a["metrics"]["kl_mean"]) <= 0.5 * a["metrics"]["kl_mean"] + 0.01
+        assert (
+            np.isfinite(b["metrics"]["kl_mean"])
+            and abs(b["metrics"]["kl_mean"] - a["metrics"]["kl_mean"]) <= 0.5 * a["metrics"]["kl_mean"] + 0.01
+        )
     assert np.isfinite(b16["floor"]["metrics"]["kl_mean"]) and b16["floor"]["metrics"]["kl_mean"] >= 0
 
 
 @on_gpu
 @pytest.mark.usefixtures("one_thread")
 def test_auto_picks_bfloat16_on_a_gpu(tiny_llama_dir, text):
-    res = infoeval.compare(str(tiny_llama_dir), schemes=("int8-channel",), text=text, ctx=64, max_tokens=200, device=GPU, floor="off").to_json()
+    res = infoeval.compare(
+        str(tiny_llama_dir), schemes=("int8-channel",), text=text, ctx=64, max_tokens=200, device=GPU, floor="off"
+    ).to_json()
     assert res["provenance"]["dtype"] == ("float32" if DRY_RUN else "bfloat16")
     assert np.isfinite(res["variants"][0]["metrics"]["kl_mean"])
 

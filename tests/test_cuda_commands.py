@@ -26,8 +26,16 @@ def references(tiny_llama_dir, text, tmp_path_factory):
     """The reference file written on the CPU and on the GPU."""
     folder = tmp_path_factory.mktemp("cuda-refs")
     for device in ("cpu", GPU):
-        infoeval.reference(str(tiny_llama_dir), out=folder / f"{device}.safetensors", text=text, ctx=64, max_tokens=300, top_k=16, device=device,
-                           dtype="float32")  # fmt: skip
+        infoeval.reference(
+            str(tiny_llama_dir),
+            out=folder / f"{device}.safetensors",
+            text=text,
+            ctx=64,
+            max_tokens=300,
+            top_k=16,
+            device=device,
+            dtype="float32",
+        )
     return {device: folder / f"{device}.safetensors" for device in ("cpu", GPU)}
 
 
@@ -56,10 +64,25 @@ def test_the_sequential_gate_on_the_gpu_decides_as_on_the_cpu(references):
 
 def test_sensitivity_and_mix_on_the_gpu(tiny_llama_dir, text):
     kw = dict(text=text, ctx=64, dtype="float32")
-    sens = {d: infoeval.sensitivity(str(tiny_llama_dir), schemes=("int4-g32",), by="block", max_tokens=256, proxy=False, device=d, **kw) for d in ("cpu", GPU)}
+    sens = {
+        d: infoeval.sensitivity(
+            str(tiny_llama_dir), schemes=("int4-g32",), by="block", max_tokens=256, proxy=False, device=d, **kw
+        )
+        for d in ("cpu", GPU)
+    }
     assert close(numbers(sens[GPU].to_json()["units"]), numbers(sens["cpu"].to_json()["units"]), RTOL, ATOL) == []
-    mix = {d: infoeval.mix(str(tiny_llama_dir), schemes=("int4-g32", "int8-channel"), budget_bits="int4-g32", max_tokens=128, sweep_tokens=128, device=d,
-                           **kw) for d in ("cpu", GPU)}  # fmt: skip
+    mix = {
+        d: infoeval.mix(
+            str(tiny_llama_dir),
+            schemes=("int4-g32", "int8-channel"),
+            budget_bits="int4-g32",
+            max_tokens=128,
+            sweep_tokens=128,
+            device=d,
+            **kw,
+        )
+        for d in ("cpu", GPU)
+    }
     assert mix[GPU].exports["recipe"] == mix["cpu"].exports["recipe"]
 
 
@@ -68,7 +91,9 @@ def test_spec_accept_and_spec_decode_on_the_gpu(tiny_llama_dir, text):
     cpu, gpu = (infoeval.spec_accept(str(tiny_llama_dir), device=d, **kw).to_json() for d in ("cpu", GPU))
     assert close(numbers(gpu), numbers(cpu), RTOL, ATOL) == []
     # a draft of every layer is the target itself: it proposes what the target would, so (almost) every token is accepted
-    decoded = infoeval.spec_decode(str(tiny_llama_dir), draft_layers=2, max_new_tokens=24, device=GPU, dtype="float32").to_json()
+    decoded = infoeval.spec_decode(
+        str(tiny_llama_dir), draft_layers=2, max_new_tokens=24, device=GPU, dtype="float32"
+    ).to_json()
     assert decoded["speculative"]["new_tokens"] == decoded["plain"]["new_tokens"] == 24
     assert decoded["speculative"]["acceptance"] >= 0.95 and decoded["provenance"]["device"].startswith(GPU)
 

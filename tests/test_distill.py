@@ -61,7 +61,9 @@ def test_t_squared_keeps_the_soft_gradient_on_scale():
     zp, zq = torch.randn(1, v, generator=g, dtype=torch.float64), torch.randn(1, v, generator=g, dtype=torch.float64)
     d = zq - zp
     limit = float(torch.linalg.vector_norm(d - d.mean()) / v)
-    norms = {t: float(dmod.distill_terms(zp, zq, torch.tensor([0]), t, 0.5)["grad_norm"]) for t in (1.0, 8.0, 32.0, 128.0)}
+    norms = {
+        t: float(dmod.distill_terms(zp, zq, torch.tensor([0]), t, 0.5)["grad_norm"]) for t in (1.0, 8.0, 32.0, 128.0)
+    }
     assert norms[8.0] / norms[32.0] == pytest.approx(16.0, rel=0.02)  # 1/T²
     assert 128.0**2 * norms[128.0] == pytest.approx(limit, rel=1e-3)
     assert 32.0**2 * norms[32.0] == pytest.approx(limit, rel=0.02)
@@ -82,7 +84,11 @@ def run(tiny_llama_dir, tiny_text, tmp_path_factory):
     path.write_text(tiny_text, encoding="utf-8")
     model_settings = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
     draft_settings = DraftSettings(layers=1, role="student")
-    return as_json(dmod.distill(model_settings, TextSettings(path, max_tokens=MAX_TOKENS), WindowSettings(CTX), draft_settings, TEMPS, 0.1))
+    return as_json(
+        dmod.distill(
+            model_settings, TextSettings(path, max_tokens=MAX_TOKENS), WindowSettings(CTX), draft_settings, TEMPS, 0.1
+        )
+    )
 
 
 def test_pipeline_against_brute_force(run, tiny_llama_dir, tiny_text):
@@ -125,7 +131,9 @@ def test_pipeline_shape_and_self_check(run):
     assert result["grad_check"]["max_abs_diff"] < 1e-6 < result["grad_check"]["max_abs_grad"]
     ent = [r["teacher_entropy_bits"] for r in result["rows"]]
     assert ent == sorted(ent)  # softening raises the teacher's entropy ...
-    assert [r["kl"] for r in result["rows"]] == sorted((r["kl"] for r in result["rows"]), reverse=True)  # ... and lowers KL
+    assert [r["kl"] for r in result["rows"]] == sorted(
+        (r["kl"] for r in result["rows"]), reverse=True
+    )  # ... and lowers KL
     frame = dmod.positions_frame(cols)
     assert len(frame) == MAX_TOKENS * len(TEMPS) and "t2_grad_norm" in frame.columns
     assert result["provenance"]["student"]["kind"] == "layers" and result["schema"].startswith("infoeval/distill/")

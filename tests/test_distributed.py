@@ -27,11 +27,19 @@ def _single(args: list, cwd: Path):
     return run_cli(args, cwd=cwd, threads=1)
 
 
-def _ranks(args: list, cwd: Path, n: int = 2, script: list | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+def _ranks(
+    args: list, cwd: Path, n: int = 2, script: list | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess:
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}"]
     target = script or ["-m", "infoeval"]
-    return subprocess.run([*launch, *target, *map(str, args)], cwd=cwd, env={**ONE_THREAD, **(env or {})},
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    return subprocess.run(
+        [*launch, *target, *map(str, args)],
+        cwd=cwd,
+        env={**ONE_THREAD, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _ok(proc: subprocess.CompletedProcess) -> None:
@@ -53,8 +61,9 @@ def work(tmp_path_factory, tiny_llama_dir) -> Path:
     return d
 
 
-def _both(work: Path, name: str, args: list, positions: bool = False, tables: bool = True,
-          rank1_rows: int = 0) -> tuple[dict, dict]:  # fmt: skip
+def _both(
+    work: Path, name: str, args: list, positions: bool = False, tables: bool = True, rank1_rows: int = 0
+) -> tuple[dict, dict]:
     """The command once as one process and once as two ranks; returns both JSON results. ``positions``: both
     positions CSVs are the same bytes; ``tables``: a third, single run checks that only rank 0 printed;
     ``rank1_rows``: rank 1 sent rank 0 more than that many rows of columns (an empty share pickles to a few bytes)."""
@@ -88,8 +97,18 @@ COMMON = ["--text", "text.txt", "--device", "cpu", "--ctx", 64, "--max-tokens", 
 
 def test_quantize_compare_two_ranks_equal_one_process(work, tiny_llama_dir):
     # 1,600 tokens, ctx 64, stride 48: 33 windows, a shared batch of 32 (SHARED_TOKENS = 2,048) and one for rank 1
-    args = ["quantize-compare", tiny_llama_dir, "--schemes", "int8-channel,int4-g32,int3-g64-asym", "--stride", 48, "--baseline", "int4-g32",
-            *COMMON[:-1], 1600]  # fmt: skip
+    args = [
+        "quantize-compare",
+        tiny_llama_dir,
+        "--schemes",
+        "int8-channel,int4-g32,int3-g64-asym",
+        "--stride",
+        48,
+        "--baseline",
+        "int4-g32",
+        *COMMON[:-1],
+        1600,
+    ]
     a, b = _both(work, "qc", args, positions=True, rank1_rows=48)
     assert compare(a, b, "quantize-compare") == [] and a["reference"]["tokens"] == 1600
     assert a["paired"] == b["paired"] and a["paired"]["baseline"] == "int4-g32"  # the same verdicts, to the digit
@@ -104,8 +123,23 @@ def test_quantize_compare_two_ranks_equal_one_process(work, tiny_llama_dir):
 def test_compress_bits_and_mutual_info_two_ranks(work, tiny_llama_dir):
     a, b = _both(work, "cb", ["compress-bits", tiny_llama_dir, *COMMON])
     assert compare(a, b, "compress-bits") == []
-    mi = ["mutual-info", "--model", tiny_llama_dir, "--lengths", "8,16,32", "--blocks", 5, "--batch-tokens", 64,
-          "--bootstrap", 50, "--text", "text.txt", "--device", "cpu"]  # fmt: skip
+    mi = [
+        "mutual-info",
+        "--model",
+        tiny_llama_dir,
+        "--lengths",
+        "8,16,32",
+        "--blocks",
+        5,
+        "--batch-tokens",
+        64,
+        "--bootstrap",
+        50,
+        "--text",
+        "text.txt",
+        "--device",
+        "cpu",
+    ]
     a, b = _both(work, "mi", mi)
     assert compare(a, b, "mutual-info") == []
 
@@ -114,14 +148,26 @@ def test_compress_bits_and_mutual_info_two_ranks(work, tiny_llama_dir):
 def test_reference_and_gate_two_ranks(work, tiny_llama_dir):
     ref = ["reference", tiny_llama_dir, "--top-k", 16, "--tail-samples", 8, *COMMON, "-q"]
     _same_reference(work, "ref", ref)
-    gate = ["gate", "--reference", work / "ref-1.safetensors", "--scheme", "int4-g32", "--max-kl-mean", 0.5, "--device", "cpu"]
+    gate = [
+        "gate",
+        "--reference",
+        work / "ref-1.safetensors",
+        "--scheme",
+        "int4-g32",
+        "--max-kl-mean",
+        0.5,
+        "--device",
+        "cpu",
+    ]
     a, b = _both(work, "gate", gate)
     assert compare(a, b, "gate") == []
 
 
 @pytest.mark.slow
 def test_spec_accept_and_distill_two_ranks(work, tiny_llama_dir):
-    a, b = _both(work, "sa", ["spec-accept", tiny_llama_dir, "--draft-scheme", "int4-g32", "--temperature", "0.5,1", *COMMON])
+    a, b = _both(
+        work, "sa", ["spec-accept", tiny_llama_dir, "--draft-scheme", "int4-g32", "--temperature", "0.5,1", *COMMON]
+    )
     assert compare(a, b, "spec-accept") == []
     a, b = _both(work, "di", ["distill", tiny_llama_dir, "--student-layers", 1, "--T", "1,2", *COMMON])
     assert compare(a, b, "distill") == []
@@ -140,26 +186,56 @@ def test_smollm2_two_ranks_equal_one_process(work):
     assert compare(a, b, "compress-bits") == []
     ref = ["reference", "--top-k", 16, "--tail-samples", 8, *small, "-q"]
     _same_reference(work, "smol-ref", ref)
-    gate = ["gate", "--reference", work / "smol-ref-1.safetensors", "--scheme", "int4-g128", "--max-kl-mean", 0.5,
-            "--device", "cpu"]  # fmt: skip
+    gate = [
+        "gate",
+        "--reference",
+        work / "smol-ref-1.safetensors",
+        "--scheme",
+        "int4-g128",
+        "--max-kl-mean",
+        0.5,
+        "--device",
+        "cpu",
+    ]
     a, b = _both(work, "smol-gate", gate, tables=False)
     assert compare(a, b, "gate") == []
-    mi = ["mutual-info", "--lengths", "8,16,32", "--blocks", 4, "--batch-tokens", 64, "--bootstrap", 50, "--device", "cpu"]
+    mi = [
+        "mutual-info",
+        "--lengths",
+        "8,16,32",
+        "--blocks",
+        4,
+        "--batch-tokens",
+        64,
+        "--bootstrap",
+        50,
+        "--device",
+        "cpu",
+    ]
     a, b = _both(work, "smol-mi", mi, tables=False)
     assert compare(a, b, "mutual-info") == []
 
 
-@pytest.mark.parametrize("stage, line", [
-    ("forward", "infoeval: error: rank 1 of 2 failed: RuntimeError: injected fault"),  # inside a gather: every rank says it
-    ("quantize", "[rank 1] infoeval: error: RuntimeError: injected fault (set INFOEVAL_DEBUG=1 for the traceback)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "stage, line",
+    [
+        (
+            "forward",
+            "infoeval: error: rank 1 of 2 failed: RuntimeError: injected fault",
+        ),  # inside a gather: every rank says it
+        ("quantize", "[rank 1] infoeval: error: RuntimeError: injected fault (set INFOEVAL_DEBUG=1 for the traceback)"),
+    ],
+)
 def test_a_failing_rank_stops_every_rank(work, tiny_llama_dir, stage, line):
     """A rank failing inside the window loop is reported by rank 0 for all; one failing before it (each rank
     quantizes alone) says so itself, and the launcher stops the others: one line either way, no hang."""
     out = work / "fault.json"
-    proc = _ranks(["quantize-compare", tiny_llama_dir, *COMMON, "--json", out, "-q"], work,
-                  script=[str(HERE / "fault_rank.py")],
-                  env={"INFOEVAL_TEST_FAULT_RANK": "1", "INFOEVAL_TEST_FAULT_STAGE": stage})  # fmt: skip
+    proc = _ranks(
+        ["quantize-compare", tiny_llama_dir, *COMMON, "--json", out, "-q"],
+        work,
+        script=[str(HERE / "fault_rank.py")],
+        env={"INFOEVAL_TEST_FAULT_RANK": "1", "INFOEVAL_TEST_FAULT_STAGE": stage},
+    )
     assert proc.returncode != 0
     ours = [ln for ln in proc.stderr.splitlines() if ln.startswith(("infoeval:", "[rank"))]
     assert ours == [line], proc.stderr[-3000:]

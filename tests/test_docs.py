@@ -19,8 +19,14 @@ DOCS = ROOT / "docs"
 
 
 def _build(root: Path, site: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(root / "mkdocs.yml"), "-d", str(site)],
-                          cwd=root, capture_output=True, text=True, timeout=300, env=os.environ | {"NO_MKDOCS_2_WARNING": "1"})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(root / "mkdocs.yml"), "-d", str(site)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ | {"NO_MKDOCS_2_WARNING": "1"},
+    )
 
 
 def _nav_pages(nav):
@@ -43,7 +49,9 @@ def _commands() -> list[str]:
 def test_mkdocs_builds_strict(tmp_path):
     proc = _build(ROOT, tmp_path / "site")
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert (tmp_path / "site" / "reference" / "cli.html").is_file() and (tmp_path / "site" / "images" / "default-run.png").is_file()
+    assert (tmp_path / "site" / "reference" / "cli.html").is_file() and (
+        tmp_path / "site" / "images" / "default-run.png"
+    ).is_file()
 
 
 @pytest.mark.parametrize("breakage", ["a broken link", "a missing anchor", "a missing image", "a page not in the nav"])
@@ -51,8 +59,11 @@ def test_a_broken_site_fails_the_strict_build(tmp_path, breakage):
     shutil.copytree(DOCS, tmp_path / "docs")
     shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
     page = tmp_path / "docs" / "gates.md"
-    extra = {"a broken link": "[gone](no-such-page.md)", "a missing anchor": "[gone](compare.md#no-such-heading)",
-             "a missing image": "![gone](images/no-such.png)"}  # fmt: skip
+    extra = {
+        "a broken link": "[gone](no-such-page.md)",
+        "a missing anchor": "[gone](compare.md#no-such-heading)",
+        "a missing image": "![gone](images/no-such.png)",
+    }
     if breakage == "a page not in the nav":
         (tmp_path / "docs" / "orphan.md").write_text("# Orphan\n", encoding="utf-8")
     else:

@@ -63,7 +63,9 @@ def test_columns_match_brute_force_and_identity_columns():
         lp = torch.log_softmax(model(ids, logits_to_keep=w.logit_index).logits[0], -1)
         tgt = stream[w.target_slice]
         expected.append(-lp.gather(-1, tgt[:, None])[:, 0])
-        assert cols["position"][rows : rows + w.n_scored].tolist() == list(range(w.first_target, w.first_target + w.n_scored))
+        assert cols["position"][rows : rows + w.n_scored].tolist() == list(
+            range(w.first_target, w.first_target + w.n_scored)
+        )
         rows += w.n_scored
     np.testing.assert_array_equal(cols["nll"], torch.cat(expected).detach().numpy())
     assert cols["token_id"].tolist() == stream[1:].tolist()  # every target exactly once, in order

@@ -57,8 +57,10 @@ def _assert_same(a: dict, b: dict) -> None:
 def test_shared_batches_give_the_window_by_window_bits(fixture, request):
     model = load_model(str(request.getfixturevalue(fixture)), CPU, torch.float32).model
     stream = _stream(model, 200)
-    variants = [apply.quantize_variant(model, parse_scheme("int4-g32")),
-                apply.quantize_variant(model, parse_scheme("int8-channel"), include=["lm_head"])]  # fmt: skip
+    variants = [
+        apply.quantize_variant(model, parse_scheme("int4-g32")),
+        apply.quantize_variant(model, parse_scheme("int8-channel"), include=["lm_head"]),
+    ]
     for windows, prefix in [(rolling_windows(len(stream), 48, 32), None), (llamacpp_windows(len(stream), 48, True), 0)]:
         shared, plain = _both(model, stream, windows, variants, prefix, 3 * 48)
         _assert_same(shared, plain)
@@ -71,7 +73,9 @@ def test_a_shared_batch_dequantizes_each_layer_once(tiny_llama_dir, monkeypatch)
     variant = apply.quantize_variant(model, parse_scheme("int4-g32"))
     calls = []
     original = apply.DequantBuffers.dequantize
-    monkeypatch.setattr(apply.DequantBuffers, "dequantize", lambda self, packed: calls.append(packed) or original(self, packed))
+    monkeypatch.setattr(
+        apply.DequantBuffers, "dequantize", lambda self, packed: calls.append(packed) or original(self, packed)
+    )
     forwards = []
     windows = rolling_windows(len(stream), 40)  # 4 windows of 40 inputs
     reducer = compare_pipeline.lockstep_reducer([variant.name])
@@ -87,13 +91,15 @@ def test_a_shared_batch_gives_the_heaps_free_pages_back_between_the_blocks_and_t
     variant = apply.quantize_variant(model, parse_scheme("int4-g32"))
     events = []
     monkeypatch.setattr(engine.heap, "release_freed_memory", lambda: events.append("trim") or True)
-    monkeypatch.setattr(apply.DequantBuffers, "dequantize", lambda self, packed, f=apply.DequantBuffers.dequantize:
-                        events.append("blocks") or f(self, packed))  # fmt: skip
+    monkeypatch.setattr(
+        apply.DequantBuffers,
+        "dequantize",
+        lambda self, packed, f=apply.DequantBuffers.dequantize: events.append("blocks") or f(self, packed),
+    )
     reducer = compare_pipeline.lockstep_reducer([variant.name])
     roles = {"reference": model, variant.name: apply.WithVariant(model, variant)}
     windows = rolling_windows(len(stream), 40)  # 4 windows of 40 inputs: 2 shared batches of 2
-    engine.run(roles, stream, engine.plan_shared(windows, 80), None, reducer,
-               on_forward=lambda: events.append("head"))  # fmt: skip
+    engine.run(roles, stream, engine.plan_shared(windows, 80), None, reducer, on_forward=lambda: events.append("head"))
     compact = [e for i, e in enumerate(events) if i == 0 or e != events[i - 1]]
     assert compact == ["blocks", "trim", "head", "blocks", "trim", "head"], compact
 
@@ -131,8 +137,17 @@ def _biased_llama() -> torch.nn.Module:
     """A 2-layer Llama whose attention and MLP Linear layers have (non-zero) biases: the addmm path."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, attention_bias=True, mlp_bias=True, tie_word_embeddings=False)  # fmt: skip
+    config = LlamaConfig(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attention_bias=True,
+        mlp_bias=True,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(3)
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():
@@ -161,7 +176,9 @@ def test_row_by_row_linears_are_the_bits_of_one_sequence_at_a_time(dtype, bias):
     x = torch.randn(3, 17, 40, dtype=dtype)
     strided = torch.randn(3, 40, 17, dtype=dtype).transpose(1, 2)
     with torch.no_grad():
-        alone = [[torch.nn.functional.linear(t[k : k + 1], lin.weight, lin.bias) for k in range(3)] for t in (x, strided)]
+        alone = [
+            [torch.nn.functional.linear(t[k : k + 1], lin.weight, lin.bias) for k in range(3)] for t in (x, strided)
+        ]
         with linears_row_by_row(holder):
             batched = [lin(x), lin(strided), lin(x[:1])]
             assert torch.equal(lin(x), batched[0])  # the second batch of a shape: after the check
@@ -190,8 +207,9 @@ def _emulated_blas(monkeypatch, blocks_the_batch_differently: bool) -> list[int]
 
 
 @pytest.mark.parametrize("differs", [False, True])
-def test_a_batch_goes_as_one_product_only_where_that_product_gave_the_bits_of_one_sequence_at_a_time(monkeypatch,
-                                                                                                     differs):  # fmt: skip
+def test_a_batch_goes_as_one_product_only_where_that_product_gave_the_bits_of_one_sequence_at_a_time(
+    monkeypatch, differs
+):
     """The first batch of a shape goes sequence by sequence and is checked against one product of the batch; later
     batches of that shape go as one product where it gave the very bits, and sequence by sequence where it did not."""
     calls = _emulated_blas(monkeypatch, differs)
@@ -210,7 +228,12 @@ def test_the_check_is_made_again_for_another_shape_or_thread_count(monkeypatch):
     calls = _emulated_blas(monkeypatch, False)
     w = torch.randn(24, 40)
     threads = torch.get_num_threads()
-    for shape, n in [((3, 17, 40), threads), ((3, 17, 40), threads), ((2, 17, 40), threads), ((3, 17, 40), threads + 1)]:
+    for shape, n in [
+        ((3, 17, 40), threads),
+        ((3, 17, 40), threads),
+        ((2, 17, 40), threads),
+        ((3, 17, 40), threads + 1),
+    ]:
         torch.set_num_threads(n)
         try:
             roles.batched_linear(torch.randn(shape), w, None)
@@ -223,8 +246,9 @@ def test_the_check_is_made_again_for_another_shape_or_thread_count(monkeypatch):
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 @pytest.mark.parametrize("shared", [True, False])
 @pytest.mark.parametrize("poisoned", [(0, "reference"), (1, "int4-g32")])
-def test_the_lockstep_reducer_fails_on_non_finite_logits_in_place_of_the_engine(tiny_llama_dir, bad, shared, poisoned,
-                                                                                 monkeypatch):  # fmt: skip
+def test_the_lockstep_reducer_fails_on_non_finite_logits_in_place_of_the_engine(
+    tiny_llama_dir, bad, shared, poisoned, monkeypatch
+):
     """quantize-compare leaves the finiteness check to its reducer (no pass over the logits): one bad logit of
     one model in one window fails with the engine's own line, on both paths, for NaN, +inf and −inf."""
     model = load_model(str(tiny_llama_dir), CPU, torch.float32).model
@@ -247,5 +271,7 @@ def test_the_lockstep_reducer_fails_on_non_finite_logits_in_place_of_the_engine(
     monkeypatch.setattr(compare_pipeline, "SHARED_TOKENS", 120 if shared else 0)
     model.get_output_embeddings().register_forward_hook(poison)  # a fresh model per test
     with pytest.raises(RuntimeFailure, match=f"^{role} produced non-finite logits in window {window}$"):
-        compare_pipeline.run_lockstep(model, TokenStream(stream, np.ones(len(stream), np.int64), None), windows, variants)
+        compare_pipeline.run_lockstep(
+            model, TokenStream(stream, np.ones(len(stream), np.int64), None), windows, variants
+        )
     assert len(calls) == target + 1  # it failed on that very window

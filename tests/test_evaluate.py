@@ -221,7 +221,11 @@ def compared(request, tiny_llama_dir, tiny_qwen3_dir, text_file):
         if key not in cache:
             model_dir = {"tiny_llama_dir": tiny_llama_dir, "tiny_qwen3_dir": tiny_qwen3_dir}[model_name]
             model_settings, text_settings, window_settings = _settings(model_dir, text_file, ctx=ctx, stride=stride)
-            result, cols = as_json(compare_pipeline.quantize_compare(model_settings, text_settings, window_settings, VariantSettings(schemes, include, ())))
+            result, cols = as_json(
+                compare_pipeline.quantize_compare(
+                    model_settings, text_settings, window_settings, VariantSettings(schemes, include, ())
+                )
+            )
             p = runs.prepare(model_settings, text_settings, window_settings, runs.Reporter())
             cache[key] = (result, cols, p)
         return cache[key]
@@ -260,7 +264,9 @@ def test_variant_columns_equal_quantized_copies(compared, model_name, schemes, i
 
 # ------------------------------------------------------------------------------- (d) weights are restored
 def _snapshot(model):
-    return {n: (t, t.detach().clone()) for n, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers()]}
+    return {
+        n: (t, t.detach().clone()) for n, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers()]
+    }
 
 
 def _assert_unchanged(model, snap):
@@ -381,9 +387,15 @@ def test_metrics_equal_their_definitions(compared, text_file, model_name, scheme
         assert m["kl_max"] == kl.max()
         assert m["kl_p50"] <= m["kl_p90"] <= m["kl_p99"] <= m["kl_p999"] <= m["kl_max"]
         assert m["top1"] == pytest.approx(a, rel=1e-12)
-        assert m["top1_se"] == pytest.approx(_batch_se(var["top1"].astype(np.float64), cols.reference["window"]), rel=1e-9)
+        assert m["top1_se"] == pytest.approx(
+            _batch_se(var["top1"].astype(np.float64), cols.reference["window"]), rel=1e-9
+        )
         batches = np.bincount(np.asarray(_brute_window_batches(cols.reference["window"].tolist(), math.isqrt(nv.size))))
-        assert m["se_blocks"] == batches.size >= 2 and m["se_block"] == round(nv.size / batches.size) and batches.min() >= math.isqrt(nv.size)
+        assert (
+            m["se_blocks"] == batches.size >= 2
+            and m["se_block"] == round(nv.size / batches.size)
+            and batches.min() >= math.isqrt(nv.size)
+        )
         assert m["rkl_mean"] == pytest.approx(var["rkl"].astype(np.float64).mean(), rel=1e-12)
         assert m["tv_mean"] == pytest.approx(var["tv"].astype(np.float64).mean(), rel=1e-12)
         assert m["bits_per_byte"] == pytest.approx(nv.sum() / LN2 / n_bytes, rel=1e-12)
@@ -396,13 +408,21 @@ def test_metrics_equal_their_definitions(compared, text_file, model_name, scheme
 
 def _check_eval_split(t: dict) -> None:
     """The loop's time split between the forward passes and the statistics (on a CPU), within eval_s."""
-    assert 0 < t["eval_forward_s"] and 0 < t["eval_statistics_s"] and t["eval_forward_s"] + t["eval_statistics_s"] <= t["eval_s"]
+    assert (
+        0 < t["eval_forward_s"]
+        and 0 < t["eval_statistics_s"]
+        and t["eval_forward_s"] + t["eval_statistics_s"] <= t["eval_s"]
+    )
 
 
 def test_max_tokens_caps_scored_tokens_and_bytes(tiny_llama_dir, text_file):
     """--max-tokens N scores tokens 1 … N; the bytes are the UTF-8 bytes of the text those N tokens cover."""
     n = 100
-    result, cols = as_json(compare_pipeline.quantize_compare(*_settings(tiny_llama_dir, text_file, ctx=32, max_tokens=n), VariantSettings("int8-channel")))
+    result, cols = as_json(
+        compare_pipeline.quantize_compare(
+            *_settings(tiny_llama_dir, text_file, ctx=32, max_tokens=n), VariantSettings("int8-channel")
+        )
+    )
     text = text_file.read_text(encoding="utf-8")
     tok = load_model(str(tiny_llama_dir), CPU, torch.float32).tokenizer
     starts = [s for s, _ in tok(text, add_special_tokens=False, return_offsets_mapping=True).offset_mapping]
@@ -410,7 +430,9 @@ def test_max_tokens_caps_scored_tokens_and_bytes(tiny_llama_dir, text_file):
     assert result["reference"]["tokens"] == n == cols.n
     assert result["reference"]["bytes"] == n_bytes
     assert cols.reference["position"].tolist() == list(range(1, n + 1))
-    assert result["reference"]["bits_per_byte"] == pytest.approx(cols.reference["nll"].astype(float).sum() / LN2 / n_bytes)
+    assert result["reference"]["bits_per_byte"] == pytest.approx(
+        cols.reference["nll"].astype(float).sum() / LN2 / n_bytes
+    )
     _check_eval_split(result["timings"])
 
 
@@ -418,8 +440,14 @@ def test_max_tokens_caps_scored_tokens_and_bytes(tiny_llama_dir, text_file):
 @pytest.mark.parametrize("model_name", ["tiny_llama_dir", "tiny_qwen3_dir"])
 def test_fewer_bits_more_kl(request, text_file, model_name):
     """int8-channel < int4-channel < int2-channel in mean KL (and the reverse in top-1 agreement)."""
-    model_settings, text_settings, window_settings = _settings(request.getfixturevalue(model_name), text_file, ctx=64, max_tokens=600)
-    result, _ = as_json(compare_pipeline.quantize_compare(model_settings, text_settings, window_settings, VariantSettings("int2-channel,int8-channel,int4-channel")))
+    model_settings, text_settings, window_settings = _settings(
+        request.getfixturevalue(model_name), text_file, ctx=64, max_tokens=600
+    )
+    result, _ = as_json(
+        compare_pipeline.quantize_compare(
+            model_settings, text_settings, window_settings, VariantSettings("int2-channel,int8-channel,int4-channel")
+        )
+    )
     m = {v["name"]: v["metrics"] for v in result["variants"]}
     kl = [m[s]["kl_mean"] for s in ("int8-channel", "int4-channel", "int2-channel")]
     top1 = [m[s]["top1"] for s in ("int8-channel", "int4-channel", "int2-channel")]

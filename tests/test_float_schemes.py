@@ -41,7 +41,9 @@ def test_16_bit_bits_are_16_per_weight_exactly():
     for name in DTYPES:
         s = parse_scheme(name)
         assert layer_bits(s, (3, 576)) == 3 * 576 * 16
-        assert average_bits([(s, (3, 576)), (parse_scheme("int4-g128"), (3, 576))]) == Fraction(16 * 3 * 576 + layer_bits(parse_scheme("int4-g128"), (3, 576)), 2 * 3 * 576)
+        assert average_bits([(s, (3, 576)), (parse_scheme("int4-g128"), (3, 576))]) == Fraction(
+            16 * 3 * 576 + layer_bits(parse_scheme("int4-g128"), (3, 576)), 2 * 3 * 576
+        )
     assert [s.name for s in parse_schemes("bf16,int8-channel,fp16")] == ["bf16", "int8-channel", "fp16"]
     with pytest.raises(SchemeError, match="listed twice"):
         parse_schemes("bf16,BF16")
@@ -93,7 +95,9 @@ def test_bf16_scheme_in_a_bf16_model_is_the_reference(tiny_llama_dir):
     model = load_model(str(tiny_llama_dir), CPU, torch.bfloat16).model
     (variant,) = apply.build_variants(model, [parse_scheme("bf16")])
     modules = dict(model.named_modules())
-    assert all(variant.weights[r.name].data_ptr() == modules[r.name].weight.data_ptr() for r in variant.layers if r.quantized)
+    assert all(
+        variant.weights[r.name].data_ptr() == modules[r.name].weight.data_ptr() for r in variant.layers if r.quantized
+    )
     ids = torch.randint(3, model.config.vocab_size, (1, 24), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         assert torch.equal(apply.WithVariant(model, variant)(input_ids=ids).logits, model(input_ids=ids).logits)

@@ -94,12 +94,16 @@ def test_versus_floor_flags_a_variant_equal_to_the_floor():
     rows, windows = np.ones(4096, bool), np.repeat(np.arange(16), 256)
     same = fm.versus_floor(floor_kl.copy(), floor_kl, rows, float(floor_kl.mean()), windows)
     assert same["at_floor"] and same["x_floor"] == pytest.approx(1.0) and same["floor_diff"] == 0.0
-    noisy = fm.versus_floor(floor_kl + rng.normal(0, 1e-6, 4096).astype(np.float32), floor_kl, rows, float(floor_kl.mean()), windows)
+    noisy = fm.versus_floor(
+        floor_kl + rng.normal(0, 1e-6, 4096).astype(np.float32), floor_kl, rows, float(floor_kl.mean()), windows
+    )
     assert noisy["at_floor"]  # a difference within its noise
     worse = fm.versus_floor(floor_kl * 3, floor_kl, rows, float(floor_kl.mean()), windows)
     assert not worse["at_floor"] and worse["x_floor"] == pytest.approx(3.0, rel=1e-5)
     m = fm.floor_metrics({"kl": floor_kl, "top1": np.r_[np.zeros(96, bool), np.ones(4000, bool)]}, rows, windows)
-    assert m["kl_mean"] == pytest.approx(float(floor_kl.astype(np.float64).mean())) and m["top1_disagree"] == pytest.approx(96 / 4096)
+    assert m["kl_mean"] == pytest.approx(float(floor_kl.astype(np.float64).mean())) and m[
+        "top1_disagree"
+    ] == pytest.approx(96 / 4096)
     assert m["kl_p99"] == pytest.approx(float(np.quantile(floor_kl, 0.99))) and m["positions"] == 4096
 
 
@@ -114,7 +118,11 @@ def tiny(tiny_llama_dir):
 def test_floor_layers_are_the_quantized_layers_and_the_reference_is_untouched(tiny):
     model, _, _ = tiny
     floor = build_floor(model, exclude=["*.mlp.down_proj"])
-    quantized = [r.name for r in apply.quantize_variant(model, parse_scheme("int8-channel"), exclude=["*.mlp.down_proj"]).layers if r.quantized]
+    quantized = [
+        r.name
+        for r in apply.quantize_variant(model, parse_scheme("int8-channel"), exclude=["*.mlp.down_proj"]).layers
+        if r.quantized
+    ]
     assert list(floor.weights) == quantized and floor.summary()["layers"] == len(quantized)
     modules = dict(model.named_modules())
     name = quantized[0]
@@ -134,8 +142,12 @@ def test_the_sampled_floor_runs_on_its_windows_only_with_the_bits_of_a_full_floo
     at = fm.floor_windows([w.index for w in windows], 2, "sampled", seed=1)
     assert len(at) == 2
     calls = []
-    sampled = compare_pipeline.run_lockstep(model, stream, windows, [variant], floor=floor, floor_at=at, on_forward=lambda: calls.append(1))
-    full = compare_pipeline.run_lockstep(model, stream, windows, [variant], floor=floor, floor_at=[w.index for w in windows])
+    sampled = compare_pipeline.run_lockstep(
+        model, stream, windows, [variant], floor=floor, floor_at=at, on_forward=lambda: calls.append(1)
+    )
+    full = compare_pipeline.run_lockstep(
+        model, stream, windows, [variant], floor=floor, floor_at=[w.index for w in windows]
+    )
     assert len(calls) == 2 * len(windows) + len(at)  # the floor's forward passes: its windows only
     rows = fm.floor_rows(sampled.reference["window"], at)
     assert rows.sum() == sum(w.n_scored for w in windows if w.index in at)
@@ -151,7 +163,9 @@ def test_the_sampled_floor_runs_on_its_windows_only_with_the_bits_of_a_full_floo
     roles = {"reference": model, FLOOR: apply.WithVariant(model, floor)}
     schema = {f"{FLOOR}/kl": np.float32}
     one = engine.run(roles, stream.ids, engine.plan(windows), None, reducer, schema, only={FLOOR: frozenset(at)})
-    many = engine.run(roles, stream.ids, engine.plan_shared(windows, 4 * 40), None, reducer, schema, only={FLOOR: frozenset(at)})
+    many = engine.run(
+        roles, stream.ids, engine.plan_shared(windows, 4 * 40), None, reducer, schema, only={FLOOR: frozenset(at)}
+    )
     np.testing.assert_array_equal(one[f"{FLOOR}/kl"], many[f"{FLOOR}/kl"])
     np.testing.assert_array_equal(one[f"{FLOOR}/kl"][rows], sampled.floor["kl"][rows])
 
@@ -160,7 +174,9 @@ def test_floor_kl_is_small_nonnegative_and_below_int8(tiny):
     model, stream, windows = tiny
     variant = apply.quantize_variant(model, parse_scheme("int8-channel"))
     floor = build_floor(model)
-    cols = compare_pipeline.run_lockstep(model, stream, windows, [variant], floor=floor, floor_at=[w.index for w in windows])
+    cols = compare_pipeline.run_lockstep(
+        model, stream, windows, [variant], floor=floor, floor_at=[w.index for w in windows]
+    )
     rows = np.ones(cols.n, bool)
     m = fm.floor_metrics(cols.floor, rows, cols.reference["window"])
     int8 = float(cols.variants[variant.name]["kl"].astype(np.float64).mean())
@@ -171,6 +187,12 @@ def test_floor_kl_is_small_nonnegative_and_below_int8(tiny):
 
 
 def test_floor_on_a_command_without_variants_is_one_line():
-    proc = subprocess.run([sys.executable, "-m", "infoeval", "compress-bits", "--floor", "off"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "infoeval", "compress-bits", "--floor", "off"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-        "infoeval: error: --floor applies to runs with variants (quantize-compare, gate); 'compress-bits' has none"]
+        "infoeval: error: --floor applies to runs with variants (quantize-compare, gate); 'compress-bits' has none"
+    ]

@@ -36,8 +36,14 @@ def test_the_floor_is_the_references_whatever_the_candidate(ref, tiny_llama_dir)
     own, _ = _gate(ref, str(tiny_llama_dir))  # a checkpoint of its own: the reference's model is loaded beside it
     f = int4["floor"]
     assert f["windows"] == list(floor_windows(range(10), 1, "sampled", 0)) and f["mode"] == "sampled"
-    assert f["metrics"] == itself["floor"]["metrics"] == own["floor"]["metrics"]  # quantized in place, yet the reference's weights
-    assert 0 < f["metrics"]["kl_mean"] < int4["metrics"]["kl_mean"] and f["candidate"]["x_floor"] > 10 and not f["candidate"]["at_floor"]
+    assert (
+        f["metrics"] == itself["floor"]["metrics"] == own["floor"]["metrics"]
+    )  # quantized in place, yet the reference's weights
+    assert (
+        0 < f["metrics"]["kl_mean"] < int4["metrics"]["kl_mean"]
+        and f["candidate"]["x_floor"] > 10
+        and not f["candidate"]["at_floor"]
+    )
     assert itself["floor"]["candidate"]["at_floor"]  # the reference against itself cannot be told from the floor
 
 
@@ -81,8 +87,15 @@ def test_reference_seeds_draw_different_tails_on_a_cpu(ref, tiny_llama_dir, tmp_
 
     def tails(seed: int, name: str):
         out = tmp_path / name
-        build_reference(ModelSettings(str(tiny_llama_dir), "cpu", "float32"), TextSettings(text=text, max_tokens=640),
-                        WindowSettings(ctx=64), out, top_k=16, tail_samples=32, seed=seed)  # fmt: skip
+        build_reference(
+            ModelSettings(str(tiny_llama_dir), "cpu", "float32"),
+            TextSettings(text=text, max_tokens=640),
+            WindowSettings(ctx=64),
+            out,
+            top_k=16,
+            tail_samples=32,
+            seed=seed,
+        )
         return read_reference(out).dist.tail_ids
 
     zero, one, again = tails(0, "s0.safetensors"), tails(1, "s1.safetensors"), tails(1, "s1b.safetensors")

@@ -37,7 +37,11 @@ def test_nan_and_ties():
 
 
 def test_the_block_leaves_out_variants_without_bits():
-    v = lambda name, bits, kl: {"name": name, "metrics": {"kl_mean": kl, "kl_p999": 10 * kl}, "quantization": {"bits_per_weight": bits}}  # noqa: E731
+    v = lambda name, bits, kl: {
+        "name": name,
+        "metrics": {"kl_mean": kl, "kl_p999": 10 * kl},
+        "quantization": {"bits_per_weight": bits},
+    }  # noqa: E731
     block = frontier_block([v("a", 4.5, 0.02), v("b", 4.25, 0.03), v("c", 4.25, 0.04), v("qat", None, 0.001)])
     assert block["kl_mean"] == ["b", "a"] and block["kl_p999"] == ["b", "a"] and block["without_bits"] == ["qat"]
     assert frontier_block([v("a", 4.5, 0.02), v("qat", None, 0.001)]) is None  # fewer than two with bits
@@ -45,11 +49,32 @@ def test_the_block_leaves_out_variants_without_bits():
 
 def test_the_run_shows_its_frontier(tiny_llama_dir, tiny_text, tmp_path):
     (tmp_path / "t.txt").write_text(tiny_text, encoding="utf-8")
-    args = ["quantize-compare", tiny_llama_dir, "--text", "t.txt", "--ctx", 64, "--max-tokens", 300, "--device", "cpu", "--floor", "off", "-q"]
-    r = run_cli([*args, "--schemes", "int8-channel,int4-g32,int3-g64,int4-g64", "--json", "f.json", "--plot", "f.png"], cwd=tmp_path)
+    args = [
+        "quantize-compare",
+        tiny_llama_dir,
+        "--text",
+        "t.txt",
+        "--ctx",
+        64,
+        "--max-tokens",
+        300,
+        "--device",
+        "cpu",
+        "--floor",
+        "off",
+        "-q",
+    ]
+    r = run_cli(
+        [*args, "--schemes", "int8-channel,int4-g32,int3-g64,int4-g64", "--json", "f.json", "--plot", "f.png"],
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     data = json.loads((tmp_path / "f.json").read_text(encoding="utf-8"))
     points = {v["name"]: (v["quantization"]["bits_per_weight"], v["metrics"]["kl_mean"]) for v in data["variants"]}
-    assert set(data["frontier"]["kl_mean"]) == _brute(points) and "Bits against KL" in r.stdout and (tmp_path / "f.png").stat().st_size > 0
+    assert (
+        set(data["frontier"]["kl_mean"]) == _brute(points)
+        and "Bits against KL" in r.stdout
+        and (tmp_path / "f.png").stat().st_size > 0
+    )
     one = run_cli([*args, "--schemes", "int8-channel", "--json", "one.json"], cwd=tmp_path)
     assert one.returncode == 0 and "frontier" not in json.loads((tmp_path / "one.json").read_text(encoding="utf-8"))

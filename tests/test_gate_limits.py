@@ -15,9 +15,17 @@ from infoeval.gating.ci_report import junit_xml, markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = {
-    "kl_mean": 0.040, "kl_se": 0.004, "kl_p99": 0.3, "top1": 0.93, "top1_se": 0.01, "ln_ppl_ratio": math.log(1.02),
-    "ln_ppl_ratio_se": 0.01, "ppl_ratio": 1.02, "bits_per_byte_delta": 0.01, "bits_per_byte_delta_se": 0.004,
-}  # fmt: skip
+    "kl_mean": 0.040,
+    "kl_se": 0.004,
+    "kl_p99": 0.3,
+    "top1": 0.93,
+    "top1_se": 0.01,
+    "ln_ppl_ratio": math.log(1.02),
+    "ln_ppl_ratio_se": 0.01,
+    "ppl_ratio": 1.02,
+    "bits_per_byte_delta": 0.01,
+    "bits_per_byte_delta_se": 0.004,
+}
 
 
 def test_docstring_example_fails_at_95_but_passes_as_point():
@@ -73,7 +81,13 @@ def test_bad_limits_fail_closed(raw, words):
 def test_default_toml_matches_built_in_defaults():
     data = tomllib.loads((ROOT / "configs" / "gates" / "default.toml").read_text())
     assert data["limits"] == DEFAULT_LIMITS
-    assert {lim.metric for lim in parse_limits(data["limits"])} == {"kl_mean", "kl_p99", "top1", "ppl_ratio", "bits_per_byte_delta"}
+    assert {lim.metric for lim in parse_limits(data["limits"])} == {
+        "kl_mean",
+        "kl_p99",
+        "top1",
+        "ppl_ratio",
+        "bits_per_byte_delta",
+    }
 
 
 def test_baseline_relative_tolerance_by_direction():

@@ -29,8 +29,17 @@ def ref_file(tmp_path_factory, tiny_llama_dir, tiny_text):
     d = tmp_path_factory.mktemp("gate")
     (d / "text.txt").write_text(tiny_text, encoding="utf-8")
     out = d / "ref.safetensors"
-    info = as_json(build_reference(ModelSettings(str(tiny_llama_dir), "cpu", "float32"), TextSettings(text=d / "text.txt", max_tokens=300),
-                           WindowSettings(ctx=64), out, top_k=16, tail_samples=32, seed=0))  # fmt: skip
+    info = as_json(
+        build_reference(
+            ModelSettings(str(tiny_llama_dir), "cpu", "float32"),
+            TextSettings(text=d / "text.txt", max_tokens=300),
+            WindowSettings(ctx=64),
+            out,
+            top_k=16,
+            tail_samples=32,
+            seed=0,
+        )
+    )
     return out, info
 
 
@@ -117,8 +126,13 @@ def test_corrupt_truncated_and_foreign_files_fail_closed(ref_file, tmp_path):
     new = json.dumps(header).encode()
     new += b" " * ((8 - len(new) % 8) % 8)
     (tmp_path / "version.safetensors").write_bytes(len(new).to_bytes(8, "little") + new + raw[8 + header_len :])
-    for name, words in [("trunc", "corrupt or truncated"), ("flip", "checksum"), ("foreign", "not an infoeval reference"),
-                        ("version", "format"), ("missing", "does not exist")]:  # fmt: skip
+    for name, words in [
+        ("trunc", "corrupt or truncated"),
+        ("flip", "checksum"),
+        ("foreign", "not an infoeval reference"),
+        ("version", "format"),
+        ("missing", "does not exist"),
+    ]:
         with pytest.raises(DataError, match=words):
             read_reference(tmp_path / f"{name}.safetensors")
 
@@ -130,20 +144,84 @@ def _cli(args, cwd):
 @pytest.mark.slow  # several command-line subprocesses
 def test_cli_exit_codes_junit_markdown_and_baseline(ref_file, tiny_llama_dir, tmp_path):
     ref = ref_file[0]
-    ok = _cli(["gate", tiny_llama_dir, "-r", ref, "--scheme", "int8-channel", "--max-kl-mean", "1", "--min-top1", "0.5",
-               "--max-ppl-ratio", "1.5", "--max-kl-p99", "5", "--max-bpb-increase", "1", "--junit", tmp_path / "j.xml",
-               "--markdown", tmp_path / "m.md", "--json", tmp_path / "r.json", "-q"], tmp_path)  # fmt: skip
+    ok = _cli(
+        [
+            "gate",
+            tiny_llama_dir,
+            "-r",
+            ref,
+            "--scheme",
+            "int8-channel",
+            "--max-kl-mean",
+            "1",
+            "--min-top1",
+            "0.5",
+            "--max-ppl-ratio",
+            "1.5",
+            "--max-kl-p99",
+            "5",
+            "--max-bpb-increase",
+            "1",
+            "--junit",
+            tmp_path / "j.xml",
+            "--markdown",
+            tmp_path / "m.md",
+            "--json",
+            tmp_path / "r.json",
+            "-q",
+        ],
+        tmp_path,
+    )
     assert ok.returncode == 0, ok.stderr
     cases = ET.parse(tmp_path / "j.xml").getroot().findall("./testsuite/testcase")
     assert len(cases) == 5 and all(c.find("failure") is None for c in cases)
     assert "PASS" in (tmp_path / "m.md").read_text()
-    bad = _cli(["gate", tiny_llama_dir, "-r", ref, "--scheme", "int2-channel", "--max-kl-mean", "1e-6", "--junit",
-                tmp_path / "j2.xml", "-q", "--json", tmp_path / "r2.json"], tmp_path)  # fmt: skip
+    bad = _cli(
+        [
+            "gate",
+            tiny_llama_dir,
+            "-r",
+            ref,
+            "--scheme",
+            "int2-channel",
+            "--max-kl-mean",
+            "1e-6",
+            "--junit",
+            tmp_path / "j2.xml",
+            "-q",
+            "--json",
+            tmp_path / "r2.json",
+        ],
+        tmp_path,
+    )
     assert bad.returncode == 1, bad.stderr
     assert any(c.find("failure") is not None for c in ET.parse(tmp_path / "j2.xml").getroot().iter("testcase"))
-    worse = _cli(["gate", tiny_llama_dir, "-r", ref, "--scheme", "int3-channel", "--max-kl-mean", "10", "--min-top1", "0",
-                  "--max-ppl-ratio", "100", "--max-kl-p99", "100", "--max-bpb-increase", "100",
-                  "--baseline", tmp_path / "r.json", "-q", "--json", tmp_path / "r3.json"], tmp_path)  # fmt: skip
+    worse = _cli(
+        [
+            "gate",
+            tiny_llama_dir,
+            "-r",
+            ref,
+            "--scheme",
+            "int3-channel",
+            "--max-kl-mean",
+            "10",
+            "--min-top1",
+            "0",
+            "--max-ppl-ratio",
+            "100",
+            "--max-kl-p99",
+            "100",
+            "--max-bpb-increase",
+            "100",
+            "--baseline",
+            tmp_path / "r.json",
+            "-q",
+            "--json",
+            tmp_path / "r3.json",
+        ],
+        tmp_path,
+    )
     assert worse.returncode == 1 and json.loads((tmp_path / "r3.json").read_text())["baseline"]["rows"]
     for args, words in [
         (["gate", tiny_llama_dir, "-r", tmp_path / "nope.safetensors"], "does not exist"),
@@ -164,7 +242,9 @@ def test_quantize_roundtrip_same_logits(tiny_llama_dir, tmp_path):
     from infoeval.gating.checkpoint import quantize_checkpoint, saved_scheme
 
     out = tmp_path / "q"
-    info = quantize_checkpoint(ModelSettings(str(tiny_llama_dir), "cpu", "float32"), "int4-g32", out, include=("lm_head",))
+    info = quantize_checkpoint(
+        ModelSettings(str(tiny_llama_dir), "cpu", "float32"), "int4-g32", out, include=("lm_head",)
+    )
     assert info["layers_quantized"] > 0 and saved_scheme(out) == "int4-g32"
     loaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     ref = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
@@ -199,7 +279,10 @@ def test_pack_quantized_roundtrip_same_logits(tiny_llama_dir, tmp_path):
         torch.testing.assert_close(loaded(ids).logits, ref(ids).logits, atol=1e-5, rtol=1e-5)
     size = lambda d: sum(f.stat().st_size for f in d.glob("*.safetensors"))  # noqa: E731
     assert size(tmp_path / "p") < size(tmp_path / "f")
-    for scheme, words in [("int8-channel", "symmetric int4 schemes only"), ("int4-g48", "not a multiple of 48"),
-                          ("int4-g32-asym", "symmetric int4 schemes only")]:  # fmt: skip
+    for scheme, words in [
+        ("int8-channel", "symmetric int4 schemes only"),
+        ("int4-g48", "not a multiple of 48"),
+        ("int4-g32-asym", "symmetric int4 schemes only"),
+    ]:
         with pytest.raises(UsageError, match=words):
             quantize_checkpoint(model_settings, scheme, tmp_path / scheme, fmt="pack-quantized")

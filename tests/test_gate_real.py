@@ -37,13 +37,18 @@ def reference(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exact():
-    result, _ = as_json(compare_pipeline.quantize_compare(MODEL, TEXT, WINDOWS, VariantSettings("int8-channel,int4-g128,int4-channel")))
+    result, _ = as_json(
+        compare_pipeline.quantize_compare(MODEL, TEXT, WINDOWS, VariantSettings("int8-channel,int4-g128,int4-channel"))
+    )
     return {v["name"]: v["metrics"] for v in result["variants"]}
 
 
 @pytest.fixture(scope="module")
 def gated(reference):
-    return {s: as_json(run_gate(GateSettings(reference[0], None, s, DEFAULT), MODEL))[0] for s in ("int8-channel", "int4-g128", "int4-channel")}
+    return {
+        s: as_json(run_gate(GateSettings(reference[0], None, s, DEFAULT), MODEL))[0]
+        for s in ("int8-channel", "int4-g128", "int4-channel")
+    }
 
 
 def test_reference_size_under_one_percent_of_llama_cpp(reference):
@@ -100,10 +105,12 @@ PINNED = {
 # scheme → exact, gated, lower; one and two threads gave the very same values there), and elsewhere the gated
 # figures are compared within SAMPLED_REL.
 PINNED_BY_MACHINE = {
-    "3d6fe4d9cda6c7bb": {"int8-channel": (0.003074051414, 0.003068311033, 0.002453692162),
-                         "int4-g128": (0.7286994795, 0.7265209444, 0.634083556),
-                         "int4-channel": (0.8105896453, 0.8138202519, 0.700176924)},
-}  # fmt: skip
+    "3d6fe4d9cda6c7bb": {
+        "int8-channel": (0.003074051414, 0.003068311033, 0.002453692162),
+        "int4-g128": (0.7286994795, 0.7265209444, 0.634083556),
+        "int4-channel": (0.8105896453, 0.8138202519, 0.700176924),
+    },
+}
 SAMPLED_REL = 1e-2
 
 
@@ -118,5 +125,9 @@ def test_pinned_figures(reference, exact, gated):
         assert g["kl_mean"] == pytest.approx(kl_gated, rel=sampled), (scheme, g["kl_mean"])
         assert g["kl_lower_mean"] == pytest.approx(kl_lower, rel=sampled), (scheme, g["kl_lower_mean"])
         assert e["top1"] == g["top1"] == pytest.approx(top1 / 512, rel=1e-12), (scheme, e["top1"], g["top1"])
-        assert e["ppl"] == pytest.approx(ppl, rel=PIN_REL) and g["ppl"] == pytest.approx(ppl, rel=PIN_REL), (scheme, e["ppl"], g["ppl"])
+        assert e["ppl"] == pytest.approx(ppl, rel=PIN_REL) and g["ppl"] == pytest.approx(ppl, rel=PIN_REL), (
+            scheme,
+            e["ppl"],
+            g["ppl"],
+        )
         assert gated[scheme]["passed"] is passed

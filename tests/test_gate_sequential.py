@@ -68,14 +68,21 @@ def test_deterministic_and_independent_of_the_round_size():
     values = rng.lognormal(np.log(0.8), 0.1, 64)[:, None]
     rule = st.SequentialRule((st.Stream("kl", 1.0, 0.0),), 0.05, 64, 16)
     order = st.visit_order(64, 5)
-    out = {size: st.run_rounds(lambda idx: values[idx], order, 64, size, rule, np.full(64, 512))[0] for size in (1, 2, 3, 7)}
+    out = {
+        size: st.run_rounds(lambda idx: values[idx], order, 64, size, rule, np.full(64, 512))[0]
+        for size in (1, 2, 3, 7)
+    }
     assert len({(o.decision, o.used) for o in out.values()}) == 1 and out[1].decision == PASS
     assert all(o.evaluated >= o.used and o.evaluated - o.used < size for size, o in out.items())
     assert out[7].rounds == math.ceil(out[7].evaluated / 7)
 
 
 def test_budget_and_rounds():
-    assert st.budget_count([100, 100, 100], 250) == 2 and st.budget_count([100], 5) == 1 and st.budget_count([1, 2], None) == 2
+    assert (
+        st.budget_count([100, 100, 100], 250) == 2
+        and st.budget_count([100], 5) == 1
+        and st.budget_count([1, 2], None) == 2
+    )
     assert [len(r) for r in st.rounds(7, 3)] == [3, 3, 1]
     with pytest.raises(ValueError):
         st.rounds(3, 0)
@@ -94,7 +101,9 @@ def test_fail_capital_is_valid_without_replacement():
     plan = rng.lognormal(0.0, 1.0, 64)
     plan *= 1.0 / plan.mean()
     a = 0.05
-    hits = sum(bool((st.fail_log_capital(rng.permutation(plan), 1.0, 0.0, 64) >= math.log(1 / a)).any()) for _ in range(4000))
+    hits = sum(
+        bool((st.fail_log_capital(rng.permutation(plan), 1.0, 0.0, 64) >= math.log(1 / a)).any()) for _ in range(4000)
+    )
     assert hits / 4000 <= a + 3 * math.sqrt(a * (1 - a) / 4000)
     assert st.fail_log_capital(np.array([70.0, 1.0]), 1.0, 0.0, 64)[0] == np.inf  # Σ z > N·L: refuted outright
 
@@ -110,17 +119,36 @@ def _synthetic(seed=0, windows=(50, 64, 64, 37, 64)):
     rng = np.random.default_rng(seed)
     n = sum(windows)
     nll_ref = rng.gamma(2.0, 1.2, n)
-    var = {"nll": (nll_ref + rng.normal(0.05, 0.3, n)).clip(0.0), "kl": rng.gamma(0.6, 0.1, n), "tv": rng.uniform(0, 0.3, n),
-           "rkl": rng.gamma(0.5, 0.1, n), "top1": rng.uniform(size=n) < 0.8}  # fmt: skip
+    var = {
+        "nll": (nll_ref + rng.normal(0.05, 0.3, n)).clip(0.0),
+        "kl": rng.gamma(0.6, 0.1, n),
+        "tv": rng.uniform(0, 0.3, n),
+        "rkl": rng.gamma(0.5, 0.1, n),
+        "top1": rng.uniform(size=n) < 0.8,
+    }
     var["kl_lower"] = var["kl"] * 0.8
     ref = {"nll": nll_ref, "bytes": rng.integers(1, 7, n), "entropy": rng.uniform(0, 3, n)}
     edges = np.cumsum([0, *windows])
     return ref, var, [slice(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
 
-LIMITS = {"max_kl_mean": 0.05, "max_kl_lower_mean": 0.05, "max_tv_mean": 0.1, "max_rkl_mean": 0.05, "min_top1": 0.75,
-          "max_ppl_ratio": 1.04, "max_ppl": 5.0, "max_bits_per_byte_delta": 0.01, "max_bits_per_byte": 1.0, "max_kl_p90": 0.2,
-          "max_kl_p99": 0.4, "max_kl_p999": 0.6, "max_kld_p95": 0.3, "max_dp_rms": 0.1, "max_kl_max": 0.9}  # fmt: skip
+LIMITS = {
+    "max_kl_mean": 0.05,
+    "max_kl_lower_mean": 0.05,
+    "max_tv_mean": 0.1,
+    "max_rkl_mean": 0.05,
+    "min_top1": 0.75,
+    "max_ppl_ratio": 1.04,
+    "max_ppl": 5.0,
+    "max_bits_per_byte_delta": 0.01,
+    "max_bits_per_byte": 1.0,
+    "max_kl_p90": 0.2,
+    "max_kl_p99": 0.4,
+    "max_kl_p999": 0.6,
+    "max_kld_p95": 0.3,
+    "max_dp_rms": 0.1,
+    "max_kl_max": 0.9,
+}
 
 
 def test_every_stream_mean_is_its_metric():
@@ -135,17 +163,32 @@ def test_every_stream_mean_is_its_metric():
         y = np.array([s.observe(window_columns(ref, var, w)) for w in wins])
         mean, L = (y.max() if s.stream.kind == "max" else y.mean()), lim.value
         want = {
-            "kl_mean": var["kl"].mean(), "kl_lower_mean": var["kl_lower"].mean(), "tv_mean": var["tv"].mean(),
-            "rkl_mean": var["rkl"].mean(), "top1": -var["top1"].mean(), "ppl_ratio": math.log(m["ppl_ratio"]),
-            "ppl": math.log(m["ppl"]), "bits_per_byte_delta": m["bits_per_byte_delta"] - L,
-            "bits_per_byte": m["bits_per_byte"] - L, "dp_rms": (dp**2).mean(), "kl_max": var["kl"].max(),
-        }.get(lim.metric)  # fmt: skip
+            "kl_mean": var["kl"].mean(),
+            "kl_lower_mean": var["kl_lower"].mean(),
+            "tv_mean": var["tv"].mean(),
+            "rkl_mean": var["rkl"].mean(),
+            "top1": -var["top1"].mean(),
+            "ppl_ratio": math.log(m["ppl_ratio"]),
+            "ppl": math.log(m["ppl"]),
+            "bits_per_byte_delta": m["bits_per_byte_delta"] - L,
+            "bits_per_byte": m["bits_per_byte"] - L,
+            "dp_rms": (dp**2).mean(),
+            "kl_max": var["kl"].max(),
+        }.get(lim.metric)
         if lim.metric in QUANTILES:
             want = (var["kl"] > L).mean()
         assert mean == pytest.approx(want, rel=1e-9, abs=1e-12), lim.key
-        assert s.to_metric(mean) == pytest.approx({"top1": var["top1"].mean(), "ppl_ratio": m["ppl_ratio"], "ppl": m["ppl"],
-                                                    "bits_per_byte_delta": m["bits_per_byte_delta"], "bits_per_byte": m["bits_per_byte"],
-                                                    "dp_rms": m["dp_rms"]}.get(lim.metric, mean), rel=1e-9), lim.key  # fmt: skip
+        assert s.to_metric(mean) == pytest.approx(
+            {
+                "top1": var["top1"].mean(),
+                "ppl_ratio": m["ppl_ratio"],
+                "ppl": m["ppl"],
+                "bits_per_byte_delta": m["bits_per_byte_delta"],
+                "bits_per_byte": m["bits_per_byte"],
+                "dp_rms": m["dp_rms"],
+            }.get(lim.metric, mean),
+            rel=1e-9,
+        ), lim.key
         if s.stream.floor is not None:
             assert (y >= s.stream.floor - 1e-12).all(), lim.key
     q = var["kl"]  # the share above L is 1 − Q when L is the Q-quantile, within one position in n (interpolation)
@@ -156,7 +199,9 @@ def test_every_stream_mean_is_its_metric():
 
 def test_limits_without_a_stream_are_refused():
     with pytest.raises(UsageError, match="cannot judge"):
-        limit_stream(parse_limits({"max_bits_per_byte_delta": 1})[0].__class__("x", "kl_mean", "min", 1.0), Plan(2, 5.0, 5, 10))
+        limit_stream(
+            parse_limits({"max_bits_per_byte_delta": 1})[0].__class__("x", "kl_mean", "min", 1.0), Plan(2, 5.0, 5, 10)
+        )
 
 
 # ---- the tiny model end to end -------------------------------------------------------------------------------
@@ -165,8 +210,15 @@ def ref_file(tmp_path_factory, tiny_llama_dir, tiny_text):
     d = tmp_path_factory.mktemp("seq")
     (d / "text.txt").write_text(tiny_text * 3, encoding="utf-8")
     out = d / "ref.safetensors"
-    build_reference(ModelSettings(str(tiny_llama_dir), "cpu", "float32"), TextSettings(text=d / "text.txt", max_tokens=1600),
-                    WindowSettings(ctx=32), out, top_k=16, tail_samples=16, seed=0)  # fmt: skip
+    build_reference(
+        ModelSettings(str(tiny_llama_dir), "cpu", "float32"),
+        TextSettings(text=d / "text.txt", max_tokens=1600),
+        WindowSettings(ctx=32),
+        out,
+        top_k=16,
+        tail_samples=16,
+        seed=0,
+    )
     return out
 
 
@@ -185,7 +237,9 @@ def test_huge_limit_passes_early_impossible_fails_after_the_first_round(ref_file
     q = r["sequential"]
     assert not r["passed"] and q["decision"] == "fail" and q["rounds"] == 1 and q["windows_evaluated"] == 3
     assert q["limits"][0]["fail_bound"] is None or q["limits"][0]["fail_bound"] > 1e-6
-    assert q["limits"][0]["failed_by"] == "exact capital test"  # one window's KL alone exceeds N · 1e-6: refuted outright
+    assert (
+        q["limits"][0]["failed_by"] == "exact capital test"
+    )  # one window's KL alone exceeds N · 1e-6: refuted outright
     assert "exact capital test" in markdown(r)
     assert "FAIL" in junit_xml(r).decode() or "failure" in junit_xml(r).decode()
     assert "sequential: fail" in markdown(r)
@@ -210,8 +264,15 @@ def test_undecided_at_budget_and_the_full_budget_is_the_fixed_gate(ref_file):
 
 
 def test_bad_settings_are_usage_errors(ref_file, monkeypatch):
-    for kw in ({"alpha": 0.0}, {"alpha": 1.0}, {"min_tokens": 500, "max_tokens": 100}, {"order": "x"}, {"undecided": "maybe"},
-               {"round_windows": 0}, {"seed": -1}):  # fmt: skip
+    for kw in (
+        {"alpha": 0.0},
+        {"alpha": 1.0},
+        {"min_tokens": 500, "max_tokens": 100},
+        {"order": "x"},
+        {"undecided": "maybe"},
+        {"round_windows": 0},
+        {"seed": -1},
+    ):
         with pytest.raises(UsageError):
             SequentialSettings(**kw)
     from infoeval.gating import pipeline
@@ -224,7 +285,9 @@ def test_bad_settings_are_usage_errors(ref_file, monkeypatch):
     # windows of 32 positions: a budget of 100 holds 3 whole windows (96 positions), so 100 can never be reached
     with pytest.raises(UsageError, match="--min-tokens 100 is more than the budget's 96 positions"):
         run_sequential_gate(gs, SequentialSettings(min_tokens=100, max_tokens=100), ModelSettings("", "cpu", "float32"))
-    with pytest.raises(UsageError, match="--min-tokens 1000000 is more than the budget's 1600 positions"):  # the whole reference
+    with pytest.raises(
+        UsageError, match="--min-tokens 1000000 is more than the budget's 1600 positions"
+    ):  # the whole reference
         run_sequential_gate(gs, SequentialSettings(min_tokens=10**6), ModelSettings("", "cpu", "float32"))
     gs = GateSettings(ref_file, None, "int8-channel", tuple(parse_limits({"max_kl_mean": 1.0})), point=True)
     with pytest.raises(UsageError, match="--point"):
@@ -253,22 +316,47 @@ def _cli(args, cwd, env=ENV, launch=None):
     """The command in this process (``cli_run.py``), or under ``launch`` (torchrun) in subprocesses."""
     if launch is None:
         return run_cli(args, cwd=cwd, env=env, threads=1 if env.get("OMP_NUM_THREADS") == "1" else None)
-    return subprocess.run([*launch, *map(str, args)], cwd=cwd, env=env, check=False, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [*launch, *map(str, args)], cwd=cwd, env=env, check=False, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.mark.slow  # command-line subprocesses
 def test_cli_exit_codes(ref_file, tmp_path):
     base = ["gate", "-r", ref_file, "--scheme", "int4-g32", "--sequential", "-q"]
-    ok = _cli([*base, "--max-kl-mean", 100, "--min-top1", 0.0001, "--max-ppl-ratio", 1e6, "--max-kl-p99", 1e3,
-               "--max-bpb-increase", 100, "--json", tmp_path / "ok.json", "--junit", tmp_path / "ok.xml"], tmp_path)  # fmt: skip
+    ok = _cli(
+        [
+            *base,
+            "--max-kl-mean",
+            100,
+            "--min-top1",
+            0.0001,
+            "--max-ppl-ratio",
+            1e6,
+            "--max-kl-p99",
+            1e3,
+            "--max-bpb-increase",
+            100,
+            "--json",
+            tmp_path / "ok.json",
+            "--junit",
+            tmp_path / "ok.xml",
+        ],
+        tmp_path,
+    )
     assert ok.returncode == 0, ok.stderr
     assert json.loads((tmp_path / "ok.json").read_text())["sequential"]["decision"] == "pass"
     props = {p.get("name"): p.get("value") for p in ET.parse(tmp_path / "ok.xml").getroot().iter("property")}
     assert props["sequential.decision"] == "pass"
     bad = _cli([*base, "--max-kl-mean", 1e-6], tmp_path)
     assert bad.returncode == 1, bad.stderr
-    for extra, words in [(["--alpha", 0], "--alpha"), (["--alpha", 1.5], "--alpha"), (["--min-tokens", 500, "--max-tokens", 100], "--min-tokens"),
-                         (["--point"], "--point"), (["--order", "random"], "--order")]:  # fmt: skip
+    for extra, words in [
+        (["--alpha", 0], "--alpha"),
+        (["--alpha", 1.5], "--alpha"),
+        (["--min-tokens", 500, "--max-tokens", 100], "--min-tokens"),
+        (["--point"], "--point"),
+        (["--order", "random"], "--order"),
+    ]:
         r = _cli([*base, *extra], tmp_path)
         assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
         assert len([line for line in r.stderr.splitlines() if line.strip()]) == 1, r.stderr
@@ -279,8 +367,27 @@ def test_cli_exit_codes(ref_file, tmp_path):
 @pytest.mark.slow  # torchrun: two processes
 def test_two_ranks_same_verdict_and_stopping_window(ref_file, tmp_path):
     one_thread = {**ENV, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    args = ["gate", "-r", ref_file, "--scheme", "int4-g32", "--sequential", "--round-windows", 2, "--device", "cpu", "-q",
-            "--max-kl-mean", 100, "--min-top1", 0.0001, "--max-ppl-ratio", 1e6, "--max-bpb-increase", 100]  # fmt: skip
+    args = [
+        "gate",
+        "-r",
+        ref_file,
+        "--scheme",
+        "int4-g32",
+        "--sequential",
+        "--round-windows",
+        2,
+        "--device",
+        "cpu",
+        "-q",
+        "--max-kl-mean",
+        100,
+        "--min-top1",
+        0.0001,
+        "--max-ppl-ratio",
+        1e6,
+        "--max-bpb-increase",
+        100,
+    ]
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "infoeval"]
     for name, limit in (("pass", ["--max-kl-p99", 1e3]), ("fail", ["--max-kl-p99", 1e-4])):
         a = _cli([*args, *limit, "--json", tmp_path / f"{name}-1.json"], tmp_path, one_thread)
@@ -289,7 +396,11 @@ def test_two_ranks_same_verdict_and_stopping_window(ref_file, tmp_path):
         ra, rb = (json.loads((tmp_path / f"{name}-{k}.json").read_text()) for k in (1, 2))
         assert rb["provenance"]["world_size"] == 2 and ra["provenance"]["world_size"] == 1
         qa, qb = ra["sequential"], rb["sequential"]
-        assert (qa["decision"], qa["stopped_at_window"], qa["visited"]) == (qb["decision"], qb["stopped_at_window"], qb["visited"])
+        assert (qa["decision"], qa["stopped_at_window"], qa["visited"]) == (
+            qb["decision"],
+            qb["stopped_at_window"],
+            qb["visited"],
+        )
         assert qa["limits"] == qb["limits"] and ra["metrics"] == rb["metrics"] and qa["decision"] == name
 
 

@@ -58,7 +58,9 @@ def test_check_mode_lists_stale_files_and_writes_nothing(generated, tmp_path, mo
     monkeypatch.setattr(gen_docs, "ROOT", tmp_path)
     assert gen_docs.main(["--check"]) == 0
     page = tmp_path / gen_docs.CLI_PAGE
-    edited = page.read_text(encoding="utf-8").replace("Fake-quantize", "Quantize for real", 1)  # an option's help edited
+    edited = page.read_text(encoding="utf-8").replace(
+        "Fake-quantize", "Quantize for real", 1
+    )  # an option's help edited
     page.write_text(edited, encoding="utf-8")
     (tmp_path / gen_docs.SCHEMA_DIR / "gone.schema.json").write_text("{}", encoding="utf-8")
     capsys.readouterr()
@@ -112,7 +114,10 @@ def test_every_registered_metric_is_in_the_metrics_reference():
 
 # ---- result JSONs against the shipped schemas ------------------------------------------------------------
 def _run(args: list, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"} | {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"} | {
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
     return run_cli([*args, "-q"], cwd=cwd, env=env, threads=1)
 
 
@@ -122,13 +127,35 @@ def fresh(tmp_path_factory, tiny_llama_dir, tiny_text) -> dict[str, dict]:
     work = tmp_path_factory.mktemp("fresh")
     (work / "t.txt").write_text(tiny_text)
     common = ["--text", "t.txt", "--ctx", 32, "--max-tokens", 160, "--device", "cpu"]
-    runs = {"quantize-compare": ["quantize-compare", tiny_llama_dir, *common, "--schemes", "int8-channel,int4-g32", "--json", "qc.json"],
-            "reference": ["reference", tiny_llama_dir, *common, "--out", "ref.safetensors"],
-            "gate": ["gate", tiny_llama_dir, "--reference", "ref.safetensors", "--scheme", "int4-g32", "--json", "gate.json"]}  # fmt: skip
+    runs = {
+        "quantize-compare": [
+            "quantize-compare",
+            tiny_llama_dir,
+            *common,
+            "--schemes",
+            "int8-channel,int4-g32",
+            "--json",
+            "qc.json",
+        ],
+        "reference": ["reference", tiny_llama_dir, *common, "--out", "ref.safetensors"],
+        "gate": [
+            "gate",
+            tiny_llama_dir,
+            "--reference",
+            "ref.safetensors",
+            "--scheme",
+            "int4-g32",
+            "--json",
+            "gate.json",
+        ],
+    }
     for name, args in runs.items():
         proc = _run(args, work)
         assert proc.returncode in (0, 1), f"{name}: {proc.stderr[-2000:]}"
-    return {"quantize-compare": json.loads((work / "qc.json").read_text()), "gate": json.loads((work / "gate.json").read_text())}
+    return {
+        "quantize-compare": json.loads((work / "qc.json").read_text()),
+        "gate": json.loads((work / "gate.json").read_text()),
+    }
 
 
 def test_fresh_results_validate(fresh):
@@ -176,11 +203,17 @@ def test_broken_results_fail_validation(fresh):
 
     gate, compare = fresh["gate"], fresh["quantize-compare"]
     broken = list(_mutations(gate))
-    broken += [("passed a string", {**gate, "passed": "yes"}), ("no verdicts", {k: v for k, v in gate.items() if k != "verdicts"}),
-               ("a verdict without its metric", {**gate, "verdicts": [{k: v for k, v in gate["verdicts"][0].items() if k != "metric"}]}),
-               ("variants an object", {**compare, "variants": {}}),
-               ("a variant without metrics", {**compare, "variants": [{"name": "x", "quantization": {}}]}),
-               ("no protocol_metrics", {k: v for k, v in compare.items() if k != "protocol_metrics"})]  # fmt: skip
+    broken += [
+        ("passed a string", {**gate, "passed": "yes"}),
+        ("no verdicts", {k: v for k, v in gate.items() if k != "verdicts"}),
+        (
+            "a verdict without its metric",
+            {**gate, "verdicts": [{k: v for k, v in gate["verdicts"][0].items() if k != "metric"}]},
+        ),
+        ("variants an object", {**compare, "variants": {}}),
+        ("a variant without metrics", {**compare, "variants": [{"name": "x", "quantization": {}}]}),
+        ("no protocol_metrics", {k: v for k, v in compare.items() if k != "protocol_metrics"}),
+    ]
     for what, data in broken:
         with pytest.raises(jsonschema.ValidationError):
             schemas.validate(data)
@@ -250,8 +283,12 @@ SIX = ("quantize_compare", "memory", "ranks", "codec", "sensitivity", "mix")
 
 def test_every_benchmark_script_takes_save():
     scripts = sorted(p for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_"))
-    missing = [p.name for p in scripts if "add_save(ap)" not in p.read_text(encoding="utf-8")
-               or "emit(__file__" not in p.read_text(encoding="utf-8")]  # fmt: skip
+    missing = [
+        p.name
+        for p in scripts
+        if "add_save(ap)" not in p.read_text(encoding="utf-8")
+        or not re.search(r"emit\(\s*__file__", p.read_text(encoding="utf-8"))
+    ]
     assert scripts and not missing, missing
 
 
@@ -263,7 +300,11 @@ def test_records_are_complete_and_the_page_shows_their_figures():
     for name in SIX:
         rec = json.loads((BENCHMARKS / "results" / f"{name}.json").read_text(encoding="utf-8"))
         assert all(k in rec for k in _record.REQUIRED), name
-        assert rec["benchmark"] == name and rec["command"].startswith(f"python benchmarks/{name}.py") and "--save" in rec["command"]
+        assert (
+            rec["benchmark"] == name
+            and rec["command"].startswith(f"python benchmarks/{name}.py")
+            and "--save" in rec["command"]
+        )
         assert set(_record.MACHINE_KEYS) <= set(rec["machine"]) and rec["versions"]["infoeval"]
         assert f"## {name}" in page and rec["command"] in page
     qc = json.loads((BENCHMARKS / "results" / "quantize_compare.json").read_text(encoding="utf-8"))
@@ -275,11 +316,19 @@ def test_a_record_is_written_atomically_with_its_provenance(tmp_path):
     sys.path.insert(0, str(BENCHMARKS))
     import _record
 
-    path = _record.save("benchmarks/example.py", {"ratio": 1.25}, args={"tokens": 4096, "save": True}, results_dir=tmp_path,
-                        argv=["--tokens", "4096", "--save"])  # fmt: skip
+    path = _record.save(
+        "benchmarks/example.py",
+        {"ratio": 1.25},
+        args={"tokens": 4096, "save": True},
+        results_dir=tmp_path,
+        argv=["--tokens", "4096", "--save"],
+    )
     rec = json.loads(path.read_text(encoding="utf-8"))
     assert path.name == "example.json" and rec["figures"] == {"ratio": 1.25} and rec["settings"] == {"tokens": 4096}
-    assert rec["command"] == "python benchmarks/example.py --tokens 4096 --save" and rec["versions"]["infoeval"] == infoeval.__version__
+    assert (
+        rec["command"] == "python benchmarks/example.py --tokens 4096 --save"
+        and rec["versions"]["infoeval"] == infoeval.__version__
+    )
     assert [p.name for p in tmp_path.iterdir()] == ["example.json"]  # no temporary file left behind
 
 
@@ -292,7 +341,10 @@ def test_the_methods_table_is_the_benchmark_record(tmp_path):
     rows = [line for line in page.splitlines() if line.startswith("| `")]
     assert [r.split("`")[1] for r in rows] == list(rec["figures"]["compare"]["schemes"])
     for row, s in zip(rows, rec["figures"]["compare"]["schemes"].values()):
-        assert f"| {s['bits_per_weight']:.2f} | {s['kl_mean']:.4f} ± {s['kl_se']:.4f} | {s['kl_p99']:.3f} | {100 * s['top1']:.1f} % |" in row
+        assert (
+            f"| {s['bits_per_weight']:.2f} | {s['kl_mean']:.4f} ± {s['kl_se']:.4f} | {s['kl_p99']:.3f} | {100 * s['top1']:.1f} % |"
+            in row
+        )
     for c in rec["figures"].get("calibrated", []):
         assert f"mean KL ratio **{c['kl_ratio']:.3f}**" in page
     (tmp_path / "docs").mkdir()

@@ -40,7 +40,9 @@ def _check(records: dict) -> None:
         if mine.is_file():
             diffs += compare(json.loads(mine.read_text(encoding="utf-8")), fresh, name, REL, renamed=False)
         else:
-            diffs += compare(json.loads((GOLDEN / f"{name}.json").read_text(encoding="utf-8")), fresh, name, other_cpu=True)
+            diffs += compare(
+                json.loads((GOLDEN / f"{name}.json").read_text(encoding="utf-8")), fresh, name, other_cpu=True
+            )
     assert not diffs, "\n".join(diffs[:40])
 
 

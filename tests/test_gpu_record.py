@@ -30,8 +30,12 @@ def test_outcomes_from_junit(tmp_path):
     path = tmp_path / "t.xml"
     path.write_text(JUNIT, encoding="utf-8")
     got = _bench().test_outcomes(path)
-    assert got["outcomes"] == {"test_cuda::test_a": "passed", "test_cuda_commands::test_b[x]": "skipped: needs two GPUs",
-                               "test_cuda_commands::test_c": "failed: assert 1 == 2", "test_cuda_torchrun::test_d": "failed: fixture broke"}  # fmt: skip
+    assert got["outcomes"] == {
+        "test_cuda::test_a": "passed",
+        "test_cuda_commands::test_b[x]": "skipped: needs two GPUs",
+        "test_cuda_commands::test_c": "failed: assert 1 == 2",
+        "test_cuda_torchrun::test_d": "failed: fixture broke",
+    }
     assert (got["passed"], got["skipped"], got["failed"]) == (1, 1, 2)
 
 
@@ -53,7 +57,9 @@ def test_differences_of_two_runs():
         def __init__(self, *a):
             self.columns = Columns(*a)
 
-    d = _bench().differences(Run([1.0, 2.0, 3.0], [0.1, 0.2, 0.3], [1, 1, 0]), Run([1.0, 2.5, 3.0], [0.1, 0.2, 0.0], [1, 0, 0]))
+    d = _bench().differences(
+        Run([1.0, 2.0, 3.0], [0.1, 0.2, 0.3], [1, 1, 0]), Run([1.0, 2.5, 3.0], [0.1, 0.2, 0.0], [1, 0, 0])
+    )
     assert d["positions"] == 3 and d["nll_max_abs_diff"] == 0.5
     assert d["v"]["kl_max_abs_diff"] == pytest.approx(0.3) and d["v"]["top1_flips"] == 1
     assert d["v"]["kl_mean_cpu"] == pytest.approx(0.2) and d["v"]["kl_mean_gpu"] == pytest.approx(0.1)
@@ -62,8 +68,15 @@ def test_differences_of_two_runs():
 def test_close_names_every_difference():
     a = {"x": 1.0, "y": [1.0, 2.0], "z": "int8", "n": float("nan")}
     assert close(a, {"x": 1.0005, "y": [1.0, 2.0], "z": "int8", "n": float("nan")}, 1e-3, 0) == []
-    assert close(a, {"x": 1.01, "y": [1.0, 2.1], "z": "int4", "n": 0.0}, 1e-3, 0) == [".x: 1.0 vs 1.01", ".y[1]: 2.0 vs 2.1", '.z: "int8" vs "int4"', ".n: nan vs 0.0"]
-    assert close({"x": 1}, {"y": 1}, 0, 0) == [": keys ['x', 'y']"] and close([1], [1, 2], 0, 0) == [": lengths 1 and 2"]
+    assert close(a, {"x": 1.01, "y": [1.0, 2.1], "z": "int4", "n": 0.0}, 1e-3, 0) == [
+        ".x: 1.0 vs 1.01",
+        ".y[1]: 2.0 vs 2.1",
+        '.z: "int8" vs "int4"',
+        ".n: nan vs 0.0",
+    ]
+    assert close({"x": 1}, {"y": 1}, 0, 0) == [": keys ['x', 'y']"] and close([1], [1, 2], 0, 0) == [
+        ": lengths 1 and 2"
+    ]
 
 
 def test_the_performance_page_says_whether_a_gpu_record_was_made(tmp_path):
@@ -74,7 +87,11 @@ def test_the_performance_page_says_whether_a_gpu_record_was_made(tmp_path):
     (results / "gpu.json").unlink(missing_ok=True)
     assert "**Not made yet**" in performance_page.render(tmp_path).split("## gpu", 1)[1]
     record = json.loads((results / "codec.json").read_text(encoding="utf-8"))
-    record.update(benchmark="gpu", command="python benchmarks/gpu.py --save", figures={"bf16_speedup": 2.5, "runs": [{"dtype": "bfloat16", "tokens_per_s": 9e4}]})
+    record.update(
+        benchmark="gpu",
+        command="python benchmarks/gpu.py --save",
+        figures={"bf16_speedup": 2.5, "runs": [{"dtype": "bfloat16", "tokens_per_s": 9e4}]},
+    )
     (results / "gpu.json").write_text(json.dumps(record), encoding="utf-8")
     section = performance_page.render(tmp_path).split("## gpu", 1)[1]
     assert "Not made yet" not in section and "bf16_speedup" in section and record["date"] in section

@@ -63,11 +63,17 @@ print(mapped, libc.mallinfo2().keepcost >> 20 >= 30)
 
 
 def _thresholds(mode: str) -> list[str]:
-    return subprocess.run([sys.executable, "-c", _THRESHOLDS, mode], capture_output=True, text=True, check=True).stdout.split()
+    return subprocess.run(
+        [sys.executable, "-c", _THRESHOLDS, mode], capture_output=True, text=True, check=True
+    ).stdout.split()
 
 
-@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc"
-                    or tuple(map(int, platform.libc_ver()[1].split(".")[:2])) < (2, 33), reason="glibc's mallinfo2")  # fmt: skip
+@pytest.mark.skipif(
+    platform.system() != "Linux"
+    or platform.libc_ver()[0] != "glibc"
+    or tuple(map(int, platform.libc_ver()[1].split(".")[:2])) < (2, 33),
+    reason="glibc's mallinfo2",
+)
 def test_a_steady_heap_serves_and_keeps_a_loops_activations():
     """By default glibc maps a fresh 20 MB block (above its initial 128 KB threshold) and unmaps it when freed,
     so the next pass faults its 5,120 pages in again; after steady_heap it comes from the heap, and 30 MB freed

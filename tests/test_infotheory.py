@@ -153,7 +153,9 @@ def test_kl_masked_vocabulary():
 
 def test_gibbs_pinsker_and_tv_bounds_on_random_distributions():
     """KL ≥ 0, 0 ≤ TV ≤ 1, Σ min(p, q) = 1 − TV, Pinsker TV ≤ √(KL/2), over many scales and vocabularies."""
-    for seed, (V, scale, eps) in enumerate([(2, 1.0, 1.0), (50, 0.1, 1.0), (50, 5.0, 1.0), (999, 3.0, 0.05), (4096, 8.0, 0.5)]):
+    for seed, (V, scale, eps) in enumerate(
+        [(2, 1.0, 1.0), (50, 0.1, 1.0), (50, 5.0, 1.0), (999, 3.0, 0.05), (4096, 8.0, 0.5)]
+    ):
         lg = _logits(24, V, scale, seed=10 + seed)
         lgq = lg + eps * _logits(24, V, scale, seed=100 + seed)
         lp, lq = it.log_softmax(lg), it.log_softmax(lgq)
@@ -175,7 +177,9 @@ def test_nll_is_minus_log_prob_of_target():
         expected = -math.log(row[targets[i]] / sum(row))
         assert got[i].item() == pytest.approx(expected, rel=1e-5, abs=1e-6)
     # uniform: −log(1/V)
-    assert it.nll(it.log_softmax(torch.zeros(2, 20)), torch.tensor([0, 19])).tolist() == pytest.approx([math.log(20)] * 2)
+    assert it.nll(it.log_softmax(torch.zeros(2, 20)), torch.tensor([0, 19])).tolist() == pytest.approx(
+        [math.log(20)] * 2
+    )
 
 
 def test_log_softmax_is_float32_for_any_input_dtype():
@@ -330,7 +334,9 @@ def test_bf16_logits():
     t = torch.arange(6)
     ref16 = it.reference_stats(lg, t)
     ref32 = it.reference_stats(lg.float(), t)
-    assert ref16.max.dtype == torch.float32 and ref16.log_probs(slice(0, 6), torch.empty(6, 1024)).dtype == torch.float32
+    assert (
+        ref16.max.dtype == torch.float32 and ref16.log_probs(slice(0, 6), torch.empty(6, 1024)).dtype == torch.float32
+    )
     torch.testing.assert_close(ref16.entropy, ref32.entropy, rtol=0, atol=0)
     got16 = it.compare(ref16, lgq, t)
     got32 = it.compare(ref32, lgq.float(), t)
@@ -391,9 +397,16 @@ def _full_buffer(lg: torch.Tensor, lgq: torch.Tensor, targets: torch.Tensor) -> 
 
 @pytest.mark.parametrize(
     "n,size,want",
-    [(0, 4, [(0, 0)]), (1, 4, [(0, 1)]), (3, 4, [(0, 3)]), (8, 4, [(0, 4), (4, 8)]), (9, 4, [(0, 4), (4, 9)]),
-     (10, 4, [(0, 4), (4, 8), (8, 10)]), (5, 1, [(0, 2), (2, 5)])],
-)  # fmt: skip
+    [
+        (0, 4, [(0, 0)]),
+        (1, 4, [(0, 1)]),
+        (3, 4, [(0, 3)]),
+        (8, 4, [(0, 4), (4, 8)]),
+        (9, 4, [(0, 4), (4, 9)]),
+        (10, 4, [(0, 4), (4, 8), (8, 10)]),
+        (5, 1, [(0, 2), (2, 5)]),
+    ],
+)
 def test_row_chunks_cover_every_row_once_and_leave_no_lone_last_row(n, size, want):
     """Consecutive slices of ``size`` (at least 2) rows; a lone last row joins the chunk before it (a one-row sum
     is rounded differently); n < size is one chunk; n = 0 one empty chunk."""
@@ -506,7 +519,9 @@ def _arrays(obj, prefix: str = "") -> dict:
     return {prefix: obj} if hasattr(obj, "shape") else {}
 
 
-def test_every_reducer_gives_the_whole_windows_columns_in_3_row_chunks(monkeypatch, tiny_llama_dir, tiny_text, tmp_path):
+def test_every_reducer_gives_the_whole_windows_columns_in_3_row_chunks(
+    monkeypatch, tiny_llama_dir, tiny_text, tmp_path
+):
     """quantize-compare, reference, gate, spec-accept and distill on the tiny Llama (its windows fit one chunk):
     chunks of 3 rows give the very columns of one chunk per window."""
     from infoeval.input import settings as st
@@ -518,7 +533,10 @@ def test_every_reducer_gives_the_whole_windows_columns_in_3_row_chunks(monkeypat
     from infoeval.speculative.drafts import DraftSettings
 
     (tmp_path / "t.txt").write_text(tiny_text, encoding="utf-8")
-    model_settings, text_settings = st.ModelSettings(str(tiny_llama_dir), "cpu", "float32"), st.TextSettings(tmp_path / "t.txt", max_tokens=100)
+    model_settings, text_settings = (
+        st.ModelSettings(str(tiny_llama_dir), "cpu", "float32"),
+        st.TextSettings(tmp_path / "t.txt", max_tokens=100),
+    )
     window_settings = st.WindowSettings(40)
 
     def run(rows: int) -> dict:
@@ -526,10 +544,21 @@ def test_every_reducer_gives_the_whole_windows_columns_in_3_row_chunks(monkeypat
         ref = tmp_path / f"ref{rows}.safetensors"
         build_reference(model_settings, text_settings, window_settings, ref, top_k=8, tail_samples=5, seed=1)
         gate = run_gate(GateSettings(ref, None, "int4-g32", tuple(parse_limits({"min_top1": 0.0}))), model_settings)[1]
-        return _arrays({"compare": quantize_compare(model_settings, text_settings, window_settings, st.VariantSettings("int4-g32,int8-channel"))[1],
-                        "reference": read_reference(ref).dist, "gate": gate,
-                        "accept": accept.spec_accept(model_settings, text_settings, window_settings, DraftSettings(layers=1), (0.5, 1.0))[1],
-                        "distill": distill.distill(model_settings, text_settings, window_settings, DraftSettings(layers=1, role="student"), (2.0,), 0.1)[1]})  # fmt: skip
+        return _arrays(
+            {
+                "compare": quantize_compare(
+                    model_settings, text_settings, window_settings, st.VariantSettings("int4-g32,int8-channel")
+                )[1],
+                "reference": read_reference(ref).dist,
+                "gate": gate,
+                "accept": accept.spec_accept(
+                    model_settings, text_settings, window_settings, DraftSettings(layers=1), (0.5, 1.0)
+                )[1],
+                "distill": distill.distill(
+                    model_settings, text_settings, window_settings, DraftSettings(layers=1, role="student"), (2.0,), 0.1
+                )[1],
+            }
+        )
 
     chunked, whole = run(3), run(10**6)
     assert len(whole) > 40 and chunked.keys() == whole.keys()

@@ -15,8 +15,16 @@ import torch
 
 from infoeval.errors import UsageError
 from infoeval.klfit.fit import (
-    Bump, KLFitSettings, check_settings, gaussian_log_probs, grid, kl, parse_target, run_kl_fit, target_log_probs,
-)  # fmt: skip
+    Bump,
+    KLFitSettings,
+    check_settings,
+    gaussian_log_probs,
+    grid,
+    kl,
+    parse_target,
+    run_kl_fit,
+    target_log_probs,
+)
 
 # The seed's printed results: (direction, start) -> (centre, width, KL) to the printed precision.
 SEED = {
@@ -41,7 +49,9 @@ def test_reproduces_the_seed_figures(seed_run):
 
 def test_the_target_is_the_seeds_mixture():
     x = grid(100)
-    direct = 0.6 * np.exp(-0.5 * ((np.arange(100) - 25) / 5) ** 2) + 0.4 * np.exp(-0.5 * ((np.arange(100) - 70) / 5) ** 2)
+    direct = 0.6 * np.exp(-0.5 * ((np.arange(100) - 25) / 5) ** 2) + 0.4 * np.exp(
+        -0.5 * ((np.arange(100) - 70) / 5) ** 2
+    )
     direct /= direct.sum()
     lp = target_log_probs(x, KLFitSettings().target)
     np.testing.assert_allclose(lp.exp().numpy(), direct, rtol=1e-12, atol=0)
@@ -74,7 +84,14 @@ def test_reverse_fit_is_a_stationary_point(seed_run):
             continue
 
         def loss(mu, log_sigma):
-            return float(kl(gaussian_log_probs(x, torch.tensor(mu, dtype=torch.float64), torch.tensor(log_sigma, dtype=torch.float64)), lp))
+            return float(
+                kl(
+                    gaussian_log_probs(
+                        x, torch.tensor(mu, dtype=torch.float64), torch.tensor(log_sigma, dtype=torch.float64)
+                    ),
+                    lp,
+                )
+            )
 
         h, ls = 1e-4, math.log(f.width)
         g_mu = (loss(f.centre + h, ls) - loss(f.centre - h, ls)) / (2 * h)
@@ -106,7 +123,8 @@ def test_parse_target():
 
 
 @pytest.mark.parametrize(
-    "changes", [{"support": 1}, {"starts": ()}, {"directions": ("sideways",)}, {"steps": -1}, {"lr": 0.0}, {"sigma0": -1.0}]
+    "changes",
+    [{"support": 1}, {"starts": ()}, {"directions": ("sideways",)}, {"steps": -1}, {"lr": 0.0}, {"sigma0": -1.0}],
 )
 def test_bad_settings_are_usage_errors(changes):
     with pytest.raises(UsageError):
@@ -118,14 +136,19 @@ def test_command_prints_and_writes_the_seed_figures(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"}
     proc = subprocess.run(
         [sys.executable, "-m", "infoeval", "kl-fit", "--json", tmp_path / "r.json", "--csv", tmp_path / "r.csv"],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     for centre, width, value in set(SEED.values()):
         assert f"{centre} │ {width:>7} │ {value}" in proc.stdout, proc.stdout
     result = json.loads((tmp_path / "r.json").read_text())
     assert result["schema"].startswith("infoeval/kl-fit/") and result["provenance"]["command"] == "kl-fit"
-    assert result["settings"]["steps"] == 2000 and result["settings"]["lr"] == 0.5 and result["settings"]["sigma0"] == 10
+    assert (
+        result["settings"]["steps"] == 2000 and result["settings"]["lr"] == 0.5 and result["settings"]["sigma0"] == 10
+    )
     assert len(result["x"]) == len(result["p"]) == 100 and all(len(f["q"]) == 100 for f in result["fits"])
     frame = pd.read_csv(tmp_path / "r.csv")
     got = {(r.direction, r.start): (f"{r.centre:.1f}", f"{r.width:.1f}", f"{r.kl:.3f}") for r in frame.itertuples()}
@@ -134,6 +157,8 @@ def test_command_prints_and_writes_the_seed_figures(tmp_path):
 
 @pytest.mark.slow
 def test_command_rejects_a_bad_target_in_one_line():
-    proc = subprocess.run([sys.executable, "-m", "infoeval", "kl-fit", "--target", "0.6:25"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "infoeval", "kl-fit", "--target", "0.6:25"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "WEIGHT:CENTRE:WIDTH" in proc.stderr

@@ -40,8 +40,12 @@ def test_no_function_over_60_lines():
 
 def test_no_comment_speaks_of_work_items():
     pattern = re.compile(r"\b(issue|issues)\s*#?\d+|later issue|\(issue", re.IGNORECASE)
-    hits = [f"{_rel(p)}:{i}" for p in SOURCES for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
-            if pattern.search(line)]  # fmt: skip
+    hits = [
+        f"{_rel(p)}:{i}"
+        for p in SOURCES
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if pattern.search(line)
+    ]
     assert not hits, hits
 
 
@@ -64,7 +68,20 @@ STAGES: list[tuple[str, set[str]]] = [
     ("engine", {"engine"}),  # the one window loop: batches, columns, roles, logits, caches
     ("measure", {"measure"}),  # per-position information theory, aggregates, SEs, the metric registry
     ("output", {"output", "schemas"}),  # results, tables, llama.cpp's block, plots; the results' JSON Schemas
-    ("commands", {"codec", "comparison", "gating", "klfit", "mixing", "mutual_information", "report", "sensitivities", "speculative"}),
+    (
+        "commands",
+        {
+            "codec",
+            "comparison",
+            "gating",
+            "klfit",
+            "mixing",
+            "mutual_information",
+            "report",
+            "sensitivities",
+            "speculative",
+        },
+    ),
     ("api", {"api"}),  # the library's functions over the commands' pipelines
     ("cli", {"cli", "__main__"}),
 ]
@@ -82,7 +99,12 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     """(line, imported infoeval module) of every import in a source file, at any depth."""
     out = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] == "infoeval":
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and node.module.split(".")[0] == "infoeval"
+        ):
             names = [f"infoeval.{a.name}" for a in node.names] if node.module == "infoeval" else [node.module]
             out += [(node.lineno, n) for n in names]
         elif isinstance(node, ast.Import):
@@ -123,8 +145,11 @@ def test_the_stage_check_catches_a_later_import(tmp_path):
     # input stage, not the output stage
     bad = tmp_path / "infoeval" / "measure" / "probe.py"
     bad.parent.mkdir(parents=True)
-    bad.write_text("from infoeval.output.results import Result\nfrom infoeval.input import text\n\n\n"
-                   "def f():\n    from infoeval import comparison\n", encoding="utf-8")  # fmt: skip
+    bad.write_text(
+        "from infoeval.output.results import Result\nfrom infoeval.input import text\n\n\n"
+        "def f():\n    from infoeval import comparison\n",
+        encoding="utf-8",
+    )
     assert stage_violations([bad], tmp_path) == [
         "infoeval/measure/probe.py:1 imports infoeval.output.results (measure → output)",
         "infoeval/measure/probe.py:6 imports infoeval.comparison (measure → commands)",

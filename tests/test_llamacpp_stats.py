@@ -85,8 +85,17 @@ def _random_runs(n=2000, v=50, seed=0):
     lq = zq - np.log(np.exp(zq).sum(-1, keepdims=True))
     p, q = np.exp(lp), np.exp(lq)
     rows = np.arange(n)
-    return {"p": p, "q": q, "lp": lp, "lq": lq, "y": y, "nll_p": -lp[rows, y], "nll_q": -lq[rows, y],
-            "kl": (p * (lp - lq)).sum(-1), "top1": p.argmax(-1) == q.argmax(-1)}  # fmt: skip
+    return {
+        "p": p,
+        "q": q,
+        "lp": lp,
+        "lq": lq,
+        "y": y,
+        "nll_p": -lp[rows, y],
+        "nll_q": -lq[rows, y],
+        "kl": (p * (lp - lq)).sum(-1),
+        "top1": p.argmax(-1) == q.argmax(-1),
+    }
 
 
 def test_delta_p_is_q_minus_p_of_the_observed_token():
@@ -118,20 +127,36 @@ def _llama_cpp_block(nll_q, nll_b, kld, p_diff, same_top):
     rms = math.sqrt(mse[0])
     top = s(same_top) / n
     return {
-        "ppl": ppl, "ppl_se": ppl * lq[1], "ln_ppl_cor": cov / (lq[1] * lb[1]), "ln_ppl_ratio": lq[0] - lb[0],
-        "ln_ppl_ratio_se": ratio_unc, "ppl_ratio": math.exp(lq[0] - lb[0]), "ppl_ratio_se": math.exp(lq[0] - lb[0]) * ratio_unc,
-        "ppl_diff": ppl - ppl_b, "ppl_diff_se": math.sqrt((ppl * lq[1]) ** 2 + (ppl_b * lb[1]) ** 2 - 2 * ppl * ppl_b * cov),
-        "kl_mean": mean_and_uncertainty(s(kld), s(kld**2))[0], "kl_se": mean_and_uncertainty(s(kld), s(kld**2))[1],
-        "dp_mean": mean_and_uncertainty(s(p_diff), s(p_diff**2))[0], "dp_se": mean_and_uncertainty(s(p_diff), s(p_diff**2))[1],
-        "dp_rms": rms, "dp_rms_se": 0.5 / rms * mse[1], "top1": top, "same_top_se": math.sqrt(top * (1 - top) / (n - 1)),
-    }  # fmt: skip
+        "ppl": ppl,
+        "ppl_se": ppl * lq[1],
+        "ln_ppl_cor": cov / (lq[1] * lb[1]),
+        "ln_ppl_ratio": lq[0] - lb[0],
+        "ln_ppl_ratio_se": ratio_unc,
+        "ppl_ratio": math.exp(lq[0] - lb[0]),
+        "ppl_ratio_se": math.exp(lq[0] - lb[0]) * ratio_unc,
+        "ppl_diff": ppl - ppl_b,
+        "ppl_diff_se": math.sqrt((ppl * lq[1]) ** 2 + (ppl_b * lb[1]) ** 2 - 2 * ppl * ppl_b * cov),
+        "kl_mean": mean_and_uncertainty(s(kld), s(kld**2))[0],
+        "kl_se": mean_and_uncertainty(s(kld), s(kld**2))[1],
+        "dp_mean": mean_and_uncertainty(s(p_diff), s(p_diff**2))[0],
+        "dp_se": mean_and_uncertainty(s(p_diff), s(p_diff**2))[1],
+        "dp_rms": rms,
+        "dp_rms_se": 0.5 / rms * mse[1],
+        "top1": top,
+        "same_top_se": math.sqrt(top * (1 - top) / (n - 1)),
+    }
 
 
 def test_block_matches_llama_cpp_running_sums_and_numpy():
     r = _random_runs()
     ref = {"nll": r["nll_p"].astype(np.float32), "bytes": np.ones(len(r["y"]), dtype=np.int64)}
-    var = {"nll": r["nll_q"].astype(np.float32), "kl": r["kl"].astype(np.float32), "top1": r["top1"],
-           "rkl": np.zeros(len(r["y"]), np.float32), "tv": np.zeros(len(r["y"]), np.float32)}  # fmt: skip
+    var = {
+        "nll": r["nll_q"].astype(np.float32),
+        "kl": r["kl"].astype(np.float32),
+        "top1": r["top1"],
+        "rkl": np.zeros(len(r["y"]), np.float32),
+        "tv": np.zeros(len(r["y"]), np.float32),
+    }
     m = variant_metrics(ref, var)
     nq, nb = var["nll"].astype(np.float64), ref["nll"].astype(np.float64)
     want = _llama_cpp_block(nq, nb, var["kl"].astype(np.float64), ls.delta_p(nb, nq), r["top1"])
@@ -148,7 +173,9 @@ def test_block_matches_llama_cpp_running_sums_and_numpy():
     assert m["ppl_ratio_se"] == pytest.approx(m["ppl_ratio"] * bse(nq - nb), rel=1e-12)
     diff_var = (m["ppl"] * bse(nq)) ** 2 + (ppl_b * bse(nb)) ** 2 - 2 * m["ppl"] * ppl_b * mean_cov(nq, nb)
     assert m["ppl_diff_se"] == pytest.approx(math.sqrt(diff_var), rel=1e-9)
-    assert m["dp_se"] == pytest.approx(bse(dp), rel=1e-12) and m["kl_se"] == pytest.approx(bse(var["kl"].astype(np.float64)), rel=1e-12)
+    assert m["dp_se"] == pytest.approx(bse(dp), rel=1e-12) and m["kl_se"] == pytest.approx(
+        bse(var["kl"].astype(np.float64)), rel=1e-12
+    )
     assert m["dp_rms_se"] == pytest.approx(0.5 / m["dp_rms"] * bse(dp**2), rel=1e-12)
     assert m["top1_se"] == pytest.approx(bse(r["top1"].astype(np.float64)), rel=1e-12)
     assert m["ln_ppl_cor"] == pytest.approx(np.corrcoef(nq, nb)[0, 1], rel=1e-12)
@@ -182,7 +209,9 @@ def test_standard_errors_against_brute_force():
 def test_small_and_empty_inputs_give_nan_not_errors():
     one = np.array([0.5])
     s = ls.kld_statistics(one, one, np.array([0.0], np.float32), np.array([True]))
-    assert s["dp_mean"] == 0.0 and math.isnan(s["dp_se"]) and math.isnan(s["ln_ppl_cor"]) and math.isnan(s["same_top_se"])
+    assert (
+        s["dp_mean"] == 0.0 and math.isnan(s["dp_se"]) and math.isnan(s["ln_ppl_cor"]) and math.isnan(s["same_top_se"])
+    )
     e = ls.kld_statistics(np.array([]), np.array([]), np.array([], np.float32), np.array([], bool))
     assert all(math.isnan(v) for v in e.values())
 
@@ -190,25 +219,51 @@ def test_small_and_empty_inputs_give_nan_not_errors():
 def test_block_lines_follow_llama_cpp_labels_and_formats():
     r = _random_runs(500)
     ref = {"nll": r["nll_p"].astype(np.float32), "bytes": np.ones(500, dtype=np.int64)}
-    var = {"nll": r["nll_q"].astype(np.float32), "kl": r["kl"].astype(np.float32), "top1": r["top1"],
-           "rkl": np.zeros(500, np.float32), "tv": np.zeros(500, np.float32)}  # fmt: skip
+    var = {
+        "nll": r["nll_q"].astype(np.float32),
+        "kl": r["kl"].astype(np.float32),
+        "top1": r["top1"],
+        "rkl": np.zeros(500, np.float32),
+        "tv": np.zeros(500, np.float32),
+    }
     m = variant_metrics(ref, var)
     lines = block_lines(m | {"llamacpp_ppl_base_se": 0.25}, {"ppl": 10.0, "ppl_se": 0.5})  # llama.cpp's ± only
-    assert lines[:2] == ["====== Perplexity statistics ======", f"Mean PPL(Q)                   : {m['ppl']:10.6f} ± {m['llamacpp_ppl_se']:10.6f}"]
+    assert lines[:2] == [
+        "====== Perplexity statistics ======",
+        f"Mean PPL(Q)                   : {m['ppl']:10.6f} ± {m['llamacpp_ppl_se']:10.6f}",
+    ]
     assert lines[2] == "Mean PPL(base)                :  10.000000 ±   0.250000"
     assert f"Cor(ln(PPL(Q)), ln(PPL(base))): {100 * m['ln_ppl_cor']:6.2f}%" in lines
-    assert f"Mean    KLD: {m['kl_mean']:10.6f} ± {m['llamacpp_kl_se']:10.6f}" in lines and m["llamacpp_kl_se"] != m["kl_se"]
+    assert (
+        f"Mean    KLD: {m['kl_mean']:10.6f} ± {m['llamacpp_kl_se']:10.6f}" in lines
+        and m["llamacpp_kl_se"] != m["kl_se"]
+    )
     assert f"99.9%   KLD: {m['kld_p999']:10.6f}" in lines and f"Median  KLD: {m['kld_median']:10.6f}" in lines
     assert f" 0.1%   Δp: {100 * m['dp_p001']:6.3f}%" in lines and f"75.0%   Δp: {100 * m['dp_p75']:6.3f}%" in lines
     assert f"RMS Δp    : {100 * m['dp_rms']:6.3f} ± {100 * m['llamacpp_dp_rms_se']:5.3f} %" in lines
     assert f"Same top p: {100 * m['top1']:6.3f} ± {100 * m['same_top_se']:5.3f} %" in lines
     assert [line.split(" KLD")[0] for line in lines if " KLD:" in line] == [
-        "Mean   ", "Maximum", "99.9%  ", "99.0%  ", "95.0%  ", "90.0%  ", "Median ", "10.0%  ", " 5.0%  ", " 1.0%  ", " 0.1%  ", "Minimum"]
+        "Mean   ",
+        "Maximum",
+        "99.9%  ",
+        "99.0%  ",
+        "95.0%  ",
+        "90.0%  ",
+        "Median ",
+        "10.0%  ",
+        " 5.0%  ",
+        " 1.0%  ",
+        " 0.1%  ",
+        "Minimum",
+    ]
 
 
 # ---- the command line --------------------------------------------------------------------------------------
 def _run(args, cwd):
-    env = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"} | {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"} | {
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
     return run_cli([*args, "-q"], cwd=cwd, env=env, threads=1)
 
 
@@ -220,11 +275,43 @@ def tiny_runs(tiny_llama_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("llamacpp-table")
     (root / "t.txt").write_text(tiny_text(), encoding="utf-8")
     base = ["--text", root / "t.txt", "--ctx", 64, "--max-tokens", 300]
-    qc = _run(["quantize-compare", tiny_llama_dir, *base, "--schemes", "int8-channel,int4-g32", "--table", "llama.cpp",
-               "--json", root / "qc.json", "--positions", root / "qc.csv", "--csv", root / "s.csv"], root)  # fmt: skip
+    qc = _run(
+        [
+            "quantize-compare",
+            tiny_llama_dir,
+            *base,
+            "--schemes",
+            "int8-channel,int4-g32",
+            "--table",
+            "llama.cpp",
+            "--json",
+            root / "qc.json",
+            "--positions",
+            root / "qc.csv",
+            "--csv",
+            root / "s.csv",
+        ],
+        root,
+    )
     ref = _run(["reference", tiny_llama_dir, *base, "--out", root / "ref.safetensors"], root)
-    gate = _run(["gate", "--reference", root / "ref.safetensors", "--scheme", "int4-g32", "--table", "llama.cpp",
-                 "--max-kl-mean", 100, "--json", root / "g.json", "--positions", root / "g.csv"], root)  # fmt: skip
+    gate = _run(
+        [
+            "gate",
+            "--reference",
+            root / "ref.safetensors",
+            "--scheme",
+            "int4-g32",
+            "--table",
+            "llama.cpp",
+            "--max-kl-mean",
+            100,
+            "--json",
+            root / "g.json",
+            "--positions",
+            root / "g.csv",
+        ],
+        root,
+    )
     bad = _run(["quantize-compare", tiny_llama_dir, *base, "--table", "llamacpp"], root)
     return root, qc, ref, gate, bad
 
@@ -241,7 +328,10 @@ def test_quantize_compare_prints_the_llama_cpp_block(tiny_runs):
         m = v["metrics"]
         start = next(i for i, line in enumerate(out) if line.startswith(f"### {v['name']} (Q) vs the reference (base)"))
         assert out[start + 1 : start + 1 + len(block_lines(m, data["reference"]))] == block_lines(m, data["reference"])
-        assert f"Mean PPL(base)                : {data['reference']['ppl']:10.6f} ± {m['llamacpp_ppl_base_se']:10.6f}" in out
+        assert (
+            f"Mean PPL(base)                : {data['reference']['ppl']:10.6f} ± {m['llamacpp_ppl_base_se']:10.6f}"
+            in out
+        )
         assert m["llamacpp_ppl_base_se"] != data["reference"]["ppl_se"]  # llama.cpp's ±, not the batch-means one
     pos = pd.read_csv(root / "qc.csv")
     np.testing.assert_allclose(pos["dp"], np.exp(-pos["nll"]) - np.exp(-pos["nll_ref"]), atol=1e-6)
@@ -258,8 +348,12 @@ def test_gate_prints_the_llama_cpp_block_and_the_verdicts(tiny_runs):
     assert gate.returncode in (0, 1), gate.stderr
     data = json.loads((root / "g.json").read_text())
     out = gate.stdout.splitlines()
-    start = next(i for i, line in enumerate(out) if line.startswith("### the candidate (Q) vs the compact reference (base)"))
-    assert out[start + 1 : start + 1 + len(block_lines(data["metrics"], data["reference"]))] == block_lines(data["metrics"], data["reference"])
+    start = next(
+        i for i, line in enumerate(out) if line.startswith("### the candidate (Q) vs the compact reference (base)")
+    )
+    assert out[start + 1 : start + 1 + len(block_lines(data["metrics"], data["reference"]))] == block_lines(
+        data["metrics"], data["reference"]
+    )
     assert "tail-corrected estimate" in gate.stdout and "Gate:" in gate.stdout
     pos = pd.read_csv(root / "g.csv")
     np.testing.assert_allclose(pos["dp"], np.exp(-pos["nll_candidate"]) - np.exp(-pos["nll_reference"]), atol=1e-6)

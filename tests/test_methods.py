@@ -41,10 +41,15 @@ def _logits(m, ids):
         return m(input_ids=ids).logits
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("nope:int4", "unknown quantization backend 'nope'"), ("hqq:int9", "is not an hqq scheme"), ("hqq:int4-g12", "is not an hqq scheme"),
-    ("hqq:fp8", "is not an hqq scheme"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("nope:int4", "unknown quantization backend 'nope'"),
+        ("hqq:int9", "is not an hqq scheme"),
+        ("hqq:int4-g12", "is not an hqq scheme"),
+        ("hqq:fp8", "is not an hqq scheme"),
+    ],
+)
 def test_bad_method_schemes_are_one_line_usage_errors(text, message):
     if text.startswith("hqq") and not HAS_HQQ:
         pytest.skip("hqq is not installed")
@@ -56,7 +61,9 @@ def test_bad_method_schemes_are_one_line_usage_errors(text, message):
 def test_a_missing_library_names_the_extra(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "hqq" else real(name, *a))
-    with pytest.raises(UsageError, match=r"needs the hqq package, which is not installed: pip install 'infoeval\[hqq\]'"):
+    with pytest.raises(
+        UsageError, match=r"needs the hqq package, which is not installed: pip install 'infoeval\[hqq\]'"
+    ):
         parse_method("hqq:int4-g64")
 
 
@@ -64,7 +71,11 @@ def test_a_missing_library_names_the_extra(monkeypatch):
 def test_split_schemes_keeps_the_plain_ones_for_the_rounding_parser():
     plain, methods = split_schemes(" int8-channel, hqq:int4-g64 ,int4-g128,HQQ:int8-channel")
     assert plain == "int8-channel,int4-g128" and [m.name for m in methods] == ["hqq:int4-g64", "hqq:int8-channel"]
-    assert [(m.bits, m.group_size) for m in methods] == [(4, 64), (8, None)] and is_method("hqq:int4") and not is_method("int4-g128")
+    assert (
+        [(m.bits, m.group_size) for m in methods] == [(4, 64), (8, None)]
+        and is_method("hqq:int4")
+        and not is_method("int4-g128")
+    )
     assert parse_method("hqq:int3").settings == {"nbits": 3, "group_size": 64}
     with pytest.raises(UsageError, match="listed twice"):
         split_schemes("hqq:int4-g64,hqq:int4-g64")
@@ -98,14 +109,21 @@ def test_hqq_variant_is_the_library_on_a_fresh_copy(model, spec):
         parent, _, child = name.rpartition(".")
         linear = fresh.get_submodule(name)
         config = BaseQuantizeConfig(nbits=scheme.settings["nbits"], group_size=scheme.settings["group_size"])
-        setattr(fresh.get_submodule(parent), child, HQQLinear(linear, quant_config=config, compute_dtype=torch.float32, device="cpu"))
+        setattr(
+            fresh.get_submodule(parent),
+            child,
+            HQQLinear(linear, quant_config=config, compute_dtype=torch.float32, device="cpu"),
+        )
     assert torch.equal(_logits(variant.model, ids), _logits(fresh, ids))
     # the parameters it did not quantize are the reference's own tensors, not copies
     assert variant.model.get_input_embeddings().weight is model.get_input_embeddings().weight
 
 
 @needs_hqq
-@pytest.mark.parametrize(("spec", "bits", "group"), [("int4-g32", 4, 32), ("int4-g64", 4, 64), ("int8-channel", 8, None), ("int2-g16", 2, 16)])
+@pytest.mark.parametrize(
+    ("spec", "bits", "group"),
+    [("int4-g32", 4, 32), ("int4-g64", 4, 64), ("int8-channel", 8, None), ("int2-g16", 2, 16)],
+)
 def test_hqq_bits_are_what_it_stores(model, spec, bits, group):
     variant = build_method_variant(model, parse_method(f"hqq:{spec}"))
     extra = []
@@ -115,11 +133,16 @@ def test_hqq_bits_are_what_it_stores(model, spec, bits, group):
         codes_and_meta = out * inp * bits / 8 + 2 * 4 * groups  # codes, then a float32 scale and zero point per group
         extra.append(layer.stored_bytes - codes_and_meta)
         module = variant.model.get_submodule(layer.report.name)
-        assert layer.stored_bytes == stored_bytes(module) and module.W_q.numel() * module.W_q.element_size() == out * inp * bits / 8
+        assert (
+            layer.stored_bytes == stored_bytes(module)
+            and module.W_q.numel() * module.W_q.element_size() == out * inp * bits / 8
+        )
     assert len(set(extra)) == 1 and 0 <= extra[0] < 256  # the same few bytes of settings per layer, nothing else
     quantized = [x.report.shape for x in variant.layers if x.report.quantized]
     params = sum(o * i for o, i in quantized)
-    core = sum(o * i * (bits + 64 / (group or i)) for o, i in quantized) / params  # codes + 2 × 32 bits per group (a row per channel)
+    core = (
+        sum(o * i * (bits + 64 / (group or i)) for o, i in quantized) / params
+    )  # codes + 2 × 32 bits per group (a row per channel)
     summary = variant.summary()
     assert summary["bits_per_weight"] == pytest.approx(8 * summary["stored_bytes"] / params)
     assert summary["bits_per_weight"] == pytest.approx(core + 8 * extra[0] * len(quantized) / params)
@@ -130,27 +153,68 @@ def test_hqq_bits_are_what_it_stores(model, spec, bits, group):
 def test_quantize_compare_and_gate_take_method_schemes(tmp_path, tiny_llama_dir, tiny_text):
     (tmp_path / "t.txt").write_text(tiny_text, encoding="utf-8")
     text = ["--text", tmp_path / "t.txt", "--ctx", 32, "--max-tokens", 200]
-    r = _cli(["quantize-compare", tiny_llama_dir, *text, "--schemes", "int4-g32,hqq:int4-g32", "--json", tmp_path / "qc.json", "-q"], tmp_path)
+    r = _cli(
+        [
+            "quantize-compare",
+            tiny_llama_dir,
+            *text,
+            "--schemes",
+            "int4-g32,hqq:int4-g32",
+            "--json",
+            tmp_path / "qc.json",
+            "-q",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert "Failed to load" not in r.stderr and "W1" not in r.stderr  # no library chatter
     qc = json.loads((tmp_path / "qc.json").read_text())
     assert [v["name"] for v in qc["variants"]] == ["int4-g32", "hqq:int4-g32"]
     hq = qc["variants"][1]
-    assert hq["quantization"]["scheme"]["backend"] == "hqq" and 0 < hq["metrics"]["kl_mean"] < 1 and hq["quantization"]["sqnr_db_mean"] > 10
+    assert (
+        hq["quantization"]["scheme"]["backend"] == "hqq"
+        and 0 < hq["metrics"]["kl_mean"] < 1
+        and hq["quantization"]["sqnr_db_mean"] > 10
+    )
     r = _cli(["reference", tiny_llama_dir, *text, "-o", tmp_path / "ref.safetensors", "-q"], tmp_path)
     assert r.returncode == 0, r.stderr
-    r = _cli(["gate", "--reference", tmp_path / "ref.safetensors", "--scheme", "hqq:int4-g32", "--max-kl-mean", 1, "--min-top1", 0,
-              "--max-kl-p99", 100, "--max-ppl-ratio", 10, "--max-bpb-increase", 10, "--json", tmp_path / "g.json", "-q"], tmp_path)  # fmt: skip
+    r = _cli(
+        [
+            "gate",
+            "--reference",
+            tmp_path / "ref.safetensors",
+            "--scheme",
+            "hqq:int4-g32",
+            "--max-kl-mean",
+            1,
+            "--min-top1",
+            0,
+            "--max-kl-p99",
+            100,
+            "--max-ppl-ratio",
+            10,
+            "--max-bpb-increase",
+            10,
+            "--json",
+            tmp_path / "g.json",
+            "-q",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     gate = json.loads((tmp_path / "g.json").read_text())
-    assert gate["candidate"]["scheme"] == "hqq:int4-g32" and gate["metrics"]["kl_mean"] == pytest.approx(hq["metrics"]["kl_mean"], rel=0.2)
+    assert gate["candidate"]["scheme"] == "hqq:int4-g32" and gate["metrics"]["kl_mean"] == pytest.approx(
+        hq["metrics"]["kl_mean"], rel=0.2
+    )
     for bad, message in (("nope:int4", "unknown quantization backend"), ("hqq:int9", "not an hqq scheme")):
         r = _cli(["gate", "--reference", tmp_path / "ref.safetensors", "--scheme", bad, "-q"], tmp_path)
         assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 HAS_QUANTO = importlib.util.find_spec("optimum") is not None and importlib.util.find_spec("optimum.quanto") is not None
-needs_quanto = pytest.mark.skipif(not HAS_QUANTO, reason="optimum-quanto is not installed (pip install 'infoeval[quanto]')")
+needs_quanto = pytest.mark.skipif(
+    not HAS_QUANTO, reason="optimum-quanto is not installed (pip install 'infoeval[quanto]')"
+)
 
 
 @needs_quanto
@@ -173,7 +237,9 @@ def test_quanto_variant_is_the_library_on_a_fresh_copy(model, spec):
 
 
 @needs_quanto
-@pytest.mark.parametrize(("spec", "bits", "shift"), [("int4", 4, True), ("int2", 2, True), ("int8", 8, False), ("float8", 8, False)])
+@pytest.mark.parametrize(
+    ("spec", "bits", "shift"), [("int4", 4, True), ("int2", 2, True), ("int8", 8, False), ("float8", 8, False)]
+)
 def test_quanto_bits_are_what_it_stores(model, spec, bits, shift):
     variant = build_method_variant(model, parse_method(f"quanto:{spec}"))
     quantized = [x for x in variant.layers if x.report.quantized]
@@ -182,7 +248,9 @@ def test_quanto_bits_are_what_it_stores(model, spec, bits, shift):
     for x in quantized:
         out, inp = x.report.shape
         groups = out * inp // x.details["group_size"] if x.details["group_size"] else out
-        expected += out * inp * bits / 8 + (2 if shift else 1) * 4 * groups + 2 * 4  # codes, float32 scale (and shift), input/output scales
+        expected += (
+            out * inp * bits / 8 + (2 if shift else 1) * 4 * groups + 2 * 4
+        )  # codes, float32 scale (and shift), input/output scales
         assert x.details["group_size"] in (None, 128, 96, 64, 32)
     assert variant.summary()["stored_bytes"] == expected
     assert variant.summary()["bits_per_weight"] == pytest.approx(8 * expected / params)
@@ -212,14 +280,24 @@ def test_torchao_variant_is_the_library_on_a_fresh_copy(model, spec):
 
 
 @needs_torchao
-@pytest.mark.parametrize(("spec", "code_bits", "group", "zero"), [("int8", 8, None, True), ("int8-g32", 8, 32, True), ("int4-g32", 8, 32, True),
-                                                                  ("int3-channel", 8, None, True), ("float8", 8, None, False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("spec", "code_bits", "group", "zero"),
+    [
+        ("int8", 8, None, True),
+        ("int8-g32", 8, 32, True),
+        ("int4-g32", 8, 32, True),
+        ("int3-channel", 8, None, True),
+        ("float8", 8, None, False),
+    ],
+)
 def test_torchao_bits_are_what_it_stores(model, spec, code_bits, group, zero):
     """torchao keeps int1–7 codes unpacked (an int8 each); integer codes have a float32 scale and an int8 zero point (0 when symmetric) per group."""
     variant = build_method_variant(model, parse_method(f"torchao:{spec}"))
     quantized = [x.report.shape for x in variant.layers if x.report.quantized]
     params = sum(o * i for o, i in quantized)
-    expected = sum(o * i * code_bits / 8 + (o * i // group if group else o) * (4 + (1 if zero else 0)) for o, i in quantized)
+    expected = sum(
+        o * i * code_bits / 8 + (o * i // group if group else o) * (4 + (1 if zero else 0)) for o, i in quantized
+    )
     assert variant.summary()["stored_bytes"] == expected
     assert variant.summary()["bits_per_weight"] == pytest.approx(8 * expected / params)
 
@@ -254,12 +332,26 @@ def test_bnb_variant_is_the_library_on_a_fresh_copy(model, spec):
         parent, _, child = name.rpartition(".")
         lin = fresh.get_submodule(name)
         if s["kind"] == "int8":
-            q = bnb.nn.Linear8bitLt(lin.in_features, lin.out_features, bias=lin.bias is not None, has_fp16_weights=False, threshold=6.0)
+            q = bnb.nn.Linear8bitLt(
+                lin.in_features, lin.out_features, bias=lin.bias is not None, has_fp16_weights=False, threshold=6.0
+            )
             q.weight = bnb.nn.Int8Params(lin.weight.data, requires_grad=False, has_fp16_weights=False)
         else:
-            q = bnb.nn.Linear4bit(lin.in_features, lin.out_features, bias=lin.bias is not None, compute_dtype=torch.float32,
-                                  compress_statistics=s["double_quant"], quant_type=s["kind"])  # fmt: skip
-            q.weight = bnb.nn.Params4bit(lin.weight.data, requires_grad=False, quant_type=s["kind"], blocksize=s["blocksize"], compress_statistics=s["double_quant"])
+            q = bnb.nn.Linear4bit(
+                lin.in_features,
+                lin.out_features,
+                bias=lin.bias is not None,
+                compute_dtype=torch.float32,
+                compress_statistics=s["double_quant"],
+                quant_type=s["kind"],
+            )
+            q.weight = bnb.nn.Params4bit(
+                lin.weight.data,
+                requires_grad=False,
+                quant_type=s["kind"],
+                blocksize=s["blocksize"],
+                compress_statistics=s["double_quant"],
+            )
         if lin.bias is not None:
             q.bias = torch.nn.Parameter(lin.bias.data, requires_grad=False)
         setattr(fresh.get_submodule(parent), child, q.to("cpu"))
@@ -281,7 +373,9 @@ def test_bnb_bits_are_what_it_stores(model, spec, block, double):
         blocks = -(-out * inp // block)
         core = out * inp / 2 + (blocks + 4 * -(-blocks // 256) + 256 * 4 if double else 4 * blocks) + 16 * 4
         extra.append(x.stored_bytes - core)
-    assert 0 < min(extra) and max(extra) - min(extra) <= 4 and max(extra) < 256, extra  # its settings as JSON: a layer's shape's digits
+    assert 0 < min(extra) and max(extra) - min(extra) <= 4 and max(extra) < 256, (
+        extra
+    )  # its settings as JSON: a layer's shape's digits
 
 
 @needs_bnb
@@ -300,8 +394,19 @@ def test_bnb_bad_specs(spec):
         parse_method(f"bnb:{spec}")
 
 
-@pytest.mark.parametrize("spec", [s for s, ok in (("hqq:int4-g32", HAS_HQQ), ("quanto:int4", HAS_QUANTO), ("torchao:int4-g32", HAS_TORCHAO),
-                                                  ("bnb:nf4", HAS_BNB)) if ok])  # fmt: skip
+@pytest.mark.parametrize(
+    "spec",
+    [
+        s
+        for s, ok in (
+            ("hqq:int4-g32", HAS_HQQ),
+            ("quanto:int4", HAS_QUANTO),
+            ("torchao:int4-g32", HAS_TORCHAO),
+            ("bnb:nf4", HAS_BNB),
+        )
+        if ok
+    ],
+)
 def test_the_engine_runs_a_method_variant_as_its_own_role(model, spec):
     """Window by window the engine computes exactly the library's logits; a shared batch (several windows through
     the library's module at once) agrees to float rounding; and the library's modules keep their own forward."""

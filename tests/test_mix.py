@@ -108,8 +108,11 @@ def test_parse_sweep():
 
 
 def _rows(units: dict[str, list[str]], schemes, kl=lambda u, s: 0.1) -> list[dict]:
-    return [{"unit": u, "kind": "linear", "layers": layers, "scheme": s, "kl_mean": kl(u, s), "kl_se": 0.0}
-            for u, layers in units.items() for s in schemes]  # fmt: skip
+    return [
+        {"unit": u, "kind": "linear", "layers": layers, "scheme": s, "kl_mean": kl(u, s), "kl_se": 0.0}
+        for u, layers in units.items()
+        for s in schemes
+    ]
 
 
 def test_problem_costs_are_exact_stored_bits_and_budget_names_a_scheme():
@@ -124,12 +127,15 @@ def test_problem_costs_are_exact_stored_bits_and_budget_names_a_scheme():
         parse_budget("int5-g128", p)
 
 
-@pytest.mark.parametrize("rows,message", [
-    (_rows({"A": ["a"]}, ["int4-g128"]), "was not measured with int8-channel"),
-    (_rows({"A": ["zz"]}, ["int4-g128", "int8-channel"]), "names layer zz"),
-    (_rows({"A": ["a"], "B": ["a"]}, ["int4-g128", "int8-channel"]), "overlap"),
-    (_rows({"A": ["a"]}, ["int3-g64"]), "no unit measured with"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "rows,message",
+    [
+        (_rows({"A": ["a"]}, ["int4-g128"]), "was not measured with int8-channel"),
+        (_rows({"A": ["zz"]}, ["int4-g128", "int8-channel"]), "names layer zz"),
+        (_rows({"A": ["a"], "B": ["a"]}, ["int4-g128", "int8-channel"]), "overlap"),
+        (_rows({"A": ["a"]}, ["int3-g64"]), "no unit measured with"),
+    ],
+)
 def test_bad_sensitivity_rows(rows, message):
     with pytest.raises(Exception, match=message) as e:
         build_problem(rows, [parse_scheme("int4-g128"), parse_scheme("int8-channel")], {"a": (4, 64)})
@@ -150,7 +156,9 @@ def mixed(tiny_llama_dir, tmp_path_factory):
     from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
     settings = (ModelSettings(str(tiny_llama_dir), device="cpu"), TextSettings(max_tokens=512), WindowSettings(ctx=128))
-    mix_settings = MixSettings(schemes="int3-g64,int4-g64,int8-channel", budget="int4-g64", by="linear", sweep="3.5:5:0.5", sweep_tokens=256)
+    mix_settings = MixSettings(
+        schemes="int3-g64,int4-g64,int8-channel", budget="int4-g64", by="linear", sweep="3.5:5:0.5", sweep_tokens=256
+    )
     result, cols, sweep_json = mix(*settings, mix_settings)
     return settings, mix_settings, result.to_json(), cols, sweep_json, tmp_path_factory.mktemp("mix")
 
@@ -180,7 +188,9 @@ def test_mix_rows_are_consistent(mixed):
     schemes = data["settings"]["schemes"]
     rows = {r["name"]: r for r in data["measured"]}
     for k, s in enumerate(schemes):  # predicted for a uniform scheme = Σ of its units' own KLs
-        assert rows[s]["predicted_kl"] == pytest.approx(sum(u["schemes"][s]["kl_mean"] for u in data["units"]), rel=1e-12)
+        assert rows[s]["predicted_kl"] == pytest.approx(
+            sum(u["schemes"][s]["kl_mean"] for u in data["units"]), rel=1e-12
+        )
     main = data["solutions"][0]
     assert main["bits_per_weight"] <= data["settings"]["budget_bits"] + 1e-12
     assert main["bits_per_weight"] <= rows["int4-g64"]["bits_per_weight"]
@@ -220,7 +230,9 @@ def test_mix_from_its_own_sensitivity_file(mixed, monkeypatch):
     assert again["settings"]["by"] == again["sensitivity"]["by"] == again["provenance"]["by"] == "linear"
     assert again["solutions"][0]["choice"] == data["solutions"][0]["choice"]
     main = data["solutions"][0]["variant"]
-    assert {r["name"]: r["metrics"] for r in again["measured"]}[main] == {r["name"]: r["metrics"] for r in data["measured"]}[main]
+    assert {r["name"]: r["metrics"] for r in again["measured"]}[main] == {
+        r["name"]: r["metrics"] for r in data["measured"]
+    }[main]
 
 
 def _main(args, monkeypatch, capsys):
@@ -241,29 +253,50 @@ def _fails_with_one_line(args, message, out_dir, monkeypatch, capsys) -> None:
     assert not out_dir.exists()
 
 
-@pytest.mark.parametrize("extra,message", [
-    (["--budget-bits", "2"], "below the cheapest mix"),
-    (["--budget-bits", "int5-g64"], "name one of --schemes"),
-    (["--schemes", "int4-g64,int9-g64"], "9 bits is not supported"),
-    (["--by", "layer"], "--by 'layer'"),
-    (["--sweep", "5:4:1"], "--sweep"),
-    (["--schemes", "int4-g64,int5-g64"], "was not measured with int5-g64"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--budget-bits", "2"], "below the cheapest mix"),
+        (["--budget-bits", "int5-g64"], "name one of --schemes"),
+        (["--schemes", "int4-g64,int9-g64"], "9 bits is not supported"),
+        (["--by", "layer"], "--by 'layer'"),
+        (["--sweep", "5:4:1"], "--sweep"),
+        (["--schemes", "int4-g64,int5-g64"], "was not measured with int5-g64"),
+    ],
+)
 def test_bad_mix_options_exit_2_with_one_line(mixed, tiny_llama_dir, monkeypatch, capsys, extra, message):
     _, _, _, _, sweep_json, tmp = mixed
     path = tmp / "sens-cli.json"
     path.write_text(json.dumps(sweep_json), encoding="utf-8")
-    args = ["mix", tiny_llama_dir, "--sensitivity", path, "--max-tokens", "128", "--ctx", "64", "--out-dir", tmp / "bad",
-            "--schemes", "int3-g64,int4-g64,int8-channel", "--budget-bits", "int4-g64", *extra]  # fmt: skip
+    args = [
+        "mix",
+        tiny_llama_dir,
+        "--sensitivity",
+        path,
+        "--max-tokens",
+        "128",
+        "--ctx",
+        "64",
+        "--out-dir",
+        tmp / "bad",
+        "--schemes",
+        "int3-g64,int4-g64,int8-channel",
+        "--budget-bits",
+        "int4-g64",
+        *extra,
+    ]
     _fails_with_one_line(args, message, tmp / "bad", monkeypatch, capsys)
 
 
-@pytest.mark.parametrize("extra,message", [
-    (["--budget-bits", "2"], "below the cheapest mix"),
-    (["--budget-bits", "4", "--sweep", "1:5:1"], "--budget-bits 1 is below the cheapest mix"),
-    (["--budget-bits", "abc"], "is not a number"),
-    (["--budget-bits", "int5-g64"], "name one of --schemes"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--budget-bits", "2"], "below the cheapest mix"),
+        (["--budget-bits", "4", "--sweep", "1:5:1"], "--budget-bits 1 is below the cheapest mix"),
+        (["--budget-bits", "abc"], "is not a number"),
+        (["--budget-bits", "int5-g64"], "name one of --schemes"),
+    ],
+)
 def test_bad_budgets_fail_before_the_sweep(tiny_llama_dir, tmp_path, monkeypatch, capsys, extra, message):
     import infoeval.sensitivities
 
@@ -271,8 +304,23 @@ def test_bad_budgets_fail_before_the_sweep(tiny_llama_dir, tmp_path, monkeypatch
         raise AssertionError("the sweep ran before the budget was checked")
 
     monkeypatch.setattr(infoeval.sensitivities, "sweep_prepared", no_sweep)
-    args = ["mix", tiny_llama_dir, "--max-tokens", "128", "--sweep-tokens", "64", "--ctx", "64", "--out-dir", tmp_path / "bad",
-            "--schemes", "int3-g64,int4-g64,int8-channel", "--by", "type", *extra]  # fmt: skip
+    args = [
+        "mix",
+        tiny_llama_dir,
+        "--max-tokens",
+        "128",
+        "--sweep-tokens",
+        "64",
+        "--ctx",
+        "64",
+        "--out-dir",
+        tmp_path / "bad",
+        "--schemes",
+        "int3-g64,int4-g64,int8-channel",
+        "--by",
+        "type",
+        *extra,
+    ]
     _fails_with_one_line(args, message, tmp_path / "bad", monkeypatch, capsys)
 
 
@@ -281,15 +329,56 @@ def test_mix_cli_writes_the_exports(mixed, tiny_llama_dir, monkeypatch, capsys):
     path = tmp / "sens-cli2.json"
     path.write_text(json.dumps(sweep_json), encoding="utf-8")
     out = tmp / "cli"
-    code, stdout, err = _main(["mix", tiny_llama_dir, "--sensitivity", path, "--max-tokens", "512", "--ctx", "128", "--by", "linear",
-                               "--schemes", "int3-g64,int4-g64,int8-channel", "--budget-bits", "int4-g64", "--out-dir", out, "-q"],
-                              monkeypatch, capsys)  # fmt: skip
+    code, stdout, err = _main(
+        [
+            "mix",
+            tiny_llama_dir,
+            "--sensitivity",
+            path,
+            "--max-tokens",
+            "512",
+            "--ctx",
+            "128",
+            "--by",
+            "linear",
+            "--schemes",
+            "int3-g64,int4-g64,int8-channel",
+            "--budget-bits",
+            "int4-g64",
+            "--out-dir",
+            out,
+            "-q",
+        ],
+        monkeypatch,
+        capsys,
+    )
     assert code == 0, err
-    assert {p.name for p in out.iterdir()} == {"result.json", "summary.csv", "positions.csv", "recipe.toml", "tensor-types.txt",
-                                               "quantization_config.json"}  # fmt: skip
+    assert {p.name for p in out.iterdir()} == {
+        "result.json",
+        "summary.csv",
+        "positions.csv",
+        "recipe.toml",
+        "tensor-types.txt",
+        "quantization_config.json",
+    }
     assert "Held-out measurement" in stdout and "ratio" in stdout
-    code, _, err = _main(["quantize-compare", tiny_llama_dir, "--recipe", out / "recipe.toml", "--max-tokens", "512", "--ctx", "128",
-                          "--json", out / "qc.json", "-q"], monkeypatch, capsys)  # fmt: skip
+    code, _, err = _main(
+        [
+            "quantize-compare",
+            tiny_llama_dir,
+            "--recipe",
+            out / "recipe.toml",
+            "--max-tokens",
+            "512",
+            "--ctx",
+            "128",
+            "--json",
+            out / "qc.json",
+            "-q",
+        ],
+        monkeypatch,
+        capsys,
+    )
     assert code == 0, err
     qc = json.loads((out / "qc.json").read_text())
     mixres = json.loads((out / "result.json").read_text())
@@ -300,6 +389,12 @@ def test_mix_cli_writes_the_exports(mixed, tiny_llama_dir, monkeypatch, capsys):
 
 def test_problem_assignment_and_prediction():
     s = (parse_scheme("int4-g64"), parse_scheme("int8-channel"))
-    p = Problem(s, (Unit("A", "type", ("a1", "a2"), 10, (0.5, 0.1), (0, 0), (40, 80)), Unit("B", "type", ("b",), 5, (0.3, 0.2), (0, 0), (20, 40))))
+    p = Problem(
+        s,
+        (
+            Unit("A", "type", ("a1", "a2"), 10, (0.5, 0.1), (0, 0), (40, 80)),
+            Unit("B", "type", ("b",), 5, (0.3, 0.2), (0, 0), (20, 40)),
+        ),
+    )
     assert p.assignment((1, 0)) == {"a1": s[1], "a2": s[1], "b": s[0]}
     assert p.predicted((1, 0)) == pytest.approx(0.4) and p.uniform_bits(0) == Fraction(60, 15)

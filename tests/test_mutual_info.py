@@ -19,8 +19,15 @@ from infoeval.input.settings import ModelSettings, TextSettings
 from infoeval.errors import DataError, UsageError
 from infoeval.models import load_model
 from infoeval.mutual_information.estimator import (
-    blocks_per_length, check_blocks, check_max_positions, cut_blocks, estimate, parse_lengths, score_blocks, summarize,
-)  # fmt: skip
+    blocks_per_length,
+    check_blocks,
+    check_max_positions,
+    cut_blocks,
+    estimate,
+    parse_lengths,
+    score_blocks,
+    summarize,
+)
 from infoeval.mutual_information.pipeline import MISettings, check_settings, run_mutual_info
 from tiny_models import as_json, requires_smollm2
 
@@ -51,7 +58,9 @@ class NoisyCopy(_ToyLM):
         b, t = ids.shape
         out = torch.full((b, t, self.v + 1), 0.0)
         out[..., self.v] = NEG  # never predict the start token
-        for j in range(self.m, t):  # logit j predicts input j + 1, which repeats input j + 1 − m (≥ 1: not the start token)
+        for j in range(
+            self.m, t
+        ):  # logit j predicts input j + 1, which repeats input j + 1 − m (≥ 1: not the start token)
             src = ids[:, j + 1 - self.m]
             if self.eps == 0:
                 row = torch.full((b, self.v + 1), NEG)
@@ -142,7 +151,9 @@ def test_markov_chain_is_recovered_at_every_length():
 
 def test_summarize_worked_example():
     s = summarize(4, np.array([[math.log(4), math.log(2)]]), np.array([[0.0, math.log(2)]]))
-    assert (float(s.marginal_bits[0]), float(s.conditional_bits[0]), float(s.mi_bits[0])) == pytest.approx((3.0, 1.0, 2.0))
+    assert (float(s.marginal_bits[0]), float(s.conditional_bits[0]), float(s.mi_bits[0])) == pytest.approx(
+        (3.0, 1.0, 2.0)
+    )
     np.testing.assert_allclose(s.marginal_profile, [2.0, 1.0])
 
 
@@ -246,8 +257,13 @@ def test_pipeline_limits(tiny_run, tiny_qwen3_dir):
         as_json(run_mutual_info(ms, TextSettings(text=path, max_tokens=100), MISettings(lengths=(8, 64), blocks=10)))
     with pytest.raises(UsageError, match="exceeds the model's 512 positions"):
         as_json(run_mutual_info(ms, TextSettings(text=path), MISettings(lengths=(8, 1024), blocks=2)))
-    qwen = as_json(run_mutual_info(ModelSettings(str(tiny_qwen3_dir), "cpu", "float32"), TextSettings(text=path, max_tokens=40),
-                           MISettings(lengths=(4, 8), blocks=5, bootstrap=50)))  # fmt: skip
+    qwen = as_json(
+        run_mutual_info(
+            ModelSettings(str(tiny_qwen3_dir), "cpu", "float32"),
+            TextSettings(text=path, max_tokens=40),
+            MISettings(lengths=(4, 8), blocks=5, bootstrap=50),
+        )
+    )
     pr = qwen["provenance"]["protocol"]
     assert pr["prefix_token"].startswith("EOS") and pr["prefix_id"] == 0 and pr["blocks"] == {"4": 5, "8": 5}
 
@@ -257,16 +273,39 @@ def test_command_writes_json_csv_and_blocks(tiny_llama_dir, tiny_run, tmp_path):
     path = tiny_run[0]
     env = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"}
     common = ["mutual-info", "--model", tiny_llama_dir, "--text", path, "-q"]
-    good = common + ["--lengths", "8,16,32", "--blocks", "6", "--bootstrap", "200", "--json", tmp_path / "r.json",
-                     "--csv", tmp_path / "s.csv", "--positions", tmp_path / "b.csv"]  # fmt: skip
+    good = common + [
+        "--lengths",
+        "8,16,32",
+        "--blocks",
+        "6",
+        "--bootstrap",
+        "200",
+        "--json",
+        tmp_path / "r.json",
+        "--csv",
+        tmp_path / "s.csv",
+        "--positions",
+        tmp_path / "b.csv",
+    ]
     too_long = common + ["--lengths", "8,4096", "--blocks", "2"]  # fails after loading: the model has 512 positions
-    procs = [subprocess.Popen([sys.executable, "-m", "infoeval", *map(str, a)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env) for a in (good, too_long)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "infoeval", *map(str, a)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for a in (good, too_long)
+    ]
     (out, err), (_, bad_err) = (p.communicate(timeout=300) for p in procs)
     assert procs[0].returncode == 0, err
     result = json.loads((tmp_path / "r.json").read_text())
     assert result["lengths"][0]["mi_bits"] == pytest.approx(tiny_run[1]["lengths"][0]["mi_bits"], rel=1e-6)
-    assert result["provenance"]["argv"][1] == "mutual-info" and result["provenance"]["model"]["architecture"] == "LlamaForCausalLM"
+    assert (
+        result["provenance"]["argv"][1] == "mutual-info"
+        and result["provenance"]["model"]["architecture"] == "LlamaForCausalLM"
+    )
     summary, blocks = pd.read_csv(tmp_path / "s.csv"), pd.read_csv(tmp_path / "b.csv")
     assert summary["length"].tolist() == [8, 16, 32] and len(blocks) == 18
     beta = result["fit"]["fit"]["beta"]  # fitted, as in tiny_run (same text and settings)
@@ -278,8 +317,13 @@ def test_command_writes_json_csv_and_blocks(tiny_llama_dir, tiny_run, tmp_path):
 @pytest.mark.slow
 @requires_smollm2
 def test_smollm2_past_informs_the_future():
-    result = as_json(run_mutual_info(ModelSettings("smollm2-135m", "cpu", "float32"), TextSettings(),
-                             MISettings(lengths=(16, 64), blocks=4, bootstrap=200)))  # fmt: skip
+    result = as_json(
+        run_mutual_info(
+            ModelSettings("smollm2-135m", "cpu", "float32"),
+            TextSettings(),
+            MISettings(lengths=(16, 64), blocks=4, bootstrap=200),
+        )
+    )
     assert result["provenance"]["protocol"]["prefix_token"].startswith("BOS")
     for row in result["lengths"]:
         assert row["blocks"] == 4

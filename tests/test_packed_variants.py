@@ -30,7 +30,7 @@ from infoeval.quant.apply import (
     quantize_variant,
     swap_in,
     swapped,
-)  # fmt: skip
+)
 from infoeval.quant.codes import (
     PackedWeight,
     dequantize,
@@ -48,7 +48,12 @@ _INT = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: 
 
 def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Same dtype, shape and bit patterns (so −0.0 ≠ +0.0), and torch.equal."""
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b) and torch.equal(a.view(_INT[a.dtype]), b.view(_INT[b.dtype]))
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and torch.equal(a, b)
+        and torch.equal(a.view(_INT[a.dtype]), b.view(_INT[b.dtype]))
+    )
 
 
 def _weight(shape, seed, dtype=torch.float32, shift=0.0):
@@ -64,8 +69,19 @@ def _weight(shape, seed, dtype=torch.float32, shift=0.0):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("sym", [True, False])
 @pytest.mark.parametrize("bits", [2, 3, 4, 5, 6, 8])
-@pytest.mark.parametrize("shape,group", [((7, 300), None), ((7, 300), 100), ((7, 300), 128), ((7, 300), 512),
-                                         ((64, 576), 128), ((64, 576), 32), ((64, 576), None), ((5, 9), 4)])  # fmt: skip
+@pytest.mark.parametrize(
+    "shape,group",
+    [
+        ((7, 300), None),
+        ((7, 300), 100),
+        ((7, 300), 128),
+        ((7, 300), 512),
+        ((64, 576), 128),
+        ((64, 576), 32),
+        ((64, 576), None),
+        ((5, 9), 4),
+    ],
+)
 def test_dequantized_codes_are_fake_quantize_bit_for_bit(shape, group, bits, sym, dtype):
     scheme = Scheme(bits, group, sym)
     w = _weight(shape, seed=bits * 1000 + shape[1], dtype=dtype, shift=0.0 if sym else 0.01)
@@ -108,8 +124,9 @@ def test_eight_bit_codes_list_few_negative_zeros_else_keep_sign_bits(bits):
         want = fake_quantize(w, scheme)
         assert (packed.codes.dtype == torch.int8) == int8 and (packed.negative_zeros is not None) == int8
         if int8:
-            assert packed.negative_zeros.tolist() == [i for i, x in enumerate(want.reshape(-1).tolist())
-                                                      if x == 0.0 and math.copysign(1, x) < 0]  # fmt: skip
+            assert packed.negative_zeros.tolist() == [
+                i for i, x in enumerate(want.reshape(-1).tolist()) if x == 0.0 and math.copysign(1, x) < 0
+            ]
         assert _bits_equal(dequantize(packed), want)
 
 
@@ -122,8 +139,17 @@ def test_nibble_packing_halves():
 
 
 # --------------------------------------------------------------------------------------- stored bytes
-@pytest.mark.parametrize("name,shape", [("int8-channel", (64, 576)), ("int4-g128", (64, 576)), ("int4-g32-asym", (64, 576)),
-                                        ("int3-g64", (7, 301)), ("int6-g100-asym", (7, 300)), ("int2-channel", (5, 9))])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,shape",
+    [
+        ("int8-channel", (64, 576)),
+        ("int4-g128", (64, 576)),
+        ("int4-g32-asym", (64, 576)),
+        ("int3-g64", (7, 301)),
+        ("int6-g100-asym", (7, 300)),
+        ("int2-channel", (5, 9)),
+    ],
+)
 def test_stored_bytes_exact(name, shape):
     scheme = parse_scheme(name)
     packed = encode(_weight(shape, seed=3), scheme)
@@ -155,7 +181,10 @@ def ids():
 def _full_copies(model, variant):
     """The previous way: whole fake-quantized Parameters (from the model's own weights)."""
     mods = dict(model.named_modules())
-    return {n: torch.nn.Parameter(fake_quantize(mods[n].weight, variant.scheme), requires_grad=False) for n in variant.weights}
+    return {
+        n: torch.nn.Parameter(fake_quantize(mods[n].weight, variant.scheme), requires_grad=False)
+        for n in variant.weights
+    }
 
 
 def _logits_with(model, ids, full):
@@ -177,8 +206,9 @@ def _snapshot(model):
 
 def _unchanged(model, snap) -> bool:
     now = list(model.named_parameters(remove_duplicate=False))
-    return len(now) == len(snap) and all(n == n0 and p is p0 and _bits_equal(p.detach(), v0)
-                                         for (n, p), (n0, p0, v0) in zip(now, snap))  # fmt: skip
+    return len(now) == len(snap) and all(
+        n == n0 and p is p0 and _bits_equal(p.detach(), v0) for (n, p), (n0, p0, v0) in zip(now, snap)
+    )
 
 
 @pytest.mark.parametrize("name", ["int8-channel", "int4-g32", "int3-g64-asym", "int4-g48"])
@@ -226,8 +256,11 @@ def test_tied_head_quantized_without_touching_the_embeddings(tiny_llama_dir, ids
 def test_swap_in_puts_full_fake_quantized_parameters(llama):
     model = copy.deepcopy(llama)
     scheme = parse_scheme("int4-g32")
-    want = {n: fake_quantize(m.weight, scheme) for n, m in model.named_modules() if n.startswith("model.layers.")
-            and isinstance(m, torch.nn.Linear)}  # fmt: skip
+    want = {
+        n: fake_quantize(m.weight, scheme)
+        for n, m in model.named_modules()
+        if n.startswith("model.layers.") and isinstance(m, torch.nn.Linear)
+    }
     variant = quantize_variant(model, scheme)
     swap_in(model, variant)
     mods = dict(model.named_modules())
@@ -263,7 +296,9 @@ def test_variants_built_together_report_each_layers_own_sqnr(llama):
 # ------------------------------------------------------------------------------------ shared buffer
 def _capture_weights(model, names, store):
     mods = dict(model.named_modules())
-    return [mods[n].register_forward_pre_hook(lambda m, a, n=n: store.setdefault(n, []).append(m.weight)) for n in names]  # None
+    return [
+        mods[n].register_forward_pre_hook(lambda m, a, n=n: store.setdefault(n, []).append(m.weight)) for n in names
+    ]  # None
 
 
 @pytest.mark.parametrize("dtype,kind", [(torch.float32, "f32"), (torch.bfloat16, "out")])
@@ -289,10 +324,18 @@ def test_grad_mode_dequantizes_into_fresh_tensors():
     """With autograd recording, each layer gets its own tensor (kept for backward) and the gradients are those of
     the fake-quantized model; under no_grad the same layers share the buffer."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.Tanh(), torch.nn.Linear(40, 24), torch.nn.Tanh(),
-                                torch.nn.Linear(24, 8))  # fmt: skip
-    variant = QuantizedVariant(parse_scheme("int4-g16"), {n: encode(m.weight.detach(), parse_scheme("int4-g16"))
-                                                         for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}, ())  # fmt: skip
+    model = torch.nn.Sequential(
+        torch.nn.Linear(24, 40), torch.nn.Tanh(), torch.nn.Linear(40, 24), torch.nn.Tanh(), torch.nn.Linear(24, 8)
+    )
+    variant = QuantizedVariant(
+        parse_scheme("int4-g16"),
+        {
+            n: encode(m.weight.detach(), parse_scheme("int4-g16"))
+            for n, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear)
+        },
+        (),
+    )
     x = torch.randn(5, 24, requires_grad=True)
     seen = {}
     with swapped(model, variant):
@@ -337,7 +380,12 @@ def test_a_variant_keeps_its_tensors_in_one_allocation_with_the_same_values(tiny
     for name in ("int8-channel", "int4-g32", "int3-g24-asym", "int6-channel-asym"):
         scheme = parse_scheme(name)
         variant = quantize_variant(model, scheme)
-        tensors = [t for pw in variant.weights.values() for t in (pw.codes, pw.scale, pw.zero, pw.negative_zeros) if t is not None]
+        tensors = [
+            t
+            for pw in variant.weights.values()
+            for t in (pw.codes, pw.scale, pw.zero, pw.negative_zeros)
+            if t is not None
+        ]
         assert len({t.untyped_storage().data_ptr() for t in tensors}) == 1
         spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in tensors)
         assert all(start % storage.ALIGN == 0 for start, _ in spans)

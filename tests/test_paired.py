@@ -23,7 +23,9 @@ POOL = Path(__file__).resolve().parent / "data" / "se_windows.npz"
 def _series(seed: int, n_windows: int = 16, length: int = 64):
     rng = np.random.default_rng(seed)
     windows = np.repeat(np.arange(n_windows), length)
-    shared = np.repeat(rng.normal(0, 1, n_windows), length)  # a window-level effect: positions of a window move together
+    shared = np.repeat(
+        rng.normal(0, 1, n_windows), length
+    )  # a window-level effect: positions of a window move together
     return windows, shared + rng.normal(0, 1, windows.size), rng
 
 
@@ -31,7 +33,9 @@ def test_t_test_is_the_batch_means_t_on_g_minus_1_df():
     windows, d, _ = _series(0)
     d = d + 0.3
     row = paired.t_test(d, windows)
-    assert row["diff"] == pytest.approx(d.mean()) and row["se"] == pytest.approx(brute_se(d.tolist(), windows.tolist()), rel=1e-12)
+    assert row["diff"] == pytest.approx(d.mean()) and row["se"] == pytest.approx(
+        brute_se(d.tolist(), windows.tolist()), rel=1e-12
+    )
     assert row["df"] == 15 and row["t"] == pytest.approx(row["diff"] / row["se"])
     # two-sided p from Student's t with 15 df, against the table: t = 2.131450 → p = 0.05, t = 2.946713 → p = 0.01
     for t, p in ((2.131449546, 0.05), (2.946712883, 0.01)):
@@ -49,7 +53,10 @@ def test_holm_against_its_definition():
             running = max(running, min(1.0, (m - k) * p[name]))
             want[name] = running
         assert paired.holm(p) == pytest.approx(want)
-    assert math.isnan(paired.holm({"a": float("nan"), "b": 0.01})["a"]) and paired.holm({"a": float("nan"), "b": 0.01})["b"] == 0.01
+    assert (
+        math.isnan(paired.holm({"a": float("nan"), "b": 0.01})["a"])
+        and paired.holm({"a": float("nan"), "b": 0.01})["b"] == 0.01
+    )
 
 
 def test_the_p99_bootstrap_written_out():
@@ -61,19 +68,31 @@ def test_the_p99_bootstrap_written_out():
     for _ in range(60):
         rows = [i for g in draw.integers(0, 16, 16) for i in range(a.size) if labels[i] == g]
         diffs.append(np.quantile(a[rows], 0.99) - np.quantile(b[rows], 0.99))
-    assert got["diff"] == pytest.approx(np.quantile(a, 0.99) - np.quantile(b, 0.99)) and got["se"] == pytest.approx(np.std(diffs, ddof=1))
+    assert got["diff"] == pytest.approx(np.quantile(a, 0.99) - np.quantile(b, 0.99)) and got["se"] == pytest.approx(
+        np.std(diffs, ddof=1)
+    )
     same = paired.quantile_diff(a, a, windows, reps=20)
     assert same["diff"] == 0 and same["se"] == 0 and same["p"] == 1.0
 
 
 def test_flips_and_verdict_directions():
     base, var = np.array([1, 1, 0, 0, 1, 0], bool), np.array([1, 0, 1, 0, 0, 1], bool)
-    want = {"baseline_only": sum(b and not v for b, v in zip(base, var)), "variant_only": sum(v and not b for b, v in zip(base, var))}
+    want = {
+        "baseline_only": sum(b and not v for b, v in zip(base, var)),
+        "variant_only": sum(v and not b for b, v in zip(base, var)),
+    }
     got = paired.flips(base, var)
-    assert {k: got[k] for k in want} == want == {"baseline_only": 2, "variant_only": 2} and got["both"] + got["neither"] == 2
+    assert {k: got[k] for k in want} == want == {"baseline_only": 2, "variant_only": 2} and got["both"] + got[
+        "neither"
+    ] == 2
     assert paired.verdict(-0.1, 0.01, 0.05, -1) == "better" and paired.verdict(0.1, 0.01, 0.05, -1) == "worse"
     assert paired.verdict(0.1, 0.01, 0.05, 1) == "better" and paired.verdict(0.1, 0.2, 0.05, 1) == "not distinguishable"
-    assert [paired.better(m) for m in ("kl_mean", "kl_p99", "top1", "ln_ppl_ratio")] == [-1, -1, 1, -1]  # the registry's directions
+    assert [paired.better(m) for m in ("kl_mean", "kl_p99", "top1", "ln_ppl_ratio")] == [
+        -1,
+        -1,
+        1,
+        -1,
+    ]  # the registry's directions
 
 
 def _trial_columns(pool: np.ndarray, top: np.ndarray, rng, scale: dict[str, float]) -> dict[str, dict]:
@@ -134,7 +153,10 @@ def _fast_block(cols: dict, windows: np.ndarray) -> dict:
     out = {n: {} for n in others}
     for metric in ("kl_mean", "top1", "ln_ppl_ratio"):
         column, better = paired.COLUMNS[metric], paired.better(metric)
-        rows = {n: paired.t_test(cols[n][column].astype(np.float64) - cols["base"][column].astype(np.float64), windows) for n in others}
+        rows = {
+            n: paired.t_test(cols[n][column].astype(np.float64) - cols["base"][column].astype(np.float64), windows)
+            for n in others
+        }
         adjusted = paired.holm({n: r["p"] for n, r in rows.items()})
         for n in others:
             out[n][metric] = paired.verdict(rows[n]["diff"], adjusted[n], 0.05, better)
@@ -154,20 +176,41 @@ def test_a_variant_a_third_worse_is_found_worse(pool):
 def test_paired_block_holds_every_metric(pool):
     kl, top = pool
     cols = _trial_columns(kl, top, np.random.default_rng(2), {"base": 1.0, "a": 1.0, "b": 2.0})
-    block = paired.paired_block(cols, paired.PairedSettings("base", alpha=0.05, seed=3), np.repeat(np.arange(16), kl.shape[1]))
+    block = paired.paired_block(
+        cols, paired.PairedSettings("base", alpha=0.05, seed=3), np.repeat(np.arange(16), kl.shape[1])
+    )
     assert block["baseline"] == "base" and list(block["variants"]) == ["a", "b"]
     assert set(block["variants"]["b"]) == {"kl_mean", "kl_p99", "top1", "ln_ppl_ratio", "top1_flips"}
-    assert block["variants"]["b"]["kl_mean"]["verdict"] == "worse" and block["variants"]["b"]["kl_mean"]["p_holm"] >= block["variants"]["b"]["kl_mean"]["p"]
+    assert (
+        block["variants"]["b"]["kl_mean"]["verdict"] == "worse"
+        and block["variants"]["b"]["kl_mean"]["p_holm"] >= block["variants"]["b"]["kl_mean"]["p"]
+    )
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--baseline", "int2-g32"], "--baseline 'int2-g32' is not a variant of this run; its variants: int8-channel, int4-g32"),
-    (["--schemes", "int4-g32", "--baseline", "int4-g32"], "--baseline 'int4-g32' is the run's only variant"),
-    (["--alpha", "0.1"], "--alpha needs --baseline"),
-    (["--baseline", "int4-g32", "--alpha", "0.7"], "--alpha 0.7 is not allowed"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--baseline", "int2-g32"],
+            "--baseline 'int2-g32' is not a variant of this run; its variants: int8-channel, int4-g32",
+        ),
+        (["--schemes", "int4-g32", "--baseline", "int4-g32"], "--baseline 'int4-g32' is the run's only variant"),
+        (["--alpha", "0.1"], "--alpha needs --baseline"),
+        (["--baseline", "int4-g32", "--alpha", "0.7"], "--alpha 0.7 is not allowed"),
+    ],
+)
 def test_bad_baselines_are_one_line_usage_errors(tiny_llama_dir, tmp_path, args, message):
-    base = ["quantize-compare", tiny_llama_dir, "--schemes", "int8-channel,int4-g32", "--device", "cpu", "-q", "--text", "missing.txt"]
+    base = [
+        "quantize-compare",
+        tiny_llama_dir,
+        "--schemes",
+        "int8-channel,int4-g32",
+        "--device",
+        "cpu",
+        "-q",
+        "--text",
+        "missing.txt",
+    ]
     r = run_cli([*base, *args], cwd=tmp_path)
     assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
@@ -181,16 +224,33 @@ def test_the_run_carries_its_verdicts_and_loads_back(tiny_llama_dir, tiny_text, 
     import infoeval
 
     (tmp_path / "t.txt").write_text(tiny_text, encoding="utf-8")
-    kw = dict(schemes=("int8-channel", "int4-g32", "int3-g64"), text=tmp_path / "t.txt", ctx=64, max_tokens=600, device="cpu", floor="off")
-    plain, result = infoeval.compare(str(tiny_llama_dir), **kw), infoeval.compare(str(tiny_llama_dir), baseline="int4-g32", **kw)
-    assert "paired" not in plain.to_json() and plain.to_json()["variants"] == result.to_json()["variants"]  # nothing else moves
+    kw = dict(
+        schemes=("int8-channel", "int4-g32", "int3-g64"),
+        text=tmp_path / "t.txt",
+        ctx=64,
+        max_tokens=600,
+        device="cpu",
+        floor="off",
+    )
+    plain, result = (
+        infoeval.compare(str(tiny_llama_dir), **kw),
+        infoeval.compare(str(tiny_llama_dir), baseline="int4-g32", **kw),
+    )
+    assert (
+        "paired" not in plain.to_json() and plain.to_json()["variants"] == result.to_json()["variants"]
+    )  # nothing else moves
     block = result.to_json()["paired"]
     assert block["baseline"] == "int4-g32" and list(block["variants"]) == ["int8-channel", "int3-g64"]
     cols = result.columns.variants
     for name in block["variants"]:
         d = cols[name]["kl"].astype(np.float64) - cols["int4-g32"]["kl"].astype(np.float64)
         assert block["variants"][name]["kl_mean"]["diff"] == pytest.approx(d.mean())
-        assert block["variants"][name]["kl_mean"]["se"] == pytest.approx(brute_se(d.tolist(), result.columns.reference["window"].tolist()))
-    assert block["variants"]["int3-g64"]["kl_mean"]["verdict"] == "worse" and block["variants"]["int8-channel"]["kl_mean"]["verdict"] == "better"
+        assert block["variants"][name]["kl_mean"]["se"] == pytest.approx(
+            brute_se(d.tolist(), result.columns.reference["window"].tolist())
+        )
+    assert (
+        block["variants"]["int3-g64"]["kl_mean"]["verdict"] == "worse"
+        and block["variants"]["int8-channel"]["kl_mean"]["verdict"] == "better"
+    )
     result.save(tmp_path / "run")
     assert infoeval.load(tmp_path / "run").to_json()["paired"] == block

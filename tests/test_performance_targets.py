@@ -14,8 +14,14 @@ import performance_targets as targets  # noqa: E402
 
 
 def _qc(ratio: float) -> dict:
-    return {"date": "2026-12-05T00:00:00+00:00", "figures": {"target_ratio_wall_vs_plain": 1.10, "target_ratio_eval_vs_plain": 1.05,
-                                                             "runs": [{"ratio_wall_vs_plain": ratio, "ratio_eval_vs_plain": ratio}]}}  # fmt: skip
+    return {
+        "date": "2026-12-05T00:00:00+00:00",
+        "figures": {
+            "target_ratio_wall_vs_plain": 1.10,
+            "target_ratio_eval_vs_plain": 1.05,
+            "runs": [{"ratio_wall_vs_plain": ratio, "ratio_eval_vs_plain": ratio}],
+        },
+    }
 
 
 def _rows(records: dict, name: str) -> list[list[str]]:
@@ -45,6 +51,8 @@ def test_a_removal_is_met_only_when_its_numbers_are_equal():
 
 
 def test_every_checked_in_record_reads_without_a_gap():
-    records = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in (ROOT / "benchmarks" / "results").glob("*.json")}
+    records = {
+        p.stem: json.loads(p.read_text(encoding="utf-8")) for p in (ROOT / "benchmarks" / "results").glob("*.json")
+    }
     for row in targets.summary_rows(records):
         assert not row[2].startswith(("not in the record", "no record")), row

@@ -41,28 +41,81 @@ def plot_runs(tmp_path_factory, tiny_llama_dir, tiny_text):
     (fake / "__init__.py").write_text("raise ImportError('matplotlib is hidden by this test')\n")
     model = ["--model", tiny_llama_dir, "--text", text, "-q"]
     jobs = {
-        "quantize-compare": (["quantize-compare", *model, "--ctx", 64, "--max-tokens", 256, "--schemes", "int8-channel,int4-g32",
-                              "--json", root / "qc.json", "--plot", root / "qc.png"], ENV),  # fmt: skip
-        "compress-bits": (["compress-bits", *model, "--ctx", 64, "--max-tokens", 256, "--json", root / "cb.json", "--plot", root / "cb.png"], ENV),
-        "mutual-info": (["mutual-info", *model, "--lengths", "8,16,32", "--blocks", 4, "--bootstrap", 100, "--json", root / "mi.json",
-                         "--plot", root / "mi.png"], ENV),  # fmt: skip
+        "quantize-compare": (
+            [
+                "quantize-compare",
+                *model,
+                "--ctx",
+                64,
+                "--max-tokens",
+                256,
+                "--schemes",
+                "int8-channel,int4-g32",
+                "--json",
+                root / "qc.json",
+                "--plot",
+                root / "qc.png",
+            ],
+            ENV,
+        ),
+        "compress-bits": (
+            [
+                "compress-bits",
+                *model,
+                "--ctx",
+                64,
+                "--max-tokens",
+                256,
+                "--json",
+                root / "cb.json",
+                "--plot",
+                root / "cb.png",
+            ],
+            ENV,
+        ),
+        "mutual-info": (
+            [
+                "mutual-info",
+                *model,
+                "--lengths",
+                "8,16,32",
+                "--blocks",
+                4,
+                "--bootstrap",
+                100,
+                "--json",
+                root / "mi.json",
+                "--plot",
+                root / "mi.png",
+            ],
+            ENV,
+        ),
         "kl-fit": (["kl-fit", "--steps", 200, "--plot", root / "kl.png"], ENV),
-        "missing": (["quantize-compare", *model, "--json", root / "never.json", "--plot", root / "never.png"],
-                    ENV | {"PYTHONPATH": str(fake.parent)}),  # fmt: skip
+        "missing": (
+            ["quantize-compare", *model, "--json", root / "never.json", "--plot", root / "never.png"],
+            ENV | {"PYTHONPATH": str(fake.parent)},
+        ),
         "bad-suffix": (["kl-fit", "--plot", root / "kl.jpg"], ENV),
     }
 
     def hidden(args, env):  # a fresh process, where the fake matplotlib on PYTHONPATH hides the real one
-        return subprocess.run([sys.executable, "-m", "infoeval", *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "infoeval", *map(str, args)], capture_output=True, text=True, env=env, timeout=300
+        )
 
     with ThreadPoolExecutor(max_workers=1) as pool:
         missing = pool.submit(hidden, *jobs.pop("missing"))
-        done = {name: run_cli(args, env=env) for name, (args, env) in jobs.items()}  # the others in this process, meanwhile
+        done = {
+            name: run_cli(args, env=env) for name, (args, env) in jobs.items()
+        }  # the others in this process, meanwhile
         yield root, done | {"missing": missing.result()}
 
 
 @pytest.mark.slow  # the plot_runs fixture: six command-line subprocesses
-@pytest.mark.parametrize("name, png", [("quantize-compare", "qc.png"), ("compress-bits", "cb.png"), ("mutual-info", "mi.png"), ("kl-fit", "kl.png")])
+@pytest.mark.parametrize(
+    "name, png",
+    [("quantize-compare", "qc.png"), ("compress-bits", "cb.png"), ("mutual-info", "mi.png"), ("kl-fit", "kl.png")],
+)
 def test_each_plot_command_writes_a_png(plot_runs, name, png):
     root, procs = plot_runs
     assert procs[name].returncode == 0, procs[name].stderr

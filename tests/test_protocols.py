@@ -14,8 +14,13 @@ import torch
 
 from infoeval.comparison.pipeline import compress_bits, quantize_compare
 from infoeval.input.documents import (
-    count_words, gptq_text, hf_wikitext_rows, load_documents, wikitext_articles, wikitext_detokenizer,
-)  # fmt: skip
+    count_words,
+    gptq_text,
+    hf_wikitext_rows,
+    load_documents,
+    wikitext_articles,
+    wikitext_detokenizer,
+)
 from infoeval.errors import DataError, UsageError
 from infoeval.measure.protocol_metrics import document_loglikelihoods, gptq_figures, lmeval_figures
 from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
@@ -25,8 +30,19 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ---- word counts, documents, rows ---------------------------------------------------------------------------
-@pytest.mark.parametrize("doc,words", [("", 1), ("a", 1), ("a b", 2), (" a b ", 4), ("a\n\nb\tc", 3), ("a  \n  b", 2),
-                                       (" = Title = \n", 5), ("x\u00a0y", 2)])  # fmt: skip
+@pytest.mark.parametrize(
+    "doc,words",
+    [
+        ("", 1),
+        ("a", 1),
+        ("a b", 2),
+        (" a b ", 4),
+        ("a\n\nb\tc", 3),
+        ("a  \n  b", 2),
+        (" = Title = \n", 5),
+        ("x\u00a0y", 2),
+    ],
+)
 def test_word_count_is_lm_evals(doc, words):
     """len(re.split(r"\\s+", doc)): empty strings at either end count (lm-eval counts them too)."""
     assert count_words(doc) == words == len(re.split(r"\s+", doc))
@@ -50,7 +66,9 @@ def test_hf_rows_and_gptq_join():
     assert gptq_text(Text(raw, "file", None)).text == raw  # other texts are scored as they are
 
 
-@pytest.mark.skipif(not Path("../shared/data/wikitext-2-raw/wiki.test.raw").is_file(), reason="WikiText-2 not available")
+@pytest.mark.skipif(
+    not Path("../shared/data/wikitext-2-raw/wiki.test.raw").is_file(), reason="WikiText-2 not available"
+)
 def test_wikitext2_test_rows_match_hugging_face_split_size():
     """4,358 rows, and HF's recorded split size: UTF-8 bytes of the rows + 4 × (rows + 1) Arrow offsets = 1,305,092;
     + 4 × rows = 1,305,088 is the num_bytes of the current (parquet) wikitext-2-raw-v1 dataset card, whose
@@ -107,7 +125,9 @@ def test_lmeval_figures_against_brute_force():
 def _model(folder):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(folder)
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(
+        folder
+    )
 
 
 @torch.inference_mode()
@@ -141,8 +161,9 @@ def test_lmeval_protocol_against_brute_force(request, fixture, tiny_text, tmp_pa
     docs = [tiny_text[:700], "", tiny_text[700:760], marker + tiny_text[760:1500], " x "]
     f = tmp_path / "docs.jsonl"
     f.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
-    result, cols = compress_bits(ModelSettings(model=str(folder)), TextSettings(documents=str(f)),
-                                 WindowSettings(ctx=16, protocol="lm-eval"))  # fmt: skip
+    result, cols = compress_bits(
+        ModelSettings(model=str(folder)), TextSettings(documents=str(f)), WindowSettings(ctx=16, protocol="lm-eval")
+    )
     got = result.protocol_metrics["figures"]["reference"]
     ll = [_lm_eval_loglikelihood(model, tok, d, 16) for d in docs]
     words, nbytes = sum(len(re.split(r"\s+", d)) for d in docs), sum(len(d.encode()) for d in docs)
@@ -151,14 +172,19 @@ def test_lmeval_protocol_against_brute_force(request, fixture, tiny_text, tmp_pa
     assert got["bits_per_byte"] == pytest.approx(-sum(ll) / nbytes / math.log(2), rel=1e-5)
     assert (got["documents"], got["words"], got["bytes"]) == (5, words, nbytes)
     assert result.protocol_metrics["complete"]
-    assert result.reference["tokens"] == sum(len(tok.encode(d, add_special_tokens=not d.startswith(marker))) for d in docs)
+    assert result.reference["tokens"] == sum(
+        len(tok.encode(d, add_special_tokens=not d.startswith(marker))) for d in docs
+    )
 
 
 def test_lmeval_max_tokens_cuts_documents(tiny_llama_dir, tiny_text, tmp_path):
     path = tmp_path / "t.txt"
     path.write_text(tiny_text, encoding="utf-8")
-    result, _ = compress_bits(ModelSettings(model=str(tiny_llama_dir)), TextSettings(text=path, max_tokens=50),
-                              WindowSettings(ctx=16, protocol="lm-eval"))  # fmt: skip
+    result, _ = compress_bits(
+        ModelSettings(model=str(tiny_llama_dir)),
+        TextSettings(text=path, max_tokens=50),
+        WindowSettings(ctx=16, protocol="lm-eval"),
+    )
     assert result.reference["tokens"] == 50 and not result.protocol_metrics["complete"]
     assert result.provenance.protocol["text_tokens"] is None
 
@@ -173,11 +199,20 @@ def test_gptq_protocol_against_brute_force(tiny_llama_dir, tiny_text, tmp_path):
     ids = tok(tiny_text, return_tensors="pt").input_ids
     ctx = 32
     n = ids.numel() // ctx
-    nlls = [torch.nn.functional.cross_entropy(model(ids[:, i * ctx : (i + 1) * ctx]).logits[0, :-1], ids[0, i * ctx + 1 : (i + 1) * ctx]) * ctx
-            for i in range(n)]  # fmt: skip
+    nlls = [
+        torch.nn.functional.cross_entropy(
+            model(ids[:, i * ctx : (i + 1) * ctx]).logits[0, :-1], ids[0, i * ctx + 1 : (i + 1) * ctx]
+        )
+        * ctx
+        for i in range(n)
+    ]
     brute = float(torch.exp(torch.stack(nlls).sum() / (n * ctx)))
-    result, cols = quantize_compare(ModelSettings(model=str(tiny_llama_dir)), TextSettings(text=path, max_tokens=None),
-                                    WindowSettings(ctx=ctx, protocol="gptq"), VariantSettings(schemes="int8-channel"))  # fmt: skip
+    result, cols = quantize_compare(
+        ModelSettings(model=str(tiny_llama_dir)),
+        TextSettings(text=path, max_tokens=None),
+        WindowSettings(ctx=ctx, protocol="gptq"),
+        VariantSettings(schemes="int8-channel"),
+    )
     figures = result.protocol_metrics["figures"]
     assert figures["reference"]["ppl"] == pytest.approx(brute, rel=1e-5)
     assert figures["reference"]["windows"] == n and set(figures) == {"reference", "int8-channel"}
@@ -191,7 +226,11 @@ def test_gptq_default_ctx_and_option_errors():
 
     base = dict(text=None, dataset=None, data_dir=None, max_tokens="all", device="cpu", dtype="auto", device_map=None)
     window = lambda **kw: run_settings("m", **RunOptions(**base, **kw).keywords())[2]  # noqa: E731  (as the CLI passes them)
-    assert window(protocol="gptq").ctx == 2048 and window(protocol="gptq", ctx=128).ctx == 128 and window(protocol="lm-eval").ctx == 512
+    assert (
+        window(protocol="gptq").ctx == 2048
+        and window(protocol="gptq", ctx=128).ctx == 128
+        and window(protocol="lm-eval").ctx == 512
+    )
     with pytest.raises(UsageError, match="--stride"):
         WindowSettings(ctx=64, stride=32, protocol="lm-eval")
     with pytest.raises(UsageError, match="articles"):
@@ -202,8 +241,11 @@ def test_gptq_default_ctx_and_option_errors():
 
 def test_documents_need_the_lm_eval_protocol(tiny_llama_dir, tmp_path):
     with pytest.raises(UsageError, match="--protocol lm-eval"):
-        compress_bits(ModelSettings(model=str(tiny_llama_dir)), TextSettings(documents=str(tmp_path / "d.jsonl")),
-                      WindowSettings(protocol="rolling"))  # fmt: skip
+        compress_bits(
+            ModelSettings(model=str(tiny_llama_dir)),
+            TextSettings(documents=str(tmp_path / "d.jsonl")),
+            WindowSettings(protocol="rolling"),
+        )
 
 
 def test_lmeval_differs_from_rolling_only_in_the_filled_last_window(tiny_qwen3_dir, tiny_text, tmp_path):
@@ -220,4 +262,6 @@ def test_lmeval_differs_from_rolling_only_in_the_filled_last_window(tiny_qwen3_d
     assert 0 < last.sum() < 64
     np.testing.assert_array_equal(r["nll"][~last], m["nll"][~last])
     k = int(last.sum())
-    assert m["context"][last].tolist() == list(range(65 - k, 65)) and r["context"][last].tolist() == list(range(1, k + 1))
+    assert m["context"][last].tolist() == list(range(65 - k, 65)) and r["context"][last].tolist() == list(
+        range(1, k + 1)
+    )

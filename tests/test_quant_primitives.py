@@ -150,7 +150,9 @@ def test_codes_in_range_and_half_step_error_bound(name):
             assert (z == 0).all()
         assert (s > 0).all()
         w_hat = dequantize_codes(codes, s, z, scheme.group_size)
-        step = torch.cat([s[:, k : k + 1].expand(-1, b - a) for k, (a, b) in enumerate(_block_ranges(300, scheme.group_size))], 1)
+        step = torch.cat(
+            [s[:, k : k + 1].expand(-1, b - a) for k, (a, b) in enumerate(_block_ranges(300, scheme.group_size))], 1
+        )
         err = (w - w_hat).abs()
         assert (err <= step / 2 * (1 + 1e-5) + 1e-12).all(), float((err / step).max())
 

@@ -30,9 +30,11 @@ SCHEMES = ("int8-channel", "int4-g128", "int4-channel")
 
 @pytest.fixture(scope="module")
 def real_run():
-    result, cols = as_json(compare_pipeline.quantize_compare(
-        MODEL, TextSettings(max_tokens=MAX_TOKENS), WindowSettings(CTX), VariantSettings(",".join(SCHEMES))
-    ))
+    result, cols = as_json(
+        compare_pipeline.quantize_compare(
+            MODEL, TextSettings(max_tokens=MAX_TOKENS), WindowSettings(CTX), VariantSettings(",".join(SCHEMES))
+        )
+    )
     return result, cols
 
 
@@ -93,7 +95,9 @@ def test_llamacpp_protocol_on_the_real_model():
     assert result["reference"]["tokens"] == cols.n == pr["scored_tokens"] == chunks * (ctx - 1 - ctx // 2)
     assert pr["prefix_id"] is None and "no BOS" in pr["prefix_token"]
     assert result["provenance"]["model"]["gguf_add_bos"] is False
-    assert cols.reference["position"].tolist() == [k * ctx + j + 1 for k in range(chunks) for j in range(ctx // 2, ctx - 1)]
+    assert cols.reference["position"].tolist() == [
+        k * ctx + j + 1 for k in range(chunks) for j in range(ctx // 2, ctx - 1)
+    ]
 
     p = runs.prepare(MODEL, text_settings, window_settings, runs.Reporter())
     ids = p.stream.ids
@@ -137,6 +141,9 @@ def test_pinned_figures(real_run):
     for scheme, (kl, top1, ppl_ratio) in PINNED_VARIANTS.items():
         m = got[scheme]
         assert m["kl_mean"] == pytest.approx(kl, rel=PIN_REL), (scheme, m["kl_mean"])
-        assert round(m["top1"] * MAX_TOKENS) == top1 and m["top1"] == pytest.approx(top1 / MAX_TOKENS, rel=1e-12), (scheme, m["top1"])
+        assert round(m["top1"] * MAX_TOKENS) == top1 and m["top1"] == pytest.approx(top1 / MAX_TOKENS, rel=1e-12), (
+            scheme,
+            m["top1"],
+        )
         assert m["ppl_ratio"] == pytest.approx(ppl_ratio, rel=PIN_REL), (scheme, m["ppl_ratio"])
         assert m["ppl"] == pytest.approx(PINNED_REFERENCE["ppl"] * ppl_ratio, rel=2 * PIN_REL)

@@ -36,7 +36,10 @@ def test_log_histogram_counts_every_value_once(x):
     assert len(edges) == 31 and share.sum() == pytest.approx(1.0)
     assert edges[0] == x[x > 1e-6].min() and edges[-1] == pytest.approx(x.max())
     clipped = np.clip(x, edges[0], edges[-1])
-    brute = [((clipped >= a) & ((clipped < b) | (i == 29 and clipped == b))).sum() for i, (a, b) in enumerate(zip(edges[:-1], edges[1:]))]
+    brute = [
+        ((clipped >= a) & ((clipped < b) | (i == 29 and clipped == b))).sum()
+        for i, (a, b) in enumerate(zip(edges[:-1], edges[1:]))
+    ]
     np.testing.assert_allclose(share * len(x), brute)
 
 
@@ -48,7 +51,11 @@ def test_binned_stats_are_means_in_quantile_bins(x):
     which = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, len(edges) - 2)
     for j, b in enumerate(np.unique(which)):
         sel = which == b
-        assert s["count"][j] == sel.sum() and s["x"][j] == pytest.approx(x[sel].mean()) and s["mean"][j] == pytest.approx(y[sel].mean())
+        assert (
+            s["count"][j] == sel.sum()
+            and s["x"][j] == pytest.approx(x[sel].mean())
+            and s["mean"][j] == pytest.approx(y[sel].mean())
+        )
         assert s["p90"][j] == pytest.approx(np.quantile(y[sel], 0.9))
     assert s["count"].sum() == len(x)
 
@@ -65,22 +72,70 @@ def test_group_means_equal_pandas():
 def _section(kind: str, n: int = 400) -> dict:
     rng = np.random.default_rng(3)
     entropy = rng.uniform(0, 6, n)
-    variants = {} if kind == "compress-bits" else {
-        name: {"kl": (scale * entropy * rng.lognormal(0, 1, n)).tolist()} for name, scale in (("int4-g128", 0.05), ("int8-channel", 0.001))}  # fmt: skip
+    variants = (
+        {}
+        if kind == "compress-bits"
+        else {
+            name: {"kl": (scale * entropy * rng.lognormal(0, 1, n)).tolist()}
+            for name, scale in (("int4-g128", 0.05), ("int8-channel", 0.001))
+        }
+    )
     if kind == "gate":
         variants = {"cand int4": variants["int4-g128"]}
-    sec = {"kind": kind, "n": n, "variants": variants, "ref": {"nll": rng.exponential(2, n).tolist(), "entropy": entropy.tolist()},
-           "window": (np.arange(n) // 64).tolist(), "context": (np.arange(n) % 64 + 1).tolist()}  # fmt: skip
+    sec = {
+        "kind": kind,
+        "n": n,
+        "variants": variants,
+        "ref": {"nll": rng.exponential(2, n).tolist(), "entropy": entropy.tolist()},
+        "window": (np.arange(n) // 64).tolist(),
+        "context": (np.arange(n) % 64 + 1).tolist(),
+    }
     if kind == "gate":
-        sec["gate"] = {"verdicts": [
-            {"limit": "max_kl_mean", "metric": "kl_mean", "side": "max", "threshold": 0.05, "value": 0.03, "bound": 0.04, "judged": "95% one-sided bound", "passed": True},
-            {"limit": "max_kl_p99", "metric": "kl_p99", "side": "max", "threshold": 0.5, "value": 0.9, "bound": 0.9, "judged": "point estimate", "passed": False},
-            {"limit": "min_top1", "metric": "top1", "side": "min", "threshold": 0.9, "value": 0.95, "bound": 0.93, "judged": "95% one-sided bound", "passed": True}]}  # fmt: skip
+        sec["gate"] = {
+            "verdicts": [
+                {
+                    "limit": "max_kl_mean",
+                    "metric": "kl_mean",
+                    "side": "max",
+                    "threshold": 0.05,
+                    "value": 0.03,
+                    "bound": 0.04,
+                    "judged": "95% one-sided bound",
+                    "passed": True,
+                },
+                {
+                    "limit": "max_kl_p99",
+                    "metric": "kl_p99",
+                    "side": "max",
+                    "threshold": 0.5,
+                    "value": 0.9,
+                    "bound": 0.9,
+                    "judged": "point estimate",
+                    "passed": False,
+                },
+                {
+                    "limit": "min_top1",
+                    "metric": "top1",
+                    "side": "min",
+                    "threshold": 0.9,
+                    "value": 0.95,
+                    "bound": 0.93,
+                    "judged": "95% one-sided bound",
+                    "passed": True,
+                },
+            ]
+        }
     return sec
 
 
-@pytest.mark.parametrize(("kind", "names"), [("quantize-compare", ["distribution", "entropy", "along"]), ("compress-bits", ["distribution", "entropy", "along"]),
-                                             ("gate", ["limits", "distribution", "entropy", "along"])])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kind", "names"),
+    [
+        ("quantize-compare", ["distribution", "entropy", "along"]),
+        ("compress-bits", ["distribution", "entropy", "along"]),
+        ("gate", ["limits", "distribution", "entropy", "along"]),
+    ],
+)
 def test_section_plots_are_small_well_formed_svg(kind, names):
     pytest.importorskip("matplotlib")
     sec = _section(kind)
@@ -102,11 +157,16 @@ def test_section_plots_are_small_well_formed_svg(kind, names):
 
 
 def test_compact_svg_keeps_labels_and_rounds_coordinates():
-    raw = ('<?xml version="1.0"?>\n<!DOCTYPE svg>\n<svg xmlns="http://www.w3.org/2000/svg"><metadata><x>http://example.org</x></metadata>\n'
-           '<!-- a comment -->\n <g id="figure_1">\n  <path d="M 12.345678 9.87654 \nL 1.04 2.96" x="3.14159"/>\n'
-           '  <text><tspan x="0.123456">0.0025</tspan></text>\n </g>\n</svg>\n')  # fmt: skip
+    raw = (
+        '<?xml version="1.0"?>\n<!DOCTYPE svg>\n<svg xmlns="http://www.w3.org/2000/svg"><metadata><x>http://example.org</x></metadata>\n'
+        '<!-- a comment -->\n <g id="figure_1">\n  <path d="M 12.345678 9.87654 \nL 1.04 2.96" x="3.14159"/>\n'
+        '  <text><tspan x="0.123456">0.0025</tspan></text>\n </g>\n</svg>\n'
+    )
     out = plots.compact_svg(raw)
-    assert out == '<svg xmlns="http://www.w3.org/2000/svg"><g><path d="M 12.3 9.9 L 1 3" x="3.1"/><text><tspan x="0.1">0.0025</tspan></text></g></svg>'
+    assert (
+        out
+        == '<svg xmlns="http://www.w3.org/2000/svg"><g><path d="M 12.3 9.9 L 1 3" x="3.1"/><text><tspan x="0.1">0.0025</tspan></text></g></svg>'
+    )
 
 
 def test_without_matplotlib_the_page_says_how_to_get_plots(monkeypatch):

@@ -20,14 +20,17 @@ from infoeval.report.packed import unpack
 from infoeval.report.table import check_comparable, comparison_rows, shared_key
 
 
-
 def _cli(args, cwd):
     return run_cli(args, cwd=cwd)
 
 
 def _payload(path) -> dict:
     text = path.read_text(encoding="utf-8")
-    return json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>', text, re.S).group(1).replace("<\\/", "</"))
+    return json.loads(
+        re.search(r'<script type="application/json" id="data">(.*?)</script>', text, re.S)
+        .group(1)
+        .replace("<\\/", "</")
+    )
 
 
 def _same_top(a: pd.DataFrame, b: pd.DataFrame, ids: list[str], rtol: float) -> None:
@@ -59,7 +62,21 @@ def test_gate_positions_match_the_other_commands(report_runs):
 
 
 def test_gate_topk_beyond_the_reference_file_is_refused(report_runs):
-    r = _cli(["gate", "--reference", report_runs / "ref.safetensors", "--scheme", "int4-g32", "--topk", 9, "--json", report_runs / "x.json", "-q"], report_runs)
+    r = _cli(
+        [
+            "gate",
+            "--reference",
+            report_runs / "ref.safetensors",
+            "--scheme",
+            "int4-g32",
+            "--topk",
+            9,
+            "--json",
+            report_runs / "x.json",
+            "-q",
+        ],
+        report_runs,
+    )
     assert r.returncode == 2 and "top-K its file keeps" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (report_runs / "x.json").exists()
 
@@ -98,7 +115,11 @@ def test_several_runs_share_one_comparison_table(report_runs, tiny_llama_dir):
     assert [s["kind"] for s in p["sections"]] == ["quantize-compare", "compress-bits", "gate"]
     rows = p["comparison"]
     assert [(row["command"], row["variant"]) for row in rows] == [
-        ("quantize-compare", "int4-g32"), ("quantize-compare", "int8-channel"), ("compress-bits", "(the model alone)"), ("gate", f"{tiny_llama_dir.name} int4-g32")]  # fmt: skip
+        ("quantize-compare", "int4-g32"),
+        ("quantize-compare", "int8-channel"),
+        ("compress-bits", "(the model alone)"),
+        ("gate", f"{tiny_llama_dir.name} int4-g32"),
+    ]
     qc = json.loads((report_runs / "qc" / "result.json").read_text())
     assert rows[0]["kl_mean"] == qc["variants"][0]["metrics"]["kl_mean"] and rows[0]["passed"] is None
     assert rows[3]["passed"] == json.loads((report_runs / "gate" / "result.json").read_text())["passed"]
@@ -108,20 +129,48 @@ def test_several_runs_share_one_comparison_table(report_runs, tiny_llama_dir):
 
 def test_mismatched_runs_exit_2_unless_separate(report_runs, tiny_llama_dir):
     other = report_runs / "ctx16"
-    r = _cli(["compress-bits", tiny_llama_dir, "--text", report_runs / "text.txt", "--ctx", 16, "--max-tokens", 300, "--topk", 2, "--out-dir", other, "-q"], report_runs)
+    r = _cli(
+        [
+            "compress-bits",
+            tiny_llama_dir,
+            "--text",
+            report_runs / "text.txt",
+            "--ctx",
+            16,
+            "--max-tokens",
+            300,
+            "--topk",
+            2,
+            "--out-dir",
+            other,
+            "-q",
+        ],
+        report_runs,
+    )
     assert r.returncode == 0, r.stderr
     r = _cli(["report", report_runs / "qc", other, "-o", report_runs / "mixed.html"], report_runs)
     assert r.returncode == 2 and "protocol" in r.stderr and "--separate" in r.stderr, r.stderr
-    assert len([line for line in r.stderr.splitlines() if line.strip()]) == 1 and not (report_runs / "mixed.html").exists()
+    assert (
+        len([line for line in r.stderr.splitlines() if line.strip()]) == 1 and not (report_runs / "mixed.html").exists()
+    )
     r = _cli(["report", report_runs / "qc", other, "--separate", "-o", report_runs / "mixed.html"], report_runs)
     assert r.returncode == 0, r.stderr
-    assert _payload(report_runs / "mixed.html")["comparison"] is None and len(_payload(report_runs / "mixed.html")["sections"]) == 2
+    assert (
+        _payload(report_runs / "mixed.html")["comparison"] is None
+        and len(_payload(report_runs / "mixed.html")["sections"]) == 2
+    )
 
 
 def _result(**changes) -> dict:
-    base = {"schema": "infoeval/compress-bits/3", "reference": {"tokens": 300, "ppl": 9.0},
-            "provenance": {"model": {"spec": "m", "sha256": "aa", "dtype": "float32"}, "text": {"sha256": "tt"},
-                           "protocol": {"name": "rolling", "ctx": 32, "stride": 32, "prefix_id": 0}}}  # fmt: skip
+    base = {
+        "schema": "infoeval/compress-bits/3",
+        "reference": {"tokens": 300, "ppl": 9.0},
+        "provenance": {
+            "model": {"spec": "m", "sha256": "aa", "dtype": "float32"},
+            "text": {"sha256": "tt"},
+            "protocol": {"name": "rolling", "ctx": 32, "stride": 32, "prefix_id": 0},
+        },
+    }
     out = copy.deepcopy(base)
     for path, value in changes.items():
         *head, last = path.split("__")
@@ -132,10 +181,17 @@ def _result(**changes) -> dict:
     return out
 
 
-@pytest.mark.parametrize(("path", "value", "key"), [
-    ("provenance__model__sha256", "bb", "model"), ("provenance__model__dtype", "bfloat16", "dtype"), ("provenance__text__sha256", "uu", "text"),
-    ("provenance__protocol__ctx", 64, "protocol"), ("provenance__protocol__prefix_id", None, "protocol"), ("reference__tokens", 299, "positions"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("path", "value", "key"),
+    [
+        ("provenance__model__sha256", "bb", "model"),
+        ("provenance__model__dtype", "bfloat16", "dtype"),
+        ("provenance__text__sha256", "uu", "text"),
+        ("provenance__protocol__ctx", 64, "protocol"),
+        ("provenance__protocol__prefix_id", None, "protocol"),
+        ("reference__tokens", 299, "positions"),
+    ],
+)
 def test_check_comparable_names_the_first_difference(path, value, key):
     a, b = _result(), _result(**{path: value})
     check_comparable([a, _result()], ["a", "b"])  # equal keys pass
@@ -146,8 +202,14 @@ def test_check_comparable_names_the_first_difference(path, value, key):
 
 def test_a_gate_is_keyed_by_its_reference_files_provenance():
     plain = _result()
-    gate = {"schema": "infoeval/gate/3", "reference": plain["reference"], "passed": False, "metrics": {"kl_mean": 0.1, "tokens": 300},
-            "candidate": {"spec": "c", "scheme": "int4"}, "provenance": {"model": {"spec": "c", "sha256": "zz"}, "reference_provenance": plain["provenance"]}}  # fmt: skip
+    gate = {
+        "schema": "infoeval/gate/3",
+        "reference": plain["reference"],
+        "passed": False,
+        "metrics": {"kl_mean": 0.1, "tokens": 300},
+        "candidate": {"spec": "c", "scheme": "int4"},
+        "provenance": {"model": {"spec": "c", "sha256": "zz"}, "reference_provenance": plain["provenance"]},
+    }
     check_comparable([plain, gate], ["plain", "gate"])
     (row,) = [r for r in comparison_rows([plain, gate], ["plain", "gate"]) if r["command"] == "gate"]
     assert row["variant"] == "c int4" and row["passed"] is False and row["kl_mean"] == 0.1

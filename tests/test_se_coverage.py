@@ -15,7 +15,14 @@ import pytest
 from infoeval.measure.stats import se, se_blocks, t_quantile
 
 POOL = Path(__file__).resolve().parent / "data" / "se_windows.npz"
-SERIES = ("int4-g128/kl", "int8-channel/kl", "int4-g128/top1", "int8-channel/top1", "int4-g128/dnll", "int8-channel/dnll")
+SERIES = (
+    "int4-g128/kl",
+    "int8-channel/kl",
+    "int4-g128/top1",
+    "int8-channel/top1",
+    "int4-g128/dnll",
+    "int8-channel/dnll",
+)
 RUNS, WINDOWS, LENGTH = 4000, 16, 512
 
 

@@ -39,8 +39,12 @@ def text_file(tmp_path_factory):
 
 
 def _prepared(folder, text_file, max_tokens=MAX_TOKENS):
-    return prepare(ModelSettings(model=str(folder)), TextSettings(text=text_file, max_tokens=max_tokens),
-                   WindowSettings(ctx=CTX), Reporter())  # fmt: skip
+    return prepare(
+        ModelSettings(model=str(folder)),
+        TextSettings(text=text_file, max_tokens=max_tokens),
+        WindowSettings(ctx=CTX),
+        Reporter(),
+    )
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen3"])
@@ -66,12 +70,17 @@ def _brute_force(p, layers, scheme) -> dict:
             kl += (lp.exp() * (lp - lq)).sum(-1).tolist()
             top1 += (lq.gather(-1, lp.argmax(-1, keepdim=True))[:, 0] >= lq.max(-1).values).tolist()
             dnll += (lp.gather(-1, y[:, None]) - lq.gather(-1, y[:, None]))[:, 0].tolist()
-    return {"kl_mean": float(np.mean(kl)), "kl_p99": float(np.quantile(kl, 0.99)), "top1": float(np.mean(top1)),
-            "dln_ppl": float(np.mean(dnll))}  # fmt: skip
+    return {
+        "kl_mean": float(np.mean(kl)),
+        "kl_p99": float(np.quantile(kl, 0.99)),
+        "top1": float(np.mean(top1)),
+        "dln_ppl": float(np.mean(dnll)),
+    }
 
 
-@pytest.mark.parametrize("by, pick", [("linear", "model.layers.1.mlp.down_proj"), ("block", "model.layers.1"),
-                                      ("type", "self_attn.v_proj")])  # fmt: skip
+@pytest.mark.parametrize(
+    "by, pick", [("linear", "model.layers.1.mlp.down_proj"), ("block", "model.layers.1"), ("type", "self_attn.v_proj")]
+)
 def test_each_unit_equals_a_brute_force_run_with_only_that_unit_quantized(prepared, by, pick):
     scheme = parse_scheme("int3-g64")
     result = sweep_prepared(prepared, [scheme], by=by, units=[pick], proxy=False).to_json()
@@ -111,7 +120,10 @@ def test_the_forward_from_a_captured_block_input_equals_the_full_forward(prepare
         assert torch.equal(logits, full)
         for start in range(n_layers):
             assert torch.allclose(blocks.forward_from(model, cached, start, kept), full, rtol=1e-5, atol=1e-5), start
-    assert set(cached.hidden) == set(range(n_layers)) and cached.nbytes == n_layers * ids.numel() * model.config.hidden_size * 4
+    assert (
+        set(cached.hidden) == set(range(n_layers))
+        and cached.nbytes == n_layers * ids.numel() * model.config.hidden_size * 4
+    )
 
 
 def test_units_by_linear_block_and_type(tiny_llama_dir):
@@ -120,15 +132,33 @@ def test_units_by_linear_block_and_type(tiny_llama_dir):
     block = enumerate_units(model, "block")
     kinds = enumerate_units(model, "type")
     assert len(linear) == 14 and [u.name for u in block] == ["model.layers.0", "model.layers.1"]
-    assert [u.name for u in kinds] == ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                                       "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]  # fmt: skip
+    assert [u.name for u in kinds] == [
+        "self_attn.q_proj",
+        "self_attn.k_proj",
+        "self_attn.v_proj",
+        "self_attn.o_proj",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+    ]
     down = next(u for u in kinds if u.name == "mlp.down_proj")
     assert down.layers == ("model.layers.0.mlp.down_proj", "model.layers.1.mlp.down_proj") and down.start == 0
-    assert block[1].start == 1 and len(block[1].layers) == 7 and all(n.startswith("model.layers.1.") for n in block[1].layers)
-    assert {n for u in linear for n in u.layers} == {n for u in block for n in u.layers} == {n for u in kinds for n in u.layers}
+    assert (
+        block[1].start == 1
+        and len(block[1].layers) == 7
+        and all(n.startswith("model.layers.1.") for n in block[1].layers)
+    )
+    assert (
+        {n for u in linear for n in u.layers}
+        == {n for u in block for n in u.layers}
+        == {n for u in kinds for n in u.layers}
+    )
     assert "lm_head" not in {n for u in linear for n in u.layers}
     assert [u.name for u in enumerate_units(model, "linear", ["*.1.mlp.*"])] == [
-        "model.layers.1.mlp.gate_proj", "model.layers.1.mlp.up_proj", "model.layers.1.mlp.down_proj"]  # fmt: skip
+        "model.layers.1.mlp.gate_proj",
+        "model.layers.1.mlp.up_proj",
+        "model.layers.1.mlp.down_proj",
+    ]
     assert split_globs(["a,b", " c "]) == ("a", "b", "c")
     with pytest.raises(UsageError, match="matches no unit"):
         enumerate_units(model, "type", ["mlp.nothing"])
@@ -157,7 +187,10 @@ def test_spearman_equals_brute_force_ranks_with_ties():
                 assert spearman(x, y)[0] == pytest.approx(_brute_spearman(x.tolist(), y.tolist()), abs=1e-12)
     assert spearman([1, 2, 3, 4], [10, 20, 30, 1000])[0] == pytest.approx(1.0)
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1])[0] == pytest.approx(-1.0)
-    assert spearman([1.0, 2.0, float("nan"), 4.0], [1.0, 3.0, 2.0, 2.0]) == (pytest.approx(_brute_spearman([1, 2, 4], [1, 3, 2])), 3)
+    assert spearman([1.0, 2.0, float("nan"), 4.0], [1.0, 3.0, 2.0, 2.0]) == (
+        pytest.approx(_brute_spearman([1, 2, 4], [1, 3, 2])),
+        3,
+    )
     assert math.isnan(spearman([1.0, 1.0], [1.0, 2.0])[0])
 
 
@@ -186,12 +219,40 @@ def _cli(monkeypatch, capsys, *args, env=None):
 
 
 def test_the_command_writes_json_and_csv(tiny_llama_dir, text_file, tmp_path, monkeypatch, capsys):
-    code, out = _cli(monkeypatch, capsys, "sensitivity", tiny_llama_dir, "--text", text_file, "--ctx", CTX, "--by", "block",
-                     "--scheme", "int4-g64,int3-g64", "--out-dir", tmp_path, "-q")  # fmt: skip
+    code, out = _cli(
+        monkeypatch,
+        capsys,
+        "sensitivity",
+        tiny_llama_dir,
+        "--text",
+        text_file,
+        "--ctx",
+        CTX,
+        "--by",
+        "block",
+        "--scheme",
+        "int4-g64,int3-g64",
+        "--out-dir",
+        tmp_path,
+        "-q",
+    )
     assert code in (0, None), out.err
     data = json.loads((tmp_path / "result.json").read_text())
     assert data["schema"] == "infoeval/sensitivity/4" and data["by"] == "block" and len(data["units"]) == 4
-    keys = {"unit", "kind", "layers", "scheme", "n_weights", "kl_mean", "kl_se", "kl_p99", "top1", "dln_ppl", "dln_ppl_se", "proxy"}
+    keys = {
+        "unit",
+        "kind",
+        "layers",
+        "scheme",
+        "n_weights",
+        "kl_mean",
+        "kl_se",
+        "kl_p99",
+        "top1",
+        "dln_ppl",
+        "dln_ppl_se",
+        "proxy",
+    }
     assert all(keys <= set(u) for u in data["units"])
     assert data["provenance"]["command"] == "sensitivity" and data["reference"]["tokens"] > 0
     assert {"sweep_s", "proxy_s", "load_s"} <= set(data["timings"]) and data["proxy"]["spearman"] is not None
@@ -200,10 +261,18 @@ def test_the_command_writes_json_and_csv(tiny_llama_dir, text_file, tmp_path, mo
     assert "Sensitivity by block" in out.out and "wrote" in out.err
 
 
-@pytest.mark.parametrize("args, message", [(["--by", "row"], "--by 'row'"), (["--units", "mlp.nothing"], "matches no unit"),
-                                           (["--scheme", "int4-g2"], "group size")])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--by", "row"], "--by 'row'"),
+        (["--units", "mlp.nothing"], "matches no unit"),
+        (["--scheme", "int4-g2"], "group size"),
+    ],
+)
 def test_bad_options_exit_2_with_one_line(tiny_llama_dir, text_file, tmp_path, monkeypatch, capsys, args, message):
-    code, out = _cli(monkeypatch, capsys, "sensitivity", tiny_llama_dir, "--text", text_file, "--json", tmp_path / "r.json", *args)
+    code, out = _cli(
+        monkeypatch, capsys, "sensitivity", tiny_llama_dir, "--text", text_file, "--json", tmp_path / "r.json", *args
+    )
     assert code == 2 and message in out.err and len(out.err.strip().splitlines()) == 1
     assert not (tmp_path / "r.json").exists()
 

@@ -45,6 +45,8 @@ def test_the_type_ranking_is_stable_across_disjoint_stretches(stretches):
     assert [u["unit"] for u in a["units"]] == [u["unit"] for u in b["units"]] and len(a["units"]) == 7
     rho, n = spearman([u["kl_mean"] for u in a["units"]], [u["kl_mean"] for u in b["units"]])
     ranked = lambda r: [u["unit"] for u in sorted(r["units"], key=lambda u: -u["kl_mean"])]  # noqa: E731
-    print(f"\nSpearman rho of the type ranking across two disjoint stretches: {rho:.3f} (n = {n})\n"
-          f"first:  {ranked(a)}\nsecond: {ranked(b)}")  # fmt: skip
+    print(
+        f"\nSpearman rho of the type ranking across two disjoint stretches: {rho:.3f} (n = {n})\n"
+        f"first:  {ranked(a)}\nsecond: {ranked(b)}"
+    )
     assert rho >= MIN_RHO

@@ -24,8 +24,16 @@ from infoeval.models.shipped import FORMATS
 
 CPU, F32 = torch.device("cpu"), torch.float32
 LAX = tuple(parse_limits({"max_kl_mean": 10.0, "min_top1": 0.0}))
-FORMAT = {"bnb": "bitsandbytes", "torchao": "torchao", "hqq": "hqq", "quanto": "quanto", "autoround": "auto-round",
-          "gptq": "gptq", "awq": "awq", "compressed": "compressed-tensors"}
+FORMAT = {
+    "bnb": "bitsandbytes",
+    "torchao": "torchao",
+    "hqq": "hqq",
+    "quanto": "quanto",
+    "autoround": "auto-round",
+    "gptq": "gptq",
+    "awq": "awq",
+    "compressed": "compressed-tensors",
+}
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +103,9 @@ def test_llm_int8_bits_per_weight_in_closed_form(saved, tiny_llama_dir):
     base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
     shapes = [m.weight.shape for n, m in base.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"]
     bits = sum(8 * o * i + 32 * o + 8 for o, i in shapes) / sum(o * i for o, i in shapes)
-    assert q["bits_per_weight"] == pytest.approx(bits, rel=1e-12) and q["stored_bytes"] * 8 == pytest.approx(bits * q["params_quantized"])
+    assert q["bits_per_weight"] == pytest.approx(bits, rel=1e-12) and q["stored_bytes"] * 8 == pytest.approx(
+        bits * q["params_quantized"]
+    )
 
 
 @requires_smollm2
@@ -111,7 +121,10 @@ def test_gguf_q4_1_stores_five_bits_per_weight():
 def test_a_missing_library_names_the_extra(saved, monkeypatch):
     folder = saved("bnb-int8")
     monkeypatch.setattr("infoeval.models.shipped._installed", lambda package: False)
-    with pytest.raises(UsageError, match=r"bitsandbytes checkpoint, which needs bitsandbytes \(not installed\): pip install 'infoeval\[bnb\]'"):
+    with pytest.raises(
+        UsageError,
+        match=r"bitsandbytes checkpoint, which needs bitsandbytes \(not installed\): pip install 'infoeval\[bnb\]'",
+    ):
         load_model(str(folder), CPU, F32)
 
 
@@ -122,7 +135,9 @@ def test_a_load_the_library_refuses_is_one_line(saved, ref_file, monkeypatch):
         raise RuntimeError("no kernel for this device\nsecond line")
 
     monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", refuse)
-    with pytest.raises(DeviceError, match=r"^the bitsandbytes checkpoint '.*' did not load on cpu: no kernel for this device$"):
+    with pytest.raises(
+        DeviceError, match=r"^the bitsandbytes checkpoint '.*' did not load on cpu: no kernel for this device$"
+    ):
         load_model(str(folder), CPU, F32)
 
 
@@ -143,7 +158,22 @@ def test_scheme_on_a_shipped_checkpoint_is_refused(saved, ref_file):
 def test_cli_gate_of_a_shipped_checkpoint_prints_its_format(saved, ref_file, tmp_path, monkeypatch):
     folder = saved("bnb-nf4")
     out = tmp_path / "gate.json"
-    r = run_cli(["gate", str(folder), "-r", str(ref_file), "--floor", "off", "--max-kl-mean", "10", "--min-top1", "0", "--json", str(out)])
+    r = run_cli(
+        [
+            "gate",
+            str(folder),
+            "-r",
+            str(ref_file),
+            "--floor",
+            "off",
+            "--max-kl-mean",
+            "10",
+            "--min-top1",
+            "0",
+            "--json",
+            str(out),
+        ]
+    )
     assert r.returncode in (0, 1), r.stderr  # passed or failed the default limits: not a usage error
     assert "bitsandbytes nf4, 4." in r.stdout
     assert json.loads(out.read_text())["candidate"]["model"]["quantization"]["format"] == "bitsandbytes"
@@ -159,8 +189,15 @@ def test_a_gguf_candidate_records_its_tensor_types(tmp_path):
     from infoeval.models.files import builtin_gguf
 
     ref = tmp_path / "ref.safetensors"
-    build_reference(ModelSettings("smollm2-135m", "cpu", "float32"), TextSettings(max_tokens=128), WindowSettings(ctx=64), ref,
-                    top_k=16, tail_samples=32, seed=0)
+    build_reference(
+        ModelSettings("smollm2-135m", "cpu", "float32"),
+        TextSettings(max_tokens=128),
+        WindowSettings(ctx=64),
+        ref,
+        top_k=16,
+        tail_samples=32,
+        seed=0,
+    )
     result = _gate(ref, builtin_gguf("smollm2-135m"))
     q = result["candidate"]["quantization"]
     assert q["format"] == "gguf" and q["bits_per_weight"] == 5.0 and q["tensor_types"]["Q4_1"] == 210
@@ -179,8 +216,15 @@ def test_a_requantized_gguf_gates_at_its_closed_form_bits(tmp_path):
 
     gguf = requantize_gguf(builtin_gguf("smollm2-135m"), tmp_path / "smollm2-Q8_0.gguf", "Q8_0")
     ref = tmp_path / "ref.safetensors"
-    build_reference(ModelSettings("smollm2-135m", "cpu", "float32"), TextSettings(max_tokens=128), WindowSettings(ctx=64), ref,
-                    top_k=64, tail_samples=128, seed=0)
+    build_reference(
+        ModelSettings("smollm2-135m", "cpu", "float32"),
+        TextSettings(max_tokens=128),
+        WindowSettings(ctx=64),
+        ref,
+        top_k=64,
+        tail_samples=128,
+        seed=0,
+    )
     gated = _gate(ref, gguf)
     q = gated["candidate"]["quantization"]
     assert q["bits_per_weight"] == 8.5 and q["tensor_types"]["Q8_0"] == 211  # the 210 block matrices and the embeddings
@@ -188,4 +232,6 @@ def test_a_requantized_gguf_gates_at_its_closed_form_bits(tmp_path):
     compared = infoeval.compare("smollm2-135m", checkpoints=[gguf], max_tokens=128, ctx=64, floor="off").to_json()
     v = compared["variants"][0]
     assert v["name"] == "smollm2-Q8_0" and v["quantization"]["bits_per_weight"] == 8.5
-    assert v["metrics"]["kl_mean"] == pytest.approx(gated["metrics"]["kl_mean"], rel=0.05)  # the gate's compact estimate
+    assert v["metrics"]["kl_mean"] == pytest.approx(
+        gated["metrics"]["kl_mean"], rel=0.05
+    )  # the gate's compact estimate

@@ -31,7 +31,11 @@ def text_file(tmp_path_factory, tiny_text):
 
 def _run(model_dir, text_file, ds, temps=TEMPS):
     model_settings = ModelSettings(str(model_dir), "cpu", "float32")
-    return as_json(accept.spec_accept(model_settings, TextSettings(text_file, max_tokens=MAX_TOKENS), WindowSettings(CTX), ds, temps))
+    return as_json(
+        accept.spec_accept(
+            model_settings, TextSettings(text_file, max_tokens=MAX_TOKENS), WindowSettings(CTX), ds, temps
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +64,14 @@ def _stats(zp, zq, y, t_p, t_q):
     lp, lq = torch.log_softmax(zp / t_p, -1), torch.log_softmax(zq / t_q, -1)
     p, q = lp.exp(), lq.exp()
     return {
-        "beta": torch.minimum(p, q).sum(-1), "kl": (p * (lp - lq)).sum(-1), "tv": 0.5 * (p - q).abs().sum(-1),
-        "entropy_p": -(p * lp).sum(-1), "entropy_q": -(q * lq).sum(-1),
-        "nll_p": -lp.gather(-1, y[:, None])[:, 0], "nll_q": -lq.gather(-1, y[:, None])[:, 0],
-    }  # fmt: skip
+        "beta": torch.minimum(p, q).sum(-1),
+        "kl": (p * (lp - lq)).sum(-1),
+        "tv": 0.5 * (p - q).abs().sum(-1),
+        "entropy_p": -(p * lp).sum(-1),
+        "entropy_q": -(q * lq).sum(-1),
+        "nll_p": -lp.gather(-1, y[:, None])[:, 0],
+        "nll_q": -lq.gather(-1, y[:, None])[:, 0],
+    }
 
 
 def test_columns_match_brute_force(layer1, brute):
@@ -72,7 +80,13 @@ def test_columns_match_brute_force(layer1, brute):
     assert cols.base["position"].tolist() == list(range(1, MAX_TOKENS + 1))
     assert cols.base["token_id"].tolist() == y.tolist()
     assert cols.base["top1"].tolist() == (zq.gather(-1, zp.argmax(-1, keepdim=True))[:, 0] >= zq.amax(-1)).tolist()
-    assert [(t, m) for t, m in cols.conditions] == [(0.5, "both"), (1.0, "both"), (2.0, "both"), (0.5, "target"), (2.0, "target")]
+    assert [(t, m) for t, m in cols.conditions] == [
+        (0.5, "both"),
+        (1.0, "both"),
+        (2.0, "both"),
+        (0.5, "target"),
+        (2.0, "target"),
+    ]
     for t, mode in cols.conditions:
         want = _stats(zp, zq, y, t, t if mode == "both" else 1.0)
         got = cols.stats[accept_columns.key(t, mode)]
@@ -86,10 +100,15 @@ def test_aggregates_follow_their_definitions(layer1):
         s = cols.stats[accept_columns.key(c["temperature"], c["mode"])]
         beta = s["beta"].astype(np.float64)
         assert c["tokens"] == MAX_TOKENS
-        assert c["alpha"] == pytest.approx(beta.mean()) and c["alpha_se"] == pytest.approx(brute_se(beta.tolist(), cols.base["window"].tolist()))
+        assert c["alpha"] == pytest.approx(beta.mean()) and c["alpha_se"] == pytest.approx(
+            brute_se(beta.tolist(), cols.base["window"].tolist())
+        )
         assert c["alpha"] == pytest.approx(1 - c["tv_mean"], abs=1e-5)
         assert c["pinsker"]["violations"] == 0 and c["pinsker"]["max_ratio"] <= 1
-        assert c["pearson_r"] == pytest.approx(np.corrcoef(s["entropy_p"], beta)[0, 1], abs=1e-6) and c["pearson_n"] == MAX_TOKENS
+        assert (
+            c["pearson_r"] == pytest.approx(np.corrcoef(s["entropy_p"], beta)[0, 1], abs=1e-6)
+            and c["pearson_n"] == MAX_TOKENS
+        )
         assert sum(q["n"] for q in c["quartiles"]) == MAX_TOKENS
         assert sum(q["n"] * q["alpha"] for q in c["quartiles"]) / MAX_TOKENS == pytest.approx(c["alpha"])
         for e in c["expected_tokens"]:
@@ -106,7 +125,10 @@ def test_target_only_mode_keeps_the_draft_at_T1(layer1):
     _, cols = layer1
     q1 = cols.stats[accept_columns.key(1.0, "both")]["entropy_q"]
     assert np.array_equal(cols.stats[accept_columns.key(2.0, "target")]["entropy_q"], q1)
-    assert np.array_equal(cols.stats[accept_columns.key(2.0, "target")]["entropy_p"], cols.stats[accept_columns.key(2.0, "both")]["entropy_p"])
+    assert np.array_equal(
+        cols.stats[accept_columns.key(2.0, "target")]["entropy_p"],
+        cols.stats[accept_columns.key(2.0, "both")]["entropy_p"],
+    )
     assert not np.allclose(cols.stats[accept_columns.key(2.0, "both")]["entropy_q"], q1)
 
 

@@ -19,7 +19,10 @@ from infoeval.speculative.generate import SUMMARY_COLUMNS as DECODE_COLUMNS
 
 # one thread per run: three runs share the cores, and tiny models gain nothing from a second thread (OpenMP
 # threads that wait on a busy core made a tiny-model run 30× slower here)
-ENV = {k: v for k, v in os.environ.items() if k not in ("INFOEVAL_DEBUG",)} | {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+ENV = {k: v for k, v in os.environ.items() if k not in ("INFOEVAL_DEBUG",)} | {
+    "HF_HUB_OFFLINE": "1",
+    "OMP_NUM_THREADS": "1",
+}
 
 
 def _infoeval(args, cwd: Path):
@@ -33,7 +36,9 @@ def _strict_json(path: Path):
     return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
 
 
-PLOT_AVAILABLE = importlib.util.find_spec("infoeval.output.plots") is not None and importlib.util.find_spec("matplotlib") is not None
+PLOT_AVAILABLE = (
+    importlib.util.find_spec("infoeval.output.plots") is not None and importlib.util.find_spec("matplotlib") is not None
+)
 
 # errors found after the model is loaded: run in a subprocess like everything above
 ERRORS = {
@@ -75,14 +80,79 @@ def runs(request, tmp_path_factory, tiny_llama_dir, tiny_qwen3_dir, tiny_text):
     text.write_text(tiny_text, encoding="utf-8")
     m, base = tiny_llama_dir, ["--text", text, "--ctx", 32, "--max-tokens", 96]
     jobs: dict[str, list] = {
-        "accept": ["spec-accept", m, "--draft-layers", 1, *base, "--temperature", "1,2", "--csv", "o/s.csv", "--json", "o/r.json",
-                   "--positions", "o/p.csv", *(["--plot", "o/a.png"] if PLOT_AVAILABLE else [])],  # fmt: skip
+        "accept": [
+            "spec-accept",
+            m,
+            "--draft-layers",
+            1,
+            *base,
+            "--temperature",
+            "1,2",
+            "--csv",
+            "o/s.csv",
+            "--json",
+            "o/r.json",
+            "--positions",
+            "o/p.csv",
+            *(["--plot", "o/a.png"] if PLOT_AVAILABLE else []),
+        ],
         "accept-config": ["spec-accept", "--config", "cfg.toml", *base, "--run-name", "mine", "-q"],
-        "decode": ["spec-decode", m, "--draft-scheme", "int4-g32", "--prompt", "The dictionary", "--max-new-tokens", 12,
-                   "--gamma", 3, "--verify", 300, "--out-dir", "o", "-q"],  # fmt: skip
-        "distill": ["distill", m, "--student-scheme", "int3-g32", *base, "--T", "1,4", "--alpha", 0.25, "--json", "o/r.json", "--csv", "o/s.csv"],
-        "temperature": ["temperature", "--logits", "9.1,6.2,4.6,3.3", "--labels", "cat,lion,lynx,dog", "--T", "1,4", "--json", "o/r.json", "--csv", "o/s.csv"],
-        "temperature-model": ["temperature", "--model", m, "--prompt", "The dictionary", "--top", 3, "--json", "o/r.json"],
+        "decode": [
+            "spec-decode",
+            m,
+            "--draft-scheme",
+            "int4-g32",
+            "--prompt",
+            "The dictionary",
+            "--max-new-tokens",
+            12,
+            "--gamma",
+            3,
+            "--verify",
+            300,
+            "--out-dir",
+            "o",
+            "-q",
+        ],
+        "distill": [
+            "distill",
+            m,
+            "--student-scheme",
+            "int3-g32",
+            *base,
+            "--T",
+            "1,4",
+            "--alpha",
+            0.25,
+            "--json",
+            "o/r.json",
+            "--csv",
+            "o/s.csv",
+        ],
+        "temperature": [
+            "temperature",
+            "--logits",
+            "9.1,6.2,4.6,3.3",
+            "--labels",
+            "cat,lion,lynx,dog",
+            "--T",
+            "1,4",
+            "--json",
+            "o/r.json",
+            "--csv",
+            "o/s.csv",
+        ],
+        "temperature-model": [
+            "temperature",
+            "--model",
+            m,
+            "--prompt",
+            "The dictionary",
+            "--top",
+            3,
+            "--json",
+            "o/r.json",
+        ],
         "help": ["--help"],
     }
     for name, (args, _) in ERRORS.items():
@@ -193,7 +263,9 @@ def test_errors_exit_2_with_one_line(runs, name):
 
 
 @pytest.mark.parametrize("name", list(EARLY_ERRORS))
-def test_option_errors_exit_2_with_one_line(name, monkeypatch, capsys, tmp_path, tiny_llama_dir, tiny_qwen3_dir, tiny_text):
+def test_option_errors_exit_2_with_one_line(
+    name, monkeypatch, capsys, tmp_path, tiny_llama_dir, tiny_qwen3_dir, tiny_text
+):
     from infoeval import cli
 
     text = tmp_path / "t.txt"
@@ -201,7 +273,9 @@ def test_option_errors_exit_2_with_one_line(name, monkeypatch, capsys, tmp_path,
     args, message = EARLY_ERRORS[name]
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("INFOEVAL_DEBUG", raising=False)
-    monkeypatch.setattr(sys, "argv", ["infoeval", *[a.format(m=tiny_llama_dir, t=text, q=tiny_qwen3_dir) for a in args]])
+    monkeypatch.setattr(
+        sys, "argv", ["infoeval", *[a.format(m=tiny_llama_dir, t=text, q=tiny_qwen3_dir) for a in args]]
+    )
     code = cli.main()
     err = capsys.readouterr().err
     assert code == 2, err

@@ -23,8 +23,6 @@ CPU = torch.device("cpu")
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-
-
 @pytest.fixture(scope="module")
 def llama(tiny_llama_dir):
     return load_model(str(tiny_llama_dir), CPU, torch.float32)
@@ -149,7 +147,9 @@ def test_theorem1_monte_carlo(llama):
 # ------------------------------------------------------------------------------------------ the pipeline
 def test_spec_decode_pipeline(tiny_llama_dir):
     model_settings = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
-    result, spec = as_json(spec_decode(model_settings, DraftSettings(layers=1), "The dictionary", 3, 24, 1.0, 5, repeats=2))
+    result, spec = as_json(
+        spec_decode(model_settings, DraftSettings(layers=1), "The dictionary", 3, 24, 1.0, 5, repeats=2)
+    )
     s, p = result["speculative"], result["plain"]
     assert s["new_tokens"] == p["new_tokens"] == 24 and p["target_calls"] == 24
     assert s["tokens_per_target_call"] == pytest.approx(24 / s["target_calls"])
@@ -160,17 +160,34 @@ def test_spec_decode_pipeline(tiny_llama_dir):
     assert mo["predicted_tokens_per_call"] == pytest.approx(sum(mo["alpha"] ** k for k in range(4)))
     assert result["provenance"]["draft"]["kind"] == "layers" and result["verify"] is None
     assert math.isfinite(mo["cost_ratio"]) and mo["cost_ratio"] > 0 and mo["verify_cost"] > 0
-    assert mo["predicted_speedup"] == pytest.approx(mo["predicted_tokens_per_call"] / (3 * mo["cost_ratio"] + mo["verify_cost"]))
+    assert mo["predicted_speedup"] == pytest.approx(
+        mo["predicted_tokens_per_call"] / (3 * mo["cost_ratio"] + mo["verify_cost"])
+    )
     assert mo["verify_call_s"] == pytest.approx(spec.target_s / spec.target_calls)
 
 
 @pytest.mark.parametrize(
     "kw,match",
-    [({"gamma": 0}, "--gamma"), ({"max_new": 0}, "--max-new-tokens"), ({"temperature": 0.0}, "--temperature"),
-     ({"verify": 10}, "--verify")],
-)  # fmt: skip
+    [
+        ({"gamma": 0}, "--gamma"),
+        ({"max_new": 0}, "--max-new-tokens"),
+        ({"temperature": 0.0}, "--temperature"),
+        ({"verify": 10}, "--verify"),
+    ],
+)
 def test_spec_decode_bad_options(kw, match):
     args = {"gamma": 4, "max_new": 8, "temperature": 1.0, "verify": 0} | kw
     with pytest.raises(UsageError, match=match):
-        as_json(spec_decode(ModelSettings("no-such-model"), DraftSettings(layers=1), "x", args["gamma"], args["max_new"],
-                    args["temperature"], 0, 1, args["verify"]))  # fmt: skip
+        as_json(
+            spec_decode(
+                ModelSettings("no-such-model"),
+                DraftSettings(layers=1),
+                "x",
+                args["gamma"],
+                args["max_new"],
+                args["temperature"],
+                0,
+                1,
+                args["verify"],
+            )
+        )

@@ -73,10 +73,12 @@ def test_truncated_equals_running_the_first_layers_by_hand(llama, ids):
 
 @pytest.mark.parametrize(
     "n,message",
-    [(0, "--draft-layers 0 is not allowed; give a number of decoder layers ≥ 1"),
-     (-1, "--draft-layers -1 is not allowed; give a number of decoder layers ≥ 1"),
-     (3, "--draft-layers 3 is out of range; the model has 2 decoder layers, allow 1 … 2")],
-)  # fmt: skip
+    [
+        (0, "--draft-layers 0 is not allowed; give a number of decoder layers ≥ 1"),
+        (-1, "--draft-layers -1 is not allowed; give a number of decoder layers ≥ 1"),
+        (3, "--draft-layers 3 is out of range; the model has 2 decoder layers, allow 1 … 2"),
+    ],
+)
 def test_layers_out_of_range(llama, n, message):
     with pytest.raises(UsageError) as e:
         build_draft(llama, DraftSettings(layers=n), CPU, torch.float32)

@@ -77,7 +77,9 @@ def test_pinsker_holds_on_random_distributions_and_detects_violations():
     r = st.pinsker(s["tv"].numpy(), s["kl"].numpy())
     assert r["violations"] == 0 and r["checked"] == 400 and 0 < r["max_ratio"] <= 1.0
     # near-identical distributions (KL ~ 1e-8): within the float tolerance, still no violation
-    s2 = it.position_stats(lp, torch.log_softmax(lp + 1e-4 * torch.randn(400, 50, generator=torch.Generator().manual_seed(5)), -1))
+    s2 = it.position_stats(
+        lp, torch.log_softmax(lp + 1e-4 * torch.randn(400, 50, generator=torch.Generator().manual_seed(5)), -1)
+    )
     assert st.pinsker(s2["tv"].numpy(), s2["kl"].numpy())["violations"] == 0
     # numbers that break the inequality are counted
     assert st.pinsker(np.array([0.5, 0.1]), np.array([0.1, 0.5]))["violations"] == 1
@@ -140,7 +142,12 @@ def test_entropy_quartiles_split_by_rank():
     assert rows[3]["entropy_mean_bits"] == pytest.approx(8.0)
     assert rows[0]["top1"] == 1.0 and rows[3]["top1"] == 0.0
     # ties in entropy do not leave a quartile empty
-    assert [r["n"] for r in sm.entropy_quartiles(np.zeros(8), np.ones(8), np.zeros(8), np.ones(8, bool))] == [2, 2, 2, 2]
+    assert [r["n"] for r in sm.entropy_quartiles(np.zeros(8), np.ones(8), np.zeros(8), np.ones(8, bool))] == [
+        2,
+        2,
+        2,
+        2,
+    ]
 
 
 def _brute_runs(match, pos):
@@ -225,7 +232,9 @@ def test_break_even_alpha_with_a_costly_verify():
     assert a > sm.break_even_alpha(4, 0.4)
 
 
-@pytest.mark.parametrize("module", ["infoeval.speculative.theory", "infoeval.speculative.decode", "infoeval.speculative.distill"])
+@pytest.mark.parametrize(
+    "module", ["infoeval.speculative.theory", "infoeval.speculative.decode", "infoeval.speculative.distill"]
+)
 def test_worked_examples_in_docstrings(module):
     """The worked examples in the docstrings are run, so they cannot drift from the code."""
     import doctest

@@ -27,7 +27,9 @@ CPU = torch.device("cpu")
 
 @pytest.fixture(scope="module")
 def prepared():
-    return prepare(ModelSettings("smollm2-135m", "cpu", "float32"), TextSettings(max_tokens=128), WindowSettings(128), Reporter())
+    return prepare(
+        ModelSettings("smollm2-135m", "cpu", "float32"), TextSettings(max_tokens=128), WindowSettings(128), Reporter()
+    )
 
 
 def _alpha(p, ds, temps=(1.0,)):
@@ -45,9 +47,14 @@ def test_full_depth_is_the_target(prepared):
 
 
 def test_more_of_the_target_is_accepted_more(prepared):
-    a = {name: _alpha(prepared, ds)[0] for name, ds in {
-        "int8": DraftSettings(scheme="int8-channel"), "int4": DraftSettings(scheme="int4-channel"),
-        "l8": DraftSettings(layers=8)}.items()}  # fmt: skip
+    a = {
+        name: _alpha(prepared, ds)[0]
+        for name, ds in {
+            "int8": DraftSettings(scheme="int8-channel"),
+            "int4": DraftSettings(scheme="int4-channel"),
+            "l8": DraftSettings(layers=8),
+        }.items()
+    }
     for hi, lo in (("int8", "int4"), ("int4", "l8")):
         gap = a[hi]["alpha"] - a[lo]["alpha"]
         assert gap > 5 * np.hypot(a[hi]["alpha_se"], a[lo]["alpha_se"]), (hi, lo, a[hi]["alpha"], a[lo]["alpha"])

@@ -26,14 +26,14 @@ from infoeval.measure.stats import chi_square
 
 CPU = torch.device("cpu")
 PROMPT = "The dictionary maps keys"
-TEMPERATURE = 0.5  # concentrates the law enough for N samples to fill cells of pairs and triples (T = 1: first tokens only)
+TEMPERATURE = (
+    0.5  # concentrates the law enough for N samples to fill cells of pairs and triples (T = 1: first tokens only)
+)
 GAMMA, NEW = 2, 3
 N = 3000
 MIN_EXPECTED = 5.0
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
-
-
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +72,12 @@ class Law:
             firsts, pairs = chooser.firsts, chooser.pairs
         p3 = next_probs(model, prompt, pairs) if pairs else torch.empty(0, vocab, dtype=torch.float64)
         if chooser is None:
-            triples = [(a, b, c) for (a, b), row in zip(pairs, p3) for c in range(vocab)
-                       if n * p1[a] * p2[a, b] * row[c] >= MIN_EXPECTED]  # fmt: skip
+            triples = [
+                (a, b, c)
+                for (a, b), row in zip(pairs, p3)
+                for c in range(vocab)
+                if n * p1[a] * p2[a, b] * row[c] >= MIN_EXPECTED
+            ]
         else:
             triples = chooser.triples
         self.firsts, self.pairs, self.triples = firsts, pairs, triples

@@ -105,7 +105,9 @@ def test_ar1_intervals_cover_the_true_mean_95_percent_and_the_plain_se_does_not(
     naive = float(np.mean(np.abs(means) <= z * plain))
     assert naive < 0.80, naive  # sd/√n misses the correlation: √((1−ρ)/(1+ρ)) of the true SE
     assert np.sqrt(np.mean(honest**2)) / _long_run_se(rho, n) == pytest.approx(1.0, abs=0.05)
-    assert np.sqrt(np.mean(plain**2)) / _long_run_se(rho, n) == pytest.approx(math.sqrt((1 - rho) / (1 + rho)), rel=0.03)
+    assert np.sqrt(np.mean(plain**2)) / _long_run_se(rho, n) == pytest.approx(
+        math.sqrt((1 - rho) / (1 + rho)), rel=0.03
+    )
 
 
 def test_the_se_does_not_depend_on_how_the_series_was_cut():
@@ -115,10 +117,19 @@ def test_the_se_does_not_depend_on_how_the_series_was_cut():
     assert se(np.concatenate(pieces)) == se(x)
 
 
-@pytest.mark.parametrize(("p", "df", "want"), [
-    (0.95, 1, 6.313751514675), (0.95, 2, 2.919985580354), (0.95, 5, 2.015048373333), (0.95, 9, 1.833112932653),
-    (0.975, 10, 2.228138851986), (0.99, 30, 2.457261542401), (0.5, 7, 0.0), (0.05, 4, -2.131846786326),
-])  # fmt: skip  (values: mpmath, the t density integrated to 30 digits)
+@pytest.mark.parametrize(
+    ("p", "df", "want"),
+    [
+        (0.95, 1, 6.313751514675),
+        (0.95, 2, 2.919985580354),
+        (0.95, 5, 2.015048373333),
+        (0.95, 9, 1.833112932653),
+        (0.975, 10, 2.228138851986),
+        (0.99, 30, 2.457261542401),
+        (0.5, 7, 0.0),
+        (0.05, 4, -2.131846786326),
+    ],
+)  # (values: mpmath, the t density integrated to 30 digits)
 def test_t_quantile_against_tables(p, df, want):
     assert t_quantile(p, df) == pytest.approx(want, abs=1e-9)
 
@@ -179,17 +190,23 @@ def brute_se(x, windows) -> float:
     return math.sqrt(g / (g - 1) * sum((sums[k] - sizes[k] * mean) ** 2 for k in sums) / n**2)
 
 
-@pytest.mark.parametrize("lengths", [[512] * 16, [64] * 40, [3, 200, 7, 7, 150, 1, 90, 2], [100, 5], [30, 30, 30, 30, 1]])
+@pytest.mark.parametrize(
+    "lengths", [[512] * 16, [64] * 40, [3, 200, 7, 7, 150, 1, 90, 2], [100, 5], [30, 30, 30, 30, 1]]
+)
 def test_batches_are_whole_windows_of_at_least_root_n_positions(lengths):
     windows = np.repeat(np.arange(len(lengths)), lengths)
     n = windows.size
     labels = block_labels(n, windows)
     assert labels.tolist() == _brute_window_batches(windows.tolist(), math.isqrt(n))
     sizes = np.bincount(labels)
-    assert (np.diff(labels) >= 0).all() and (sizes >= math.isqrt(n)).all() and sizes.size >= 2  # consecutive, none short
+    assert (
+        (np.diff(labels) >= 0).all() and (sizes >= math.isqrt(n)).all() and sizes.size >= 2
+    )  # consecutive, none short
     if labels.tolist() != block_labels(n).tolist():
         assert all(np.unique(labels[windows == w]).size == 1 for w in np.unique(windows))  # a window is never cut
-        assert se_blocks(n, windows)["se_blocks"] == sizes.size and se_blocks(n, windows)["se_block"] == round(n / sizes.size)
+        assert se_blocks(n, windows)["se_blocks"] == sizes.size and se_blocks(n, windows)["se_block"] == round(
+            n / sizes.size
+        )
     x = np.random.default_rng(len(lengths)).lognormal(size=n)
     assert se(x, windows) == pytest.approx(stats.cluster_se(x, labels), rel=1e-12)
 

@@ -14,7 +14,11 @@ from infoeval import switches
 def _numbers(result) -> dict:
     def strip(x):
         if isinstance(x, dict):
-            return {k: strip(v) for k, v in x.items() if not k.endswith("_s") and k not in ("timings", "provenance", "block_cache", "layers_run_fraction")}
+            return {
+                k: strip(v)
+                for k, v in x.items()
+                if not k.endswith("_s") and k not in ("timings", "provenance", "block_cache", "layers_run_fraction")
+            }
         return [strip(v) for v in x] if isinstance(x, list) else x
 
     return strip(json.loads(json.dumps(result.to_json())))

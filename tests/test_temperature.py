@@ -55,7 +55,17 @@ def test_table_from_logits():
     r = as_json(tm.temperature_table([1.0, 2.0], logits=Z, labels="cat,lion,lynx,dog"))
     assert r["labels"] == ["cat", "lion", "lynx", "dog"] and r["logits"] == pytest.approx(Z)
     frame = tm.summary_frame(r)
-    assert list(frame.columns) == ["temperature", "p(cat)", "p(lion)", "p(lynx)", "p(dog)", "other", "top_prob", "tail_mass", "entropy_bits"]
+    assert list(frame.columns) == [
+        "temperature",
+        "p(cat)",
+        "p(lion)",
+        "p(lynx)",
+        "p(dog)",
+        "other",
+        "top_prob",
+        "tail_mass",
+        "entropy_bits",
+    ]
     assert r["schema"].startswith("infoeval/temperature/")
 
 

@@ -332,8 +332,14 @@ def test_read_text_file_roundtrip(tmp_path):
     assert t.source == "file" and t.path == str(p.resolve())
     assert t.n_bytes == len(raw)
     assert t.sha256 == hashlib.sha256(raw).hexdigest()
-    assert t.provenance() == {"source": "file", "path": str(p.resolve()), "sha256": t.sha256, "bytes": len(raw),
-                              "source_sha256": t.sha256, "transform": None}  # fmt: skip
+    assert t.provenance() == {
+        "source": "file",
+        "path": str(p.resolve()),
+        "sha256": t.sha256,
+        "bytes": len(raw),
+        "source_sha256": t.sha256,
+        "transform": None,
+    }
     stripped = strip_one_trailing_newline(t)
     assert stripped.provenance()["source_sha256"] == hashlib.sha256(raw).hexdigest() != stripped.sha256
     assert "newline" in stripped.provenance()["transform"]
@@ -461,10 +467,20 @@ def test_strip_one_trailing_newline(before, after):
 def _same_tokenizer(a, b, text: str) -> None:
     assert type(a) is type(b) and len(a) == len(b)
     assert a(text).input_ids == b(text).input_ids
-    assert {k: str(v) for k, v in a.added_tokens_decoder.items()} == {k: str(v) for k, v in b.added_tokens_decoder.items()}
-    assert [(t.content, t.special, t.normalized, t.lstrip, t.rstrip, t.single_word) for t in a.added_tokens_decoder.values()] == \
-           [(t.content, t.special, t.normalized, t.lstrip, t.rstrip, t.single_word) for t in b.added_tokens_decoder.values()]  # fmt: skip
-    assert (a.bos_token_id, a.eos_token_id, a.pad_token_id, a.all_special_tokens) == (b.bos_token_id, b.eos_token_id, b.pad_token_id, b.all_special_tokens)
+    assert {k: str(v) for k, v in a.added_tokens_decoder.items()} == {
+        k: str(v) for k, v in b.added_tokens_decoder.items()
+    }
+    assert [
+        (t.content, t.special, t.normalized, t.lstrip, t.rstrip, t.single_word) for t in a.added_tokens_decoder.values()
+    ] == [
+        (t.content, t.special, t.normalized, t.lstrip, t.rstrip, t.single_word) for t in b.added_tokens_decoder.values()
+    ]
+    assert (a.bos_token_id, a.eos_token_id, a.pad_token_id, a.all_special_tokens) == (
+        b.bos_token_id,
+        b.eos_token_id,
+        b.pad_token_id,
+        b.all_special_tokens,
+    )
 
 
 @pytest.mark.parametrize("bos", [True, False])
@@ -489,7 +505,9 @@ def test_listed_added_tokens_give_the_same_tokenizer(tmp_path, bos):
     list_added_tokens(tmp_path / "listed")  # a second call leaves the file as it is
     assert (tmp_path / "listed" / "tokenizer_config.json").read_text() == before
     text = tiny_text() + " <bos> <eos> <|endoftext|> <pad>"
-    _same_tokenizer(AutoTokenizer.from_pretrained(tmp_path / "plain"), AutoTokenizer.from_pretrained(tmp_path / "listed"), text)
+    _same_tokenizer(
+        AutoTokenizer.from_pretrained(tmp_path / "plain"), AutoTokenizer.from_pretrained(tmp_path / "listed"), text
+    )
 
 
 @pytest.mark.slow
@@ -515,4 +533,6 @@ def test_listed_added_tokens_smollm2(tmp_path):
     (tmp_path / "plain" / "tokenizer_config.json").write_text(json.dumps(config))
     list_added_tokens(tmp_path / "listed")
     text = python_docs()[:100_000] + " <|im_start|>user hi<|im_end|> <|endoftext|>"
-    _same_tokenizer(AutoTokenizer.from_pretrained(tmp_path / "plain"), AutoTokenizer.from_pretrained(tmp_path / "listed"), text)
+    _same_tokenizer(
+        AutoTokenizer.from_pretrained(tmp_path / "plain"), AutoTokenizer.from_pretrained(tmp_path / "listed"), text
+    )

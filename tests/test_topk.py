@@ -51,7 +51,11 @@ def text_file(tmp_path_factory, tiny_text):
 
 
 def _settings(model_dir, text_file):
-    return ModelSettings(str(model_dir), "cpu", "float32"), TextSettings(text=text_file, max_tokens=200), WindowSettings(ctx=32)
+    return (
+        ModelSettings(str(model_dir), "cpu", "float32"),
+        TextSettings(text=text_file, max_tokens=200),
+        WindowSettings(ctx=32),
+    )
 
 
 def test_lockstep_top_k_columns_are_each_models_softmax(tiny_llama_dir, text_file):
@@ -62,7 +66,9 @@ def test_lockstep_top_k_columns_are_each_models_softmax(tiny_llama_dir, text_fil
     settings = _settings(tiny_llama_dir, text_file)
     result, cols = as_json(pipeline.quantize_compare(*settings, VariantSettings("int4-g32"), top_k=3))
     plain, pcols = as_json(pipeline.quantize_compare(*settings, VariantSettings("int4-g32")))
-    assert result["variants"] == plain["variants"] and result["reference"] == plain["reference"]  # top-k changes no number
+    assert (
+        result["variants"] == plain["variants"] and result["reference"] == plain["reference"]
+    )  # top-k changes no number
     assert result["provenance"]["top_k"] == 3 and "top_k" not in plain["provenance"]
     p = prepare(*settings, Reporter())
     variant = build_variants(p.loaded.model, parse_schemes("int4-g32"), [], (), ())[0]
@@ -73,7 +79,9 @@ def test_lockstep_top_k_columns_are_each_models_softmax(tiny_llama_dir, text_fil
         ref_logits = p.loaded.model(input_ids=ids).logits[0, w.first_scored : w.first_scored + w.n_scored]
         from infoeval.quant.apply import WithVariant
 
-        var_logits = WithVariant(p.loaded.model, variant)(input_ids=ids).logits[0, w.first_scored : w.first_scored + w.n_scored]
+        var_logits = WithVariant(p.loaded.model, variant)(input_ids=ids).logits[
+            0, w.first_scored : w.first_scored + w.n_scored
+        ]
     for got, logits in ((cols.reference, ref_logits), (cols.variants["int4-g32"], var_logits)):
         want = torch.softmax(logits.float(), -1).topk(3, -1)
         assert (got["top_ids"][rows] == want.indices.numpy()).all()
@@ -83,15 +91,32 @@ def test_lockstep_top_k_columns_are_each_models_softmax(tiny_llama_dir, text_fil
 
 def test_positions_as_csv_and_parquet(tiny_llama_dir, text_file, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    args = ["quantize-compare", str(tiny_llama_dir), "--text", str(text_file), "--ctx", "32", "--max-tokens", "120", "--schemes", "int8-channel",
-            "--topk", "4", "-q", "--json", "r.json"]  # fmt: skip
+    args = [
+        "quantize-compare",
+        str(tiny_llama_dir),
+        "--text",
+        str(text_file),
+        "--ctx",
+        "32",
+        "--max-tokens",
+        "120",
+        "--schemes",
+        "int8-channel",
+        "--topk",
+        "4",
+        "-q",
+        "--json",
+        "r.json",
+    ]
     for name in ("p.csv", "p.parquet"):
         r = CliRunner().invoke(cli.app, [*args, "--positions", name])
         assert r.exit_code == 0, r.output
     csv, parquet = pd.read_csv("p.csv"), pd.read_parquet("p.parquet")
     assert list(csv.columns) == list(parquet.columns) and len(csv) == len(parquet) == 120
     for prefix in ("ref_", ""):
-        assert [f"{prefix}top{j}_id" for j in range(1, 5)] == [c for c in csv.columns if c.startswith(f"{prefix}top") and c.endswith("_id")]
+        assert [f"{prefix}top{j}_id" for j in range(1, 5)] == [
+            c for c in csv.columns if c.startswith(f"{prefix}top") and c.endswith("_id")
+        ]
     assert parquet["top1_id"].dtype == "int32" and parquet["ref_top1_p"].dtype == "float32"
     pd.testing.assert_frame_equal(csv, parquet, check_dtype=False, atol=1e-6)
     assert (csv["ref_top1_p"] >= csv["ref_top2_p"]).all() and (csv["ref_top1_p"] <= 1).all()

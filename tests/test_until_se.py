@@ -30,8 +30,15 @@ def _driver(target, round_size, budget=40, min_windows=2):
     rng = np.random.default_rng(0)
     values = rng.normal(1.0, 0.2, 40)
     seen = []
-    outcome, ses = st.run_until_se(seen.extend, np.arange(40), budget, round_size,
-                                   lambda t: [values[:t].std(ddof=1) / np.sqrt(t)], target, min_windows)  # fmt: skip
+    outcome, ses = st.run_until_se(
+        seen.extend,
+        np.arange(40),
+        budget,
+        round_size,
+        lambda t: [values[:t].std(ddof=1) / np.sqrt(t)],
+        target,
+        min_windows,
+    )
     return outcome, ses, seen, values
 
 
@@ -77,13 +84,23 @@ def test_cluster_se_against_brute_force():
     x = rng.normal(size=labels.size)
     s = np.array([x[labels == g].sum() for g in range(12)])
     brute = np.sqrt(12 / 11 * ((s - sizes * x.mean()) ** 2).sum()) / x.size
-    assert cluster_se(x, labels * 7 + 3) == pytest.approx(brute, rel=1e-12) and np.isnan(cluster_se(x, np.zeros(x.size)))
-    assert bits_per_byte_se(x + 5, np.full(x.size, 2), labels) == pytest.approx(cluster_se(x, labels) / LN2 / 2, rel=1e-9)
+    assert cluster_se(x, labels * 7 + 3) == pytest.approx(brute, rel=1e-12) and np.isnan(
+        cluster_se(x, np.zeros(x.size))
+    )
+    assert bits_per_byte_se(x + 5, np.full(x.size, 2), labels) == pytest.approx(
+        cluster_se(x, labels) / LN2 / 2, rel=1e-9
+    )
 
 
 def test_bad_settings():
-    for kw in ({"target": 0.0}, {"target": -1.0}, {"target": float("nan")}, {"target": 0.1, "max_tokens": 0}, {"target": 0.1, "order": "x"},
-               {"target": 0.1, "seed": -1}):
+    for kw in (
+        {"target": 0.0},
+        {"target": -1.0},
+        {"target": float("nan")},
+        {"target": 0.1, "max_tokens": 0},
+        {"target": 0.1, "order": "x"},
+        {"target": 0.1, "seed": -1},
+    ):
         with pytest.raises(UsageError):
             UntilSettings(**kw)
 
@@ -97,7 +114,11 @@ def text_file(tmp_path_factory, tiny_text):
 
 
 def _run(model_dir, text_file, until, command="compare", max_tokens=1200):
-    settings = (ModelSettings(str(model_dir), "cpu", "float32"), TextSettings(text=text_file, max_tokens=max_tokens), WindowSettings(ctx=32))
+    settings = (
+        ModelSettings(str(model_dir), "cpu", "float32"),
+        TextSettings(text=text_file, max_tokens=max_tokens),
+        WindowSettings(ctx=32),
+    )
     if command == "compare":
         return as_json(pipeline.quantize_compare(*settings, VariantSettings("int4-g32,int8-channel"), until=until))
     return as_json(pipeline.compress_bits(*settings, until=until))
@@ -110,7 +131,12 @@ def test_until_se_uses_the_seeded_windows_and_reports_their_metrics(tiny_llama_d
     q = result["until_se"]
     order = st.visit_order(n_windows, 0)
     used = sorted(order[:MIN_WINDOWS].tolist())
-    assert q["reached"] and q["windows_used"] == MIN_WINDOWS and q["windows_total"] == n_windows and q["tokens_budget"] == q["tokens_total"]
+    assert (
+        q["reached"]
+        and q["windows_used"] == MIN_WINDOWS
+        and q["windows_total"] == n_windows
+        and q["tokens_budget"] == q["tokens_total"]
+    )
     assert sorted(set(cols.reference["window"].tolist())) == used and (np.diff(cols.reference["position"]) > 0).all()
     assert q["tokens_used"] == result["reference"]["tokens"] == cols.n
     # the same positions as the whole run (in text order), with the same numbers up to the batching of the windows
@@ -129,7 +155,11 @@ def test_until_se_uses_the_seeded_windows_and_reports_their_metrics(tiny_llama_d
 def test_until_se_not_reached_reads_the_whole_budget(tiny_llama_dir, text_file):
     result, cols = _run(tiny_llama_dir, text_file, UntilSettings(1e-9, max_tokens=500))
     q = result["until_se"]
-    assert not q["reached"] and q["windows_used"] == q["windows_budget"] and 500 - 32 < q["tokens_used"] == q["tokens_budget"] <= 500
+    assert (
+        not q["reached"]
+        and q["windows_used"] == q["windows_budget"]
+        and 500 - 32 < q["tokens_used"] == q["tokens_budget"] <= 500
+    )
     assert all(s > 1e-9 for s in q["standard_errors"].values())
 
 
@@ -139,10 +169,14 @@ def test_compress_bits_until_se_watches_bits_per_byte(tiny_llama_dir, text_file)
     assert list(q["standard_errors"]) == ["bits_per_byte"] and q["reached"]
     ref = cols.reference
     over_windows = bits_per_byte_se(ref["nll"], ref["bytes"], ref["window"])
-    assert q["standard_errors"]["bits_per_byte"] == pytest.approx(max(result["reference"]["bits_per_byte_se"], over_windows))
+    assert q["standard_errors"]["bits_per_byte"] == pytest.approx(
+        max(result["reference"]["bits_per_byte_se"], over_windows)
+    )
     assert result["reference"]["bits_per_byte_se"] <= 0.5 and over_windows <= 0.5
     assert result["reference"]["bytes"] == int(cols.reference["bytes"].sum())
-    assert all(round(row["bits"] / row["bits_per_byte"]) == result["reference"]["bytes"] for row in result["compressors"])
+    assert all(
+        round(row["bits"] / row["bits_per_byte"]) == result["reference"]["bytes"] for row in result["compressors"]
+    )
 
 
 # ---- the command line ----------------------------------------------------------------------------------------
@@ -157,12 +191,31 @@ def test_cli_until_se(tiny_llama_dir, text_file, tmp_path):
     assert ok.returncode == 0, ok.stderr
     q = json.loads((tmp_path / "r.json").read_text())["until_se"]
     assert q["reached"] and q["tokens_budget"] == q["tokens_total"]  # no --max-tokens: the whole text is the budget
-    for extra, words in [(["--until-se", 0], "--until-se"), (["--until-se", -1], "--until-se"), (["--order-seed", 3], "--order-seed"),
-                         (["--until-se", 0.1, "--protocol", "lm-eval"], "--until-se")]:  # fmt: skip
+    for extra, words in [
+        (["--until-se", 0], "--until-se"),
+        (["--until-se", -1], "--until-se"),
+        (["--order-seed", 3], "--order-seed"),
+        (["--until-se", 0.1, "--protocol", "lm-eval"], "--until-se"),
+    ]:
         r = _cli([*base, *extra], tmp_path)
         assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
         assert len([line for line in r.stderr.splitlines() if line.strip()]) == 1, r.stderr
-    r = _cli(["compress-bits", tiny_llama_dir, "--text", text_file, "--ctx", 32, "-q", "--until-se", 10, "--max-tokens", 300], tmp_path)
+    r = _cli(
+        [
+            "compress-bits",
+            tiny_llama_dir,
+            "--text",
+            text_file,
+            "--ctx",
+            32,
+            "-q",
+            "--until-se",
+            10,
+            "--max-tokens",
+            300,
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0 and "SE ≤ 10 reached" in r.stdout, r.stderr
 
 
@@ -172,12 +225,36 @@ def test_two_ranks_stop_at_the_same_window_with_the_same_numbers(tiny_llama_dir,
     one process and two stop at the same window with the same result (only the windows evaluated past the stop,
     whole rounds, differ)."""
     one_thread = {**ENV, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    args = ["quantize-compare", tiny_llama_dir, "--text", text_file, "--ctx", 32, "--schemes", "int4-g32", "--device", "cpu", "-q",
-            "--until-se", 0.004, "--max-tokens", 1200]  # fmt: skip
+    args = [
+        "quantize-compare",
+        tiny_llama_dir,
+        "--text",
+        text_file,
+        "--ctx",
+        32,
+        "--schemes",
+        "int4-g32",
+        "--device",
+        "cpu",
+        "-q",
+        "--until-se",
+        0.004,
+        "--max-tokens",
+        1200,
+    ]
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "infoeval"]
-    a = run_cli([*args, "--json", tmp_path / "1.json"], cwd=tmp_path, env=one_thread, threads=1)  # one process: this one
-    b = subprocess.run([*launch, *map(str, args), "--json", tmp_path / "2.json"], cwd=tmp_path, env=one_thread,
-                       capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    a = run_cli(
+        [*args, "--json", tmp_path / "1.json"], cwd=tmp_path, env=one_thread, threads=1
+    )  # one process: this one
+    b = subprocess.run(
+        [*launch, *map(str, args), "--json", tmp_path / "2.json"],
+        cwd=tmp_path,
+        env=one_thread,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert a.returncode == b.returncode == 0, (a.stderr[-2000:], b.stderr[-2000:])
     ra, rb = (json.loads((tmp_path / f"{k}.json").read_text()) for k in (1, 2))
     assert ra["provenance"]["world_size"] == 1 and rb["provenance"]["world_size"] == 2

@@ -317,4 +317,3 @@ def test_gptq_max_windows_and_short_text():
     assert len(gptq_windows(4096, 512)) == 8
     with pytest.raises(DataError):
         gptq_windows(511, 512)
-

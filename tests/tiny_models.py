@@ -71,7 +71,7 @@ def tiny_text(n_chars: int = TINY_TEXT_CHARS) -> str:
     """
     text = corpus_text()
     start = text.index("\n", TINY_TEXT_START) + 1
-    chunk = text[start:start + n_chars]
+    chunk = text[start : start + n_chars]
     end = chunk.rfind("\n")
     return chunk[:end] if end > n_chars // 2 else chunk
 
@@ -259,7 +259,12 @@ def build_not_causal(folder) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     tok = make_tokenizer(bos=True)
     config = DistilBertConfig(
-        vocab_size=len(tok), dim=32, n_layers=1, n_heads=2, hidden_dim=64, max_position_embeddings=512,
+        vocab_size=len(tok),
+        dim=32,
+        n_layers=1,
+        n_heads=2,
+        hidden_dim=64,
+        max_position_embeddings=512,
         pad_token_id=tok.pad_token_id,
     )
     torch.manual_seed(0)
@@ -304,6 +309,13 @@ def tiny_reference(folder: Path, model_dir: Path, text: str, max_tokens: int) ->
 
     (folder / "text.txt").write_text(text, encoding="utf-8")
     out = folder / "ref.safetensors"
-    build_reference(ModelSettings(str(model_dir), "cpu", "float32"), TextSettings(text=folder / "text.txt", max_tokens=max_tokens),
-                    WindowSettings(ctx=64), out, top_k=16, tail_samples=32, seed=0)
+    build_reference(
+        ModelSettings(str(model_dir), "cpu", "float32"),
+        TextSettings(text=folder / "text.txt", max_tokens=max_tokens),
+        WindowSettings(ctx=64),
+        out,
+        top_k=16,
+        tail_samples=32,
+        seed=0,
+    )
     return out

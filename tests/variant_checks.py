@@ -21,5 +21,11 @@ def same_variants(a, b) -> None:
                 assert (ta is None) == (tb is None), (va.name, name, f)
                 if ta is not None:
                     assert ta.dtype == tb.dtype and ta.shape == tb.shape and torch.equal(ta, tb), (va.name, name, f)
-            assert (pa.shape, pa.dtype, pa.bits, pa.group_size, pa.symmetric) == (pb.shape, pb.dtype, pb.bits, pb.group_size, pb.symmetric)
+            assert (pa.shape, pa.dtype, pa.bits, pa.group_size, pa.symmetric) == (
+                pb.shape,
+                pb.dtype,
+                pb.bits,
+                pb.group_size,
+                pb.symmetric,
+            )
         assert [r.as_dict() for r in va.layers] == [r.as_dict() for r in vb.layers], va.name  # SQNR exactly

@@ -18,5 +18,20 @@ from infoeval.api.results import load, summary_of
 from infoeval.api.scoring import compare, compress_bits
 from infoeval.api.units import mix, sensitivity
 
-__all__ = ["compare", "compress_bits", "reference", "gate", "quantize", "sensitivity", "mix", "spec_accept", "distill", "spec_decode",
-           "temperature", "mutual_info", "kl_fit", "load", "summary_of"]  # fmt: skip
+__all__ = [
+    "compare",
+    "compress_bits",
+    "reference",
+    "gate",
+    "quantize",
+    "sensitivity",
+    "mix",
+    "spec_accept",
+    "distill",
+    "spec_decode",
+    "temperature",
+    "mutual_info",
+    "kl_fit",
+    "load",
+    "summary_of",
+]

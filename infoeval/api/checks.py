@@ -15,10 +15,30 @@ from pathlib import Path
 from infoeval.errors import UsageError
 
 # the text, window and device keywords (api/scoring.run_settings), which reach the functions through **run
-RUN_TYPES = {"text": str | Path | None, "dataset": str | None, "data_dir": str | Path | None, "max_tokens": int | str | None,
-             "ctx": int | None, "stride": int | None, "protocol": str, "prefix": str, "documents": str | None, "document_field": str,
-             "device": str, "dtype": str, "device_map": str | None}  # fmt: skip
-_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "True or False", Path: "a path", type(None): "None", dict: "a dict"}
+RUN_TYPES = {
+    "text": str | Path | None,
+    "dataset": str | None,
+    "data_dir": str | Path | None,
+    "max_tokens": int | str | None,
+    "ctx": int | None,
+    "stride": int | None,
+    "protocol": str,
+    "prefix": str,
+    "documents": str | None,
+    "document_field": str,
+    "device": str,
+    "dtype": str,
+    "device_map": str | None,
+}
+_NAMES = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bool: "True or False",
+    Path: "a path",
+    type(None): "None",
+    dict: "a dict",
+}
 
 
 def _fits(value, hint) -> bool:
@@ -59,7 +79,9 @@ def checked(function):
     def wrapper(*args, **kwargs):
         hints = typing.get_type_hints(function)
         for name, value in signature.bind_partial(*args, **kwargs).arguments.items():
-            given = value.items() if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD else [(name, value)]
+            given = (
+                value.items() if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD else [(name, value)]
+            )
             for key, v in given:
                 hint = hints.get(key) if key in signature.parameters else RUN_TYPES.get(key)
                 if hint is not None and not _fits(v, hint):

@@ -35,9 +35,18 @@ def _second(model, tokenizer, role: str, scheme, layers):
 
 @keyword_errors
 @checked
-def spec_accept(model: str | object = DEFAULT_MODEL, *, tokenizer=None, draft: str | object | None = None, draft_tokenizer=None,
-                draft_scheme: str | None = None, draft_layers: int | None = None, temperature: str | float | Sequence[float] = "1",
-                progress: bool = False, **run):  # fmt: skip
+def spec_accept(
+    model: str | object = DEFAULT_MODEL,
+    *,
+    tokenizer=None,
+    draft: str | object | None = None,
+    draft_tokenizer=None,
+    draft_scheme: str | None = None,
+    draft_layers: int | None = None,
+    temperature: str | float | Sequence[float] = "1",
+    progress: bool = False,
+    **run,
+):
     """spec-accept: how well the draft q would draft for the target p (``model``), per position and at each
     temperature: acceptance β = Σ min(p, q), KL(p‖q), Pinsker, acceptance by entropy quartile, top-1 runs and
     expected tokens per target call; returns the ``AcceptResult`` with its positions."""
@@ -54,9 +63,19 @@ def spec_accept(model: str | object = DEFAULT_MODEL, *, tokenizer=None, draft: s
 
 @keyword_errors
 @checked
-def distill(model: str | object = DEFAULT_MODEL, *, tokenizer=None, student: str | object | None = None, student_tokenizer=None,
-            student_scheme: str | None = None, student_layers: int | None = None, temperature: str | float | Sequence[float] = "1,2,4,8",
-            alpha: float = 0.1, progress: bool = False, **run):  # fmt: skip
+def distill(
+    model: str | object = DEFAULT_MODEL,
+    *,
+    tokenizer=None,
+    student: str | object | None = None,
+    student_tokenizer=None,
+    student_scheme: str | None = None,
+    student_layers: int | None = None,
+    temperature: str | float | Sequence[float] = "1,2,4,8",
+    alpha: float = 0.1,
+    progress: bool = False,
+    **run,
+):
     """distill: the distillation terms of teacher p (``model``) and student q per temperature: hard CE, KL(p_T‖q_T),
     T²·KL and the loss α·CE + (1 − α)·T²·KL, the teacher's entropy and tail mass, the soft gradient's norm with and
     without T²; returns the ``DistillResult`` with its positions."""
@@ -68,16 +87,34 @@ def distill(model: str | object = DEFAULT_MODEL, *, tokenizer=None, student: str
     students = _second(student, student_tokenizer, "student", student_scheme, student_layers)
     model, (model_settings, text_settings, window_settings) = prepared(model, tokenizer, run)
     with evaluating(model, students.model):
-        result, cols = run_distill(model_settings, text_settings, window_settings, students, temps, alpha, _reporter(progress))
+        result, cols = run_distill(
+            model_settings, text_settings, window_settings, students, temps, alpha, _reporter(progress)
+        )
     return result.with_positions(lambda: positions_frame(cols), cols)
 
 
 @keyword_errors
 @checked
-def spec_decode(model: str | object = DEFAULT_MODEL, *, tokenizer=None, draft: str | object | None = None, draft_tokenizer=None,
-                draft_scheme: str | None = None, draft_layers: int | None = None, prompt: str = "Once upon a time", gamma: int = 4,
-                max_new_tokens: int = 64, temperature: float = 1.0, seed: int = 0, repeats: int = 1, verify: int = 0, device: str = "auto",
-                dtype: str = "auto", device_map: str | None = None, progress: bool = False):  # fmt: skip
+def spec_decode(
+    model: str | object = DEFAULT_MODEL,
+    *,
+    tokenizer=None,
+    draft: str | object | None = None,
+    draft_tokenizer=None,
+    draft_scheme: str | None = None,
+    draft_layers: int | None = None,
+    prompt: str = "Once upon a time",
+    gamma: int = 4,
+    max_new_tokens: int = 64,
+    temperature: float = 1.0,
+    seed: int = 0,
+    repeats: int = 1,
+    verify: int = 0,
+    device: str = "auto",
+    dtype: str = "auto",
+    device_map: str | None = None,
+    progress: bool = False,
+):
     """spec-decode: speculative sampling with KV caches (the draft proposes ``gamma`` tokens, the target verifies
     them in one pass) against plain sampling from the target: acceptance, tokens per target call, wall time and
     speed-up; returns the ``DecodeResult`` with one row per round as its positions."""
@@ -86,17 +123,38 @@ def spec_decode(model: str | object = DEFAULT_MODEL, *, tokenizer=None, draft: s
 
     drafts = _second(draft, draft_tokenizer, "draft", draft_scheme, draft_layers)
     model = model_object(model, tokenizer)
-    model_settings = ModelSettings(model, **own_settings(model, {"device": device, "dtype": dtype, "device_map": device_map}))
+    model_settings = ModelSettings(
+        model, **own_settings(model, {"device": device, "dtype": dtype, "device_map": device_map})
+    )
     with evaluating(model, drafts.model):
-        result, spec = run_decode(model_settings, drafts, prompt, gamma, max_new_tokens, temperature, seed, repeats, verify, _reporter(progress))
+        result, spec = run_decode(
+            model_settings,
+            drafts,
+            prompt,
+            gamma,
+            max_new_tokens,
+            temperature,
+            seed,
+            repeats,
+            verify,
+            _reporter(progress),
+        )
     return result.with_positions(lambda: rounds_frame(spec), spec)
 
 
 @keyword_errors
 @checked
-def temperature(logits: str | Sequence[float] | None = None, *, labels: str | Sequence[str] | None = None, model: str | None = None,
-                prompt: str | None = None, top: int = 8, temperature: str | float | Sequence[float] = "0.25,0.5,1,2,4", device: str = "auto",
-                dtype: str = "auto"):  # fmt: skip
+def temperature(
+    logits: str | Sequence[float] | None = None,
+    *,
+    labels: str | Sequence[str] | None = None,
+    model: str | None = None,
+    prompt: str | None = None,
+    top: int = 8,
+    temperature: str | float | Sequence[float] = "0.25,0.5,1,2,4",
+    device: str = "auto",
+    dtype: str = "auto",
+):
     """temperature: softmax(z/T) per class, the top probability, tail mass and entropy in bits at each temperature,
     for ``logits`` given by hand (with ``labels``) or a model's next-token logits after ``prompt``; returns the
     ``TemperatureResult``."""
@@ -109,7 +167,9 @@ def temperature(logits: str | Sequence[float] | None = None, *, labels: str | Se
     if model is None:
         if prompt is not None:
             raise UsageError("--prompt goes with --model; with --logits there is no prompt")
-        return temperature_table(temps, logits=parse_logits(comma_list(logits)), labels=None if labels is None else comma_list(labels))
+        return temperature_table(
+            temps, logits=parse_logits(comma_list(logits)), labels=None if labels is None else comma_list(labels)
+        )
     if prompt is None:
         raise UsageError("--model needs --prompt TEXT (the next-token logits after it are shown)")
     if labels is not None:

@@ -16,14 +16,31 @@ from infoeval.api.checks import checked
 from infoeval.errors import UsageError, keyword_errors
 from infoeval.input.settings import DEFAULT_MODEL, CalibrationSettings, ModelSettings
 
-SEQUENTIAL = ("alpha", "min_tokens", "max_tokens", "order", "order_seed", "undecided", "round_windows")  # SequentialSettings' fields, in order
+SEQUENTIAL = (
+    "alpha",
+    "min_tokens",
+    "max_tokens",
+    "order",
+    "order_seed",
+    "undecided",
+    "round_windows",
+)  # SequentialSettings' fields, in order
 LIMITS = ("max_kl_mean", "max_kl_p99", "min_top1", "max_ppl_ratio", "max_bpb_increase")
 
 
 @keyword_errors
 @checked
-def reference(model: str | object = DEFAULT_MODEL, *, tokenizer=None, out: str | Path = "reference.safetensors", top_k: int = 64,
-              tail_samples: int = 128, seed: int = 0, progress: bool = False, **run):  # fmt: skip
+def reference(
+    model: str | object = DEFAULT_MODEL,
+    *,
+    tokenizer=None,
+    out: str | Path = "reference.safetensors",
+    top_k: int = 64,
+    tail_samples: int = 128,
+    seed: int = 0,
+    progress: bool = False,
+    **run,
+):
     """reference: one pass of the reference model writes the compact reference file ``out`` that ``gate`` reads
     (top-K log-probs, tail mass and samples per scored position, the windows' token ids, provenance); returns its
     ``ReferenceResult``. ``run``: the text, window and device keywords (as ``compare``'s)."""
@@ -32,7 +49,9 @@ def reference(model: str | object = DEFAULT_MODEL, *, tokenizer=None, out: str |
 
     model, (model_settings, text_settings, window_settings) = prepared(model, tokenizer, run)
     with evaluating(model):
-        return build_reference(model_settings, text_settings, window_settings, Path(out), top_k, tail_samples, seed, _reporter(progress))
+        return build_reference(
+            model_settings, text_settings, window_settings, Path(out), top_k, tail_samples, seed, _reporter(progress)
+        )
 
 
 def _sequential(sequential: bool, options: dict):
@@ -58,10 +77,14 @@ def _candidate(candidate, tokenizer, scheme: str | None, recipe, options: dict):
 
     unknown = sorted(set(options) - set(LIMITS) - set(SEQUENTIAL))
     if unknown:
-        raise UsageError(f"unknown keyword '{unknown[0]}'; allowed besides the gate's own: {', '.join(LIMITS + SEQUENTIAL)}")
+        raise UsageError(
+            f"unknown keyword '{unknown[0]}'; allowed besides the gate's own: {', '.join(LIMITS + SEQUENTIAL)}"
+        )
     candidate = None if candidate is None else model_object(candidate, tokenizer, what="candidate")
     if isinstance(candidate, ModelObject) and (scheme or recipe):
-        raise UsageError("--scheme and --recipe quantize the candidate in place; give a candidate object already quantized, or a spec")
+        raise UsageError(
+            "--scheme and --recipe quantize the candidate in place; give a candidate object already quantized, or a spec"
+        )
     return candidate
 
 
@@ -82,11 +105,29 @@ def _run(candidate, settings, seq, devices: dict, progress: bool) -> tuple:
 
 @keyword_errors
 @checked
-def gate(candidate: str | object | None = None, *, tokenizer=None, reference: str | Path = "reference.safetensors", scheme: str | None = None,
-         recipe: str | Path | None = None, limits: str | Path | None = None, confidence: float = 0.95, point: bool = False,
-         baseline: str | Path | None = None, baseline_tolerance: float = 0.05, sequential: bool = False, top_k: int = 0, floor: str = "sampled",
-         floor_seed: int = 0, calibration: CalibrationSettings | None = None, device: str = "auto", dtype: str = "auto",
-         device_map: str | None = None, progress: bool = False, **options):  # fmt: skip
+def gate(
+    candidate: str | object | None = None,
+    *,
+    tokenizer=None,
+    reference: str | Path = "reference.safetensors",
+    scheme: str | None = None,
+    recipe: str | Path | None = None,
+    limits: str | Path | None = None,
+    confidence: float = 0.95,
+    point: bool = False,
+    baseline: str | Path | None = None,
+    baseline_tolerance: float = 0.05,
+    sequential: bool = False,
+    top_k: int = 0,
+    floor: str = "sampled",
+    floor_seed: int = 0,
+    calibration: CalibrationSettings | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
+    device_map: str | None = None,
+    progress: bool = False,
+    **options,
+):
     """gate: the candidate (a spec, a loaded model with its ``tokenizer``, or None: the reference's own model, with
     ``scheme`` or ``recipe``) on the reference file's token ids, checked against the limits (the defaults, a TOML
     ``limits`` file, and ``max_kl_mean=`` … ``max_bpb_increase=`` on top); ``sequential=True`` visits windows in a
@@ -98,17 +139,42 @@ def gate(candidate: str | object | None = None, *, tokenizer=None, reference: st
 
     candidate = _candidate(candidate, tokenizer, scheme, recipe, options)
     seq = _sequential(sequential, options)
-    settings = GateSettings(Path(reference), candidate, scheme, limits_from(limits, {k: options.get(k) for k in LIMITS}), confidence, point,
-                            None if baseline is None else Path(baseline), baseline_tolerance, None if recipe is None else Path(recipe), top_k,
-                            calibration, floor, floor_seed)  # fmt: skip
-    result, cols = _run(candidate, settings, seq, {"device": device, "dtype": dtype, "device_map": device_map}, progress)
+    settings = GateSettings(
+        Path(reference),
+        candidate,
+        scheme,
+        limits_from(limits, {k: options.get(k) for k in LIMITS}),
+        confidence,
+        point,
+        None if baseline is None else Path(baseline),
+        baseline_tolerance,
+        None if recipe is None else Path(recipe),
+        top_k,
+        calibration,
+        floor,
+        floor_seed,
+    )
+    result, cols = _run(
+        candidate, settings, seq, {"device": device, "dtype": dtype, "device_map": device_map}, progress
+    )
     return result.with_positions(lambda: positions_frame(cols), cols)
 
 
 @keyword_errors
 @checked
-def quantize(model: str = DEFAULT_MODEL, *, out: str | Path = "quantized", scheme: str | None = None, recipe: str | Path | None = None,
-             include=(), exclude=(), force: bool = False, format: str = "fake", device: str = "auto", dtype: str = "auto") -> dict:  # fmt: skip
+def quantize(
+    model: str = DEFAULT_MODEL,
+    *,
+    out: str | Path = "quantized",
+    scheme: str | None = None,
+    recipe: str | Path | None = None,
+    include=(),
+    exclude=(),
+    force: bool = False,
+    format: str = "fake",
+    device: str = "auto",
+    dtype: str = "auto",
+) -> dict:
     """quantize: write a fake-quantized (or, ``format="pack-quantized"``, int4-packed) checkpoint that transformers
     loads, with a per-layer report; ``scheme`` (default int8-channel) or a ``recipe``; returns what was written
     (scheme, layers, SQNR)."""
@@ -118,5 +184,13 @@ def quantize(model: str = DEFAULT_MODEL, *, out: str | Path = "quantized", schem
         raise UsageError("--scheme and --recipe both say how to quantize; give one")
 
     model_settings = ModelSettings(model=model, device=device, dtype=dtype)
-    return quantize_checkpoint(model_settings, scheme or "int8-channel", Path(out), tuple(include), tuple(exclude), force, format,
-                               None if recipe is None else Path(recipe))  # fmt: skip
+    return quantize_checkpoint(
+        model_settings,
+        scheme or "int8-channel",
+        Path(out),
+        tuple(include),
+        tuple(exclude),
+        force,
+        format,
+        None if recipe is None else Path(recipe),
+    )

@@ -25,12 +25,22 @@ def _classes() -> dict[str, type[Result]]:
     from infoeval.speculative.generate import DecodeResult
     from infoeval.speculative.temperature import TemperatureResult
 
-    return {"quantize-compare": CompareResult, "compress-bits": CompressResult, "compress": CodecCompress, "decompress": DecompressResult,
-            "reference": ReferenceResult, "gate": GateResult, "kl-fit": KLFitResult, "mix": MixResult, "mutual-info": MutualInfoResult,
-            "sensitivity": SensitivityResult, "spec-accept": AcceptResult, "distill": DistillResult, "spec-decode": DecodeResult,
-            "temperature": TemperatureResult}  # fmt: skip
-
-
+    return {
+        "quantize-compare": CompareResult,
+        "compress-bits": CompressResult,
+        "compress": CodecCompress,
+        "decompress": DecompressResult,
+        "reference": ReferenceResult,
+        "gate": GateResult,
+        "kl-fit": KLFitResult,
+        "mix": MixResult,
+        "mutual-info": MutualInfoResult,
+        "sensitivity": SensitivityResult,
+        "spec-accept": AcceptResult,
+        "distill": DistillResult,
+        "spec-decode": DecodeResult,
+        "temperature": TemperatureResult,
+    }
 
 
 def _read(path: Path) -> tuple[dict, Path]:
@@ -58,7 +68,9 @@ def load(path) -> Result:
         raise DataError(f"'{file}' has schema version {version}; this infoeval reads versions 1 to {SCHEMA_VERSION}")
     classes = _classes()
     if command not in classes:
-        raise DataError(f"'{file}' is a result of '{command}', which this infoeval does not know; known: {', '.join(classes)}")
+        raise DataError(
+            f"'{file}' is a result of '{command}', which this infoeval does not know; known: {', '.join(classes)}"
+        )
     result = classes[command].from_json(data)
     table = positions_table(file.parent) if file.name == "result.json" else None
     if table is not None:

@@ -19,28 +19,63 @@ from pathlib import Path
 from infoeval.api.checks import RUN_TYPES, checked
 from infoeval.errors import UsageError, keyword_errors
 from infoeval.input.settings import (
-    DEFAULT_MODEL, CalibrationSettings, ModelSettings, TextSettings, VariantSettings, WindowSettings, default_ctx, max_tokens_of,
-)  # fmt: skip
+    DEFAULT_MODEL,
+    CalibrationSettings,
+    ModelSettings,
+    TextSettings,
+    VariantSettings,
+    WindowSettings,
+    default_ctx,
+    max_tokens_of,
+)
 from infoeval.quant.schemes import DEFAULT_SCHEMES
 
 SCHEMES = tuple(DEFAULT_SCHEMES.split(","))
 MAX_TOKENS = 8192  # the command line's --max-tokens default
 
 
-def run_settings(model: str, *, text=None, dataset=None, data_dir=None, max_tokens=MAX_TOKENS, ctx=None, stride=None,
-                 protocol="rolling", prefix="auto", documents=None, document_field="text", device="auto", dtype="auto",
-                 device_map=None) -> tuple[ModelSettings, TextSettings, WindowSettings]:  # fmt: skip
+def run_settings(
+    model: str,
+    *,
+    text=None,
+    dataset=None,
+    data_dir=None,
+    max_tokens=MAX_TOKENS,
+    ctx=None,
+    stride=None,
+    protocol="rolling",
+    prefix="auto",
+    documents=None,
+    document_field="text",
+    device="auto",
+    dtype="auto",
+    device_map=None,
+) -> tuple[ModelSettings, TextSettings, WindowSettings]:
     """The model, text and window settings of a run, from the keyword arguments every scoring command takes."""
     model_settings = ModelSettings(model=model, device=device, dtype=dtype, device_map=device_map)
-    text_settings = TextSettings(text=None if text is None else Path(text), dataset=dataset, data_dir=None if data_dir is None else Path(data_dir),
-                                 max_tokens=max_tokens_of(max_tokens), documents=documents, document_field=document_field)  # fmt: skip
-    window = WindowSettings(ctx=ctx if ctx is not None else default_ctx(protocol), stride=stride, protocol=protocol, prefix=prefix)
+    text_settings = TextSettings(
+        text=None if text is None else Path(text),
+        dataset=dataset,
+        data_dir=None if data_dir is None else Path(data_dir),
+        max_tokens=max_tokens_of(max_tokens),
+        documents=documents,
+        document_field=document_field,
+    )
+    window = WindowSettings(
+        ctx=ctx if ctx is not None else default_ctx(protocol), stride=stride, protocol=protocol, prefix=prefix
+    )
     return model_settings, text_settings, window
 
 
 def comma_list(value) -> str:
     """A list keyword as the command line's comma-separated text: a string as it is, one number, or a sequence."""
-    return value if isinstance(value, str) else str(value) if isinstance(value, (int, float)) else ",".join(map(str, value))
+    return (
+        value
+        if isinstance(value, str)
+        else str(value)
+        if isinstance(value, (int, float))
+        else ",".join(map(str, value))
+    )
 
 
 def prepared(model, tokenizer, run: dict):
@@ -65,7 +100,9 @@ def _checked(run: dict) -> dict:
     """The text, window and device keywords, or a usage error naming the unknown one and the allowed ones."""
     unknown = sorted(set(run) - set(RUN_KEYWORDS))
     if unknown:
-        raise UsageError(f"unknown keyword '{unknown[0]}'; allowed besides the command's own: {', '.join(RUN_KEYWORDS)}")
+        raise UsageError(
+            f"unknown keyword '{unknown[0]}'; allowed besides the command's own: {', '.join(RUN_KEYWORDS)}"
+        )
     return run
 
 
@@ -94,25 +131,51 @@ def _paired(baseline: str | None, alpha: float | None):
     return None if baseline is None else PairedSettings(baseline, 0.05 if alpha is None else alpha)
 
 
-def _variants(schemes, variants, recipes, checkpoints, include, exclude, calibration, floor, floor_seed) -> tuple[VariantSettings, list]:
+def _variants(
+    schemes, variants, recipes, checkpoints, include, exclude, calibration, floor, floor_seed
+) -> tuple[VariantSettings, list]:
     """``compare``'s variant keywords as the command line's settings, and the caller's modules (``variants``), each
     checked against the schemes' and recipes' names."""
     from infoeval.models.objects import module_variants
 
     scheme_text = _scheme_text(schemes, recipes, variants, checkpoints)
     modules = module_variants(variants, {s.strip() for s in scheme_text.split(",")} | {Path(r).stem for r in recipes})
-    variant_settings = VariantSettings(schemes=scheme_text, include=tuple(include), exclude=tuple(exclude), recipes=tuple(Path(r) for r in recipes),
-                                       calibration=calibration or CalibrationSettings(), floor=floor, floor_seed=floor_seed,
-                                       checkpoints=tuple(str(c) for c in checkpoints))  # fmt: skip
+    variant_settings = VariantSettings(
+        schemes=scheme_text,
+        include=tuple(include),
+        exclude=tuple(exclude),
+        recipes=tuple(Path(r) for r in recipes),
+        calibration=calibration or CalibrationSettings(),
+        floor=floor,
+        floor_seed=floor_seed,
+        checkpoints=tuple(str(c) for c in checkpoints),
+    )
     return variant_settings, modules
 
 
 @keyword_errors
 @checked
-def compare(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str | Sequence[str] | None = None, variants: dict | None = None,
-            include: Sequence[str] = (), exclude: Sequence[str] = (), recipes: Sequence[str | Path] = (), floor: str = "sampled", floor_seed: int = 0,
-            checkpoints: Sequence[str | Path] = (), calibration: CalibrationSettings | None = None, until_se: float | None = None, order_seed: int = 0, top_k: int = 0,
-            baseline: str | None = None, alpha: float | None = None, progress: bool = False, **run):  # fmt: skip
+def compare(
+    model: str | object = DEFAULT_MODEL,
+    *,
+    tokenizer=None,
+    schemes: str | Sequence[str] | None = None,
+    variants: dict | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    recipes: Sequence[str | Path] = (),
+    floor: str = "sampled",
+    floor_seed: int = 0,
+    checkpoints: Sequence[str | Path] = (),
+    calibration: CalibrationSettings | None = None,
+    until_se: float | None = None,
+    order_seed: int = 0,
+    top_k: int = 0,
+    baseline: str | None = None,
+    alpha: float | None = None,
+    progress: bool = False,
+    **run,
+):
     """quantize-compare: the reference and each variant (``schemes``, ``recipes``, ``checkpoints``: saved folders,
     .gguf files or hub ids, and ``variants``: name → a module you built, sharing the reference's tokenizer) on the
     same windows; returns the ``CompareResult`` holding its
@@ -128,17 +191,37 @@ def compare(model: str | object = DEFAULT_MODEL, *, tokenizer=None, schemes: str
 
     paired = _paired(baseline, alpha)
     reference, (model_settings, text_settings, window_settings) = prepared(model, tokenizer, run)
-    variant_settings, modules = _variants(schemes, variants, recipes, checkpoints, include, exclude, calibration, floor, floor_seed)
+    variant_settings, modules = _variants(
+        schemes, variants, recipes, checkpoints, include, exclude, calibration, floor, floor_seed
+    )
     with evaluating(reference, *modules):
-        result, cols = pipeline.quantize_compare(model_settings, text_settings, window_settings, variant_settings, _reporter(progress),
-                                                 _until(until_se, run, order_seed), top_k, modules, paired)  # fmt: skip
+        result, cols = pipeline.quantize_compare(
+            model_settings,
+            text_settings,
+            window_settings,
+            variant_settings,
+            _reporter(progress),
+            _until(until_se, run, order_seed),
+            top_k,
+            modules,
+            paired,
+        )
     return result.with_positions(lambda: positions_frame(cols.reference, cols.variants), cols)
 
 
 @keyword_errors
 @checked
-def compress_bits(model: str | object = DEFAULT_MODEL, *, tokenizer=None, verify_coding: bool = False, until_se: float | None = None,
-                  order_seed: int = 0, top_k: int = 0, progress: bool = False, **run):  # fmt: skip
+def compress_bits(
+    model: str | object = DEFAULT_MODEL,
+    *,
+    tokenizer=None,
+    verify_coding: bool = False,
+    until_se: float | None = None,
+    order_seed: int = 0,
+    top_k: int = 0,
+    progress: bool = False,
+    **run,
+):
     """compress-bits: the model's code length for the text beside gzip, bz2, xz and zstd on the same bytes (and with
     ``verify_coding`` a real arithmetic-coded file of them); returns the ``CompressResult`` with its positions.
     ``model``: a spec string, or a loaded model with its ``tokenizer`` (as ``compare``'s)."""
@@ -148,6 +231,13 @@ def compress_bits(model: str | object = DEFAULT_MODEL, *, tokenizer=None, verify
 
     reference, (model_settings, text_settings, window_settings) = prepared(model, tokenizer, run)
     with evaluating(reference):
-        result, cols = pipeline.compress_bits(model_settings, text_settings, window_settings, _reporter(progress), verify_coding=verify_coding,
-                                              until=_until(until_se, run, order_seed), top_k=top_k)  # fmt: skip
+        result, cols = pipeline.compress_bits(
+            model_settings,
+            text_settings,
+            window_settings,
+            _reporter(progress),
+            verify_coding=verify_coding,
+            until=_until(until_se, run, order_seed),
+            top_k=top_k,
+        )
     return result.with_positions(lambda: positions_frame(cols.reference, {}), cols)

@@ -45,8 +45,10 @@ def _check_launch(argv: list[str]) -> None:
     """Under a launcher (WORLD_SIZE > 1) only the window-based commands run, one shard per rank."""
     command = next((a for a in argv if not a.startswith("-")), None)
     if distributed.launched() and command is not None and command not in PARALLEL_COMMANDS:
-        raise UsageError(f"'{command}' runs as one process; launch it without torchrun/accelerate (WORLD_SIZE="
-                         f"{os.environ['WORLD_SIZE']}); data-parallel commands: {', '.join(PARALLEL_COMMANDS)}")  # fmt: skip
+        raise UsageError(
+            f"'{command}' runs as one process; launch it without torchrun/accelerate (WORLD_SIZE="
+            f"{os.environ['WORLD_SIZE']}); data-parallel commands: {', '.join(PARALLEL_COMMANDS)}"
+        )
 
 
 FLOOR_COMMANDS = ("quantize-compare", "gate")  # the commands whose runs have variants, and so a noise floor
@@ -55,7 +57,11 @@ FLOOR_COMMANDS = ("quantize-compare", "gate")  # the commands whose runs have va
 def _check_floor(argv: list[str]) -> None:
     """--floor on a command without variants: one line, not Typer's unknown-option box."""
     command = next((a for a in argv if not a.startswith("-")), None)
-    if command is not None and command not in FLOOR_COMMANDS and any(a == "--floor" or a.startswith("--floor=") for a in argv):
+    if (
+        command is not None
+        and command not in FLOOR_COMMANDS
+        and any(a == "--floor" or a.startswith("--floor=") for a in argv)
+    ):
         raise UsageError(f"--floor applies to runs with variants ({', '.join(FLOOR_COMMANDS)}); '{command}' has none")
 
 

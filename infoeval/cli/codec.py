@@ -12,14 +12,32 @@ from infoeval.cli.outputs import Outputs, output_options
 
 InFile = Annotated[Path, typer.Argument(metavar="FILE", help="The file to read.", show_default=False)]
 OutFile = Annotated[Path, typer.Option("--output", "-o", help="The file to write (atomically).", show_default=False)]
-ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite the output; decompress: decode despite a differing environment.")]
-SegmentOpt = Annotated[int, typer.Option("--ctx", help="Tokens per segment; each segment is coded on its own, after the start token.")]
-GroupOpt = Annotated[int, typer.Option("--group", help="Segments stepped together as one batch (the decoder uses the same groups).")]
-CodecDeviceOpt = Annotated[str, typer.Option("--device", help="cpu (exact on the same CPU kind and software), cuda or cuda:N.")]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Overwrite the output; decompress: decode despite a differing environment.")
+]
+SegmentOpt = Annotated[
+    int, typer.Option("--ctx", help="Tokens per segment; each segment is coded on its own, after the start token.")
+]
+GroupOpt = Annotated[
+    int, typer.Option("--group", help="Segments stepped together as one batch (the decoder uses the same groups).")
+]
+CodecDeviceOpt = Annotated[
+    str, typer.Option("--device", help="cpu (exact on the same CPU kind and software), cuda or cuda:N.")
+]
 CodecDtypeOpt = Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")]
-FallbackOpt = Annotated[str, typer.Option(help="When the tokenizer cannot give the file back: xz (store it with xz) or refuse.")]
-VerifyOpt = Annotated[bool, typer.Option("--verify/--no-verify", help="Decode in memory before writing (proves the file decodes here; measures decompression).")]
-DecodeModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="The model, when it is not where the file says.")]
+FallbackOpt = Annotated[
+    str, typer.Option(help="When the tokenizer cannot give the file back: xz (store it with xz) or refuse.")
+]
+VerifyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verify/--no-verify",
+        help="Decode in memory before writing (proves the file decodes here; measures decompression).",
+    ),
+]
+DecodeModelOpt = Annotated[
+    Optional[str], typer.Option("--model", "-m", help="The model, when it is not where the file says.")
+]
 
 
 @output_options("json", "quiet")
@@ -42,7 +60,9 @@ def compress(
     from infoeval.codec.pipeline import compress as run
     from infoeval.codec.report import print_compress
 
-    codec_settings = CodecSettings(model=model, ctx=ctx, group=group, device=device, dtype=dtype, fallback=fallback, verify=verify)
+    codec_settings = CodecSettings(
+        model=model, ctx=ctx, group=group, device=device, dtype=dtype, fallback=fallback, verify=verify
+    )
     result = run(file, output, codec_settings, force, outputs.reporter())
     outputs.emit(result, command="compress", model=model, source="", tables=print_compress, also_written=(str(output),))
 
@@ -60,7 +80,9 @@ def decompress(
     from infoeval.codec.report import print_decompress
 
     result = run(file, output, model, force, outputs.reporter())
-    outputs.emit(result, command="decompress", model=model or "", source="", tables=print_decompress, also_written=(str(output),))
+    outputs.emit(
+        result, command="decompress", model=model or "", source="", tables=print_decompress, also_written=(str(output),)
+    )
 
 
 def register(app) -> None:

@@ -16,7 +16,13 @@ from infoeval.quant.schemes import DEFAULT_SCHEMES
 
 GATE_TABLES = ("default", "llama.cpp")  # the layouts of every command with --table
 TABLES = (*GATE_TABLES, "confidence")  # quantize-compare's: also KL by confidence
-TableOpt = Annotated[str, typer.Option("--table", help="Table layout: default, llama.cpp (llama-perplexity --kl-divergence's statistics block, per variant) or, for quantize-compare, confidence (mean KL and top-1 by the reference's top-1 probability).")]
+TableOpt = Annotated[
+    str,
+    typer.Option(
+        "--table",
+        help="Table layout: default, llama.cpp (llama-perplexity --kl-divergence's statistics block, per variant) or, for quantize-compare, confidence (mean KL and top-1 by the reference's top-1 probability).",
+    ),
+]
 
 
 def check_table(table: str, allowed: tuple[str, ...] = TABLES) -> str:
@@ -28,7 +34,14 @@ def check_table(table: str, allowed: tuple[str, ...] = TABLES) -> str:
     return table
 
 
-UntilSeOpt = Annotated[Optional[float], typer.Option("--until-se", help="Run to a precision: windows of the whole text in a seeded order until the watched standard error is ≤ this; --max-tokens, when given, is then the budget.", show_default=False)]
+UntilSeOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--until-se",
+        help="Run to a precision: windows of the whole text in a seeded order until the watched standard error is ≤ this; --max-tokens, when given, is then the budget.",
+        show_default=False,
+    ),
+]
 OrderSeedOpt = Annotated[int, typer.Option(help="--until-se: the seed of the windows' visiting order.")]
 
 
@@ -59,7 +72,9 @@ def until_settings(context: typer.Context, until_se: float | None, order_seed: i
         if typed(context, "order_seed", order_seed):
             raise UsageError("--order-seed needs --until-se")
         return Precision(None, order_seed, False)
-    given = getattr(context.get_parameter_source("max_tokens"), "name", "DEFAULT") != "DEFAULT"  # typed, or from --config
+    given = (
+        getattr(context.get_parameter_source("max_tokens"), "name", "DEFAULT") != "DEFAULT"
+    )  # typed, or from --config
     UntilSettings(until_se, max_tokens_of(run.max_tokens) if given else None, order_seed)
     return Precision(until_se, order_seed, not given)
 
@@ -68,19 +83,54 @@ def precision_options(command):
     """Give a command --until-se and --order-seed, declared once here; they reach it as one ``precision: Precision``
     argument (the command declares ``context`` and ``run``)."""
     params = [option("until_se", UntilSeOpt, None), option("order_seed", OrderSeedOpt, 0)]
-    return extend(command, "precision", params, lambda v: until_settings(v["context"], v["until_se"], v["order_seed"], v["run"]), place="here")
+    return extend(
+        command,
+        "precision",
+        params,
+        lambda v: until_settings(v["context"], v["until_se"], v["order_seed"], v["run"]),
+        place="here",
+    )
 
 
-CheckpointsOpt = Annotated[Optional[str], typer.Option("--checkpoints", help="Saved checkpoints to compare beside the schemes, comma-separated: folders (a library's quantized save, or a float one), .gguf files or hub ids; each must share the reference's tokenizer, and is named by its folder or file. Alone (without --schemes) only they are compared.", show_default=False)]
-BaselineOpt = Annotated[Optional[str], typer.Option("--baseline", help="A variant of the run (e.g. int4-g128): every other is compared with it on the same positions (mean KL, P99 KL, top-1, Δ ln PPL: paired difference ± SE, better / worse / not distinguishable).", show_default=False)]
-PairedAlphaOpt = Annotated[Optional[float], typer.Option("--alpha", help="--baseline: the verdicts' level, two-sided, Holm across the variants (default 0.05).", show_default=False)]
-VerifyCodingOpt = Annotated[bool, typer.Option("--verify-coding", help="Also compress the scored bytes with the model and a range coder, decompress them, and report the real file's size (an 'arithmetic-coded' row).")]
+CheckpointsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--checkpoints",
+        help="Saved checkpoints to compare beside the schemes, comma-separated: folders (a library's quantized save, or a float one), .gguf files or hub ids; each must share the reference's tokenizer, and is named by its folder or file. Alone (without --schemes) only they are compared.",
+        show_default=False,
+    ),
+]
+BaselineOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--baseline",
+        help="A variant of the run (e.g. int4-g128): every other is compared with it on the same positions (mean KL, P99 KL, top-1, Δ ln PPL: paired difference ± SE, better / worse / not distinguishable).",
+        show_default=False,
+    ),
+]
+PairedAlphaOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--alpha",
+        help="--baseline: the verdicts' level, two-sided, Holm across the variants (default 0.05).",
+        show_default=False,
+    ),
+]
+VerifyCodingOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verify-coding",
+        help="Also compress the scored bytes with the model and a range coder, decompress them, and report the real file's size (an 'arithmetic-coded' row).",
+    ),
+]
 
 
 def compare_options(calibration: bool = False):
     """The options quantize-compare and compress-bits share, declared once: the scoring, output, --until-se and page
     options (``calibration``: and the calibration options)."""
-    return lambda command: scoring_options(*RUN_OUTPUTS, calibration=calibration)(page_options(precision_options(command)))
+    return lambda command: scoring_options(*RUN_OUTPUTS, calibration=calibration)(
+        page_options(precision_options(command))
+    )
 
 
 @compare_options(calibration=True)
@@ -115,10 +165,26 @@ def quantize_compare(
     outputs.check()  # before the long run
     from infoeval.comparison.views import print_quantize_compare_confidence
 
-    tables = {"llama.cpp": print_quantize_compare_llamacpp, "confidence": print_quantize_compare_confidence}.get(check_table(table), print_quantize_compare)
-    result = compare(model, schemes=schemes, include=include or (), exclude=exclude or (), recipes=recipe or (), floor=floor, floor_seed=floor_seed,
-                     checkpoints=[c.strip() for c in (checkpoints or "").split(",") if c.strip()], calibration=calibration_settings, top_k=page.top_k, baseline=baseline, alpha=alpha, progress=not outputs.quiet, **precision.keywords(),
-                     **run.keywords(precision.whole_text))  # fmt: skip
+    tables = {"llama.cpp": print_quantize_compare_llamacpp, "confidence": print_quantize_compare_confidence}.get(
+        check_table(table), print_quantize_compare
+    )
+    result = compare(
+        model,
+        schemes=schemes,
+        include=include or (),
+        exclude=exclude or (),
+        recipes=recipe or (),
+        floor=floor,
+        floor_seed=floor_seed,
+        checkpoints=[c.strip() for c in (checkpoints or "").split(",") if c.strip()],
+        calibration=calibration_settings,
+        top_k=page.top_k,
+        baseline=baseline,
+        alpha=alpha,
+        progress=not outputs.quiet,
+        **precision.keywords(),
+        **run.keywords(precision.whole_text),
+    )
     _emit_run(result, "quantize-compare", model, tables, page.html, outputs)
 
 
@@ -132,8 +198,15 @@ def _emit_run(result, command: str, model: str, tables, html, outputs: Outputs) 
         (plot_quantize_compare if command == "quantize-compare" else plot_compress_bits)(data, cols, path)
 
     frame = lambda: result.positions  # noqa: E731  (built once, for the CSV and the page)
-    outputs.emit(data, command=command, model=model, positions=frame, draw=draw, tables=tables,
-                 extras=lambda paths: page_extras(data, frame, cols.vocab, paths, html, f"{command}: {model}"))  # fmt: skip
+    outputs.emit(
+        data,
+        command=command,
+        model=model,
+        positions=frame,
+        draw=draw,
+        tables=tables,
+        extras=lambda paths: page_extras(data, frame, cols.vocab, paths, html, f"{command}: {model}"),
+    )
 
 
 @compare_options()
@@ -152,8 +225,14 @@ def compress_bits(
     from infoeval.comparison.report import print_compress_bits
 
     outputs.check()  # before the long run
-    result = run_compress_bits(model, verify_coding=verify_coding, top_k=page.top_k, progress=not outputs.quiet, **precision.keywords(),
-                               **run.keywords(precision.whole_text))  # fmt: skip
+    result = run_compress_bits(
+        model,
+        verify_coding=verify_coding,
+        top_k=page.top_k,
+        progress=not outputs.quiet,
+        **precision.keywords(),
+        **run.keywords(precision.whole_text),
+    )
     _emit_run(result, "compress-bits", model, print_compress_bits, page.html, outputs)
 
 

@@ -7,15 +7,43 @@ from pathlib import Path
 import typer
 
 from infoeval.errors import EXIT_GATE_FAILED
-from infoeval.cli.options import DEVICE_DEFAULT, DTYPE_DEFAULT, DeviceMapOpt, DeviceOpt, DtypeOpt, model_options, RunOptions
+from infoeval.cli.options import (
+    DEVICE_DEFAULT,
+    DTYPE_DEFAULT,
+    DeviceMapOpt,
+    DeviceOpt,
+    DtypeOpt,
+    model_options,
+    RunOptions,
+)
 from infoeval.cli.variant_options import ExcludeOpt, IncludeOpt, calibration_options, FloorOpt, FloorSeedOpt
 from infoeval.cli.compare import GATE_TABLES, TableOpt, check_table
 from infoeval.cli.output import PageOptions, as_json, page_extras, page_options
 from infoeval.cli.outputs import Outputs, output_options, scoring_options
 from infoeval.cli.gate_options import (
-    BaselineOpt, BaselineToleranceOpt, CandidateArg, CandidateOpt, ConfidenceOpt, ForceOpt, FormatOpt, GateSchemeOpt, JunitOpt,
-    LimitsOpt, MarkdownOpt, OneRecipeOpt, OutCheckpointOpt, OutRefOpt, PointOpt, QuantSchemeOpt, ReferenceOpt, SeedOpt,
-    SequentialOpt, TailSamplesOpt, TopKOpt, limit_options, sequential_options,
+    BaselineOpt,
+    BaselineToleranceOpt,
+    CandidateArg,
+    CandidateOpt,
+    ConfidenceOpt,
+    ForceOpt,
+    FormatOpt,
+    GateSchemeOpt,
+    JunitOpt,
+    LimitsOpt,
+    MarkdownOpt,
+    OneRecipeOpt,
+    OutCheckpointOpt,
+    OutRefOpt,
+    PointOpt,
+    QuantSchemeOpt,
+    ReferenceOpt,
+    SeedOpt,
+    SequentialOpt,
+    TailSamplesOpt,
+    TopKOpt,
+    limit_options,
+    sequential_options,
 )
 
 
@@ -34,10 +62,25 @@ def reference(
     from infoeval.api.gates import reference as build_reference
     from infoeval.gating.report import reference_summary_table
 
-    info = as_json(build_reference(model, out=out, top_k=top_k, tail_samples=tail_samples, seed=seed, progress=not outputs.quiet,
-                                   **run.keywords()))  # fmt: skip
-    outputs.emit(info, command="reference", model=model, source="", tables=lambda console, data: console.print(reference_summary_table(data)),
-                 also_written=(f"{out} ({info['file_bytes']:,} bytes)",))  # fmt: skip
+    info = as_json(
+        build_reference(
+            model,
+            out=out,
+            top_k=top_k,
+            tail_samples=tail_samples,
+            seed=seed,
+            progress=not outputs.quiet,
+            **run.keywords(),
+        )
+    )
+    outputs.emit(
+        info,
+        command="reference",
+        model=model,
+        source="",
+        tables=lambda console, data: console.print(reference_summary_table(data)),
+        also_written=(f"{out} ({info['file_bytes']:,} bytes)",),
+    )
 
 
 @output_options("csv", "json", "positions", "folder", "quiet")
@@ -60,9 +103,11 @@ def gate(
     baseline_tolerance: BaselineToleranceOpt = 0.05,
     sequential: SequentialOpt = False,
     sequential_values: dict = None,  # --alpha … --round-windows (see sequential_options)
-    junit: JunitOpt = None, markdown: MarkdownOpt = None,
+    junit: JunitOpt = None,
+    markdown: MarkdownOpt = None,
     page: PageOptions = None,  # --topk and --html (see page_options)
-    floor: FloorOpt = "sampled", floor_seed: FloorSeedOpt = 0,  # the noise floor beside the candidate
+    floor: FloorOpt = "sampled",
+    floor_seed: FloorSeedOpt = 0,  # the noise floor beside the candidate
     device: DeviceOpt = DEVICE_DEFAULT,
     dtype: DtypeOpt = DTYPE_DEFAULT,
     device_map: DeviceMapOpt = None,
@@ -74,10 +119,28 @@ def gate(
     from infoeval.api.gates import gate as run_gate
 
     llama = check_table(table, GATE_TABLES) == "llama.cpp"
-    result = run_gate(model, reference=reference, scheme=scheme, recipe=recipe, limits=limits, confidence=confidence, point=point, baseline=baseline,
-                      baseline_tolerance=baseline_tolerance, sequential=sequential, top_k=page.top_k, floor=floor, floor_seed=floor_seed,
-                      calibration=calibration_settings, device=device, dtype=dtype, device_map=device_map, progress=not outputs.quiet,
-                      **limit_values, **sequential_values)  # fmt: skip
+    result = run_gate(
+        model,
+        reference=reference,
+        scheme=scheme,
+        recipe=recipe,
+        limits=limits,
+        confidence=confidence,
+        point=point,
+        baseline=baseline,
+        baseline_tolerance=baseline_tolerance,
+        sequential=sequential,
+        top_k=page.top_k,
+        floor=floor,
+        floor_seed=floor_seed,
+        calibration=calibration_settings,
+        device=device,
+        dtype=dtype,
+        device_map=device_map,
+        progress=not outputs.quiet,
+        **limit_values,
+        **sequential_values,
+    )
     suffix = scheme or (recipe.stem if recipe else None)  # names the run
     data = _emit_gate(result, outputs, suffix, {junit: "junit", markdown: "markdown"}, llama, page.html)
     if not data["passed"]:
@@ -93,13 +156,29 @@ def _emit_gate(result, outputs: Outputs, suffix: str | None, extra_paths: dict, 
 
     makers = {"junit": lambda: junit_xml(data), "markdown": lambda: markdown(data)}
     files = {path: makers[kind] for path, kind in extra_paths.items() if path}
-    data, cols, frame = result.to_json(), result.columns, lambda: result.positions  # the frame is built once, when first read
+    data, cols, frame = (
+        result.to_json(),
+        result.columns,
+        lambda: result.positions,
+    )  # the frame is built once, when first read
     title = " ".join(["gate:", data["candidate"]["spec"], data["candidate"]["scheme"] or ""]).strip()
     extras = lambda paths: files | page_extras(data, frame, cols.get("vocab", {}), paths, html, title)  # noqa: E731
     model = data["candidate"]["spec"] + (f"-{suffix}" if suffix else "")
-    return outputs.emit(data, command="gate", model=model, source="reference", positions=frame, extras=extras,
-         tables=print_gate_llamacpp if llama else lambda console, d: (console.print(summary_table(d)), console.print(gate_table(d)),
-                                                                      *(console.print(line) for line in floor_lines(d))))  # fmt: skip
+    return outputs.emit(
+        data,
+        command="gate",
+        model=model,
+        source="reference",
+        positions=frame,
+        extras=extras,
+        tables=print_gate_llamacpp
+        if llama
+        else lambda console, d: (
+            console.print(summary_table(d)),
+            console.print(gate_table(d)),
+            *(console.print(line) for line in floor_lines(d)),
+        ),
+    )
 
 
 @output_options()
@@ -123,8 +202,18 @@ def quantize(
     from infoeval.output.report import stdout_console
 
     typed_scheme = getattr(context.get_parameter_source("scheme"), "name", "") != "DEFAULT"
-    info = write_checkpoint(model, out=out, scheme=scheme if typed_scheme or recipe is None else None, recipe=recipe,
-                            include=include or (), exclude=exclude or (), force=force, format=format, device=device, dtype=dtype)  # fmt: skip
+    info = write_checkpoint(
+        model,
+        out=out,
+        scheme=scheme if typed_scheme or recipe is None else None,
+        recipe=recipe,
+        include=include or (),
+        exclude=exclude or (),
+        force=force,
+        format=format,
+        device=device,
+        dtype=dtype,
+    )
     stdout_console().print(
         f"wrote {info['out']} ({info['format']}): {info['scheme']}, {info['layers_quantized']} layers quantized, {info['layers_skipped']} "
         f"skipped, SQNR min {info['sqnr_db_min']:.2f} dB / mean {info['sqnr_db_mean']:.2f} dB"

@@ -14,26 +14,57 @@ from infoeval.cli.signatures import extend, option, typer_type
 
 CandidateArg = Annotated[
     Optional[str],
-    typer.Argument(metavar="CANDIDATE", show_default=False,
-                   help="Candidate checkpoint: HF folder, hub id or .gguf (default: the reference's own model, with --scheme)."),
-]  # fmt: skip
-CandidateOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="The candidate; same as CANDIDATE.", show_default=False)]
+    typer.Argument(
+        metavar="CANDIDATE",
+        show_default=False,
+        help="Candidate checkpoint: HF folder, hub id or .gguf (default: the reference's own model, with --scheme).",
+    ),
+]
+CandidateOpt = Annotated[
+    Optional[str], typer.Option("--model", "-m", help="The candidate; same as CANDIDATE.", show_default=False)
+]
 OutRefOpt = Annotated[Path, typer.Option("--out", "-o", help="Reference file to write (.safetensors).")]
 TopKOpt = Annotated[int, typer.Option(help="Most likely tokens kept per position.")]
-TailSamplesOpt = Annotated[int, typer.Option(help="Tokens sampled from the tail per position (unbiased KL; 0: lower bound only).")]
+TailSamplesOpt = Annotated[
+    int, typer.Option(help="Tokens sampled from the tail per position (unbiased KL; 0: lower bound only).")
+]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the tail sampling.")]
-ReferenceOpt = Annotated[Path, typer.Option("--reference", "-r", help="Reference file written by `infoeval reference`.")]
-GateSchemeOpt = Annotated[Optional[str], typer.Option(help="Quantize the candidate with this scheme first: int8-channel (infoeval's rounding) or a library's, e.g. hqq:int4-g64.")]
-LimitsOpt = Annotated[Optional[Path], typer.Option(help="TOML file with a \\[limits] table (see configs/gates/default.toml).")]
+ReferenceOpt = Annotated[
+    Path, typer.Option("--reference", "-r", help="Reference file written by `infoeval reference`.")
+]
+GateSchemeOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        help="Quantize the candidate with this scheme first: int8-channel (infoeval's rounding) or a library's, e.g. hqq:int4-g64."
+    ),
+]
+LimitsOpt = Annotated[
+    Optional[Path], typer.Option(help="TOML file with a \\[limits] table (see configs/gates/default.toml).")
+]
 ConfidenceOpt = Annotated[float, typer.Option(help="One-sided confidence at which limits on means must hold.")]
 PointOpt = Annotated[bool, typer.Option("--point", help="Compare point estimates instead of confidence bounds.")]
-BaselineOpt = Annotated[Optional[Path], typer.Option(help="An earlier `gate` run: its run folder (result.json and positions.csv: paired on the same positions, fail when worse beyond noise) or a result JSON (by --baseline-tolerance).")]
+BaselineOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        help="An earlier `gate` run: its run folder (result.json and positions.csv: paired on the same positions, fail when worse beyond noise) or a result JSON (by --baseline-tolerance)."
+    ),
+]
 BaselineToleranceOpt = Annotated[float, typer.Option(help="Relative tolerance for --baseline.")]
-SequentialOpt = Annotated[bool, typer.Option("--sequential", help="Visit windows in a fixed seeded order and stop as soon as the verdict is certain (anytime-valid confidence sequences).")]
+SequentialOpt = Annotated[
+    bool,
+    typer.Option(
+        "--sequential",
+        help="Visit windows in a fixed seeded order and stop as soon as the verdict is certain (anytime-valid confidence sequences).",
+    ),
+]
 # the limits the API takes (api.gates.LIMITS), each an option --max-kl-mean … of float or None
-LIMIT_HELP = {"max_kl_mean": "Limit on mean KL(reference‖candidate), nats.", "max_kl_p99": "Limit on the 99th percentile of per-position KL, nats.",
-              "min_top1": "Limit on top-1 agreement (fraction).", "max_ppl_ratio": "Limit on PPL candidate / PPL reference.",
-              "max_bpb_increase": "Limit on the bits/byte increase."}  # fmt: skip
+LIMIT_HELP = {
+    "max_kl_mean": "Limit on mean KL(reference‖candidate), nats.",
+    "max_kl_p99": "Limit on the 99th percentile of per-position KL, nats.",
+    "min_top1": "Limit on top-1 agreement (fraction).",
+    "max_ppl_ratio": "Limit on PPL candidate / PPL reference.",
+    "max_bpb_increase": "Limit on the bits/byte increase.",
+}
 # the sequential gate's settings (api.gates.SEQUENTIAL: SequentialSettings' fields, whose types and defaults they take)
 SEQUENTIAL_HELP = {
     "alpha": "the error level of the verdict, in (0, 0.5): P(false PASS) ≤ alpha and P(false FAIL) ≤ alpha.",
@@ -49,9 +80,17 @@ MarkdownOpt = Annotated[Optional[Path], typer.Option(help="Write a markdown summ
 QuantSchemeOpt = Annotated[str, typer.Option(help="Scheme: int<bits>-channel | int<bits>-g<N> [-asym].")]
 OutCheckpointOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder to write the checkpoint to.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Replace --out if it exists.")]
-OneRecipeOpt = Annotated[Optional[Path], typer.Option("--recipe", help="Recipe TOML (unit → scheme, as `infoeval mix` writes) applied instead of one --scheme.")]
+OneRecipeOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--recipe", help="Recipe TOML (unit → scheme, as `infoeval mix` writes) applied instead of one --scheme."
+    ),
+]
 FormatOpt = Annotated[
-    str, typer.Option("--format", help="fake (dequantized float weights) or pack-quantized (real int4 codes, compressed-tensors).")
+    str,
+    typer.Option(
+        "--format", help="fake (dequantized float weights) or pack-quantized (real int4 codes, compressed-tensors)."
+    ),
 ]
 
 
@@ -60,7 +99,10 @@ def limit_options(command):
     reach it as one ``limit_values`` dict, the API's keywords."""
     from infoeval.api.gates import LIMITS
 
-    params = [option(n, Annotated[Optional[float], typer.Option(help=LIMIT_HELP[n], show_default=False)], None) for n in LIMITS]
+    params = [
+        option(n, Annotated[Optional[float], typer.Option(help=LIMIT_HELP[n], show_default=False)], None)
+        for n in LIMITS
+    ]
     return extend(command, "limit_values", params, lambda values: {n: values[n] for n in LIMITS}, place="here")
 
 
@@ -76,7 +118,16 @@ def sequential_options(command):
 
     fields = dict(zip(SEQUENTIAL, dataclasses.fields(SequentialSettings)))
     hints = typing.get_type_hints(SequentialSettings)
-    params = [option(n, Annotated[typer_type(hints[f.name]), typer.Option(help=f"--sequential: {SEQUENTIAL_HELP[n]}", show_default=f.default is not None)],
-                     f.default) for n, f in fields.items()]  # fmt: skip
+    params = [
+        option(
+            n,
+            Annotated[
+                typer_type(hints[f.name]),
+                typer.Option(help=f"--sequential: {SEQUENTIAL_HELP[n]}", show_default=f.default is not None),
+            ],
+            f.default,
+        )
+        for n, f in fields.items()
+    ]
     given = lambda v: {n: v[n] for n in SEQUENTIAL if v["sequential"] or typed(v["context"], n, v[n])}  # noqa: E731
     return extend(command, "sequential_values", params, given, place="here")

@@ -23,7 +23,9 @@ HELP = {
     "sigma0": "Starting width σ₀.",
 }
 KLCsvOpt = Annotated[Optional[Path], typer.Option("--csv", help="Write one row per fit as CSV here.")]
-KLJsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Write the target, every fitted q and the settings as JSON here.")]
+KLJsonOpt = Annotated[
+    Optional[Path], typer.Option("--json", help="Write the target, every fitted q and the settings as JSON here.")
+]
 
 
 @output_options("plot", csv=KLCsvOpt, json=KLJsonOpt)

@@ -14,13 +14,38 @@ from infoeval.cli.outputs import RUN_OUTPUTS, Outputs, scoring_options
 from infoeval.mixing.pipeline import DEFAULT_MIX_SCHEMES
 
 MixSchemesOpt = Annotated[str, typer.Option("--schemes", help="Schemes each unit may take, comma-separated.")]
-BudgetOpt = Annotated[str, typer.Option("--budget-bits", help="Most stored bits per quantized weight (codes + fp16 scales), or a scheme of --schemes: its exact bits on this model.")]
-ByOpt = Annotated[str, typer.Option("--by", help="Units: linear (each Linear), block (each decoder block) or type (each layer type).")]
-SensitivityOpt = Annotated[Optional[list[Path]], typer.Option("--sensitivity", help="Per-unit KLs from `infoeval sensitivity` JSON (repeatable) instead of sweeping.")]
-SweepOpt = Annotated[Optional[str], typer.Option("--sweep", help="Also solve and measure budgets START:STOP:STEP (bits per weight) for the KL-vs-bits curve.")]
-SweepTokensOpt = Annotated[int, typer.Option("--sweep-tokens", help="Tokens the sensitivity sweep reads, right after the measured ones.")]
-NoBlockCacheOpt = Annotated[bool, typer.Option("--no-block-cache", help="Sweep every unit from the embeddings (no cached block inputs).")]
-RecipeOutOpt = Annotated[Optional[Path], typer.Option("--recipe-out", help="Write the recipe TOML here (default: recipe.toml beside the result JSON).")]
+BudgetOpt = Annotated[
+    str,
+    typer.Option(
+        "--budget-bits",
+        help="Most stored bits per quantized weight (codes + fp16 scales), or a scheme of --schemes: its exact bits on this model.",
+    ),
+]
+ByOpt = Annotated[
+    str, typer.Option("--by", help="Units: linear (each Linear), block (each decoder block) or type (each layer type).")
+]
+SensitivityOpt = Annotated[
+    Optional[list[Path]],
+    typer.Option(
+        "--sensitivity", help="Per-unit KLs from `infoeval sensitivity` JSON (repeatable) instead of sweeping."
+    ),
+]
+SweepOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--sweep", help="Also solve and measure budgets START:STOP:STEP (bits per weight) for the KL-vs-bits curve."
+    ),
+]
+SweepTokensOpt = Annotated[
+    int, typer.Option("--sweep-tokens", help="Tokens the sensitivity sweep reads, right after the measured ones.")
+]
+NoBlockCacheOpt = Annotated[
+    bool, typer.Option("--no-block-cache", help="Sweep every unit from the embeddings (no cached block inputs).")
+]
+RecipeOutOpt = Annotated[
+    Optional[Path],
+    typer.Option("--recipe-out", help="Write the recipe TOML here (default: recipe.toml beside the result JSON)."),
+]
 
 
 @scoring_options(*RUN_OUTPUTS)
@@ -45,11 +70,28 @@ def mix(
     from infoeval.mixing.report import plot_mix, print_mix
 
     outputs.check()  # before the long run
-    result = run_mix(model, schemes=schemes, budget_bits=budget_bits, by=by, sensitivity=sensitivity or (), sweep=sweep, sweep_tokens=sweep_tokens,
-                     block_cache=not no_block_cache, progress=not outputs.quiet, **run.keywords())  # fmt: skip
+    result = run_mix(
+        model,
+        schemes=schemes,
+        budget_bits=budget_bits,
+        by=by,
+        sensitivity=sensitivity or (),
+        sweep=sweep,
+        sweep_tokens=sweep_tokens,
+        block_cache=not no_block_cache,
+        progress=not outputs.quiet,
+        **run.keywords(),
+    )
     data = result.to_json()
-    outputs.emit(data, command="mix", model=model, positions=lambda: result.positions, draw=lambda path: plot_mix(data, path), tables=print_mix,
-                 extras=lambda paths: export_files(data, result.sweep, Path(next(iter(paths.values()))).parent, recipe_out))  # fmt: skip
+    outputs.emit(
+        data,
+        command="mix",
+        model=model,
+        positions=lambda: result.positions,
+        draw=lambda path: plot_mix(data, path),
+        tables=print_mix,
+        extras=lambda paths: export_files(data, result.sweep, Path(next(iter(paths.values()))).parent, recipe_out),
+    )
 
 
 def export_files(data: dict, sweep_json: dict | None, folder: Path, recipe_out: Path | None) -> dict:
@@ -60,11 +102,15 @@ def export_files(data: dict, sweep_json: dict | None, folder: Path, recipe_out: 
     if ex["llama_cpp"]["text"] is not None:
         files[folder / "tensor-types.txt"] = lambda: ex["llama_cpp"]["text"]
     if ex["compressed_tensors"]["config"] is not None:
-        files[folder / "quantization_config.json"] = lambda: jsonlib.dumps(ex["compressed_tensors"]["config"], indent=2) + "\n"
+        files[folder / "quantization_config.json"] = lambda: (
+            jsonlib.dumps(ex["compressed_tensors"]["config"], indent=2) + "\n"
+        )
     if sweep_json is not None:
         from infoeval.output.results import _clean
 
-        files[folder / "sensitivity.json"] = lambda: jsonlib.dumps(_clean(sweep_json), indent=2, ensure_ascii=False) + "\n"
+        files[folder / "sensitivity.json"] = lambda: (
+            jsonlib.dumps(_clean(sweep_json), indent=2, ensure_ascii=False) + "\n"
+        )
     return files
 
 

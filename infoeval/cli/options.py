@@ -45,7 +45,9 @@ def _load_config(ctx: typer.Context, param, value: Optional[Path]) -> Optional[P
         name = key.replace("-", "_")
         name = CONFIG_ALIASES.get(name, name) if name not in allowed else name
         if name not in allowed:
-            raise UsageError(f"config file '{value}': unknown key '{key}' for {ctx.info_name}; allowed: {', '.join(sorted(allowed))}")
+            raise UsageError(
+                f"config file '{value}': unknown key '{key}' for {ctx.info_name}; allowed: {', '.join(sorted(allowed))}"
+            )
         if name == "schemes" and isinstance(val, list):
             val = ",".join(val)
         defaults[name] = val
@@ -54,28 +56,65 @@ def _load_config(ctx: typer.Context, param, value: Optional[Path]) -> Optional[P
 
 
 # ---- reusable option types -------------------------------------------------------------------------------
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help=f"HF folder, hub id (org/name), .gguf file, or '{DEFAULT_MODEL}'.")]
-ModelArg = Annotated[Optional[str], typer.Argument(metavar="MODEL", help="The model; same as --model.", show_default=False)]
+ModelOpt = Annotated[
+    str, typer.Option("--model", "-m", help=f"HF folder, hub id (org/name), .gguf file, or '{DEFAULT_MODEL}'.")
+]
+ModelArg = Annotated[
+    Optional[str], typer.Argument(metavar="MODEL", help="The model; same as --model.", show_default=False)
+]
 DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA when present), cpu, cuda or cuda:N.")]
-DtypeOpt = Annotated[str, typer.Option(help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16, float16. On a CPU with native bfloat16, bfloat16 is about 1.6× faster but its noise floor is about 60× float32's (docs/metrics.md, Resolution).")]
-DeviceMapOpt = Annotated[Optional[str], typer.Option(help="accelerate device_map for models larger than one device, e.g. auto.")]
+DtypeOpt = Annotated[
+    str,
+    typer.Option(
+        help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16, float16. On a CPU with native bfloat16, bfloat16 is about 1.6× faster but its noise floor is about 60× float32's (docs/metrics.md, Resolution)."
+    ),
+]
+DeviceMapOpt = Annotated[
+    Optional[str], typer.Option(help="accelerate device_map for models larger than one device, e.g. auto.")
+]
 TextOpt = Annotated[Optional[Path], typer.Option("--text", "-t", help="A UTF-8 text file to score.")]
 DatasetOpt = Annotated[Optional[str], typer.Option(help=f"Built-in text: {', '.join(DATASETS)} (default python-docs).")]
-DataDirOpt = Annotated[Optional[Path], typer.Option(help="Folder holding wikitext-2-raw/ or tinyshakespeare/ (or set INFOEVAL_DATA_DIR).")]
-MaxTokensOpt = Annotated[
-    str, typer.Option(help="Score at most this many tokens, or 'all' for the whole text (the default keeps a first run to minutes).")
+DataDirOpt = Annotated[
+    Optional[Path], typer.Option(help="Folder holding wikitext-2-raw/ or tinyshakespeare/ (or set INFOEVAL_DATA_DIR).")
 ]
-CtxOpt = Annotated[Optional[int], typer.Option(help="Window length in tokens (n_ctx); default 512, 2048 with --protocol gptq.", show_default=False)]
+MaxTokensOpt = Annotated[
+    str,
+    typer.Option(
+        help="Score at most this many tokens, or 'all' for the whole text (the default keeps a first run to minutes)."
+    ),
+]
+CtxOpt = Annotated[
+    Optional[int],
+    typer.Option(help="Window length in tokens (n_ctx); default 512, 2048 with --protocol gptq.", show_default=False),
+]
 StrideOpt = Annotated[Optional[int], typer.Option(help="Tokens between window starts (default = ctx); ≤ ctx.")]
-ProtocolOpt = Annotated[str, typer.Option(help="rolling (every token scored once), llama.cpp (llama-perplexity's chunks), lm-eval (lm-evaluation-harness's loglikelihood_rolling, per document) or gptq (GPTQ/AWQ's non-overlapping windows).")]
-DocumentsOpt = Annotated[Optional[str], typer.Option(help="With --protocol lm-eval: a JSONL file of documents, or 'articles' (the WikiText file split into articles, lm-eval's wikitext task).")]
+ProtocolOpt = Annotated[
+    str,
+    typer.Option(
+        help="rolling (every token scored once), llama.cpp (llama-perplexity's chunks), lm-eval (lm-evaluation-harness's loglikelihood_rolling, per document) or gptq (GPTQ/AWQ's non-overlapping windows)."
+    ),
+]
+DocumentsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        help="With --protocol lm-eval: a JSONL file of documents, or 'articles' (the WikiText file split into articles, lm-eval's wikitext task)."
+    ),
+]
 DocumentFieldOpt = Annotated[str, typer.Option(help="The field of each JSONL line that holds the document.")]
 PrefixOpt = Annotated[str, typer.Option(help="Token put before the text: auto (BOS, else EOS), bos, eos or none.")]
-CsvOpt = Annotated[Optional[Path], typer.Option(help="Write the summary CSV here (a row per variant, or per compressor).")]
+CsvOpt = Annotated[
+    Optional[Path], typer.Option(help="Write the summary CSV here (a row per variant, or per compressor).")
+]
 JsonOpt = Annotated[Optional[Path], typer.Option(help="Write metrics and provenance as JSON here.")]
 PositionsOpt = Annotated[Optional[Path], typer.Option(help="Write per-position columns as CSV here.")]
-PlotOpt = Annotated[Optional[Path], typer.Option(help="Also draw the results into this .png (or .svg, .pdf); needs matplotlib, the 'plot' extra.")]
-OutDirOpt = Annotated[Optional[Path], typer.Option(help="Folder for summary.csv, result.json, positions.csv (default results/<run-name>/).")]
+PlotOpt = Annotated[
+    Optional[Path],
+    typer.Option(help="Also draw the results into this .png (or .svg, .pdf); needs matplotlib, the 'plot' extra."),
+]
+OutDirOpt = Annotated[
+    Optional[Path],
+    typer.Option(help="Folder for summary.csv, result.json, positions.csv (default results/<run-name>/)."),
+]
 RunNameOpt = Annotated[Optional[str], typer.Option(help="Name of the run folder under results/.")]
 ConfigOpt = Annotated[
     Optional[Path],
@@ -94,7 +133,9 @@ def typed(context: typer.Context | None, name: str, value) -> bool:
     return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
 
 
-def pick_model(context: typer.Context | None, positional: str | None, option: str | None, what: str = "the model") -> str | None:
+def pick_model(
+    context: typer.Context | None, positional: str | None, option: str | None, what: str = "the model"
+) -> str | None:
     """The model given as the positional argument or as --model (or its default); both typed with different
     values is a usage error. A --config value for --model gives way to the positional argument."""
     if positional is None:
@@ -126,18 +167,42 @@ class RunOptions:
     def keywords(self, whole_text: bool = False) -> dict:
         """The API's text, window and device keywords (``infoeval.api.scoring.run_settings``); ``whole_text``: no
         --max-tokens budget (a run to a precision whose --max-tokens was not given reads the whole text)."""
-        return {"text": self.text, "dataset": self.dataset, "data_dir": self.data_dir,
-                "max_tokens": None if whole_text else max_tokens_of(self.max_tokens), "ctx": self.ctx, "stride": self.stride,
-                "protocol": self.protocol, "prefix": self.prefix, "documents": self.documents, "document_field": self.document_field,
-                "device": self.device, "dtype": self.dtype, "device_map": self.device_map}  # fmt: skip
+        return {
+            "text": self.text,
+            "dataset": self.dataset,
+            "data_dir": self.data_dir,
+            "max_tokens": None if whole_text else max_tokens_of(self.max_tokens),
+            "ctx": self.ctx,
+            "stride": self.stride,
+            "protocol": self.protocol,
+            "prefix": self.prefix,
+            "documents": self.documents,
+            "document_field": self.document_field,
+            "device": self.device,
+            "dtype": self.dtype,
+            "device_map": self.device_map,
+        }
 
 
-_TEXT = [option("text", TextOpt, None), option("dataset", DatasetOpt, None), option("data_dir", DataDirOpt, None),
-         option("max_tokens", MaxTokensOpt, MAX_TOKENS_DEFAULT)]  # fmt: skip
-_WINDOW = [option("ctx", CtxOpt, None), option("stride", StrideOpt, None), option("protocol", ProtocolOpt, PROTOCOL_DEFAULT),
-           option("prefix", PrefixOpt, PREFIX_DEFAULT), option("documents", DocumentsOpt, None),
-           option("document_field", DocumentFieldOpt, "text")]  # fmt: skip
-_DEVICE = [option("device", DeviceOpt, DEVICE_DEFAULT), option("dtype", DtypeOpt, DTYPE_DEFAULT), option("device_map", DeviceMapOpt, None)]
+_TEXT = [
+    option("text", TextOpt, None),
+    option("dataset", DatasetOpt, None),
+    option("data_dir", DataDirOpt, None),
+    option("max_tokens", MaxTokensOpt, MAX_TOKENS_DEFAULT),
+]
+_WINDOW = [
+    option("ctx", CtxOpt, None),
+    option("stride", StrideOpt, None),
+    option("protocol", ProtocolOpt, PROTOCOL_DEFAULT),
+    option("prefix", PrefixOpt, PREFIX_DEFAULT),
+    option("documents", DocumentsOpt, None),
+    option("document_field", DocumentFieldOpt, "text"),
+]
+_DEVICE = [
+    option("device", DeviceOpt, DEVICE_DEFAULT),
+    option("dtype", DtypeOpt, DTYPE_DEFAULT),
+    option("device_map", DeviceMapOpt, None),
+]
 
 
 def run_options(windows: bool = True):
@@ -153,7 +218,9 @@ def model_options(argument=ModelArg, flag=ModelOpt, default: str | None = MODEL_
     defined once here, first in its --help; they reach it as one ``model`` argument, the one given (both typed with
     different values is a usage error naming ``what``)."""
     params = [option("context", typer.Context, None), option(MODEL_ARG, argument, None), option("model", flag, default)]
-    return lambda command: extend(command, "model", params, lambda v: pick_model(v["context"], v[MODEL_ARG], v["model"], what), place="first")
+    return lambda command: extend(
+        command, "model", params, lambda v: pick_model(v["context"], v[MODEL_ARG], v["model"], what), place="first"
+    )
 
 
 # ---- where outputs go ------------------------------------------------------------------------------------

@@ -18,8 +18,21 @@ def as_json(result) -> dict:
     return result.to_json() if hasattr(result, "to_json") else result
 
 
-TopKOpt = Annotated[int, typer.Option("--topk", help="Also store every model's K most likely tokens and their probabilities per position in the positions output (0: none).")]
-HtmlOpt = Annotated[Optional[Path], typer.Option("--html", help="Also write the run's report page here: the text coloured by KL (or NLL, entropy), each token's values and top-5 on hover (implies --topk 5).", show_default=False)]
+TopKOpt = Annotated[
+    int,
+    typer.Option(
+        "--topk",
+        help="Also store every model's K most likely tokens and their probabilities per position in the positions output (0: none).",
+    ),
+]
+HtmlOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--html",
+        help="Also write the run's report page here: the text coloured by KL (or NLL, entropy), each token's values and top-5 on hover (implies --topk 5).",
+        show_default=False,
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -43,7 +56,9 @@ def page_options(command):
     return extend(command, "page", params, lambda values: PageOptions(values["topk"], values["html"]), place="here")
 
 
-def page_extras(data: dict, positions: Callable[[], object], vocab: dict, paths: dict, html: Path | None, title: str) -> dict:
+def page_extras(
+    data: dict, positions: Callable[[], object], vocab: dict, paths: dict, html: Path | None, title: str
+) -> dict:
     """The files beside the result: the tokens' text (``vocab``, id → text) next to the positions table (with
     --topk), and with --html the report page, drawn from the result and its positions frame."""
     import json
@@ -52,7 +67,9 @@ def page_extras(data: dict, positions: Callable[[], object], vocab: dict, paths:
 
     extras = {}
     if vocab and "positions" in paths:
-        extras[tokens_path(paths["positions"])] = lambda: json.dumps({str(k): v for k, v in vocab.items()}, ensure_ascii=False)
+        extras[tokens_path(paths["positions"])] = lambda: json.dumps(
+            {str(k): v for k, v in vocab.items()}, ensure_ascii=False
+        )
     if html is not None:
         from infoeval.report.data import run_data
         from infoeval.report.page import render

@@ -8,7 +8,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from infoeval.cli.options import ConfigOpt, CsvOpt, JsonOpt, OutDirOpt, PlotOpt, PositionsOpt, QuietOpt, RunNameOpt, run_folder
+from infoeval.cli.options import (
+    ConfigOpt,
+    CsvOpt,
+    JsonOpt,
+    OutDirOpt,
+    PlotOpt,
+    PositionsOpt,
+    QuietOpt,
+    RunNameOpt,
+    run_folder,
+)
 from infoeval.cli.signatures import extend, option
 
 # the output options a command may take; "folder" stands for --out-dir and --run-name (the default run folder)
@@ -53,11 +63,24 @@ class Outputs:
         named = {k: getattr(self, k) for k in self.kinds if getattr(self, k) is not None}
         if not self.folder:
             return named
-        paths = output_paths(self.csv, self.json, self.positions, self.out_dir, run_folder(command, model, source, self.run_name))
+        paths = output_paths(
+            self.csv, self.json, self.positions, self.out_dir, run_folder(command, model, source, self.run_name)
+        )
         return {k: v for k, v in paths.items() if k in self.kinds}
 
-    def emit(self, result, *, command: str, model: str, tables, source: str | None = None, positions=None, draw=None,
-             extras: dict | Callable[[dict], dict] | None = None, also_written: tuple[str, ...] = ()) -> dict:  # fmt: skip
+    def emit(
+        self,
+        result,
+        *,
+        command: str,
+        model: str,
+        tables,
+        source: str | None = None,
+        positions=None,
+        draw=None,
+        extras: dict | Callable[[dict], dict] | None = None,
+        also_written: tuple[str, ...] = (),
+    ) -> dict:
         """Write, draw and print a result (``cli.output.emit``) into this command's paths; ``source``: the text's
         name in the run folder's name (default: the result's provenance); ``extras``: more files, or a function of
         the paths that gives them. Returns the result's JSON dict."""
@@ -65,8 +88,16 @@ class Outputs:
 
         data = as_json(result)
         paths = self.paths(command, model, source if source is not None else data["provenance"]["text"]["source"])
-        return emit(data, paths=paths, tables=tables, positions=positions, plot=self.plot, draw=draw,
-                    extras=extras(paths) if callable(extras) else extras, also_written=also_written)  # fmt: skip
+        return emit(
+            data,
+            paths=paths,
+            tables=tables,
+            positions=positions,
+            plot=self.plot,
+            draw=draw,
+            extras=extras(paths) if callable(extras) else extras,
+            also_written=also_written,
+        )
 
 
 def output_options(*names: str, **own):
@@ -77,7 +108,11 @@ def output_options(*names: str, **own):
     unknown = wanted - set(STANDARD) - {"folder"}
     if unknown:
         raise ValueError(f"unknown output options {sorted(unknown)}")
-    params = [option(name, own.get(name, STANDARD[name]), False if name == "quiet" else None) for name in STANDARD if name in wanted]
+    params = [
+        option(name, own.get(name, STANDARD[name]), False if name == "quiet" else None)
+        for name in STANDARD
+        if name in wanted
+    ]
     if "folder" in wanted:
         params += [option("out_dir", OutDirOpt, None), option("run_name", RunNameOpt, None)]
     params.append(option("config", ConfigOpt, None))
@@ -90,7 +125,9 @@ def output_options(*names: str, **own):
     return lambda command: extend(command, "outputs", params, build)
 
 
-def scoring_options(*outputs: str, windows: bool = True, calibration: bool = False, argument=None, what: str = "the model", **own):
+def scoring_options(
+    *outputs: str, windows: bool = True, calibration: bool = False, argument=None, what: str = "the model", **own
+):
     """The options of a command that scores a text with a model, each family defined once: the model as MODEL or
     --model (``model_options``; ``argument``: another positional, e.g. TARGET), the calibration options with
     ``calibration``, the text (``windows``: and window) and device options (``run_options``) and the output options

@@ -10,11 +10,38 @@ from infoeval.cli.options import MaxTokensOpt, RunOptions
 from infoeval.api import units
 from infoeval.cli.outputs import Outputs, scoring_options
 
-SchemeOpt = Annotated[str, typer.Option("--scheme", "--schemes", help="Scheme(s) each unit is quantized with, comma-separated: int<bits>-channel | int<bits>-g<N> [-asym].")]
-ByOpt = Annotated[str, typer.Option(help="Units: linear (one Linear layer), block (one decoder block), type (one layer type in every block, e.g. mlp.down_proj).")]
-UnitsOpt = Annotated[Optional[list[str]], typer.Option(help="Keep only the units matching this glob (repeatable or comma-separated), e.g. '*mlp*'.")]
-BlockCacheOpt = Annotated[bool, typer.Option("--block-cache/--no-block-cache", help="Start each unit's forward from the reference's cached input of its first block (--no-block-cache: from the embeddings, to time the plain path).")]
-ProxyOpt = Annotated[bool, typer.Option("--proxy/--no-proxy", help="Also compute the diagonal-Fisher proxy (one backward pass per window) and its Spearman ρ with the direct KL.")]
+SchemeOpt = Annotated[
+    str,
+    typer.Option(
+        "--scheme",
+        "--schemes",
+        help="Scheme(s) each unit is quantized with, comma-separated: int<bits>-channel | int<bits>-g<N> [-asym].",
+    ),
+]
+ByOpt = Annotated[
+    str,
+    typer.Option(
+        help="Units: linear (one Linear layer), block (one decoder block), type (one layer type in every block, e.g. mlp.down_proj)."
+    ),
+]
+UnitsOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(help="Keep only the units matching this glob (repeatable or comma-separated), e.g. '*mlp*'."),
+]
+BlockCacheOpt = Annotated[
+    bool,
+    typer.Option(
+        "--block-cache/--no-block-cache",
+        help="Start each unit's forward from the reference's cached input of its first block (--no-block-cache: from the embeddings, to time the plain path).",
+    ),
+]
+ProxyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--proxy/--no-proxy",
+        help="Also compute the diagonal-Fisher proxy (one backward pass per window) and its Spearman ρ with the direct KL.",
+    ),
+]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the tokens the proxy draws from the reference.")]
 SENSITIVITY_MAX_TOKENS = str(units.SENSITIVITY_MAX_TOKENS)  # the API's default, as the option's text
 
@@ -39,8 +66,17 @@ def sensitivity(
     from infoeval.sensitivities.report import print_sensitivity
 
     outputs.check()
-    result = run_sensitivity(model, schemes=scheme, by=by, units=units, block_cache=block_cache, proxy=proxy, seed=seed, progress=not outputs.quiet,
-                             **run.keywords())  # fmt: skip
+    result = run_sensitivity(
+        model,
+        schemes=scheme,
+        by=by,
+        units=units,
+        block_cache=block_cache,
+        proxy=proxy,
+        seed=seed,
+        progress=not outputs.quiet,
+        **run.keywords(),
+    )
     data = result.to_json()
 
     def draw(path):

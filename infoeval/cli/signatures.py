@@ -25,7 +25,9 @@ def extend(command, argument: str, extra: list[inspect.Parameter], build, place:
     declares itself (its own default or help) stays its own and is in ``values`` as well. Typer passes every option
     by name, so all are keyword-only."""
     hints = typing.get_type_hints(command, include_extras=True)
-    own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in inspect.signature(command).parameters.values()]
+    own = [
+        p.replace(annotation=hints.get(p.name, p.annotation)) for p in inspect.signature(command).parameters.values()
+    ]
     declared = {p.name for p in own} - {argument}
 
     @functools.wraps(command)
@@ -59,6 +61,12 @@ def api_options(function, argument: str, helps: dict[str, str]):
 
     signature, hints = inspect.signature(function), typing.get_type_hints(function)
     defaults = {n: signature.parameters[n].default for n in helps}
-    params = [option(n, Annotated[typer_type(hints[n]), typer.Option(help=helps[n], show_default=d is not None)],
-                     comma_list(d) if isinstance(d, (list, tuple)) else d) for n, d in defaults.items()]  # fmt: skip
+    params = [
+        option(
+            n,
+            Annotated[typer_type(hints[n]), typer.Option(help=helps[n], show_default=d is not None)],
+            comma_list(d) if isinstance(d, (list, tuple)) else d,
+        )
+        for n, d in defaults.items()
+    ]
     return lambda command: extend(command, argument, params, lambda values: {n: values[n] for n in helps}, place="here")

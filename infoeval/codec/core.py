@@ -42,11 +42,17 @@ class Coding:
 def _header(raw: bytes, tokens: int, loaded, device, ctx: int, group: int, start_id: int, load_as: str) -> dict:
     env = environment.environment(loaded, device, torch.get_num_threads())
     return {
-        "mode": "model", "original": {"bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()},
-        "model": {"load": load_as, "spec": loaded.info.spec, "kind": loaded.info.kind}, "tokens": tokens,
-        "ctx": ctx, "group": group, "start_id": start_id, "bucket": bucket_width(env["vocab"]), "precision": PRECISION,
+        "mode": "model",
+        "original": {"bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()},
+        "model": {"load": load_as, "spec": loaded.info.spec, "kind": loaded.info.kind},
+        "tokens": tokens,
+        "ctx": ctx,
+        "group": group,
+        "start_id": start_id,
+        "bucket": bucket_width(env["vocab"]),
+        "precision": PRECISION,
         "exactness": env,
-    }  # fmt: skip
+    }
 
 
 def _fallback(raw: bytes, reason: str, fallback: str) -> tuple[Archive, Coding]:
@@ -54,12 +60,26 @@ def _fallback(raw: bytes, reason: str, fallback: str) -> tuple[Archive, Coding]:
         raise DataError(f"{reason}; it cannot be coded with this model's tokens (--fallback xz stores it with xz)")
     t0 = time.perf_counter()
     stream = lzma.compress(raw, format=lzma.FORMAT_XZ, preset=9)
-    header = {"mode": "xz", "reason": reason, "original": {"bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}}
-    return Archive(header, (stream,), (0,)), Coding(0, float("nan"), float("nan"), 8 * len(stream), time.perf_counter() - t0)
+    header = {
+        "mode": "xz",
+        "reason": reason,
+        "original": {"bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()},
+    }
+    return Archive(header, (stream,), (0,)), Coding(
+        0, float("nan"), float("nan"), 8 * len(stream), time.perf_counter() - t0
+    )
 
 
-def encode_bytes(raw: bytes, loaded, device, ctx: int, group: int, load_as: str, fallback: str = "xz",
-                 reporter: Reporter | None = None) -> tuple[Archive, Coding]:  # fmt: skip
+def encode_bytes(
+    raw: bytes,
+    loaded,
+    device,
+    ctx: int,
+    group: int,
+    load_as: str,
+    fallback: str = "xz",
+    reporter: Reporter | None = None,
+) -> tuple[Archive, Coding]:
     """The archive of ``raw`` coded with the loaded model, and what it cost."""
     reporter = reporter or Reporter()
     reporter.stage("tokenizing")
@@ -70,15 +90,18 @@ def encode_bytes(raw: bytes, loaded, device, ctx: int, group: int, load_as: str,
     if limit and ctx > limit:
         raise UsageError(f"--ctx {ctx} is longer than the model's {limit} positions; give --ctx ≤ {limit}")
     info = loaded.info.tokenizer
-    header = _header(raw, len(tok.ids), loaded, device, ctx, group, segments.start_token(info.bos_id, info.eos_id), load_as)
+    header = _header(
+        raw, len(tok.ids), loaded, device, ctx, group, segments.start_token(info.bos_id, info.eos_id), load_as
+    )
     segs = segments.split(tok.ids, ctx)
     runs = segments.groups(len(segs), group)
     streams, crcs, ideal, code = [], [], 0.0, 0.0
     t0 = time.perf_counter()
     with progress(reporter, sum(len(segs[r[0]]) for r in runs), f"compressing {len(tok.ids):,} tokens") as bar:
         for run in runs:
-            data, coded = stepping.encode_group(loaded.model, [segs[i] for i in run], header["start_id"],
-                                                header["exactness"]["vocab"], bar.step)  # fmt: skip
+            data, coded = stepping.encode_group(
+                loaded.model, [segs[i] for i in run], header["start_id"], header["exactness"]["vocab"], bar.step
+            )
             streams.append(data)
             crcs.append(ids_crc(coded.tokens))
             ideal, code = ideal + float(coded.ideal_bits.sum()), code + float(coded.code_bits.sum())
@@ -106,17 +129,30 @@ def _decode_groups(archive: Archive, loaded, reporter: Reporter) -> list[np.ndar
     lengths = archive.lengths()
     runs = [archive.group_segments(g) for g in range(len(archive.streams))]
     out: list[np.ndarray] = []
-    with threads(int(h["exactness"]["threads"])), progress(reporter, sum(lengths[r[0]] for r in runs), "decompressing") as bar:
+    with (
+        threads(int(h["exactness"]["threads"])),
+        progress(reporter, sum(lengths[r[0]] for r in runs), "decompressing") as bar,
+    ):
         for g, run in enumerate(runs):
             try:
-                coded = stepping.decode_group(loaded.model, archive.streams[g], [lengths[i] for i in run], int(h["start_id"]),
-                                              int(h["exactness"]["vocab"]), bar.step)  # fmt: skip
+                coded = stepping.decode_group(
+                    loaded.model,
+                    archive.streams[g],
+                    [lengths[i] for i in run],
+                    int(h["start_id"]),
+                    int(h["exactness"]["vocab"]),
+                    bar.step,
+                )
             except stepping.OutOfVocabulary as e:
-                raise DamagedPayload(f"{_segment_names([run[int(i)] for i in e.rows])} decoded to tokens the model "
-                                     f"does not have: the file does not decode here") from None  # fmt: skip
+                raise DamagedPayload(
+                    f"{_segment_names([run[int(i)] for i in e.rows])} decoded to tokens the model "
+                    f"does not have: the file does not decode here"
+                ) from None
             if ids_crc(coded.tokens) != archive.token_crcs[g]:
-                raise DamagedPayload(f"{_segment_names(list(run))} (of {len(lengths)}) decoded to other tokens than were "
-                                     f"coded (their checksum differs): the file does not decode here")  # fmt: skip
+                raise DamagedPayload(
+                    f"{_segment_names(list(run))} (of {len(lengths)}) decoded to other tokens than were "
+                    f"coded (their checksum differs): the file does not decode here"
+                )
             out += list(coded.tokens)
     return out
 
@@ -127,8 +163,10 @@ def decode_archive(archive: Archive, crcs: tuple[int, ...], loaded, reporter: Re
     damaged = archive.damaged_groups(crcs)
     if damaged:
         names = [i for g in damaged for i in archive.group_segments(g)] if archive.header["mode"] == "model" else []
-        raise DamagedPayload(f"the payload is damaged: stream {damaged[0]} fails its checksum"
-                             + (f" ({_segment_names(names)} cannot be decoded)" if names else ""))  # fmt: skip
+        raise DamagedPayload(
+            f"the payload is damaged: stream {damaged[0]} fails its checksum"
+            + (f" ({_segment_names(names)} cannot be decoded)" if names else "")
+        )
     if archive.header["mode"] == "xz":
         try:
             raw = lzma.decompress(archive.streams[0])

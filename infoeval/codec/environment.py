@@ -16,8 +16,18 @@ import torch
 from infoeval.errors import UsageError
 from infoeval.models.checkpoints import vocab_fingerprint
 
-CHECKED = ("model_sha256", "tokenizer", "vocab", "dtype", "device", "cpu_capability", "torch", "transformers",
-           "attention", "constriction")  # fmt: skip
+CHECKED = (
+    "model_sha256",
+    "tokenizer",
+    "vocab",
+    "dtype",
+    "device",
+    "cpu_capability",
+    "torch",
+    "transformers",
+    "attention",
+    "constriction",
+)
 
 
 class EnvironmentMismatch(UsageError):
@@ -43,17 +53,25 @@ def environment(loaded, device: torch.device, threads: int) -> dict:
 
     info = loaded.info
     return {
-        "model_sha256": info.sha256 or info.revision, "tokenizer": vocab_fingerprint(loaded.tokenizer),
-        "vocab": logits_width(loaded.model), "dtype": info.dtype, "device": device_kind(device),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
-        "transformers": transformers.__version__, "attention": getattr(loaded.model.config, "_attn_implementation", None),
-        "constriction": metadata.version("constriction"), "threads": threads,
-    }  # fmt: skip
+        "model_sha256": info.sha256 or info.revision,
+        "tokenizer": vocab_fingerprint(loaded.tokenizer),
+        "vocab": logits_width(loaded.model),
+        "dtype": info.dtype,
+        "device": device_kind(device),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "attention": getattr(loaded.model.config, "_attn_implementation", None),
+        "constriction": metadata.version("constriction"),
+        "threads": threads,
+    }
 
 
 def check(recorded: dict, actual: dict, force: bool) -> list[str]:
     """The checked fields that differ, as 'field: file …, here …'; refused (exit 2) unless ``force``."""
-    diffs = [f"{k}: file {recorded.get(k)!r}, here {actual.get(k)!r}" for k in CHECKED if recorded.get(k) != actual.get(k)]
+    diffs = [
+        f"{k}: file {recorded.get(k)!r}, here {actual.get(k)!r}" for k in CHECKED if recorded.get(k) != actual.get(k)
+    ]
     if diffs and not force:
         raise EnvironmentMismatch(
             f"this file decodes exactly only where it was written; {len(diffs)} difference(s): {'; '.join(diffs)} "

@@ -118,13 +118,24 @@ def verify(blob: bytes, raw: bytes, loaded, reporter: Reporter) -> float:
     return time.perf_counter() - t0
 
 
-def compress(src: Path, dst: Path, codec_settings: CodecSettings, force: bool = False, reporter: Reporter | None = None) -> CompressResult:
+def compress(
+    src: Path, dst: Path, codec_settings: CodecSettings, force: bool = False, reporter: Reporter | None = None
+) -> CompressResult:
     """Compress ``src`` into ``dst`` (see the module's docstring)."""
     reporter = reporter or Reporter()
     raw = read_input(src)
     refuse_overwrite(src, dst, force)
     loaded, device, load_s = load(codec_settings.model, codec_settings.device, codec_settings.dtype, reporter)
-    archive, coding = core.encode_bytes(raw, loaded, device, codec_settings.ctx, codec_settings.group, load_as(loaded.info), codec_settings.fallback, reporter)
+    archive, coding = core.encode_bytes(
+        raw,
+        loaded,
+        device,
+        codec_settings.ctx,
+        codec_settings.group,
+        load_as(loaded.info),
+        codec_settings.fallback,
+        reporter,
+    )
     blob = pack(archive)
     verify_s = verify(blob, raw, loaded, reporter) if codec_settings.verify else None
     atomic_write_bytes(Path(dst), blob)
@@ -139,7 +150,9 @@ def _device_of(exactness: dict) -> str:
     return "cpu" if exactness["device"] == "cpu" else exactness["device"].split(":")[0]
 
 
-def decompress(src: Path, dst: Path, model: str | None = None, force: bool = False, reporter: Reporter | None = None) -> DecompressResult:
+def decompress(
+    src: Path, dst: Path, model: str | None = None, force: bool = False, reporter: Reporter | None = None
+) -> DecompressResult:
     """Decompress ``src`` into ``dst`` (see the module's docstring)."""
     reporter = reporter or Reporter()
     data = read_input(src)
@@ -157,8 +170,12 @@ def decompress(src: Path, dst: Path, model: str | None = None, force: bool = Fal
     tokens = int(archive.header.get("tokens", 0))
     prov = provenance("decompress", model=loaded.info if loaded else None)
     return DecompressResult(
-        prov, {"load_s": load_s, "decompress_s": seconds}, input={"path": str(src), "bytes": len(data)},
+        prov,
+        {"load_s": load_s, "decompress_s": seconds},
+        input={"path": str(src), "bytes": len(data)},
         output={"path": str(dst), "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()},
-        mode=archive.header["mode"], tokens=tokens, throughput=rate(len(raw), tokens, seconds), forced=tuple(forced),
-    )  # fmt: skip
-
+        mode=archive.header["mode"],
+        tokens=tokens,
+        throughput=rate(len(raw), tokens, seconds),
+        forced=tuple(forced),
+    )

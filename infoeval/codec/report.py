@@ -21,9 +21,12 @@ def _speed(rate: dict | None) -> tuple[str, str]:
 
 def sizes_table(data: dict):
     lay, bits, bpb = data["layout"], data["bits"], data["bits_per_byte"]
-    caption = (f"{lay['tokens']:,} tokens in {lay['segments']} segments of ≤ {lay['ctx']} tokens, {lay['groups']} "
-               f"group(s) of ≤ {lay['group']} segments stepped together; {lay['coder']}" if data["mode"] == "model"
-               else "stored with xz -9 (the model was not used)")  # fmt: skip
+    caption = (
+        f"{lay['tokens']:,} tokens in {lay['segments']} segments of ≤ {lay['ctx']} tokens, {lay['groups']} "
+        f"group(s) of ≤ {lay['group']} segments stepped together; {lay['coder']}"
+        if data["mode"] == "model"
+        else "stored with xz -9 (the model was not used)"
+    )
     t = report_table("Sizes", ["", "bytes", "bits", "bits/byte"], caption)
     n = data["input"]["bytes"]
     t.add_row("input", fmt_num(n), fmt_num(8 * n), "8.0000")
@@ -38,12 +41,19 @@ def sizes_table(data: dict):
 
 def overhead_table(data: dict):
     o = data["overhead"]
-    t = report_table("Overhead above ideal", ["cause", "bits", "% of ideal"],
-                     f"quantisation bound: {fmt_num(o['quantisation_bound_bits'], 3)} bits; "
-                     f"payload / ideal = {fmt_num(o['payload_over_ideal'], 6)}")  # fmt: skip
+    t = report_table(
+        "Overhead above ideal",
+        ["cause", "bits", "% of ideal"],
+        f"quantisation bound: {fmt_num(o['quantisation_bound_bits'], 3)} bits; "
+        f"payload / ideal = {fmt_num(o['payload_over_ideal'], 6)}",
+    )
     ideal = data["bits"]["ideal"]
-    for name, key in (("integer counts", "quantisation_bits"), ("range coder", "coder_bits"),
-                      ("header and tables", "container_bits"), ("[bold]total", "total_bits")):  # fmt: skip
+    for name, key in (
+        ("integer counts", "quantisation_bits"),
+        ("range coder", "coder_bits"),
+        ("header and tables", "container_bits"),
+        ("[bold]total", "total_bits"),
+    ):
         t.add_row(name, fmt_num(o[key], 4), fmt_num(100 * o[key] / ideal if ideal else None, 4))
     return t
 
@@ -71,7 +81,9 @@ def print_compress(console: Console, data: dict) -> None:
 def print_decompress(console: Console, data: dict) -> None:
     console.print(_header_line(data, "decompressed"))
     bps, tps = _speed(data["throughput"])
-    console.print(f"{data['output']['bytes']:,} bytes ({data['tokens']:,} tokens, {data['mode']}) from {data['input']['bytes']:,}; "
-                  f"{bps} bytes/s, {tps} tokens/s; sha256 {data['output']['sha256'][:16]}… checked")  # fmt: skip
+    console.print(
+        f"{data['output']['bytes']:,} bytes ({data['tokens']:,} tokens, {data['mode']}) from {data['input']['bytes']:,}; "
+        f"{bps} bytes/s, {tps} tokens/s; sha256 {data['output']['sha256'][:16]}… checked"
+    )
     for line in data["forced"]:
         console.print(f"[yellow]--force[/]: {line}")

@@ -46,7 +46,10 @@ def tokenize_exactly(raw: bytes, tokenizer) -> Tokenized:
     ids = np.asarray(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"], dtype=np.int64)
     back = decode_ids(tokenizer, ids)
     if back != raw:
-        return Tokenized(None, f"the tokenizer does not give the file back (first difference at byte {_first_difference(raw, back):,})")
+        return Tokenized(
+            None,
+            f"the tokenizer does not give the file back (first difference at byte {_first_difference(raw, back):,})",
+        )
     return Tokenized(ids)
 
 

@@ -56,8 +56,9 @@ class Coded:
     code_bits: np.ndarray
 
 
-def step_group(model, lengths: Sequence[int], start_id: int, vocab: int, side: Side,
-               on_step: Callable[[], None] | None = None) -> Coded:  # fmt: skip
+def step_group(
+    model, lengths: Sequence[int], start_id: int, vocab: int, side: Side, on_step: Callable[[], None] | None = None
+) -> Coded:
     """Step the segments of one group (of ``lengths`` tokens each) together; ``side`` codes or decodes."""
     lengths = np.asarray(lengths, dtype=np.int64)
     width = bucket_width(vocab)
@@ -88,8 +89,9 @@ def step_group(model, lengths: Sequence[int], start_id: int, vocab: int, side: S
     return Coded(tuple(tokens[i, :n] for i, n in enumerate(lengths)), ideal, code)
 
 
-def encode_group(model, segments: Sequence[np.ndarray], start_id: int, vocab: int,
-                 on_step: Callable[[], None] | None = None) -> tuple[bytes, Coded]:  # fmt: skip
+def encode_group(
+    model, segments: Sequence[np.ndarray], start_id: int, vocab: int, on_step: Callable[[], None] | None = None
+) -> tuple[bytes, Coded]:
     """The stream of one group of token segments, and what was coded."""
     width = bucket_width(vocab)
     lengths = [len(s) for s in segments]
@@ -107,8 +109,9 @@ def encode_group(model, segments: Sequence[np.ndarray], start_id: int, vocab: in
     return encoder.finish(), coded
 
 
-def decode_group(model, data: bytes, lengths: Sequence[int], start_id: int, vocab: int,
-                 on_step: Callable[[], None] | None = None) -> Coded:  # fmt: skip
+def decode_group(
+    model, data: bytes, lengths: Sequence[int], start_id: int, vocab: int, on_step: Callable[[], None] | None = None
+) -> Coded:
     """The token segments of one group, read from its stream."""
     decoder = Decoder(data)
     return step_group(model, lengths, start_id, vocab, lambda t, level, rows, freqs: decoder.decode(freqs), on_step)

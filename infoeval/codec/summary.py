@@ -24,8 +24,11 @@ def rate(n_bytes: int, tokens: int, seconds: float | None) -> dict | None:
     """Seconds, bytes/s and tokens/s of a run (None when it did not run)."""
     if seconds is None:
         return None
-    return {"seconds": seconds, "bytes_per_s": n_bytes / seconds if seconds else None,
-            "tokens_per_s": tokens / seconds if seconds else None}  # fmt: skip
+    return {
+        "seconds": seconds,
+        "bytes_per_s": n_bytes / seconds if seconds else None,
+        "tokens_per_s": tokens / seconds if seconds else None,
+    }
 
 
 def quantisation_bound(archive: Archive, tokens: int) -> float | None:
@@ -44,11 +47,14 @@ def _per_byte(bits: float, n: int) -> float | None:
 def _overhead(file_bits: int, coding: Coding, bound: float | None) -> dict:
     ideal, code, stream = coding.ideal_bits, coding.code_bits, coding.stream_bits
     return {
-        "quantisation_bits": code - ideal, "quantisation_bound_bits": bound, "coder_bits": stream - code,
-        "container_bits": file_bits - stream, "total_bits": file_bits - ideal,
+        "quantisation_bits": code - ideal,
+        "quantisation_bound_bits": bound,
+        "coder_bits": stream - code,
+        "container_bits": file_bits - stream,
+        "total_bits": file_bits - ideal,
         "total_pct": 100 * (file_bits - ideal) / ideal if ideal else None,
         "payload_over_ideal": stream / ideal if ideal else None,
-    }  # fmt: skip
+    }
 
 
 def _compressors(raw: bytes, file_bits: int) -> list[dict]:
@@ -65,16 +71,32 @@ def summarize(raw: bytes, blob: bytes, archive: Archive, coding: Coding, decompr
         "output": {"bytes": len(blob)},
         "mode": archive.header["mode"],
         "reason": archive.header.get("reason"),
-        "layout": {"tokens": coding.tokens, "segments": len(archive.lengths()), "groups": len(archive.streams),
-                   "ctx": archive.header.get("ctx"), "group": archive.header.get("group"),
-                   "bucket": archive.header.get("bucket"), "start_id": archive.header.get("start_id"),
-                   "coder": coder_name() if model else "xz -9"},
-        "bits": {"ideal": coding.ideal_bits if model else None, "code": coding.code_bits if model else None,
-                 "payload": coding.stream_bits, "file": file_bits},
-        "bits_per_byte": {"achieved": _per_byte(file_bits, n), "payload": _per_byte(coding.stream_bits, n),
-                          "ideal": _per_byte(coding.ideal_bits, n) if model else None},
+        "layout": {
+            "tokens": coding.tokens,
+            "segments": len(archive.lengths()),
+            "groups": len(archive.streams),
+            "ctx": archive.header.get("ctx"),
+            "group": archive.header.get("group"),
+            "bucket": archive.header.get("bucket"),
+            "start_id": archive.header.get("start_id"),
+            "coder": coder_name() if model else "xz -9",
+        },
+        "bits": {
+            "ideal": coding.ideal_bits if model else None,
+            "code": coding.code_bits if model else None,
+            "payload": coding.stream_bits,
+            "file": file_bits,
+        },
+        "bits_per_byte": {
+            "achieved": _per_byte(file_bits, n),
+            "payload": _per_byte(coding.stream_bits, n),
+            "ideal": _per_byte(coding.ideal_bits, n) if model else None,
+        },
         "overhead": _overhead(file_bits, coding, quantisation_bound(archive, coding.tokens)) if model else None,
         "compressors": tuple(_compressors(raw, file_bits)),
-        "throughput": {"compress": rate(n, coding.tokens, coding.seconds), "decompress": rate(n, coding.tokens, decompress_s)},
+        "throughput": {
+            "compress": rate(n, coding.tokens, coding.seconds),
+            "decompress": rate(n, coding.tokens, decompress_s),
+        },
         "exactness": archive.header.get("exactness"),
-    }  # fmt: skip
+    }

@@ -33,5 +33,12 @@ def compress_all(data: bytes) -> list[dict]:
     rows = []
     for name in COMPRESSORS:
         size = len(_FUNCS[name](data))
-        rows.append({"method": name, "bytes": size, "bits": 8 * size, "bits_per_byte": 8 * size / len(data) if data else float("nan")})
+        rows.append(
+            {
+                "method": name,
+                "bytes": size,
+                "bits": 8 * size,
+                "bits_per_byte": 8 * size / len(data) if data else float("nan"),
+            }
+        )
     return rows

@@ -23,8 +23,9 @@ def floor_at(p: Prepared, n_models: int, until: UntilSettings | None, mode: str,
     return floor_measure.floor_windows([p.windows[i].index for i in order], n_models, mode, seed, first=True)
 
 
-def noise_floor(p: Prepared, settings: VariantSettings, n_models: int, until: UntilSettings | None
-                ) -> tuple[FloorVariant | None, tuple[int, ...]]:  # fmt: skip
+def noise_floor(
+    p: Prepared, settings: VariantSettings, n_models: int, until: UntilSettings | None
+) -> tuple[FloorVariant | None, tuple[int, ...]]:
     """The noise floor built on the reference (None with --floor off) and the windows it runs on (``floor_at``)."""
     if settings.floor == "off":
         return None, ()
@@ -37,11 +38,19 @@ def floor_block(cols: CompareColumns, floor: FloorVariant, mode: str, floor_at: 
     read against it (× floor, the paired difference, at floor)."""
     rows = floor_measure.floor_rows(cols.reference["window"], floor_at)
     visited = sorted({int(w) for w in np.unique(cols.reference["window"][rows])})
-    block = {"mode": mode, **floor.summary(), "windows": visited, "windows_of_run": int(np.unique(cols.reference["window"]).size),
-             "models_of_run": n_models}  # fmt: skip
+    block = {
+        "mode": mode,
+        **floor.summary(),
+        "windows": visited,
+        "windows_of_run": int(np.unique(cols.reference["window"]).size),
+        "models_of_run": n_models,
+    }
     if not rows.any():
         return block | {"metrics": None, "variants": {}}
     windows = cols.reference["window"]
     m = floor_measure.floor_metrics(cols.floor, rows, windows)
-    versus = {name: floor_measure.versus_floor(v["kl"], cols.floor["kl"], rows, m["kl_mean"], windows) for name, v in cols.variants.items()}
+    versus = {
+        name: floor_measure.versus_floor(v["kl"], cols.floor["kl"], rows, m["kl_mean"], windows)
+        for name, v in cols.variants.items()
+    }
     return block | {"metrics": m, "variants": versus}

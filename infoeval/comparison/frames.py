@@ -10,23 +10,75 @@ import pandas as pd
 from infoeval.measure.llamacpp_stats import DP_PERCENTILES, KLD_PERCENTILES, delta_p
 
 CSV_COLUMNS = [
-    "variant", "bits", "group_size", "symmetric", "tokens", "bytes",
-    "ppl", "ppl_se", "ln_ppl_ratio", "ln_ppl_ratio_se", "ppl_ratio",
-    "kl_mean", "kl_se", "kl_p50", "kl_p90", "kl_p99", "kl_p999", "kl_max",
-    "top1", "top1_se", "rkl_mean", "tv_mean",
-    "bits_per_token", "bits_per_byte", "bits_per_byte_delta",
-    "layers_quantized", "layers_skipped", "sqnr_db_min", "sqnr_db_mean",
+    "variant",
+    "bits",
+    "group_size",
+    "symmetric",
+    "tokens",
+    "bytes",
+    "ppl",
+    "ppl_se",
+    "ln_ppl_ratio",
+    "ln_ppl_ratio_se",
+    "ppl_ratio",
+    "kl_mean",
+    "kl_se",
+    "kl_p50",
+    "kl_p90",
+    "kl_p99",
+    "kl_p999",
+    "kl_max",
+    "top1",
+    "top1_se",
+    "rkl_mean",
+    "tv_mean",
+    "bits_per_token",
+    "bits_per_byte",
+    "bits_per_byte_delta",
+    "layers_quantized",
+    "layers_skipped",
+    "sqnr_db_min",
+    "sqnr_db_mean",
     # llama-perplexity --kl-divergence's statistics (llamacpp_stats)
-    "ppl_ratio_se", "ppl_diff", "ppl_diff_se", "ln_ppl_cor", *(f"kld_{k}" for k, _, _ in KLD_PERCENTILES),
-    "dp_mean", "dp_se", "dp_rms", "dp_rms_se", "dp_positive", *(f"dp_{k}" for k, _, _ in DP_PERCENTILES), "same_top_se",
+    "ppl_ratio_se",
+    "ppl_diff",
+    "ppl_diff_se",
+    "ln_ppl_cor",
+    *(f"kld_{k}" for k, _, _ in KLD_PERCENTILES),
+    "dp_mean",
+    "dp_se",
+    "dp_rms",
+    "dp_rms_se",
+    "dp_positive",
+    *(f"dp_{k}" for k, _, _ in DP_PERCENTILES),
+    "same_top_se",
     # schema 3: the batch-means SEs' blocks, more SEs, and llama.cpp's own sd/√n SEs
-    "se_block", "se_blocks", "rkl_se", "tv_se", "bits_per_byte_delta_se",
-    *(f"llamacpp_{k}" for k in ("ppl_se", "ppl_base_se", "ln_ppl_ratio_se", "ppl_ratio_se", "ppl_diff_se", "kl_se", "dp_se", "dp_rms_se")),
+    "se_block",
+    "se_blocks",
+    "rkl_se",
+    "tv_se",
+    "bits_per_byte_delta_se",
+    *(
+        f"llamacpp_{k}"
+        for k in (
+            "ppl_se",
+            "ppl_base_se",
+            "ln_ppl_ratio_se",
+            "ppl_ratio_se",
+            "ppl_diff_se",
+            "kl_se",
+            "dp_se",
+            "dp_rms_se",
+        )
+    ),
     # the noise floor (measure/floor.py): each variant against it; the floor's own row has its KL and top-1
-    "x_floor", "floor_diff", "floor_diff_se", "at_floor",
+    "x_floor",
+    "floor_diff",
+    "floor_diff_se",
+    "at_floor",
     # stored bits per weight: codes, scales and zero points (a checkpoint's, read from its files)
     "bits_per_weight",
-]  # fmt: skip
+]
 
 
 def summary_frame(result: dict) -> pd.DataFrame:
@@ -55,8 +107,18 @@ def summary_frame(result: dict) -> pd.DataFrame:
         )
     if floor.get("metrics"):
         m = floor["metrics"]
-        rows.append({"variant": "floor", "tokens": m["positions"], "kl_mean": m["kl_mean"], "kl_se": m["kl_se"], "kl_p99": m["kl_p99"],
-                     "top1": 1 - m["top1_disagree"], "top1_se": m["top1_disagree_se"], "layers_quantized": floor["layers"]})  # fmt: skip
+        rows.append(
+            {
+                "variant": "floor",
+                "tokens": m["positions"],
+                "kl_mean": m["kl_mean"],
+                "kl_se": m["kl_se"],
+                "kl_p99": m["kl_p99"],
+                "top1": 1 - m["top1_disagree"],
+                "top1_se": m["top1_disagree_se"],
+                "layers_quantized": floor["layers"],
+            }
+        )
     frame = pd.DataFrame(rows).reindex(columns=CSV_COLUMNS)
     for col in ("bits", "group_size", "tokens", "bytes", "layers_quantized", "layers_skipped"):
         frame[col] = frame[col].astype("Int64")  # integers stay integers beside the reference's empty cells

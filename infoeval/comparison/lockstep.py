@@ -23,14 +23,28 @@ from infoeval.quant.methods.variant import MethodVariant
 from infoeval.models.objects import ModuleVariant
 
 REFERENCE = "reference"
-REF_COLUMNS = {**engine.IDENTITY, "bytes": np.int64, "nll": np.float32, "entropy": np.float32, "argmax": np.int64, "p_top1": np.float32}
+REF_COLUMNS = {
+    **engine.IDENTITY,
+    "bytes": np.int64,
+    "nll": np.float32,
+    "entropy": np.float32,
+    "argmax": np.int64,
+    "p_top1": np.float32,
+}
 SHARED_TOKENS = 2048  # inputs per shared pass of the decoder blocks (engine.plan_shared): 4 windows at ctx 512, so a
 # variant dequantizes its layers once per 4 windows (6.7 % faster than window by window, ~+140 MiB peak; 0: window
 # by window); longer windows, or a window of another length, go alone. See the README's speed section
 TOP_COLUMNS = {"top_ids": np.int32, "top_p": np.float32}  # (n, k) each, with --topk K
 FLOOR_COLUMNS = {"kl": np.float32, "top1": np.bool_}
 FLOOR_STATISTICS = "floor statistics"  # the clock's name for the seconds of the floor's per-position statistics
-VARIANT_COLUMNS = {"nll": np.float32, "kl": np.float32, "rkl": np.float32, "tv": np.float32, "entropy": np.float32, "top1": np.bool_}
+VARIANT_COLUMNS = {
+    "nll": np.float32,
+    "kl": np.float32,
+    "rkl": np.float32,
+    "tv": np.float32,
+    "entropy": np.float32,
+    "top1": np.bool_,
+}
 
 
 @dataclass
@@ -48,17 +62,26 @@ class CompareColumns:
 
     def slice(self, a: int, b: int) -> CompareColumns:
         """Rows a … b−1 of every column."""
-        return CompareColumns({k: v[a:b] for k, v in self.reference.items()},
-                              {n: {k: v[a:b] for k, v in cols.items()} for n, cols in self.variants.items()},
-                              floor=None if self.floor is None else {k: v[a:b] for k, v in self.floor.items()})  # fmt: skip
+        return CompareColumns(
+            {k: v[a:b] for k, v in self.reference.items()},
+            {n: {k: v[a:b] for k, v in cols.items()} for n, cols in self.variants.items()},
+            floor=None if self.floor is None else {k: v[a:b] for k, v in self.floor.items()},
+        )
 
     @classmethod
     def concat(cls, parts: Sequence[CompareColumns]) -> CompareColumns:
         """The rows of ``parts`` one after the other."""
         first = parts[0]
-        return cls({k: np.concatenate([q.reference[k] for q in parts]) for k in first.reference},
-                   {n: {k: np.concatenate([q.variants[n][k] for q in parts]) for k in cols} for n, cols in first.variants.items()},
-                   floor=None if first.floor is None else {k: np.concatenate([q.floor[k] for q in parts]) for k in first.floor})  # fmt: skip
+        return cls(
+            {k: np.concatenate([q.reference[k] for q in parts]) for k in first.reference},
+            {
+                n: {k: np.concatenate([q.variants[n][k] for q in parts]) for k in cols}
+                for n, cols in first.variants.items()
+            },
+            floor=None
+            if first.floor is None
+            else {k: np.concatenate([q.floor[k] for q in parts]) for k in first.floor},
+        )
 
 
 def lockstep_reducer(variant_names: Sequence[str], top_k: int = 0, clock: engine.Clock | None = None) -> engine.Reducer:
@@ -74,7 +97,12 @@ def lockstep_reducer(variant_names: Sequence[str], top_k: int = 0, clock: engine
         targets, z = step.targets[0], step.logits[REFERENCE][0]
         ref = reference_stats(z, targets, workspace)
         engine.require_finite(ref.entropy, REFERENCE, step.batch)
-        out = {"nll": ref.nll, "entropy": ref.entropy, "argmax": ref.argmax, "p_top1": torch.exp(-ref.log_sum)}  # max p = exp(max log p)
+        out = {
+            "nll": ref.nll,
+            "entropy": ref.entropy,
+            "argmax": ref.argmax,
+            "p_top1": torch.exp(-ref.log_sum),
+        }  # max p = exp(max log p)
         if top_k:
             out["top_ids"], out["top_p"] = top_k_probs(z, top_k, log_normalizer=ref.max + ref.log_sum)
         for name in variant_names:
@@ -97,13 +125,28 @@ def lockstep_reducer(variant_names: Sequence[str], top_k: int = 0, clock: engine
     return reduce
 
 
-def run_lockstep(model, stream: TokenStream, windows: Sequence[Window], variants: Sequence[QuantizedVariant] = (),
-                 bos_id: int | None = None, on_forward=None, clock: engine.Clock | None = None,
-                 top_k: int = 0, floor: FloorVariant | None = None, floor_at: Collection[int] = ()) -> CompareColumns:  # fmt: skip
+def run_lockstep(
+    model,
+    stream: TokenStream,
+    windows: Sequence[Window],
+    variants: Sequence[QuantizedVariant] = (),
+    bos_id: int | None = None,
+    on_forward=None,
+    clock: engine.Clock | None = None,
+    top_k: int = 0,
+    floor: FloorVariant | None = None,
+    floor_at: Collection[int] = (),
+) -> CompareColumns:
     """Evaluate the reference and every variant on every window, window by window (``clock``: ``engine.run``'s;
     ``top_k``: also every model's k most likely tokens per position); with ``floor``, the noise floor too, in the
     same lockstep, on the windows ``floor_at`` (indices) only."""
-    roles = {REFERENCE: model, **{v.name: v.model if isinstance(v, (MethodVariant, ModuleVariant)) else WithVariant(model, v) for v in variants}}
+    roles = {
+        REFERENCE: model,
+        **{
+            v.name: v.model if isinstance(v, (MethodVariant, ModuleVariant)) else WithVariant(model, v)
+            for v in variants
+        },
+    }
     top = TOP_COLUMNS if top_k else {}
     ref_keys, var_keys = {**REF_COLUMNS, **top}, {**VARIANT_COLUMNS, **top}
     schema = {**ref_keys, **{f"{v.name}/{k}": t for v in variants for k, t in var_keys.items()}}
@@ -115,8 +158,23 @@ def run_lockstep(model, stream: TokenStream, windows: Sequence[Window], variants
     # with SHARED_TOKENS > ctx the variants' blocks see several windows at a time and dequantize once per batch
     shared = len(roles) > 1 and not switches.off("shared_batches")
     batches = engine.plan_shared(windows, SHARED_TOKENS) if shared else engine.plan(windows)
-    cols = engine.run(roles, stream.ids, batches, bos_id, lockstep_reducer(names, top_k, clock), schema, stream.nbytes, on_forward,
-                      check_logits=False, clock=clock, only=only)  # fmt: skip
+    cols = engine.run(
+        roles,
+        stream.ids,
+        batches,
+        bos_id,
+        lockstep_reducer(names, top_k, clock),
+        schema,
+        stream.nbytes,
+        on_forward,
+        check_logits=False,
+        clock=clock,
+        only=only,
+    )
     rows = cols["nll"].shape[0]
-    floor_cols = None if floor is None else {k: cols.get(f"{FLOOR}/{k}", np.zeros(rows, t)) for k, t in FLOOR_COLUMNS.items()}
-    return CompareColumns({k: cols[k] for k in ref_keys}, {n: {k: cols[f"{n}/{k}"] for k in var_keys} for n in names}, floor=floor_cols)
+    floor_cols = (
+        None if floor is None else {k: cols.get(f"{FLOOR}/{k}", np.zeros(rows, t)) for k, t in FLOOR_COLUMNS.items()}
+    )
+    return CompareColumns(
+        {k: cols[k] for k in ref_keys}, {n: {k: cols[f"{n}/{k}"] for k in var_keys} for n in names}, floor=floor_cols
+    )

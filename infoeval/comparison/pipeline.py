@@ -17,8 +17,16 @@ from infoeval.measure.confidence import confidence_block
 from infoeval.measure.frontier import frontier_block
 from infoeval.measure.paired import PairedSettings, paired_block
 from infoeval.comparison.lockstep import (  # noqa: F401  (REFERENCE … VARIANT_COLUMNS, lockstep_reducer: re-exported)
-    FLOOR_STATISTICS, REF_COLUMNS, REFERENCE, SHARED_TOKENS, TOP_COLUMNS, VARIANT_COLUMNS, CompareColumns, lockstep_reducer, run_lockstep,
-)  # fmt: skip
+    FLOOR_STATISTICS,
+    REF_COLUMNS,
+    REFERENCE,
+    SHARED_TOKENS,
+    TOP_COLUMNS,
+    VARIANT_COLUMNS,
+    CompareColumns,
+    lockstep_reducer,
+    run_lockstep,
+)
 from infoeval.comparison.frames import compress_frame, summary_frame
 from infoeval.comparison.until import UntilSettings, bpb_ses, budget_windows, check_protocol, evaluate_until, kl_ses
 from infoeval.measure.column_metrics import reference_metrics, variant_metrics
@@ -82,9 +90,17 @@ def _protocol_metrics(p: Prepared, cols: CompareColumns) -> dict | None:
     nll = {REFERENCE: cols.reference["nll"], **{name: v["nll"] for name, v in cols.variants.items()}}
     return protocol_figures(p.protocol.name, p.protocol.layout, p.documents, cols.reference, nll)
 
-def _evaluate(p: Prepared, variants, reporter: Reporter, until: UntilSettings | None = None, se_of=None,
-              top_k: int = 0, floor: FloorVariant | None = None, floor_at: tuple[int, ...] = ()
-              ) -> tuple[CompareColumns, dict[str, float], Prepared, dict | None]:  # fmt: skip
+
+def _evaluate(
+    p: Prepared,
+    variants,
+    reporter: Reporter,
+    until: UntilSettings | None = None,
+    se_of=None,
+    top_k: int = 0,
+    floor: FloorVariant | None = None,
+    floor_at: tuple[int, ...] = (),
+) -> tuple[CompareColumns, dict[str, float], Prepared, dict | None]:
     """The lockstep run under a progress bar; returns the columns, its timings (eval_s, and on a CPU how much of
     it the forward passes and the statistics took: ``engine.Clock``), and with ``until`` (a run to a precision:
     ``se_of(columns)`` the watched SEs) ``p`` restricted to the windows used and the ``until_se`` block. With
@@ -92,24 +108,49 @@ def _evaluate(p: Prepared, variants, reporter: Reporter, until: UntilSettings | 
     clock, models = engine.Clock(), 1 + len(variants)
     windows = len(p.windows) if until is None else budget_windows(p, until)
     steps = windows * models + (len(floor_at) if floor is not None else 0)
-    label = f"{windows} windows × {models} models" + (f" + floor on {len(floor_at)}" if floor is not None and floor_at else "")
+    label = f"{windows} windows × {models} models" + (
+        f" + floor on {len(floor_at)}" if floor is not None and floor_at else ""
+    )
     with progress(reporter, steps, label + ("" if until is None else ", until the SE is reached")) as bar:
 
         def run(windows):
-            return run_lockstep(p.loaded.model, p.stream, windows, variants, p.protocol.prefix_id, bar.step, clock, top_k, floor, floor_at)
+            return run_lockstep(
+                p.loaded.model,
+                p.stream,
+                windows,
+                variants,
+                p.protocol.prefix_id,
+                bar.step,
+                clock,
+                top_k,
+                floor,
+                floor_at,
+            )
 
-        cols, p, block = (run(p.windows), p, None) if until is None else evaluate_until(p, run, until, se_of, CompareColumns.concat)
-    floor_s = {"floor_s": clock.roles.get(FLOOR, 0.0) + clock.roles.get(FLOOR_STATISTICS, 0.0)} if floor is not None and clock.measured else {}
+        cols, p, block = (
+            (run(p.windows), p, None) if until is None else evaluate_until(p, run, until, se_of, CompareColumns.concat)
+        )
+    floor_s = (
+        {"floor_s": clock.roles.get(FLOOR, 0.0) + clock.roles.get(FLOOR_STATISTICS, 0.0)}
+        if floor is not None and clock.measured
+        else {}
+    )
     return cols, {"eval_s": bar.seconds, **clock.timings(), **floor_s}, p, block
 
 
 def _vocab(p: Prepared, cols: CompareColumns) -> dict[int, str]:
     """The text of every token the columns name: the scored tokens and every model's top-K."""
-    ids = [cols.reference["token_id"], cols.reference["top_ids"].ravel(), *(v["top_ids"].ravel() for v in cols.variants.values())]
+    ids = [
+        cols.reference["token_id"],
+        cols.reference["top_ids"].ravel(),
+        *(v["top_ids"].ravel() for v in cols.variants.values()),
+    ]
     return token_texts(p.loaded.tokenizer, np.concatenate(ids))
 
 
-def _checked_text(text_settings: TextSettings, window_settings: WindowSettings, until: UntilSettings | None, top_k: int) -> TextSettings:
+def _checked_text(
+    text_settings: TextSettings, window_settings: WindowSettings, until: UntilSettings | None, top_k: int
+) -> TextSettings:
     """Before anything loads: --topk in range, and for a run to a precision a protocol that allows it and the
     whole text (its budget is ``until.max_tokens``, not the text's --max-tokens)."""
     if not 0 <= top_k <= MAX_TOP_K:
@@ -131,9 +172,17 @@ def _paired_view(cols: CompareColumns, paired: PairedSettings | None, timings: d
     return view
 
 
-def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, variant_settings: VariantSettings,
-                     reporter: Reporter | None = None, until: UntilSettings | None = None, top_k: int = 0,
-                     modules: Sequence[ModuleVariant] = (), paired: PairedSettings | None = None) -> tuple[CompareResult, CompareColumns]:  # fmt: skip
+def quantize_compare(
+    model_settings: ModelSettings,
+    text_settings: TextSettings,
+    window_settings: WindowSettings,
+    variant_settings: VariantSettings,
+    reporter: Reporter | None = None,
+    until: UntilSettings | None = None,
+    top_k: int = 0,
+    modules: Sequence[ModuleVariant] = (),
+    paired: PairedSettings | None = None,
+) -> tuple[CompareResult, CompareColumns]:
     """The reference and every variant on the text's windows (``until``: in a seeded order, until every variant's
     mean-KL SE is ≤ the target; then ``text_settings.max_tokens`` is not used: the budget is ``until.max_tokens``;
     ``top_k``: the columns also hold every model's k most likely tokens and their probabilities; ``modules``:
@@ -143,25 +192,38 @@ def quantize_compare(model_settings: ModelSettings, text_settings: TextSettings,
     text_settings = _checked_text(text_settings, window_settings, until, top_k)
     plan = plan_variants(variant_settings, modules, paired)  # fail on a bad scheme, name or baseline before loading
     p = prepare(model_settings, text_settings, window_settings, reporter)
-    variants, calibration, quantize_s = build_planned(p, plan, variant_settings, modules, model_settings.device_map, reporter)
+    variants, calibration, quantize_s = build_planned(
+        p, plan, variant_settings, modules, model_settings.device_map, reporter
+    )
     floor, floor_at = noise_floor(p, variant_settings, 1 + len(variants), until)
     cols, eval_timings, p, block = _evaluate(p, variants, reporter, until, kl_ses, top_k, floor, floor_at)
     if top_k:
         cols.vocab = _vocab(p, cols)
     timings = {**p.timings, "quantize_s": quantize_s, **eval_timings}
-    records = tuple(VariantResult(v.name, variant_metrics(cols.reference, cols.variants[v.name]), v.summary()) for v in variants)
+    records = tuple(
+        VariantResult(v.name, variant_metrics(cols.reference, cols.variants[v.name]), v.summary()) for v in variants
+    )
     paired_view = _paired_view(cols, paired, timings)
     result = CompareResult(
-        p.provenance("quantize-compare", **({"top_k": top_k} if top_k else {}), **({"calibration": calibration.provenance} if calibration else {})), timings,
+        p.provenance(
+            "quantize-compare",
+            **({"top_k": top_k} if top_k else {}),
+            **({"calibration": calibration.provenance} if calibration else {}),
+        ),
+        timings,
         reference=reference_metrics(cols.reference),
         variants=records,
-        protocol_metrics=_protocol_metrics(p, cols), until_se=block,
+        protocol_metrics=_protocol_metrics(p, cols),
+        until_se=block,
         floor=floor_block(cols, floor, variant_settings.floor, floor_at, 1 + len(variants)) if floor else None,
         paired=paired_view,
-        frontier=frontier_block([{"name": r.name, "metrics": r.metrics, "quantization": r.quantization} for r in records]),
+        frontier=frontier_block(
+            [{"name": r.name, "metrics": r.metrics, "quantization": r.quantization} for r in records]
+        ),
         by_confidence=confidence_block(cols.reference["p_top1"], cols.variants) if cols.variants else None,
-    )  # fmt: skip
+    )
     return result, cols
+
 
 def scored_bytes(p: Prepared) -> bytes:
     """The UTF-8 bytes covered by the scored tokens, in order (the whole scored span for rolling windows)."""
@@ -176,8 +238,15 @@ def scored_bytes(p: Prepared) -> bytes:
     return b"".join(pieces)
 
 
-def compress_bits(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, reporter: Reporter | None = None,
-                  verify_coding: bool = False, until: UntilSettings | None = None, top_k: int = 0) -> tuple[CompressResult, CompareColumns]:  # fmt: skip
+def compress_bits(
+    model_settings: ModelSettings,
+    text_settings: TextSettings,
+    window_settings: WindowSettings,
+    reporter: Reporter | None = None,
+    verify_coding: bool = False,
+    until: UntilSettings | None = None,
+    top_k: int = 0,
+) -> tuple[CompressResult, CompareColumns]:
     """The model's code length and each compressor's on the scored bytes; with ``verify_coding`` also the size of
     a real arithmetic-coded file of those bytes, measured by a round trip (``codec.verify``); with ``until`` the
     windows in a seeded order until the bits/byte SE is ≤ the target (the compressors then get those windows'
@@ -202,7 +271,13 @@ def compress_bits(model_settings: ModelSettings, text_settings: TextSettings, wi
         reporter.stage("arithmetic coding (round trip)")
         rows.append(arithmetic_coded_row(p.loaded, data, window_settings.ctx, reporter))
     xz_bits = next(r["bits"] for r in rows if r["method"] == "xz -9")
-    result = CompressResult(p.provenance("compress-bits", **({"top_k": top_k} if top_k else {})), {**p.timings, **eval_timings}, reference=ref,
-                            compressors=tuple(rows), model_over_xz=ref["total_bits"] / xz_bits if xz_bits else None,
-                            protocol_metrics=_protocol_metrics(p, cols), until_se=block)  # fmt: skip
+    result = CompressResult(
+        p.provenance("compress-bits", **({"top_k": top_k} if top_k else {})),
+        {**p.timings, **eval_timings},
+        reference=ref,
+        compressors=tuple(rows),
+        model_over_xz=ref["total_bits"] / xz_bits if xz_bits else None,
+        protocol_metrics=_protocol_metrics(p, cols),
+        until_se=block,
+    )
     return result, cols

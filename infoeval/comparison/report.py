@@ -12,10 +12,14 @@ from infoeval.measure.stats import MIN_BLOCKS
 
 
 def _layers(q: dict) -> str:
-    """"quantized/skipped" layers (a GGUF's blocks say only how many are quantized; a module you built neither)."""
+    """ "quantized/skipped" layers (a GGUF's blocks say only how many are quantized; a module you built neither)."""
     if q.get("layers_quantized") is None:
         return "–"
-    return f"{q['layers_quantized']}" if q.get("layers_skipped") is None else f"{q['layers_quantized']}/{q['layers_skipped']}"
+    return (
+        f"{q['layers_quantized']}"
+        if q.get("layers_skipped") is None
+        else f"{q['layers_quantized']}/{q['layers_skipped']}"
+    )
 
 
 def se_note(metrics: dict) -> str:
@@ -28,11 +32,19 @@ def se_note(metrics: dict) -> str:
 
 
 def reference_table(ref: dict, title: str = "Reference") -> Table:
-    t = report_table(title, ["PPL", "bits/token", "bits/byte", "tokens", "bytes", "entropy P10", "P50", "P90 (bits)"], left=0)
+    t = report_table(
+        title, ["PPL", "bits/token", "bits/byte", "tokens", "bytes", "entropy P10", "P50", "P90 (bits)"], left=0
+    )
     t.add_row(
-        fmt_pm(ref["ppl"], ref["ppl_se"], 3), fmt_num(ref["bits_per_token"]), fmt_num(ref["bits_per_byte"]), fmt_num(ref["tokens"]),
-        fmt_num(ref["bytes"]), fmt_num(ref["entropy_p10"], 3), fmt_num(ref["entropy_p50"], 3), fmt_num(ref["entropy_p90"], 3),
-    )  # fmt: skip
+        fmt_pm(ref["ppl"], ref["ppl_se"], 3),
+        fmt_num(ref["bits_per_token"]),
+        fmt_num(ref["bits_per_byte"]),
+        fmt_num(ref["tokens"]),
+        fmt_num(ref["bytes"]),
+        fmt_num(ref["entropy_p10"], 3),
+        fmt_num(ref["entropy_p50"], 3),
+        fmt_num(ref["entropy_p90"], 3),
+    )
     return t
 
 
@@ -49,8 +61,10 @@ def floor_note(floor: dict) -> str:
     """The caption's words on the floor: what it is, where it ran, how to read × floor."""
     if not floor.get("metrics"):
         return "; the noise floor ran on no window of this run"
-    return (f"; floor: the reference with its weights moved by one bfloat16 rounding step, on {len(floor['windows'])} of "
-            f"{floor['windows_of_run']} windows ({floor['mode']}); × floor: mean KL over the floor's; at floor: within 2 SE of it")  # fmt: skip
+    return (
+        f"; floor: the reference with its weights moved by one bfloat16 rounding step, on {len(floor['windows'])} of "
+        f"{floor['windows_of_run']} windows ({floor['mode']}); × floor: mean KL over the floor's; at floor: within 2 SE of it"
+    )
 
 
 def variants_tables(result: dict) -> list[Table]:
@@ -63,20 +77,36 @@ def _agreement_table(result: dict) -> Table:
     """Each variant's PPL, its ratio to the reference's, top-1 agreement and Δ bits/byte (the floor's top-1 under
     them)."""
     floor = result.get("floor")
-    a = report_table("Variants vs reference", ["scheme", "bits/w", "layers q/skip", "PPL", "PPL ratio", "Δ ln PPL", "top-1 agree", "Δ bits/byte"],
-                     f"likelihood and agreement of each variant with the reference (± one standard error{se_note(result['reference'])})",
-                     no_wrap=True)  # fmt: skip
+    a = report_table(
+        "Variants vs reference",
+        ["scheme", "bits/w", "layers q/skip", "PPL", "PPL ratio", "Δ ln PPL", "top-1 agree", "Δ bits/byte"],
+        f"likelihood and agreement of each variant with the reference (± one standard error{se_note(result['reference'])})",
+        no_wrap=True,
+    )
     for v in result["variants"]:
         m, q = v["metrics"], v["quantization"]
         a.add_row(
-            v["name"], fmt_num(q.get("bits_per_weight"), 3), _layers(q), fmt_num(m["ppl"], 3), fmt_num(m["ppl_ratio"]),
-            fmt_pm(m["ln_ppl_ratio"], m["ln_ppl_ratio_se"]), fmt_pm(100 * m["top1"], 100 * m["top1_se"], 2) + " %",
+            v["name"],
+            fmt_num(q.get("bits_per_weight"), 3),
+            _layers(q),
+            fmt_num(m["ppl"], 3),
+            fmt_num(m["ppl_ratio"]),
+            fmt_pm(m["ln_ppl_ratio"], m["ln_ppl_ratio_se"]),
+            fmt_pm(100 * m["top1"], 100 * m["top1_se"], 2) + " %",
             fmt_num(m["bits_per_byte_delta"]),
-        )  # fmt: skip
+        )
     if floor and floor.get("metrics"):
         f = floor["metrics"]
-        a.add_row("floor", f"{floor['layers']}/–", "", "", "", fmt_pm(100 * (1 - f["top1_disagree"]), 100 * f["top1_disagree_se"], 2) + " %", "",
-                  style="dim")  # fmt: skip
+        a.add_row(
+            "floor",
+            f"{floor['layers']}/–",
+            "",
+            "",
+            "",
+            fmt_pm(100 * (1 - f["top1_disagree"]), 100 * f["top1_disagree_se"], 2) + " %",
+            "",
+            style="dim",
+        )
     return a
 
 
@@ -85,29 +115,57 @@ def _kl_table(result: dict) -> Table:
     them)."""
     floor = result.get("floor")
     versus = (floor or {}).get("variants") or {}
-    k = report_table("Per-position KL", ["scheme", "mean KL", *(["× floor"] if floor else []), "P50", "P90", "P99", "P99.9", "max", "rev KL", "TV"],
-                     "per-position KL(reference ‖ variant) in nats; means of reverse KL and TV" + (floor_note(floor) if floor else ""),
-                     no_wrap=True)  # fmt: skip
+    k = report_table(
+        "Per-position KL",
+        ["scheme", "mean KL", *(["× floor"] if floor else []), "P50", "P90", "P99", "P99.9", "max", "rev KL", "TV"],
+        "per-position KL(reference ‖ variant) in nats; means of reverse KL and TV"
+        + (floor_note(floor) if floor else ""),
+        no_wrap=True,
+    )
     for v in result["variants"]:
         m = v["metrics"]
         k.add_row(
-            v["name"], fmt_pm(m["kl_mean"], m["kl_se"]), *([floor_cell(versus.get(v["name"]))] if floor else []), fmt_num(m["kl_p50"], 3),
-            fmt_num(m["kl_p90"], 3), fmt_num(m["kl_p99"], 3), fmt_num(m["kl_p999"], 3), fmt_num(m["kl_max"], 3), fmt_num(m["rkl_mean"], 3),
+            v["name"],
+            fmt_pm(m["kl_mean"], m["kl_se"]),
+            *([floor_cell(versus.get(v["name"]))] if floor else []),
+            fmt_num(m["kl_p50"], 3),
+            fmt_num(m["kl_p90"], 3),
+            fmt_num(m["kl_p99"], 3),
+            fmt_num(m["kl_p999"], 3),
+            fmt_num(m["kl_max"], 3),
+            fmt_num(m["rkl_mean"], 3),
             fmt_num(m["tv_mean"], 3),
-        )  # fmt: skip
+        )
     if floor and floor.get("metrics"):
         f = floor["metrics"]
-        k.add_row("floor", fmt_pm(f["kl_mean"], f["kl_se"]), "1×", "", "", fmt_num(f["kl_p99"], 3), "", "", "", "", style="dim")
+        k.add_row(
+            "floor",
+            fmt_pm(f["kl_mean"], f["kl_se"]),
+            "1×",
+            "",
+            "",
+            fmt_num(f["kl_p99"], 3),
+            "",
+            "",
+            "",
+            "",
+            style="dim",
+        )
     return k
 
 
 def compress_table(result: dict) -> Table:
     ref = result["reference"]
-    t = report_table("Bits for the same text", ["method", "bits", "bits/byte", "vs model"],
-                     f"the model and each compressor on the same {ref['bytes']:,} bytes")
+    t = report_table(
+        "Bits for the same text",
+        ["method", "bits", "bits/byte", "vs model"],
+        f"the model and each compressor on the same {ref['bytes']:,} bytes",
+    )
     t.add_row("model (Σ −log₂ q)", fmt_num(round(ref["total_bits"])), fmt_num(ref["bits_per_byte"]), "1.000")
     for r in result["compressors"]:
-        t.add_row(r["method"], fmt_num(r["bits"]), fmt_num(r["bits_per_byte"]), fmt_num(r["bits"] / ref["total_bits"], 3))
+        t.add_row(
+            r["method"], fmt_num(r["bits"]), fmt_num(r["bits_per_byte"]), fmt_num(r["bits"] / ref["total_bits"], 3)
+        )
     return t
 
 
@@ -141,7 +199,13 @@ def print_quantize_compare_llamacpp(console: Console, result: dict) -> None:
     print_until(console, result)
     print_protocol_figures(console, result)
     for v in result["variants"]:
-        print_block(console, f"\n### {v['name']} (Q) vs the reference (base)", v["metrics"], result["reference"], (scope_note(result),))
+        print_block(
+            console,
+            f"\n### {v['name']} (Q) vs the reference (base)",
+            v["metrics"],
+            result["reference"],
+            (scope_note(result),),
+        )
     if (result.get("floor") or {}).get("metrics"):
         console.print(floor_summary(result["floor"]))
 
@@ -150,8 +214,10 @@ def floor_summary(floor: dict) -> str:
     """The noise floor in one line (under llama.cpp's blocks): its numbers and each variant's × floor."""
     m = floor["metrics"]
     times = ", ".join(f"{name} {floor_cell(v)}" for name, v in floor["variants"].items())
-    return (f"\nnoise floor ({len(floor['windows'])} of {floor['windows_of_run']} windows, {floor['mode']}): mean KL {fmt_pm(m['kl_mean'], m['kl_se'])}, "
-            f"P99 {fmt_num(m['kl_p99'], 3)}, top-1 disagreement {100 * m['top1_disagree']:.2f} %; × floor: {times}")  # fmt: skip
+    return (
+        f"\nnoise floor ({len(floor['windows'])} of {floor['windows_of_run']} windows, {floor['mode']}): mean KL {fmt_pm(m['kl_mean'], m['kl_se'])}, "
+        f"P99 {fmt_num(m['kl_p99'], 3)}, top-1 disagreement {100 * m['top1_disagree']:.2f} %; × floor: {times}"
+    )
 
 
 def print_compress_bits(console: Console, result: dict) -> None:
@@ -168,15 +234,34 @@ def print_protocol_figures(console: Console, result: dict) -> None:
     pm = result.get("protocol_metrics")
     if not pm:
         return
-    note = "" if pm["complete"] else "; NOT the whole protocol (--max-tokens cut it): use --max-tokens all to compare with published figures"
+    note = (
+        ""
+        if pm["complete"]
+        else "; NOT the whole protocol (--max-tokens cut it): use --max-tokens all to compare with published figures"
+    )
     if pm["protocol"] == "lm-eval":
-        t = report_table("lm-eval figures", ["model", "word_perplexity", "byte_perplexity", "bits_per_byte", "docs", "words", "bytes", "log-lik"],
-                         f"lm-evaluation-harness's loglikelihood_rolling metrics, summed over documents{note}")  # fmt: skip
+        t = report_table(
+            "lm-eval figures",
+            ["model", "word_perplexity", "byte_perplexity", "bits_per_byte", "docs", "words", "bytes", "log-lik"],
+            f"lm-evaluation-harness's loglikelihood_rolling metrics, summed over documents{note}",
+        )
         for name, f in pm["figures"].items():
-            t.add_row(name, fmt_num(f["word_perplexity"]), fmt_num(f["byte_perplexity"]), fmt_num(f["bits_per_byte"]), fmt_num(f["documents"]),
-                      fmt_num(f["words"]), fmt_num(f["bytes"]), fmt_num(f["loglikelihood"], 2))  # fmt: skip
+            t.add_row(
+                name,
+                fmt_num(f["word_perplexity"]),
+                fmt_num(f["byte_perplexity"]),
+                fmt_num(f["bits_per_byte"]),
+                fmt_num(f["documents"]),
+                fmt_num(f["words"]),
+                fmt_num(f["bytes"]),
+                fmt_num(f["loglikelihood"], 2),
+            )
     else:
-        t = report_table("gptq figures", ["model", "PPL", "windows"], f"GPTQ/AWQ: exp(mean over windows of each window's mean NLL){note}")
+        t = report_table(
+            "gptq figures",
+            ["model", "PPL", "windows"],
+            f"GPTQ/AWQ: exp(mean over windows of each window's mean NLL){note}",
+        )
         for name, f in pm["figures"].items():
             t.add_row(name, fmt_num(f["ppl"]), fmt_num(f["windows"]))
     console.print(t)

@@ -41,7 +41,11 @@ class UntilSettings:
     order: str = "seeded"
 
     def __post_init__(self) -> None:
-        if isinstance(self.target, bool) or not isinstance(self.target, (int, float)) or not (math.isfinite(self.target) and self.target > 0):
+        if (
+            isinstance(self.target, bool)
+            or not isinstance(self.target, (int, float))
+            or not (math.isfinite(self.target) and self.target > 0)
+        ):
             raise UsageError(f"--until-se {self.target} is not allowed; give a standard error > 0, e.g. 0.01")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise UsageError(f"--max-tokens {self.max_tokens} is not allowed; it must be at least 1")
@@ -51,7 +55,9 @@ class UntilSettings:
 def check_protocol(protocol: str) -> None:
     """lm-eval's and GPTQ's own figures need every document or window: no run to a precision there."""
     if protocol not in ("rolling", "llama.cpp"):
-        raise UsageError(f"--until-se works with --protocol rolling or llama.cpp, not {protocol} (whose figures need every window)")
+        raise UsageError(
+            f"--until-se works with --protocol rolling or llama.cpp, not {protocol} (whose figures need every window)"
+        )
 
 
 def _split(cols, windows) -> list:
@@ -98,31 +104,50 @@ def evaluate_until(p, run: Callable, until: UntilSettings, se_of: Callable, join
     used = sorted(int(i) for i in order[: outcome.used])
     in_order = tokens[order]
     block = {
-        "target": until.target, "reached": outcome.decision == PASS, "standard_errors": dict(zip(names, map(float, ses))),
+        "target": until.target,
+        "reached": outcome.decision == PASS,
+        "standard_errors": dict(zip(names, map(float, ses))),
         "watched": ("mean KL of every variant" if "bits_per_byte" not in names else "bits/byte")
-                   + ": the larger of the batch-means SE (the one reported) and the SE over windows",
-        "order": until.order, "seed": until.seed, "min_windows": MIN_WINDOWS, "round_windows": round_size, "rounds": outcome.rounds,
-        "windows_used": outcome.used, "windows_evaluated": outcome.evaluated, "windows_budget": outcome.budget,
-        "windows_total": len(windows), "tokens_used": int(in_order[: outcome.used].sum()),
-        "tokens_evaluated": int(in_order[: outcome.evaluated].sum()), "tokens_budget": int(in_order[: outcome.budget].sum()),
+        + ": the larger of the batch-means SE (the one reported) and the SE over windows",
+        "order": until.order,
+        "seed": until.seed,
+        "min_windows": MIN_WINDOWS,
+        "round_windows": round_size,
+        "rounds": outcome.rounds,
+        "windows_used": outcome.used,
+        "windows_evaluated": outcome.evaluated,
+        "windows_budget": outcome.budget,
+        "windows_total": len(windows),
+        "tokens_used": int(in_order[: outcome.used].sum()),
+        "tokens_evaluated": int(in_order[: outcome.evaluated].sum()),
+        "tokens_budget": int(in_order[: outcome.budget].sum()),
         "tokens_total": int(tokens.sum()),
-    }  # fmt: skip
+    }
     return columns(outcome.used), dataclasses.replace(p, windows=tuple(windows[i] for i in used)), block
 
 
 def until_line(block: dict) -> str:
     """One sentence for the table's caption: reached or not, after how many windows and positions."""
     ses = ", ".join(f"{k} {v:.4g}" for k, v in block["standard_errors"].items())
-    head = f"SE ≤ {block['target']:g} reached" if block["reached"] else f"SE ≤ {block['target']:g} NOT reached: budget spent"
-    return (f"{head} after {block['windows_used']} of {block['windows_total']} windows in seeded order "
-            f"({block['tokens_used']:,} of {block['tokens_total']:,} positions; SE {ses})")  # fmt: skip
+    head = (
+        f"SE ≤ {block['target']:g} reached"
+        if block["reached"]
+        else f"SE ≤ {block['target']:g} NOT reached: budget spent"
+    )
+    return (
+        f"{head} after {block['windows_used']} of {block['windows_total']} windows in seeded order "
+        f"({block['tokens_used']:,} of {block['tokens_total']:,} positions; SE {ses})"
+    )
 
 
 def kl_ses(cols) -> dict[str, float]:
     """quantize-compare --until-se watches every variant's mean-KL SE: the larger of the batch-means SE it reports
     and the SE over windows (the design-based SE of randomly drawn windows, steadier when they are few)."""
     labels = cols.reference["window"]
-    return {f"{name}/kl": max(se(kl := v["kl"].astype(np.float64), labels), cluster_se(kl, labels)) for name, v in cols.variants.items()}
+    return {
+        f"{name}/kl": max(se(kl := v["kl"].astype(np.float64), labels), cluster_se(kl, labels))
+        for name, v in cols.variants.items()
+    }
 
 
 def bpb_ses(cols) -> dict[str, float]:

@@ -30,23 +30,34 @@ class PlannedVariants:
     checkpoints: list[str]  # the checkpoints' names
 
 
-def plan_variants(settings: VariantSettings, modules: Sequence[ModuleVariant] = (),
-                  paired: PairedSettings | None = None) -> PlannedVariants:  # fmt: skip
+def plan_variants(
+    settings: VariantSettings, modules: Sequence[ModuleVariant] = (), paired: PairedSettings | None = None
+) -> PlannedVariants:
     """Every variant's scheme, recipe and name, read before anything loads: a bad scheme (or a missing library), a
     name taken twice or a ``paired`` baseline that names no variant fails here. No variant at all is a usage error
     (``parse_schemes`` of an empty list)."""
     plain, methods = split_schemes(settings.schemes)
-    schemes = parse_schemes(plain) if plain or not (settings.recipes or methods or modules or settings.checkpoints) else []
+    schemes = (
+        parse_schemes(plain) if plain or not (settings.recipes or methods or modules or settings.checkpoints) else []
+    )
     recipes = [read_recipe(r) for r in settings.recipes]
-    named = [s.name for s in schemes] + [r.name for r in recipes] + [m.name for m in methods] + [m.name for m in modules]
+    named = (
+        [s.name for s in schemes] + [r.name for r in recipes] + [m.name for m in methods] + [m.name for m in modules]
+    )
     checkpoints = checkpoint_names(settings.checkpoints, set(named))
     if paired is not None:
         paired.check(named + checkpoints)
     return PlannedVariants(schemes, recipes, methods, checkpoints)
 
 
-def build_planned(p: Prepared, plan: PlannedVariants, settings: VariantSettings, modules: Sequence[ModuleVariant],
-                  device_map, reporter: Reporter) -> tuple[list, Calibration | None, float]:  # fmt: skip
+def build_planned(
+    p: Prepared,
+    plan: PlannedVariants,
+    settings: VariantSettings,
+    modules: Sequence[ModuleVariant],
+    device_map,
+    reporter: Reporter,
+) -> tuple[list, Calibration | None, float]:
     """The variants in the result's order: the schemes' and recipes', the methods' (calibrated on their own text
     where they learn from one), the caller's ``modules`` (checked against the reference before any forward pass),
     then the checkpoints, loaded; with the calibration and the seconds the quantizing took."""
@@ -54,8 +65,10 @@ def build_planned(p: Prepared, plan: PlannedVariants, settings: VariantSettings,
     t0 = time.perf_counter()
     variants = build_variants(p.loaded.model, plan.schemes, plan.recipes, settings.include, settings.exclude)
     calibration = for_methods(plan.methods, settings.calibration, p.text, p.stream, p.loaded.tokenizer)  # autoround:…
-    variants += [build_method_variant(p.loaded.model, m, settings.include, settings.exclude, p.loaded.tokenizer, calibration)
-                 for m in plan.methods]  # fmt: skip
+    variants += [
+        build_method_variant(p.loaded.model, m, settings.include, settings.exclude, p.loaded.tokenizer, calibration)
+        for m in plan.methods
+    ]
     quantize_s = time.perf_counter() - t0
     check_variants(p.loaded, modules)  # before any forward pass
     variants += list(modules)

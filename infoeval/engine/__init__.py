@@ -76,10 +76,24 @@ class RoleLogits(Mapping):
     """``logits[role]``: that role's logits for the current batch, computed when asked (and again if asked again);
     with ``hidden`` (a shared batch's blocks' output per role, and this window's index in it) only the head runs."""
 
-    def __init__(self, roles: Mapping[str, object], inputs: dict, batch: Batch, on_forward: Callable[[], None] | None,
-                 hidden: tuple[dict, int] | None = None, check: bool = True, *,
-                 clock: Clock):  # fmt: skip
-        self._roles, self._inputs, self._batch, self._on_forward, self._hidden = roles, inputs, batch, on_forward, hidden
+    def __init__(
+        self,
+        roles: Mapping[str, object],
+        inputs: dict,
+        batch: Batch,
+        on_forward: Callable[[], None] | None,
+        hidden: tuple[dict, int] | None = None,
+        check: bool = True,
+        *,
+        clock: Clock,
+    ):
+        self._roles, self._inputs, self._batch, self._on_forward, self._hidden = (
+            roles,
+            inputs,
+            batch,
+            on_forward,
+            hidden,
+        )
         self._check, self._clock = check, clock
 
     def __getitem__(self, role: str) -> torch.Tensor:
@@ -122,16 +136,27 @@ def _active(roles: Mapping[str, object], only: Mapping[str, Collection[int]], wi
     return {r: m for r, m in roles.items() if r not in only or any(w.index in only[r] for w in windows)}
 
 
-def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, prefix_id: int | None, device, on_forward,
-           check: bool, clock: Clock, only: Mapping[str, Collection[int]]) -> Iterator[Step]:  # fmt: skip
+def _steps(
+    roles: Mapping[str, object],
+    stream_ids: torch.Tensor,
+    b: Batch,
+    prefix_id: int | None,
+    device,
+    on_forward,
+    check: bool,
+    clock: Clock,
+    only: Mapping[str, Collection[int]],
+) -> Iterator[Step]:
     """The reducer's steps of batch ``b``: one, or one per window of a shared batch (whose blocks run first, once
     per role, on the rows of the windows the role runs on; window by window instead where a role's model does not
     ``splits``). A step's logits hold the roles that run on its windows (``only``)."""
     inputs = torch.cat([window_inputs(stream_ids, w, prefix_id) for w in b.windows]).to(device)
     split = {role: parts(model) for role, model in _active(roles, only, b.windows).items()} if b.shared else {}
     # a model placed by accelerate (device_map) keeps its per-module hooks: it goes window by window
-    if b.shared and all(model_device(m, device) == device and not getattr(m, "hf_device_map", None)
-                        and splits(m, inputs[:1, :8]) for m, _ in split.values()):  # fmt: skip
+    if b.shared and all(
+        model_device(m, device) == device and not getattr(m, "hf_device_map", None) and splits(m, inputs[:1, :8])
+        for m, _ in split.values()
+    ):
         hidden, row = run_blocks(split, inputs, b, clock, only)
         for k, w in enumerate(each_window(b)):
             targets = window_targets(stream_ids, w.windows[0])[None].to(device)
@@ -148,11 +173,19 @@ def _steps(roles: Mapping[str, object], stream_ids: torch.Tensor, b: Batch, pref
 
 @torch.inference_mode()
 def run(
-    roles: Mapping[str, object], stream_ids: torch.Tensor, batches: Sequence[Batch], prefix_id: int | None,
-    reducer: Reducer, schema: Mapping[str, type] | None = None, nbytes: np.ndarray | None = None,
-    on_forward: Callable[[], None] | None = None, n_rows: int | None = None, check_logits: bool = True,
-    clock: Clock | None = None, only: Mapping[str, Collection[int]] | None = None,
-) -> dict[str, np.ndarray]:  # fmt: skip
+    roles: Mapping[str, object],
+    stream_ids: torch.Tensor,
+    batches: Sequence[Batch],
+    prefix_id: int | None,
+    reducer: Reducer,
+    schema: Mapping[str, type] | None = None,
+    nbytes: np.ndarray | None = None,
+    on_forward: Callable[[], None] | None = None,
+    n_rows: int | None = None,
+    check_logits: bool = True,
+    clock: Clock | None = None,
+    only: Mapping[str, Collection[int]] | None = None,
+) -> dict[str, np.ndarray]:
     """Evaluate every batch with the roles the reducer asks for; returns the columns (identity columns, ``bytes``
     when ``nbytes`` is given, and the reducer's). ``n_rows`` defaults to the rows of ``batches``. Every role's
     logits are checked finite, unless ``check_logits`` is False: the reducer then checks (``require_finite``).

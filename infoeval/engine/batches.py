@@ -46,8 +46,10 @@ def plan(windows: Sequence[Window], per_batch: int = 1) -> list[Batch]:
         group = tuple(windows[i : i + max(1, per_batch)])
         if len(group) > 1:
             w0 = group[0]
-            if any((w.length, w.first_scored, w.n_scored) != (w0.length, w0.first_scored, w0.n_scored) for w in group) \
-                    or w0.first_scored + w0.n_scored != w0.length:  # fmt: skip
+            if (
+                any((w.length, w.first_scored, w.n_scored) != (w0.length, w0.first_scored, w0.n_scored) for w in group)
+                or w0.first_scored + w0.n_scored != w0.length
+            ):
                 raise ValueError("batched windows must share their length and score their last positions")
         n = sum(w.n_scored for w in group)
         out.append(Batch(group, slice(row, row + n)))

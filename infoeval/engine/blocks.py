@@ -49,8 +49,10 @@ def decoder(model) -> Decoder:
     norm = getattr(base, "norm", None)
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if prefix is None or norm is None or head is None:
-        raise RuntimeFailure(f"{type(model).__name__}: no decoder blocks + final norm + head found; "
-                             "run without the block cache (--no-block-cache)")  # fmt: skip
+        raise RuntimeFailure(
+            f"{type(model).__name__}: no decoder blocks + final norm + head found; "
+            "run without the block cache (--no-block-cache)"
+        )
     return Decoder(prefix, modules[prefix], norm, head)
 
 
@@ -142,8 +144,9 @@ class FromBlock:
             return SimpleNamespace(logits=forward_from(self.model, cached, self.start, _kept(kept)))
 
 
-def weight_grads(model, inputs: torch.Tensor, keep, loss: Callable[[torch.Tensor], torch.Tensor],
-                 names: Sequence[str]) -> dict[str, torch.Tensor]:  # fmt: skip
+def weight_grads(
+    model, inputs: torch.Tensor, keep, loss: Callable[[torch.Tensor], torch.Tensor], names: Sequence[str]
+) -> dict[str, torch.Tensor]:
     """∂ loss(logits) / ∂ weight of each named module, by one forward and one backward pass; the model's
     parameters and their ``.grad`` are left as they were."""
     modules = dict(model.named_modules())

@@ -82,7 +82,11 @@ def batched_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> 
 def _plain_linear(m: torch.nn.Module) -> bool:
     """A Linear that computes ``linear(x, weight, bias)`` with a plain weight: not a library's subclass with its own
     forward (bitsandbytes' Linear4bit, quanto's QLinear) nor one holding a tensor subclass (torchao's)."""
-    return isinstance(m, torch.nn.Linear) and type(m).forward is torch.nn.Linear.forward and type(m.weight) is torch.nn.Parameter
+    return (
+        isinstance(m, torch.nn.Linear)
+        and type(m).forward is torch.nn.Linear.forward
+        and type(m.weight) is torch.nn.Parameter
+    )
 
 
 @contextlib.contextmanager

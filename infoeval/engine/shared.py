@@ -46,7 +46,9 @@ def splits(model: torch.nn.Module, probe: torch.Tensor) -> bool:
     return _SPLITS[model]
 
 
-def run_blocks(split: Mapping[str, tuple], inputs: torch.Tensor, b: Batch, clock: Clock, only: Mapping[str, Collection[int]]) -> tuple[dict, dict]:
+def run_blocks(
+    split: Mapping[str, tuple], inputs: torch.Tensor, b: Batch, clock: Clock, only: Mapping[str, Collection[int]]
+) -> tuple[dict, dict]:
     """Each role's decoder blocks once on the rows of shared batch ``b``'s windows it runs on (``only``), then the
     heap's free pages back to the OS. ``split``: role → (module, its weights context), ``roles.parts``.
     Returns role → (B_role, T, hidden), the heads' inputs, and role → {window k of the batch: its row there}."""

@@ -23,8 +23,16 @@ from infoeval.measure.stats import LN2, t_quantile
 from infoeval.output.results import positions_table, read_positions
 
 # a limited metric → (the baseline table's column, the candidate's column); its direction is the registry's
-PAIRED = {"kl_mean": ("kl", "kl"), "kl_p99": ("kl", "kl"), "top1": ("top1_match", "top1"), "tv_mean": ("tv", "tv"), "rkl_mean": ("rkl", "rkl"),
-          "ln_ppl_ratio": ("nll_candidate", "nll"), "ppl_ratio": ("nll_candidate", "nll"), "bits_per_byte_delta": ("nll_candidate", "nll")}  # fmt: skip
+PAIRED = {
+    "kl_mean": ("kl", "kl"),
+    "kl_p99": ("kl", "kl"),
+    "top1": ("top1_match", "top1"),
+    "tv_mean": ("tv", "tv"),
+    "rkl_mean": ("rkl", "rkl"),
+    "ln_ppl_ratio": ("nll_candidate", "nll"),
+    "ppl_ratio": ("nll_candidate", "nll"),
+    "bits_per_byte_delta": ("nll_candidate", "nll"),
+}
 
 
 def read_baseline(path: Path) -> tuple[dict, object]:
@@ -57,26 +65,48 @@ def matched_rows(frame, identity: dict, used: np.ndarray) -> np.ndarray | None:
     return rows
 
 
-def paired_row(name: str, candidate: np.ndarray, baseline: np.ndarray, windows: np.ndarray, confidence: float, scale: float = 1.0) -> dict:
+def paired_row(
+    name: str, candidate: np.ndarray, baseline: np.ndarray, windows: np.ndarray, confidence: float, scale: float = 1.0
+) -> dict:
     """One limited metric, paired: difference ± SE (in the metric's units: ``scale``), the one-sided bound of the
     worsening at ``confidence``, and whether the candidate is worse beyond it."""
     row = quantile_diff(candidate, baseline, windows) if name == "kl_p99" else t_test(candidate - baseline, windows)
     diff, se = row["diff"] * scale, row["se"] * scale
     q = t_quantile(confidence, row["df"]) if row["df"] >= 1 else float("nan")
     worsening = -better(name) * diff  # > 0: the candidate is worse
-    bound = worsening - q * se  # the worsening's lower confidence bound (NaN without an SE: baseline_rows then judges by tolerance)
-    return {"metric": name, "form": "paired", "diff": diff, "se": se, "df": row["df"], "worse_by_at_least": bound,
-            "confidence": confidence, "passed": not bound > 0}  # fmt: skip
+    bound = (
+        worsening - q * se
+    )  # the worsening's lower confidence bound (NaN without an SE: baseline_rows then judges by tolerance)
+    return {
+        "metric": name,
+        "form": "paired",
+        "diff": diff,
+        "se": se,
+        "df": row["df"],
+        "worse_by_at_least": bound,
+        "confidence": confidence,
+        "passed": not bound > 0,
+    }
 
 
-def baseline_rows(metrics: dict, baseline: tuple[dict, object], names: list[str], tolerance: float, cols: dict, confidence: float) -> list[dict]:
+def baseline_rows(
+    metrics: dict, baseline: tuple[dict, object], names: list[str], tolerance: float, cols: dict, confidence: float
+) -> list[dict]:
     """Every limited metric against the earlier run: paired on its positions where it can be, else by tolerance
     (``cols``: the candidate's columns, ``identity`` (window, position, token id of every reference row) and
     ``used``, the rows this run judged; ``bytes``: the scored bytes, for bits/byte)."""
     base_metrics, frame = baseline
     tolerance_rows = {r["metric"]: r for r in compare_baseline(metrics, base_metrics, names, tolerance)}
     rows = matched_rows(frame, cols["identity"], cols["used"])
-    why = ("the baseline kept no per-position table" if frame is None else "the baseline's positions are not this reference's") if rows is None else None
+    why = (
+        (
+            "the baseline kept no per-position table"
+            if frame is None
+            else "the baseline's positions are not this reference's"
+        )
+        if rows is None
+        else None
+    )
     out = []
     for name in names:
         then = tolerance_rows[name]
@@ -84,18 +114,24 @@ def baseline_rows(metrics: dict, baseline: tuple[dict, object], names: list[str]
             out.append({**then, "form": "tolerance", "note": why or f"{name} has no per-position column"})
             continue
         base_col, cand_col = PAIRED[name]
-        scale = float(cols["used"].sum() / LN2 / cols["bytes"]) if name == "bits_per_byte_delta" and cols["bytes"] else 1.0
+        scale = (
+            float(cols["used"].sum() / LN2 / cols["bytes"]) if name == "bits_per_byte_delta" and cols["bytes"] else 1.0
+        )
         cand = cols["variant"][cand_col][cols["used"]].astype(np.float64)
         base = frame[base_col].to_numpy()[rows].astype(np.float64)
         row = paired_row(name, cand, base, cols["identity"]["window"][cols["used"]], confidence, scale)
-        if not row["se"] == row["se"] or row["df"] < 1:  # one batch: no SE to pair with, so the tolerance judges (fail closed)
+        if (
+            not row["se"] == row["se"] or row["df"] < 1
+        ):  # one batch: no SE to pair with, so the tolerance judges (fail closed)
             out.append({**then, "form": "tolerance", "note": "too few positions to pair (fewer than two batches)"})
             continue
         out.append({**row, "value": then["value"], "baseline": then["baseline"]})
     return out
 
 
-def judge_baseline(gate_settings, ref, baseline, metrics: dict, names: list[str], var: dict, ref_cols: dict, used: np.ndarray) -> list[dict]:
+def judge_baseline(
+    gate_settings, ref, baseline, metrics: dict, names: list[str], var: dict, ref_cols: dict, used: np.ndarray
+) -> list[dict]:
     """The baseline rows of a gate run (none without --baseline); ``used``: the reference rows it judged."""
     if baseline is None:
         return []

@@ -47,7 +47,9 @@ def load_candidate(gate_settings, model_settings: ModelSettings, ref):
         )
     shipped = loaded.info.quantization if gate_settings.candidate else None
     if shipped and shipped["format"] != "gguf" and (gate_settings.scheme or gate_settings.recipe):
-        raise UsageError(f"--scheme and --recipe quantize a float model; '{spec}' is already a {shipped['format']} checkpoint: gate it without them")
+        raise UsageError(
+            f"--scheme and --recipe quantize a float model; '{spec}' is already a {shipped['format']} checkpoint: gate it without them"
+        )
     original = loaded.model
     sources = original_weights(original) if gate_settings.floor != "off" and gate_settings.candidate is None else None
     report = {"source": "checkpoint", **shipped} if shipped else None  # a --scheme on a GGUF replaces it below
@@ -68,7 +70,9 @@ def load_candidate(gate_settings, model_settings: ModelSettings, ref):
         floor = _reference_floor(gate_settings, ref, loaded)
     else:  # the layers the candidate changed (the default ones when it changed none), from the weights before
         changed = [r["name"] for r in (report or {}).get("layers", []) if r.get("action") == "quantized"] or None
-        floor = WithVariant(original, build_floor(original, seed=gate_settings.floor_seed, sources=sources, layers=changed))
+        floor = WithVariant(
+            original, build_floor(original, seed=gate_settings.floor_seed, sources=sources, layers=changed)
+        )
     return spec, loaded, report, floor
 
 
@@ -81,7 +85,9 @@ def _reference_floor(gate_settings, ref, candidate):
     try:
         model = load_model(spec, device, dtype).model
     except InfoevalError as e:
-        raise DataError(f"the noise floor needs the reference's model ({spec}), which did not load ({e}); pass --floor off") from None
+        raise DataError(
+            f"the noise floor needs the reference's model ({spec}), which did not load ({e}); pass --floor off"
+        ) from None
     return WithVariant(model, build_floor(model, seed=gate_settings.floor_seed))
 
 
@@ -89,7 +95,9 @@ def _calibration(settings, ref, tokenizer):
     """A calibrated method's chunks, held out from the reference's tokens (the reference file's text is read again
     where it is here unchanged; else a --calibration text is needed)."""
     evaluated = reload_text(ref.meta["provenance"]["text"])
-    return calibration_samples(settings or CalibrationSettings(), evaluated, ref.stream_ids.numpy(), int(ref.nbytes.sum()), tokenizer)
+    return calibration_samples(
+        settings or CalibrationSettings(), evaluated, ref.stream_ids.numpy(), int(ref.nbytes.sum()), tokenizer
+    )
 
 
 def reference_model_spec(info: dict) -> str:

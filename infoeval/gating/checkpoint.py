@@ -31,8 +31,16 @@ REPORT_FILE = "infoeval-quantization.json"
 FORMATS = ("fake", "pack-quantized")
 
 
-def quantize_checkpoint(model_settings: ModelSettings, scheme_name: str, out: Path, include=(), exclude=(), force: bool = False,
-                        fmt: str = "fake", recipe: Path | None = None) -> dict:
+def quantize_checkpoint(
+    model_settings: ModelSettings,
+    scheme_name: str,
+    out: Path,
+    include=(),
+    exclude=(),
+    force: bool = False,
+    fmt: str = "fake",
+    recipe: Path | None = None,
+) -> dict:
     """Load, quantize, save to ``out`` atomically (a temp folder renamed at the end). ``fmt`` "fake" stores the
     dequantized weights; "pack-quantized" real int4 codes (compressed-tensors). ``recipe``: a recipe file (a scheme
     per layer) instead of ``scheme_name``; stored fake-quantized."""
@@ -40,7 +48,9 @@ def quantize_checkpoint(model_settings: ModelSettings, scheme_name: str, out: Pa
     mix = read_recipe(recipe) if recipe is not None else None
     out = _checked_out(fmt, mix, out, force)
     device = resolve_device(model_settings.device)
-    loaded = load_model(model_settings.model, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map)
+    loaded = load_model(
+        model_settings.model, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map
+    )
     packed = check_packable(loaded.model, scheme, include, exclude) if fmt == "pack-quantized" else None
     if mix is None:
         variant = quantize_variant(loaded.model, scheme, include, exclude)  # the report (SQNR); weights not swapped yet
@@ -49,17 +59,25 @@ def quantize_checkpoint(model_settings: ModelSettings, scheme_name: str, out: Pa
     summary = variant.summary()
     report = {
         "format": "infoeval fake-quantized checkpoint (dequantized weights)",
-        "provenance": provenance("quantize", model=loaded.info, scheme=variant.name, format=fmt,
-                                 recipe=str(recipe) if recipe else None).to_json(),  # fmt: skip
+        "provenance": provenance(
+            "quantize", model=loaded.info, scheme=variant.name, format=fmt, recipe=str(recipe) if recipe else None
+        ).to_json(),
         "scheme": summary["scheme"],
         "storage": "dequantized float weights" if fmt == "fake" else "compressed-tensors pack-quantized int4 codes",
         "quantization": summary,
     }
     _save(loaded, variant, scheme, packed, fmt, report, out)
-    return {"out": str(out), "scheme": variant.name, "format": fmt, "layers_quantized": summary["layers_quantized"],
-            "layers_skipped": summary["layers_skipped"], "sqnr_db_min": summary["sqnr_db_min"],
-            "sqnr_db_mean": summary["sqnr_db_mean"], "params_quantized": summary["params_quantized"],
-            "files": sorted(p.name for p in out.iterdir())}
+    return {
+        "out": str(out),
+        "scheme": variant.name,
+        "format": fmt,
+        "layers_quantized": summary["layers_quantized"],
+        "layers_skipped": summary["layers_skipped"],
+        "sqnr_db_min": summary["sqnr_db_min"],
+        "sqnr_db_mean": summary["sqnr_db_mean"],
+        "params_quantized": summary["params_quantized"],
+        "files": sorted(p.name for p in out.iterdir()),
+    }
 
 
 def _checked_out(fmt: str, mix, out: Path, force: bool) -> Path:

@@ -15,7 +15,9 @@ def _sequential_junit_rows(result: dict) -> list[tuple[str, str, str, str, str]]
     for check, value, bound, limit, decision, fixed in sequential_rows(result):
         if decision == "UNDECIDED":
             decision = "SKIP" if q["decision"] == "fail" else ("PASS" if result["passed"] else "FAIL")
-        rows.append((check, value, f"CS {bound}, {decision.lower()} ({q['decision']}; fixed-budget {fixed})", limit, decision))
+        rows.append(
+            (check, value, f"CS {bound}, {decision.lower()} ({q['decision']}; fixed-budget {fixed})", limit, decision)
+        )
     rows += [baseline_row(r) for r in (result.get("baseline") or {}).get("rows", [])]
     return rows
 
@@ -23,15 +25,20 @@ def _sequential_junit_rows(result: dict) -> list[tuple[str, str, str, str, str]]
 def junit_xml(result: dict) -> bytes:
     """One <testcase> per limit (and per baseline comparison); failures carry the numbers."""
     rows = _sequential_junit_rows(result) if result.get("sequential") else verdict_rows(result)
-    suite = ET.Element("testsuite", name="infoeval gate", tests=str(len(rows)),
-                       failures=str(sum(1 for r in rows if r[-1] == "FAIL")), errors="0")
+    suite = ET.Element(
+        "testsuite",
+        name="infoeval gate",
+        tests=str(len(rows)),
+        failures=str(sum(1 for r in rows if r[-1] == "FAIL")),
+        errors="0",
+    )
     cand = candidate_label(result)
     for check, value, judged, limit, verdict in rows:
         case = ET.SubElement(suite, "testcase", classname=f"infoeval.gate.{cand}", name=f"{check} {limit}")
         if verdict == "FAIL":
-            ET.SubElement(case, "failure", message=f"{check} = {value}; judged {judged}; limit {limit}").text = (
-                f"candidate {cand}: {check} = {value}, judged {judged}, limit {limit}"
-            )
+            ET.SubElement(
+                case, "failure", message=f"{check} = {value}; judged {judged}; limit {limit}"
+            ).text = f"candidate {cand}: {check} = {value}, judged {judged}, limit {limit}"
         elif verdict == "SKIP":
             ET.SubElement(case, "skipped", message=f"{check}: undecided when another limit failed; {judged}")
     if result.get("sequential"):
@@ -39,7 +46,15 @@ def junit_xml(result: dict) -> bytes:
         props = ET.Element("properties")
         suite.insert(0, props)
         q = result["sequential"]
-        for key in ("decision", "stopped_at_window", "windows_budget", "tokens_used", "tokens_budget", "saving", "alpha"):
+        for key in (
+            "decision",
+            "stopped_at_window",
+            "windows_budget",
+            "tokens_used",
+            "tokens_budget",
+            "saving",
+            "alpha",
+        ):
             ET.SubElement(props, "property", name=f"sequential.{key}", value=str(q[key]))
     root = ET.Element("testsuites", name="infoeval", tests=suite.get("tests"), failures=suite.get("failures"))
     root.append(suite)
@@ -61,11 +76,22 @@ def markdown(result: dict) -> str:
         "|---|---:|---:|---:|:---:|",
     ]
     if result.get("sequential"):
-        lines[-2:] = [sequential_line(result) + ".", "", "| check | value ± SE | CS bound at stop | limit | sequential | fixed-budget |",
-                      "|---|---:|---:|---:|:---:|:---:|"]  # fmt: skip
+        lines[-2:] = [
+            sequential_line(result) + ".",
+            "",
+            "| check | value ± SE | CS bound at stop | limit | sequential | fixed-budget |",
+            "|---|---:|---:|---:|:---:|:---:|",
+        ]
         lines += [f"| {' | '.join(row)} |" for row in sequential_rows(result)]
     else:
-        lines += [f"| {c} | {v} | {j} | {lim} | {'✅' if ok == 'PASS' else '❌'} |" for c, v, j, lim, ok in verdict_rows(result)]
-    lines += ["", f"PPL {_num(r['ppl'], 3)} → {_num(m['ppl'], 3)}; KL lower bound {_num(m['kl_lower_mean'])} nats; "
-              f"TV {_num(m['tv_mean'])}.", ""]
+        lines += [
+            f"| {c} | {v} | {j} | {lim} | {'✅' if ok == 'PASS' else '❌'} |"
+            for c, v, j, lim, ok in verdict_rows(result)
+        ]
+    lines += [
+        "",
+        f"PPL {_num(r['ppl'], 3)} → {_num(m['ppl'], 3)}; KL lower bound {_num(m['kl_lower_mean'])} nats; "
+        f"TV {_num(m['tv_mean'])}.",
+        "",
+    ]
     return "\n".join(lines)

@@ -31,7 +31,11 @@ def _gate_rows(ref: Reference, z: torch.Tensor, rows: slice, top_k: int = 0) -> 
     ``top_k``, its k most likely tokens and their probabilities too)."""
     lq = log_softmax(z).cpu()
     d = compact_divergences(_slice(ref.dist, rows.start, rows.stop), lq)
-    return {"nll": -lq.gather(-1, ref.target_ids[rows, None])[:, 0], **{k: getattr(d, k) for k in GATE_COLUMNS}, **candidate_top(lq, top_k)}
+    return {
+        "nll": -lq.gather(-1, ref.target_ids[rows, None])[:, 0],
+        **{k: getattr(d, k) for k in GATE_COLUMNS},
+        **candidate_top(lq, top_k),
+    }
 
 
 def gate_reducer(ref: Reference, top_k: int = 0):
@@ -40,11 +44,17 @@ def gate_reducer(ref: Reference, top_k: int = 0):
     def reduce(step: engine.Step) -> dict:
         z, a = step.logits[CANDIDATE][0], step.batch.rows.start
         if z.shape[1] != ref.meta["vocab_size"]:
-            raise DataError(f"the candidate has {z.shape[1]} output logits, the reference {ref.meta['vocab_size']}: different vocabularies")
+            raise DataError(
+                f"the candidate has {z.shape[1]} output logits, the reference {ref.meta['vocab_size']}: different vocabularies"
+            )
         out = by_rows(z.shape[0], lambda r: _gate_rows(ref, z[r], slice(a + r.start, a + r.stop), top_k), chunk_rows(z))
-        if FLOOR in step.logits:  # the noise floor on its windows, judged against the reference file as the candidate is
+        if (
+            FLOOR in step.logits
+        ):  # the noise floor on its windows, judged against the reference file as the candidate is
             zf = step.logits[FLOOR][0]
-            floor = by_rows(zf.shape[0], lambda r: _gate_rows(ref, zf[r], slice(a + r.start, a + r.stop)), chunk_rows(zf))
+            floor = by_rows(
+                zf.shape[0], lambda r: _gate_rows(ref, zf[r], slice(a + r.start, a + r.stop)), chunk_rows(zf)
+            )
             out |= {f"{FLOOR}/{k}": floor[k] for k in ("nll", *GATE_COLUMNS)}
         return out
 

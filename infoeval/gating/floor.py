@@ -20,7 +20,9 @@ def floor_roles(candidate: tuple, floor_at) -> tuple[dict, dict]:
     return {**roles, FLOOR: candidate[3]}, {FLOOR: frozenset(int(i) for i in floor_at)}
 
 
-def gate_floor(gate_settings, candidate: tuple, cols: dict, ref_cols: dict, var: dict, floor_at, used: np.ndarray) -> dict | None:
+def gate_floor(
+    gate_settings, candidate: tuple, cols: dict, ref_cols: dict, var: dict, floor_at, used: np.ndarray
+) -> dict | None:
     """The result's floor block (None with --floor off): how it was made, the windows it ran on, its metrics
     (``metrics``: mean KL ± SE, P99, top-1 disagreement; ``metrics_all``: every gate metric of the floor, which
     the limits are held against), and the candidate against it (× floor, the paired difference, at floor).
@@ -28,7 +30,11 @@ def gate_floor(gate_settings, candidate: tuple, cols: dict, ref_cols: dict, var:
     if candidate[3] is None:
         return None
     rows = floor_rows(cols["window"], floor_at) & used
-    block = {"mode": gate_settings.floor, **candidate[3].variant.summary(), "windows": sorted({int(w) for w in cols["window"][rows]})}
+    block = {
+        "mode": gate_settings.floor,
+        **candidate[3].variant.summary(),
+        "windows": sorted({int(w) for w in cols["window"][rows]}),
+    }
     if not rows.any() or f"{FLOOR}/kl" not in cols:
         return block | {"metrics": None, "metrics_all": None, "candidate": None}
     fcols = {k: cols[f"{FLOOR}/{k}"][rows] for k in ("nll", *GATE_COLUMNS)}

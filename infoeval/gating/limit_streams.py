@@ -121,27 +121,44 @@ def limit_stream(limit: Limit, plan: Plan) -> LimitStream:
         return LimitStream(limit, Stream(limit.key, lim, 0.0), f"mean {MEANS[m]} (token-weighted)", plan)
     if m == "top1" and limit.side == "min":
         floor = math.sqrt(max(lim * (1.0 - lim), 0.0) / n_bar)
-        return LimitStream(limit, Stream(limit.key, -lim, -plan.max_tokens / n_bar, spread_floor=floor), "−top-1 agreement (token-weighted)", plan)
+        return LimitStream(
+            limit,
+            Stream(limit.key, -lim, -plan.max_tokens / n_bar, spread_floor=floor),
+            "−top-1 agreement (token-weighted)",
+            plan,
+        )
     if m in ("ppl_ratio", "ppl") and limit.side == "max":
         if lim <= 0:
             raise UsageError(f"gate limit '{limit.key}' = {lim} must be > 0")
         what = "Δ ln PPL" if m == "ppl_ratio" else "ln PPL"
-        return LimitStream(limit, Stream(limit.key, math.log(lim), None if m == "ppl_ratio" else 0.0), f"{what} (token-weighted)", plan)
+        return LimitStream(
+            limit, Stream(limit.key, math.log(lim), None if m == "ppl_ratio" else 0.0), f"{what} (token-weighted)", plan
+        )
     if m in ("bits_per_byte_delta", "bits_per_byte") and limit.side == "max":
         what = "Δnll" if m == "bits_per_byte_delta" else "nll"
         return LimitStream(limit, Stream(limit.key, 0.0), f"(Σ{what}/ln 2 − {lim:g}·bytes)·N/B", plan)
     if m in QUANTILES and limit.side == "max":
         share = round(1.0 - QUANTILES[m], 12)
         floor = math.sqrt(share * (1.0 - share) / n_bar)
-        return LimitStream(limit, Stream(limit.key, share, 0.0, spread_floor=floor), f"share of positions with KL > {lim:g} (≤ {share:g})", plan)
+        return LimitStream(
+            limit,
+            Stream(limit.key, share, 0.0, spread_floor=floor),
+            f"share of positions with KL > {lim:g} (≤ {share:g})",
+            plan,
+        )
     if m == "dp_rms" and limit.side == "max":
         return LimitStream(limit, Stream(limit.key, lim * lim, 0.0), "mean Δp² (token-weighted)", plan)
     if m == "kl_max" and limit.side == "max":
         return LimitStream(limit, Stream(limit.key, lim, None, "max"), "largest KL of the window", plan)
-    raise UsageError(f"the sequential gate cannot judge limit '{limit.key}' as a mean; drop it or run the gate without --sequential")
+    raise UsageError(
+        f"the sequential gate cannot judge limit '{limit.key}' as a mean; drop it or run the gate without --sequential"
+    )
 
 
 def window_columns(ref_cols: dict, var: dict, rows: slice) -> dict:
     """One window's position columns, as ``LimitStream.observe`` reads them."""
-    return {"nll_ref": ref_cols["nll"][rows], "bytes": ref_cols["bytes"][rows],
-            **{k: var[k][rows] for k in ("nll", "kl", "kl_lower", "tv", "rkl", "top1")}}  # fmt: skip
+    return {
+        "nll_ref": ref_cols["nll"][rows],
+        "bytes": ref_cols["bytes"][rows],
+        **{k: var[k][rows] for k in ("nll", "kl", "kl_lower", "tv", "rkl", "top1")},
+    }

@@ -44,7 +44,13 @@ GATE_METRICS: dict[str, tuple[str | None, str]] = {
     "dp_rms": ("dp_rms_se", "mean"),  # llama.cpp's RMS Δp
 }
 ALIASES = {"max_bpb_increase": "max_bits_per_byte_delta"}
-DEFAULT_LIMITS = {"max_kl_mean": 0.05, "max_kl_p99": 0.5, "min_top1": 0.90, "max_ppl_ratio": 1.05, "max_bpb_increase": 0.05}
+DEFAULT_LIMITS = {
+    "max_kl_mean": 0.05,
+    "max_kl_p99": 0.5,
+    "min_top1": 0.90,
+    "max_ppl_ratio": 1.05,
+    "max_bpb_increase": 0.05,
+}
 DEFAULT_CONFIDENCE = 0.95
 
 
@@ -68,9 +74,16 @@ class Verdict:
 
     def as_dict(self) -> dict:
         return {
-            "limit": self.limit.key, "metric": self.limit.metric, "side": self.limit.side, "threshold": self.limit.value,
-            "value": self.value, "se": self.se, "bound": self.bound, "judged": self.judged, "passed": self.passed,
-        } | ({"below_floor": True, "floor_value": self.floor} if self.floor is not None else {})  # fmt: skip
+            "limit": self.limit.key,
+            "metric": self.limit.metric,
+            "side": self.limit.side,
+            "threshold": self.limit.value,
+            "value": self.value,
+            "se": self.se,
+            "bound": self.bound,
+            "judged": self.judged,
+            "passed": self.passed,
+        } | ({"below_floor": True, "floor_value": self.floor} if self.floor is not None else {})
 
 
 def limits_from(limits_file, overrides: dict) -> tuple[Limit, ...]:
@@ -99,7 +112,9 @@ def parse_limits(raw: dict) -> list[Limit]:
         hib = METRICS[metric].higher_is_better if metric in METRICS else False
         if (side == "max") == bool(hib):
             other = "min" if side == "max" else "max"
-            raise UsageError(f"gate limit '{key}' bounds {metric} from the wrong side ({'higher' if hib else 'lower'} is better); use {other}_{metric}")
+            raise UsageError(
+                f"gate limit '{key}' bounds {metric} from the wrong side ({'higher' if hib else 'lower'} is better); use {other}_{metric}"
+            )
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise UsageError(f"gate limit '{key}' = {value!r} is not a finite number")
         out.append(Limit(key, metric, side, float(value)))
@@ -127,7 +142,9 @@ def quantile_for(confidence: float, blocks: int | None) -> tuple[float, str]:
     return z, f"{confidence:.0%} one-sided bound"
 
 
-def judge(limits: list[Limit], metrics: dict, confidence: float = DEFAULT_CONFIDENCE, point: bool = False) -> list[Verdict]:
+def judge(
+    limits: list[Limit], metrics: dict, confidence: float = DEFAULT_CONFIDENCE, point: bool = False
+) -> list[Verdict]:
     z, named = quantile_for(confidence, metrics.get("se_blocks"))
     out = []
     for lim in limits:
@@ -174,8 +191,10 @@ def floor_line(verdict: dict) -> str | None:
     """The one line of a limit below the noise floor (a verdict as in the result JSON; None for any other)."""
     if not verdict.get("below_floor"):
         return None
-    return (f"{verdict['limit']} {verdict['threshold']:g} is below the noise floor ({verdict['metric']} {verdict['floor_value']:.4g} for a "
-            f"checkpoint no user could tell from the reference): this run cannot judge it, so it fails; raise the limit, or pass --floor off")  # fmt: skip
+    return (
+        f"{verdict['limit']} {verdict['threshold']:g} is below the noise floor ({verdict['metric']} {verdict['floor_value']:.4g} for a "
+        f"checkpoint no user could tell from the reference): this run cannot judge it, so it fails; raise the limit, or pass --floor off"
+    )
 
 
 def compare_baseline(metrics: dict, baseline: dict, names: list[str], tolerance: float) -> list[dict]:
@@ -185,7 +204,9 @@ def compare_baseline(metrics: dict, baseline: dict, names: list[str], tolerance:
     rows = []
     for name in names:
         if name not in baseline:
-            raise UsageError(f"the baseline result has no metric '{name}'; give a result JSON written by `infoeval gate`")
+            raise UsageError(
+                f"the baseline result has no metric '{name}'; give a result JSON written by `infoeval gate`"
+            )
         now, then = float(metrics[name]), float(baseline[name])
         hib = METRICS[name].higher_is_better if name in METRICS else False
         slack = tolerance * abs(then)

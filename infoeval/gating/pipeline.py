@@ -34,16 +34,26 @@ from infoeval.input.prepare import Reporter, prepare, progress
 
 REFERENCE = "the reference model"
 COMPACT_FIELDS = tuple(CompactDist.__dataclass_fields__)
-REFERENCE_SCHEMA = {"top_ids": np.int64, "tail_ids": np.int64, "top_logp": np.float32, "tail_logmass": np.float32,
-                    "tail_logp": np.float32, "target_logp": np.float32, "entropy": np.float32}  # fmt: skip
+REFERENCE_SCHEMA = {
+    "top_ids": np.int64,
+    "tail_ids": np.int64,
+    "top_logp": np.float32,
+    "tail_logmass": np.float32,
+    "tail_logp": np.float32,
+    "target_logp": np.float32,
+    "entropy": np.float32,
+}
 
 
 def _compact_rows(z: torch.Tensor, targets: torch.Tensor, top_k: int, tail_samples: int, gen) -> dict:
     """The reference file's columns for some rows of the reference's logits ``z``."""
     lp = log_softmax(z)
     d = compact(lp, top_k, tail_samples, gen)
-    return {**{f: getattr(d, f) for f in COMPACT_FIELDS}, "target_logp": lp.gather(-1, targets[:, None])[:, 0],
-            "entropy": entropy(lp)}  # fmt: skip
+    return {
+        **{f: getattr(d, f) for f in COMPACT_FIELDS},
+        "target_logp": lp.gather(-1, targets[:, None])[:, 0],
+        "entropy": entropy(lp),
+    }
 
 
 def window_seed(seed: int, window: int) -> int:
@@ -58,8 +68,16 @@ def window_seed(seed: int, window: int) -> int:
 
 
 @torch.inference_mode()
-def build_reference(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, out: Path, top_k: int, tail_samples: int,
-                    seed: int = 0, reporter: Reporter | None = None) -> ReferenceResult:
+def build_reference(
+    model_settings: ModelSettings,
+    text_settings: TextSettings,
+    window_settings: WindowSettings,
+    out: Path,
+    top_k: int,
+    tail_samples: int,
+    seed: int = 0,
+    reporter: Reporter | None = None,
+) -> ReferenceResult:
     """One pass of the reference model over the windows → the compact reference file at ``out``."""
     if top_k < 1 or tail_samples < 0:
         raise UsageError(f"--top-k {top_k} / --tail-samples {tail_samples} not allowed; top-k ≥ 1 and tail-samples ≥ 0")
@@ -70,18 +88,35 @@ def build_reference(model_settings: ModelSettings, text_settings: TextSettings, 
     seen = {}
     reduce = _reference_reducer(gen, seed, top_k, tail_samples, seen)
     with progress(reporter, len(p.windows), f"reference: {len(p.windows)} windows") as bar:
-        cols = engine.run({REFERENCE: model}, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id, reduce,
-                          REFERENCE_SCHEMA, p.stream.nbytes, bar.step)  # fmt: skip
+        cols = engine.run(
+            {REFERENCE: model},
+            p.stream.ids,
+            engine.plan(p.windows),
+            p.protocol.prefix_id,
+            reduce,
+            REFERENCE_SCHEMA,
+            p.stream.nbytes,
+            bar.step,
+        )
     vocab = seen.get("vocab") or model.get_output_embeddings().weight.shape[0]  # a rank may have had no window
     prov = p.provenance("reference")
     ref = _reference(p, cols, prov, vocab, top_k, tail_samples, seed)
     size = write_reference(out, ref, vocab)
     meta = ref.meta
     return ReferenceResult(
-        prov, {**p.timings, "eval_s": bar.seconds}, file=str(out), file_bytes=size, bytes_per_position=size / ref.n,
-        llama_cpp_bytes_per_position=2 * vocab, vocab_size=vocab, tokenizer_fingerprint=meta["tokenizer_fingerprint"],
-        top_k=meta["top_k"], tail_samples=tail_samples, seed=seed, reference=meta["reference"],
-    )  # fmt: skip
+        prov,
+        {**p.timings, "eval_s": bar.seconds},
+        file=str(out),
+        file_bytes=size,
+        bytes_per_position=size / ref.n,
+        llama_cpp_bytes_per_position=2 * vocab,
+        vocab_size=vocab,
+        tokenizer_fingerprint=meta["tokenizer_fingerprint"],
+        top_k=meta["top_k"],
+        tail_samples=tail_samples,
+        seed=seed,
+        reference=meta["reference"],
+    )
 
 
 def _reference_reducer(gen: torch.Generator, seed: int, top_k: int, tail_samples: int, seen: dict):
@@ -112,7 +147,9 @@ def _reference(p, cols: dict, prov, vocab: int, top_k: int, tail_samples: int, s
         "tail_samples": tail_samples,
         "seed": seed,
         "tail_seeding": "per window: the window index (seed 0), else SeedSequence(seed, window index), 32 bits",
-        "reference": reference_metrics({"nll": -cols["target_logp"], "bytes": cols["bytes"], "entropy": cols["entropy"]}),
+        "reference": reference_metrics(
+            {"nll": -cols["target_logp"], "bytes": cols["bytes"], "entropy": cols["entropy"]}
+        ),
     }
     t = {k: torch.from_numpy(v) for k, v in cols.items()}
     dist = CompactDist(*(t[f] for f in COMPACT_FIELDS))
@@ -143,27 +180,59 @@ class GateSettings:
 
 
 @torch.inference_mode()
-def run_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporter: Reporter | None = None) -> tuple[GateResult, dict]:
+def run_gate(
+    gate_settings: GateSettings, model_settings: ModelSettings, reporter: Reporter | None = None
+) -> tuple[GateResult, dict]:
     """Run the candidate on the reference's windows; returns (result dict, per-position columns)."""
     reporter = reporter or Reporter()
     ref, baseline, candidate, load_s = open_gate(gate_settings, model_settings, reporter)
-    floor_at = floor_windows([w.index for w in ref.windows], 1, gate_settings.floor, gate_settings.floor_seed) if candidate[3] is not None else ()
+    floor_at = (
+        floor_windows([w.index for w in ref.windows], 1, gate_settings.floor, gate_settings.floor_seed)
+        if candidate[3] is not None
+        else ()
+    )
     roles, only = floor_roles(candidate, floor_at)
-    with progress(reporter, len(ref.windows) + len(floor_at), f"candidate: {len(ref.windows)} windows" + (f", floor: {len(floor_at)}" if floor_at else "")) as bar:
-        cols = engine.run(roles, ref.stream_ids, engine.plan(ref.windows), ref.meta["provenance"]["protocol"]["prefix_id"],
-                          gate_reducer(ref, gate_settings.top_k), {"top1": np.bool_, f"{FLOOR}/top1": np.bool_, **TOP_COLUMNS},
-                          on_forward=bar.step, only=only)  # fmt: skip
+    with progress(
+        reporter,
+        len(ref.windows) + len(floor_at),
+        f"candidate: {len(ref.windows)} windows" + (f", floor: {len(floor_at)}" if floor_at else ""),
+    ) as bar:
+        cols = engine.run(
+            roles,
+            ref.stream_ids,
+            engine.plan(ref.windows),
+            ref.meta["provenance"]["protocol"]["prefix_id"],
+            gate_reducer(ref, gate_settings.top_k),
+            {"top1": np.bool_, f"{FLOOR}/top1": np.bool_, **TOP_COLUMNS},
+            on_forward=bar.step,
+            only=only,
+        )
     var = {k: cols[k] for k in ("nll", *GATE_COLUMNS, *TOP_COLUMNS) if k in cols}
     ref_cols = reference_columns(ref)
     metrics = gate_metrics(ref_cols, var)
     verdicts = judge(list(gate_settings.limits), metrics, gate_settings.confidence, gate_settings.point)
     floor = gate_floor(gate_settings, candidate, cols, ref_cols, var, floor_at, np.ones(ref.n, bool))
     verdicts = below_floor(verdicts, floor["metrics_all"] if floor else None)
-    base_rows = judge_baseline(gate_settings, ref, baseline, metrics, [v.limit.metric for v in verdicts], var, ref_cols, np.ones(ref.n, bool))
+    base_rows = judge_baseline(
+        gate_settings, ref, baseline, metrics, [v.limit.metric for v in verdicts], var, ref_cols, np.ones(ref.n, bool)
+    )
     passed = all(v.passed for v in verdicts) and all(r["passed"] for r in base_rows)
-    result = gate_result(gate_settings, ref, candidate, {"load_s": load_s, "eval_s": bar.seconds}, passed,
-                         tuple(v.as_dict() for v in verdicts), base_rows, metrics, floor=floor)  # fmt: skip
-    return result, {"reference": ref_cols, "variant": var, **row_columns(ref, np.arange(ref.n), var, gate_settings.top_k, candidate[1].tokenizer)}
+    result = gate_result(
+        gate_settings,
+        ref,
+        candidate,
+        {"load_s": load_s, "eval_s": bar.seconds},
+        passed,
+        tuple(v.as_dict() for v in verdicts),
+        base_rows,
+        metrics,
+        floor=floor,
+    )
+    return result, {
+        "reference": ref_cols,
+        "variant": var,
+        **row_columns(ref, np.arange(ref.n), var, gate_settings.top_k, candidate[1].tokenizer),
+    }
 
 
 def open_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporter: Reporter, check=None):

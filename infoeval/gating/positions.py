@@ -23,7 +23,9 @@ TOP_COLUMNS = {"top_ids": np.int32, "top_p": np.float32}  # the candidate's, (n,
 def check_top_k(k: int, ref_top_k: int) -> None:
     """--topk of a gate: the reference file keeps its top ``ref_top_k`` tokens per position, so at most that."""
     if not 0 <= k <= ref_top_k:
-        raise UsageError(f"--topk {k} is not allowed with this reference: give 0 (none) to {ref_top_k}, the top-K its file keeps")
+        raise UsageError(
+            f"--topk {k} is not allowed with this reference: give 0 (none) to {ref_top_k}, the top-K its file keeps"
+        )
 
 
 def candidate_top(lq: torch.Tensor, k: int) -> dict:
@@ -51,8 +53,17 @@ def positions_frame(cols: dict) -> pd.DataFrame:
     """One row per scored position: its window, token and context, both NLLs, the reference's entropy, KL (and
     its lower bound), TV, reverse KL, top-1, Δp, and with --topk both models' top-k."""
     ref, cand, ident = cols["reference"], cols["variant"], cols.get("identity", {})
-    return pd.DataFrame({
-        "position": cols.get("rows", range(len(cand["nll"]))), **ident, "nll_reference": ref["nll"], "nll_candidate": cand["nll"],
-        "entropy_reference": ref["entropy"], **{k: cand[k] for k in ("kl", "kl_lower", "tv", "rkl")},
-        "top1_match": cand["top1"].astype("int8"), "dp": delta_p(ref["nll"], cand["nll"]),
-        **top_k_columns(cols.get("reference_top", {}), "ref_"), **top_k_columns(cand, "")})  # fmt: skip
+    return pd.DataFrame(
+        {
+            "position": cols.get("rows", range(len(cand["nll"]))),
+            **ident,
+            "nll_reference": ref["nll"],
+            "nll_candidate": cand["nll"],
+            "entropy_reference": ref["entropy"],
+            **{k: cand[k] for k in ("kl", "kl_lower", "tv", "rkl")},
+            "top1_match": cand["top1"].astype("int8"),
+            "dp": delta_p(ref["nll"], cand["nll"]),
+            **top_k_columns(cols.get("reference_top", {}), "ref_"),
+            **top_k_columns(cand, ""),
+        }
+    )

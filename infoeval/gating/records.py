@@ -42,28 +42,54 @@ class GateResult(Result):
     metrics: dict[str, float]
     reference: dict[str, float]
     candidate: dict
-    sequential: dict | None = None  # gate --sequential: the stop, tokens used of the budget, the bounds (sequential_gate.py)
+    sequential: dict | None = (
+        None  # gate --sequential: the stop, tokens used of the budget, the bounds (sequential_gate.py)
+    )
     floor: dict | None = None  # the noise floor: its windows, metrics, the candidate against it, the limits below it
     FAMILY = "gate"
     SUMMARY = staticmethod(verdicts_frame)
     OMITTED_WHEN_NONE = ("sequential", "floor")  # the fixed gate's record with --floor off is the same as before
 
 
-def gate_result(gate_settings: GateSettings, ref: Reference, candidate: tuple, timings: dict, passed: bool, verdicts: tuple,
-                base_rows: list, metrics: dict, sequential: dict | None = None, floor: dict | None = None) -> GateResult:  # fmt: skip
+def gate_result(
+    gate_settings: GateSettings,
+    ref: Reference,
+    candidate: tuple,
+    timings: dict,
+    passed: bool,
+    verdicts: tuple,
+    base_rows: list,
+    metrics: dict,
+    sequential: dict | None = None,
+    floor: dict | None = None,
+) -> GateResult:
     """The gate's result record (``sequential``: the block of a sequential gate, else None; ``floor``: the noise
     floor's block, ``gate_floor``)."""
     spec, loaded, qreport = candidate[:3]
     return GateResult(
         provenance(
-            "gate", model=loaded.info, reference_file=str(gate_settings.reference), reference_provenance=ref.meta["provenance"],
-            top_k=ref.meta["top_k"], tail_samples=ref.meta["tail_samples"], confidence=gate_settings.confidence, point=gate_settings.point,
+            "gate",
+            model=loaded.info,
+            reference_file=str(gate_settings.reference),
+            reference_provenance=ref.meta["provenance"],
+            top_k=ref.meta["top_k"],
+            tail_samples=ref.meta["tail_samples"],
+            confidence=gate_settings.confidence,
+            point=gate_settings.point,
             positions_top_k=gate_settings.top_k,
         ),
-        timings, passed=passed, verdicts=verdicts,
-        baseline={"file": str(gate_settings.baseline), "rows": base_rows} if gate_settings.baseline else None, metrics=metrics,
+        timings,
+        passed=passed,
+        verdicts=verdicts,
+        baseline={"file": str(gate_settings.baseline), "rows": base_rows} if gate_settings.baseline else None,
+        metrics=metrics,
         reference=ref.meta["reference"],
-        candidate={"spec": spec, "model": loaded.info.to_json(), "scheme": gate_settings.scheme or (f"recipe {gate_settings.recipe}" if gate_settings.recipe else None),
-                   "quantization": qreport},
-        sequential=sequential, floor=floor,
-    )  # fmt: skip
+        candidate={
+            "spec": spec,
+            "model": loaded.info.to_json(),
+            "scheme": gate_settings.scheme or (f"recipe {gate_settings.recipe}" if gate_settings.recipe else None),
+            "quantization": qreport,
+        },
+        sequential=sequential,
+        floor=floor,
+    )

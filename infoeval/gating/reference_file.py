@@ -112,13 +112,17 @@ def read_reference(path: Path) -> Reference:
 
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"reference file '{path}' does not exist; make one with `infoeval reference MODEL --out {path}`")
+        raise DataError(
+            f"reference file '{path}' does not exist; make one with `infoeval reference MODEL --out {path}`"
+        )
     try:
         with safe_open(str(path), framework="pt") as f:
             raw_meta = (f.metadata() or {}).get("infoeval")
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except Exception as e:  # safetensors raises several types for truncated or garbled files
-        raise DataError(f"reference file '{path}' is corrupt or truncated ({type(e).__name__}); rebuild it with `infoeval reference`") from None
+        raise DataError(
+            f"reference file '{path}' is corrupt or truncated ({type(e).__name__}); rebuild it with `infoeval reference`"
+        ) from None
     if raw_meta is None:
         raise DataError(f"'{path}' is a safetensors file but not an infoeval reference (no infoeval metadata)")
     try:

@@ -37,8 +37,15 @@ def verdict_rows(result: dict) -> list[tuple[str, str, str, str, str]]:
     """(check, value ± SE, judged value, limit, verdict) for every limit and baseline comparison."""
     rows = []
     for v in result["verdicts"]:
-        rows.append((v["metric"], _value(v), f"{_num(v['bound'])} ({v['judged']})", f"{_rel(v)} {_num(v['threshold'])}",
-                     "PASS" if v["passed"] else "FAIL"))
+        rows.append(
+            (
+                v["metric"],
+                _value(v),
+                f"{_num(v['bound'])} ({v['judged']})",
+                f"{_rel(v)} {_num(v['threshold'])}",
+                "PASS" if v["passed"] else "FAIL",
+            )
+        )
     rows += [baseline_row(r) for r in (result.get("baseline") or {}).get("rows", [])]
     return rows
 
@@ -47,9 +54,20 @@ def baseline_row(r: dict) -> tuple[str, str, str, str, str]:
     """A baseline comparison's table row: paired (the difference ± SE and how much worse at least) or by tolerance."""
     verdict = "PASS" if r["passed"] else "FAIL"
     if r.get("form") == "paired":
-        return (f"{r['metric']} vs baseline", f"Δ {_num(r['diff'])} ± {_num(r['se'])}", f"worse by ≥ {_num(r['worse_by_at_least'])} ({r['confidence']:.0%}, t {r['df']} df)",
-                f"baseline {_num(r['baseline'])}: not worse beyond noise", verdict)  # fmt: skip
-    return (f"{r['metric']} vs baseline", _num(r["value"]), _num(r["value"]), f"baseline {_num(r['baseline'])} ± {r['tolerance']:.0%} ({r.get('note', 'tolerance')})", verdict)
+        return (
+            f"{r['metric']} vs baseline",
+            f"Δ {_num(r['diff'])} ± {_num(r['se'])}",
+            f"worse by ≥ {_num(r['worse_by_at_least'])} ({r['confidence']:.0%}, t {r['df']} df)",
+            f"baseline {_num(r['baseline'])}: not worse beyond noise",
+            verdict,
+        )
+    return (
+        f"{r['metric']} vs baseline",
+        _num(r["value"]),
+        _num(r["value"]),
+        f"baseline {_num(r['baseline'])} ± {r['tolerance']:.0%} ({r.get('note', 'tolerance')})",
+        verdict,
+    )
 
 
 def _bound_text(r: dict) -> str:
@@ -75,23 +93,40 @@ def sequential_rows(result: dict) -> list[tuple[str, str, str, str, str, str]]:
     for r in result["sequential"]["limits"]:
         v = fixed[r["limit"]]
         bound = _bound_text(r)
-        rows.append((r["metric"], _value(v), bound, f"{_rel(v)} {_num(r['threshold'])}", r["decision"].upper(),
-                     "PASS" if v["passed"] else "FAIL"))  # fmt: skip
+        rows.append(
+            (
+                r["metric"],
+                _value(v),
+                bound,
+                f"{_rel(v)} {_num(r['threshold'])}",
+                r["decision"].upper(),
+                "PASS" if v["passed"] else "FAIL",
+            )
+        )
     return rows
 
 
 def sequential_line(result: dict) -> str:
     """One sentence: the decision, the stopping window, tokens used of the budget and the saving."""
     q = result["sequential"]
-    return (f"sequential: {q['decision']} at window {q['stopped_at_window']} of {q['windows_budget']} "
-            f"({q['tokens_used']:,} of {q['tokens_budget']:,} positions, saving {100 * q['saving']:.0f} %; "
-            f"α = {q['alpha']:g}: every limit at {q['alpha_pass']:g} to pass, {q['alpha_fail_per_limit']:g} each to fail)"
-            + ("" if q.get("guarantee", True) else "; TEXT ORDER: the windows are not a random sample, the error bounds do not hold"))  # fmt: skip
+    return (
+        f"sequential: {q['decision']} at window {q['stopped_at_window']} of {q['windows_budget']} "
+        f"({q['tokens_used']:,} of {q['tokens_budget']:,} positions, saving {100 * q['saving']:.0f} %; "
+        f"α = {q['alpha']:g}: every limit at {q['alpha_pass']:g} to pass, {q['alpha_fail_per_limit']:g} each to fail)"
+        + (
+            ""
+            if q.get("guarantee", True)
+            else "; TEXT ORDER: the windows are not a random sample, the error bounds do not hold"
+        )
+    )
 
 
 def _sequential_table(result: dict, verdict: str, cand: str) -> Table:
-    t = report_table(f"Gate (sequential): {verdict}", ["check", "value ± SE", "CS bound at stop", "limit", "sequential", "fixed-budget"],
-                     f"candidate {cand}; {sequential_line(result)}")  # fmt: skip
+    t = report_table(
+        f"Gate (sequential): {verdict}",
+        ["check", "value ± SE", "CS bound at stop", "limit", "sequential", "fixed-budget"],
+        f"candidate {cand}; {sequential_line(result)}",
+    )
     for row in sequential_rows(result):
         t.add_row(*row, style="red" if row[4] == "FAIL" else None)
     return t
@@ -132,9 +167,16 @@ def floor_lines(result: dict) -> list[str]:
         out = ["noise floor: it ran on no window the gate judged"]
     else:
         m, c = f["metrics"], f["candidate"]
-        x = "" if c["x_floor"] is None else f"; the candidate's mean KL is {c['x_floor']:.3g}× the floor's" + (", at floor" if c["at_floor"] else "")
-        out = [f"noise floor ({len(f['windows'])} windows, {f['mode']}): mean KL {_num(m['kl_mean'])} ± {_num(m['kl_se'])}, P99 {_num(m['kl_p99'])}, "
-               f"top-1 disagreement {100 * m['top1_disagree']:.2f} %{x}"]  # fmt: skip
+        x = (
+            ""
+            if c["x_floor"] is None
+            else f"; the candidate's mean KL is {c['x_floor']:.3g}× the floor's"
+            + (", at floor" if c["at_floor"] else "")
+        )
+        out = [
+            f"noise floor ({len(f['windows'])} windows, {f['mode']}): mean KL {_num(m['kl_mean'])} ± {_num(m['kl_se'])}, P99 {_num(m['kl_p99'])}, "
+            f"top-1 disagreement {100 * m['top1_disagree']:.2f} %{x}"
+        ]
     return out + [line for v in result["verdicts"] if (line := floor_line(v))]
 
 
@@ -145,34 +187,59 @@ def verdicts_frame(result: dict) -> pd.DataFrame:
 
 def summary_table(result: dict) -> Table:
     m, r = result["metrics"], result["reference"]
-    t = report_table("Candidate vs reference", ["PPL ref", "PPL cand", "KL mean (nats)", "KL lower bound", "KL P99", "top-1 agree",
-                     "TV mean", "Δ bits/byte"], "the candidate against the compact reference", left=0)  # fmt: skip
+    t = report_table(
+        "Candidate vs reference",
+        ["PPL ref", "PPL cand", "KL mean (nats)", "KL lower bound", "KL P99", "top-1 agree", "TV mean", "Δ bits/byte"],
+        "the candidate against the compact reference",
+        left=0,
+    )
     t.add_row(
-        _num(r["ppl"], 3), _num(m["ppl"], 3), f"{_num(m['kl_mean'])} ± {_num(m['kl_se'])}", _num(m["kl_lower_mean"]),
-        _num(m["kl_p99"]), f"{100 * m['top1']:.2f} ± {100 * m['top1_se']:.2f} %", _num(m["tv_mean"]), _num(m["bits_per_byte_delta"]),
-    )  # fmt: skip
+        _num(r["ppl"], 3),
+        _num(m["ppl"], 3),
+        f"{_num(m['kl_mean'])} ± {_num(m['kl_se'])}",
+        _num(m["kl_lower_mean"]),
+        _num(m["kl_p99"]),
+        f"{100 * m['top1']:.2f} ± {100 * m['top1_se']:.2f} %",
+        _num(m["tv_mean"]),
+        _num(m["bits_per_byte_delta"]),
+    )
     return t
 
 
 def print_gate_llamacpp(console, result: dict) -> None:
     """--table llama.cpp: llama-perplexity --kl-divergence's block for the candidate, then the verdicts."""
     pv = result["provenance"]
-    note = (f"KLD per position is the tail-corrected estimate from the top-{pv['top_k']} + {pv['tail_samples']} tail samples "
-            "(its mean is unbiased; its percentiles spread wider than the exact ones); PPL, Δp and same top p are exact.")  # fmt: skip
-    print_block(console, "### the candidate (Q) vs the compact reference (base)", result["metrics"], result["reference"],
-                (scope_note(result), note))  # fmt: skip
+    note = (
+        f"KLD per position is the tail-corrected estimate from the top-{pv['top_k']} + {pv['tail_samples']} tail samples "
+        "(its mean is unbiased; its percentiles spread wider than the exact ones); PPL, Δp and same top p are exact."
+    )
+    print_block(
+        console,
+        "### the candidate (Q) vs the compact reference (base)",
+        result["metrics"],
+        result["reference"],
+        (scope_note(result), note),
+    )
     console.print(gate_table(result))
 
 
 def reference_summary_table(info: dict) -> Table:
     r = info["reference"]
-    t = report_table("Compact reference", ["positions", "top-K", "tail samples", "bytes/position", "vs llama.cpp", "PPL", "bits/byte"],
-                     f"written to {info['file']}", left=0)  # fmt: skip
+    t = report_table(
+        "Compact reference",
+        ["positions", "top-K", "tail samples", "bytes/position", "vs llama.cpp", "PPL", "bits/byte"],
+        f"written to {info['file']}",
+        left=0,
+    )
     t.add_row(
-        f"{r['tokens']:,}", str(info["top_k"]), str(info["tail_samples"]), f"{info['bytes_per_position']:.0f}",
+        f"{r['tokens']:,}",
+        str(info["top_k"]),
+        str(info["tail_samples"]),
+        f"{info['bytes_per_position']:.0f}",
         f"{100 * info['bytes_per_position'] / info['llama_cpp_bytes_per_position']:.2f} % of {info['llama_cpp_bytes_per_position']:,} B",
-        _num(r["ppl"], 3), _num(r["bits_per_byte"]),
-    )  # fmt: skip
+        _num(r["ppl"], 3),
+        _num(r["bits_per_byte"]),
+    )
     return t
 
 

@@ -76,38 +76,69 @@ def sequential_rule(streams: list, seq: SequentialSettings, windows: int) -> Seq
 
 
 @torch.inference_mode()
-def run_sequential_gate(gate_settings: GateSettings, seq: SequentialSettings, model_settings: ModelSettings,
-                        reporter: Reporter | None = None) -> tuple[GateResult, dict]:  # fmt: skip
+def run_sequential_gate(
+    gate_settings: GateSettings,
+    seq: SequentialSettings,
+    model_settings: ModelSettings,
+    reporter: Reporter | None = None,
+) -> tuple[GateResult, dict]:
     """Run the candidate window by window in the visiting order until the verdict is known; returns (result,
     per-position columns of the windows used, in the reference's order)."""
     if gate_settings.point:
         raise UsageError("--sequential judges confidence sequences; it cannot be combined with --point")
     reporter = reporter or Reporter()
     planned: dict = {}
-    ref, baseline, candidate, load_s = open_gate(gate_settings, model_settings, reporter, lambda r: planned.update(_plan(r, seq, gate_settings.limits)))
-    batches, tokens, ref_cols, streams, order, budget = (planned[k] for k in ("batches", "tokens", "ref_cols", "streams", "order", "budget"))
+    ref, baseline, candidate, load_s = open_gate(
+        gate_settings, model_settings, reporter, lambda r: planned.update(_plan(r, seq, gate_settings.limits))
+    )
+    batches, tokens, ref_cols, streams, order, budget = (
+        planned[k] for k in ("batches", "tokens", "ref_cols", "streams", "order", "budget")
+    )
     rule = sequential_rule(streams, seq, len(batches))
     floor_at = _floor_at(gate_settings, candidate, batches, order[:budget])
     with progress(reporter, budget, f"candidate: up to {budget} of {len(batches)} windows, sequential") as bar:
-        evaluate, var, floors = _evaluator(ref, batches, ref_cols, streams, candidate, floor_at, gate_settings.top_k, bar.step)
+        evaluate, var, floors = _evaluator(
+            ref, batches, ref_cols, streams, candidate, floor_at, gate_settings.top_k, bar.step
+        )
         outcome, obs = run_rounds(evaluate, order, budget, round_size(seq), rule, tokens[order])
     used = np.sort(order[: outcome.used])
     rows = np.concatenate([np.arange(batches[i].rows.start, batches[i].rows.stop) for i in used])
     var_used = {k: v[rows] for k, v in var.items()}
     ref_used = {k: v[rows] for k, v in ref_cols.items()}
     metrics = gate_metrics(ref_used, var_used)
-    verdicts, floor, base_rows = _verdicts(gate_settings, ref, baseline, candidate, metrics, floors, ref_cols, var, floor_at, rows)
+    verdicts, floor, base_rows = _verdicts(
+        gate_settings, ref, baseline, candidate, metrics, floors, ref_cols, var, floor_at, rows
+    )
     fixed_ok, decided = _decision(seq, outcome, verdicts)
     report = sequential_report(seq, rule, streams, outcome, obs, order, tokens, fixed_ok, round_size(seq))
-    result = gate_result(gate_settings, ref, candidate, {"load_s": load_s, "eval_s": bar.seconds}, decided and all(r["passed"] for r in base_rows),
-                         tuple(v.as_dict() for v in verdicts), base_rows, metrics, report, floor)  # fmt: skip
-    return result, {"reference": ref_used, "variant": var_used, "rows": rows, **row_columns(ref, rows, var_used, gate_settings.top_k, candidate[1].tokenizer)}
+    result = gate_result(
+        gate_settings,
+        ref,
+        candidate,
+        {"load_s": load_s, "eval_s": bar.seconds},
+        decided and all(r["passed"] for r in base_rows),
+        tuple(v.as_dict() for v in verdicts),
+        base_rows,
+        metrics,
+        report,
+        floor,
+    )
+    return result, {
+        "reference": ref_used,
+        "variant": var_used,
+        "rows": rows,
+        **row_columns(ref, rows, var_used, gate_settings.top_k, candidate[1].tokenizer),
+    }
 
 
 def _floor_at(gate_settings: GateSettings, candidate: tuple, batches: list, visited: np.ndarray):
     """The windows of the noise floor: the first windows of the visiting order (``visited``, up to the budget),
     which every sequential gate evaluates; none without a floor model."""
-    return floor_windows([batches[i].windows[0].index for i in visited], 1, gate_settings.floor, first=True) if candidate[3] is not None else ()
+    return (
+        floor_windows([batches[i].windows[0].index for i in visited], 1, gate_settings.floor, first=True)
+        if candidate[3] is not None
+        else ()
+    )
 
 
 def _evaluator(ref, batches: list, ref_cols: dict, streams: list, candidate: tuple, floor_at, top_k: int, on_forward):
@@ -115,13 +146,24 @@ def _evaluator(ref, batches: list, ref_cols: dict, streams: list, candidate: tup
     put at their rows in ``var`` (``floors``), and each window's observation of every limit's stream; returns
     (evaluate, var, floors)."""
     var: dict = {}
-    floors: dict = {"window": np.concatenate([np.full(b.rows.stop - b.rows.start, b.windows[0].index) for b in batches])}
+    floors: dict = {
+        "window": np.concatenate([np.full(b.rows.stop - b.rows.start, b.windows[0].index) for b in batches])
+    }
     reduce, prefix_id = gate_reducer(ref, top_k), ref.meta["provenance"]["protocol"]["prefix_id"]
     roles, only = floor_roles(candidate, floor_at)
 
     def evaluate(idx: np.ndarray) -> list:
-        part = engine.run(roles, ref.stream_ids, [batches[i] for i in idx], prefix_id, reduce,
-                          {"top1": np.bool_, f"{FLOOR}/top1": np.bool_, **TOP_COLUMNS}, on_forward=on_forward, n_rows=ref.n, only=only)  # fmt: skip
+        part = engine.run(
+            roles,
+            ref.stream_ids,
+            [batches[i] for i in idx],
+            prefix_id,
+            reduce,
+            {"top1": np.bool_, f"{FLOOR}/top1": np.bool_, **TOP_COLUMNS},
+            on_forward=on_forward,
+            n_rows=ref.n,
+            only=only,
+        )
         for k in (k for k in part if k in ("nll", *GATE_COLUMNS, *TOP_COLUMNS) or k.startswith(f"{FLOOR}/")):
             into = floors if k.startswith(f"{FLOOR}/") else var
             into.setdefault(k, np.zeros_like(part[k]))
@@ -132,8 +174,18 @@ def _evaluator(ref, batches: list, ref_cols: dict, streams: list, candidate: tup
     return evaluate, var, floors
 
 
-def _verdicts(gate_settings: GateSettings, ref, baseline, candidate: tuple, metrics: dict, floors: dict, ref_cols: dict, var: dict,
-              floor_at, rows: np.ndarray) -> tuple[list, dict | None, list]:
+def _verdicts(
+    gate_settings: GateSettings,
+    ref,
+    baseline,
+    candidate: tuple,
+    metrics: dict,
+    floors: dict,
+    ref_cols: dict,
+    var: dict,
+    floor_at,
+    rows: np.ndarray,
+) -> tuple[list, dict | None, list]:
     """The fixed verdicts on the rows of the windows used: every limit (held against the noise floor's block) and
     the baseline's rows; returns (verdicts, floor, baseline rows)."""
     verdicts = judge(list(gate_settings.limits), metrics, gate_settings.confidence, False)
@@ -141,7 +193,9 @@ def _verdicts(gate_settings: GateSettings, ref, baseline, candidate: tuple, metr
     used_rows[rows] = True
     floor = gate_floor(gate_settings, candidate, floors, ref_cols, var, floor_at, used_rows)
     verdicts = below_floor(verdicts, floor["metrics_all"] if floor else None)
-    base_rows = judge_baseline(gate_settings, ref, baseline, metrics, [v.limit.metric for v in verdicts], var, ref_cols, used_rows)
+    base_rows = judge_baseline(
+        gate_settings, ref, baseline, metrics, [v.limit.metric for v in verdicts], var, ref_cols, used_rows
+    )
     return verdicts, floor, base_rows
 
 
@@ -150,7 +204,9 @@ def _decision(seq: SequentialSettings, outcome, verdicts: list) -> tuple[bool, b
     ``--undecided pass`` and the fixed verdicts passing; never with a limit below the noise floor."""
     fixed_ok = all(v.passed for v in verdicts)
     floor_failed = any(v.floor is not None for v in verdicts)
-    decided = not floor_failed and (outcome.decision == PASS or (outcome.decision == 0 and fixed_ok and seq.undecided == "pass"))
+    decided = not floor_failed and (
+        outcome.decision == PASS or (outcome.decision == 0 and fixed_ok and seq.undecided == "pass")
+    )
     return fixed_ok, decided
 
 
@@ -165,6 +221,15 @@ def _plan(ref, seq: SequentialSettings, limits) -> dict:
     budget = budget_count(tokens[order], seq.max_tokens)
     reachable = int(tokens[order][:budget].sum())
     if seq.min_tokens > reachable:
-        raise UsageError(f"--min-tokens {seq.min_tokens} is more than the budget's {reachable} positions ({budget} whole windows of "
-                         f"the reference's {len(batches)}): nothing could be decided; lower it or raise --max-tokens")  # fmt: skip
-    return {"batches": batches, "tokens": tokens, "ref_cols": ref_cols, "streams": streams, "order": order, "budget": budget}
+        raise UsageError(
+            f"--min-tokens {seq.min_tokens} is more than the budget's {reachable} positions ({budget} whole windows of "
+            f"the reference's {len(batches)}): nothing could be decided; lower it or raise --max-tokens"
+        )
+    return {
+        "batches": batches,
+        "tokens": tokens,
+        "ref_cols": ref_cols,
+        "streams": streams,
+        "order": order,
+        "budget": budget,
+    }

@@ -71,16 +71,33 @@ def wikitext_detokenizer(string: str) -> str:
     """lm-eval's ``wikitext_detokenizer`` (lm_eval/tasks/wikitext/preprocess_wikitext.py), step for step."""
     string = string.replace("s '", "s'")
     string = re.sub(r"/' [0-9]/", r"/'[0-9]/", string)
-    for a, b in ((" @-@ ", "-"), (" @,@ ", ","), (" @.@ ", "."), (" : ", ": "), (" ; ", "; "), (" . ", ". "),
-                 (" ! ", "! "), (" ? ", "? "), (" , ", ", ")):  # fmt: skip
+    for a, b in (
+        (" @-@ ", "-"),
+        (" @,@ ", ","),
+        (" @.@ ", "."),
+        (" : ", ": "),
+        (" ; ", "; "),
+        (" . ", ". "),
+        (" ! ", "! "),
+        (" ? ", "? "),
+        (" , ", ", "),
+    ):
         string = string.replace(a, b)
     string = re.sub(r"\(\s*([^\)]*?)\s*\)", r"(\1)", string)
     string = re.sub(r"\[\s*([^\]]*?)\s*\]", r"[\1]", string)
     string = re.sub(r"{\s*([^}]*?)\s*}", r"{\1}", string)
     string = re.sub(r"\"\s*([^\"]*?)\s*\"", r'"\1"', string)
     string = re.sub(r"'\s*([^']*?)\s*'", r"'\1'", string)
-    for a, b in (("= = = =", "===="), ("= = =", "==="), ("= =", "=="), (" " + chr(176) + " ", chr(176)), (" \n", "\n"),
-                 ("\n ", "\n"), (" N ", " 1 "), (" 's", "'s")):  # fmt: skip
+    for a, b in (
+        ("= = = =", "===="),
+        ("= = =", "==="),
+        ("= =", "=="),
+        (" " + chr(176) + " ", chr(176)),
+        (" \n", "\n"),
+        ("\n ", "\n"),
+        (" N ", " 1 "),
+        (" 's", "'s"),
+    ):
         string = string.replace(a, b)
     return string
 
@@ -98,17 +115,22 @@ def read_jsonl(path: Path, field: str) -> tuple[list[str], bytes]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
-            raise DataError(f"documents file '{path}' line {i} is not JSON ({e.msg}); one JSON object per line") from None
+            raise DataError(
+                f"documents file '{path}' line {i} is not JSON ({e.msg}); one JSON object per line"
+            ) from None
         if not isinstance(record, dict) or not isinstance(record.get(field), str):
-            raise DataError(f"documents file '{path}' line {i} has no string field '{field}'; choose it with --document-field")
+            raise DataError(
+                f"documents file '{path}' line {i} has no string field '{field}'; choose it with --document-field"
+            )
         docs.append(record[field])
     if not docs:
         raise DataError(f"documents file '{path}' holds no document")
     return docs, raw
 
 
-def load_documents(text_path: Path | None, dataset: str | None, data_dir: Path | None, documents: str | None,
-                   field: str = "text") -> tuple[Text, Documents]:  # fmt: skip
+def load_documents(
+    text_path: Path | None, dataset: str | None, data_dir: Path | None, documents: str | None, field: str = "text"
+) -> tuple[Text, Documents]:
     """The text and its documents: one document (the whole text) without ``documents``; the text recorded is
     the scored strings concatenated, so that token byte counts index it."""
     if documents is None:
@@ -118,17 +140,26 @@ def load_documents(text_path: Path | None, dataset: str | None, data_dir: Path |
         raw = load_text(text_path, dataset, data_dir)
         pages = wikitext_articles(raw.text)
         targets = tuple(wikitext_detokenizer(p) for p in pages)
-        rule = (f"{len(pages)} WikiText articles (wikitext_document_level's split) through lm-eval's wikitext_detokenizer; "
-                f"words and bytes counted before detokenization")  # fmt: skip
+        rule = (
+            f"{len(pages)} WikiText articles (wikitext_document_level's split) through lm-eval's wikitext_detokenizer; "
+            f"words and bytes counted before detokenization"
+        )
         text = Text("".join(targets), raw.source, raw.path, raw.sha256, f"articles: {rule}")
-        return text, Documents(targets, tuple(count_words(p) for p in pages), tuple(count_bytes(p) for p in pages), rule)
+        return text, Documents(
+            targets, tuple(count_words(p) for p in pages), tuple(count_bytes(p) for p in pages), rule
+        )
     try:
         docs, raw_bytes = read_jsonl(Path(documents), field)
     except UnicodeDecodeError as e:
         raise DataError(f"documents file '{documents}' is not UTF-8 (bad byte at offset {e.start})") from None
     rule = f"{len(docs)} documents, field '{field}' of each line of a JSONL file"
-    text = Text("".join(docs), "jsonl", str(Path(documents).resolve()), hashlib.sha256(raw_bytes).hexdigest(),
-                f"documents: {rule}, concatenated (each scored as its own stream)")  # fmt: skip
+    text = Text(
+        "".join(docs),
+        "jsonl",
+        str(Path(documents).resolve()),
+        hashlib.sha256(raw_bytes).hexdigest(),
+        f"documents: {rule}, concatenated (each scored as its own stream)",
+    )
     return text, Documents(tuple(docs), tuple(count_words(d) for d in docs), tuple(count_bytes(d) for d in docs), rule)
 
 
@@ -149,5 +180,10 @@ def gptq_text(text: Text) -> Text:
     if text.source not in WIKITEXT_DATASETS:
         return text
     joined = "\n\n".join(hf_wikitext_rows(text.text))
-    return Text(joined, text.source, text.path, text.sha256,
-                'gptq: the Hugging Face wikitext rows of the raw file (one per line, blank lines as "") joined by "\\n\\n"')
+    return Text(
+        joined,
+        text.source,
+        text.path,
+        text.sha256,
+        'gptq: the Hugging Face wikitext rows of the raw file (one per line, blank lines as "") joined by "\\n\\n"',
+    )

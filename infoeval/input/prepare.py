@@ -92,7 +92,11 @@ def _resolve_prefix(policy: str, protocol: str, loaded: LoadedModel) -> tuple[in
         if policy == "auto":
             add = loaded.info.gguf_add_bos
             add = tok.add_bos_token if add is None else add
-            rule = "GGUF tokenizer.ggml.add_bos_token" if loaded.info.gguf_add_bos is not None else "tokenizer add_bos_token"
+            rule = (
+                "GGUF tokenizer.ggml.add_bos_token"
+                if loaded.info.gguf_add_bos is not None
+                else "tokenizer add_bos_token"
+            )
         else:
             add, rule = policy == "bos", f"--prefix {policy}"
         if add and bos is None:
@@ -112,7 +116,9 @@ def _resolve_prefix(policy: str, protocol: str, loaded: LoadedModel) -> tuple[in
     return tid, f"{policy.upper()} (--prefix {policy})"
 
 
-def _windows(stream: TokenStream, text_settings: TextSettings, window_settings: WindowSettings) -> tuple[TokenStream, list[Window], str]:
+def _windows(
+    stream: TokenStream, text_settings: TextSettings, window_settings: WindowSettings
+) -> tuple[TokenStream, list[Window], str]:
     """Cut the stream by the protocol; returns the (possibly truncated) stream, the windows and the rule in words."""
     if window_settings.protocol == "rolling":
         if text_settings.max_tokens is not None:
@@ -128,7 +134,9 @@ def _windows(stream: TokenStream, text_settings: TextSettings, window_settings: 
     if text_settings.max_tokens is not None:
         max_chunks = text_settings.max_tokens // per_chunk
         if max_chunks < 1:
-            raise UsageError(f"--max-tokens {text_settings.max_tokens} is fewer than the {per_chunk} tokens one llama.cpp chunk scores")
+            raise UsageError(
+                f"--max-tokens {text_settings.max_tokens} is fewer than the {per_chunk} tokens one llama.cpp chunk scores"
+            )
     windows = llamacpp_windows(len(stream), window_settings.ctx, stream.prefix_id is not None, max_chunks)
     rule = (
         f"llama.cpp: {len(windows)} non-overlapping chunks of {window_settings.ctx} tokens (last partial chunk dropped), "
@@ -152,11 +160,27 @@ def _tokens_needed(text_settings: TextSettings, window_settings: WindowSettings,
 def _protocol_cut(text, docs, loaded: LoadedModel, text_settings: TextSettings, window_settings: WindowSettings) -> Cut:
     tok, info = loaded.tokenizer, loaded.info.tokenizer
     if window_settings.protocol == "lm-eval":
-        return lmeval_cut(docs, tok, lmeval_prefix(window_settings.prefix, info.bos_id, info.eos_id), window_settings.ctx, text_settings.max_tokens)
-    return gptq_cut(text.text, tok, window_settings.prefix, info.bos_id, info.eos_id, window_settings.ctx, text_settings.max_tokens)
+        return lmeval_cut(
+            docs,
+            tok,
+            lmeval_prefix(window_settings.prefix, info.bos_id, info.eos_id),
+            window_settings.ctx,
+            text_settings.max_tokens,
+        )
+    return gptq_cut(
+        text.text, tok, window_settings.prefix, info.bos_id, info.eos_id, window_settings.ctx, text_settings.max_tokens
+    )
 
 
-def _prepare_cut(text, docs, loaded: LoadedModel, text_settings: TextSettings, window_settings: WindowSettings, reporter: Reporter, timings: dict) -> Prepared:
+def _prepare_cut(
+    text,
+    docs,
+    loaded: LoadedModel,
+    text_settings: TextSettings,
+    window_settings: WindowSettings,
+    reporter: Reporter,
+    timings: dict,
+) -> Prepared:
     """The lm-eval and gptq protocols: the whole text tokenized (document by document for lm-eval)."""
     reporter.stage("tokenizing")
     t0 = time.perf_counter()
@@ -164,11 +188,20 @@ def _prepare_cut(text, docs, loaded: LoadedModel, text_settings: TextSettings, w
     timings["tokenize_s"] = time.perf_counter() - t0
     whole = bool(cut.summary["complete"]) or window_settings.protocol == "gptq"
     protocol = WindowProtocol(
-        name=window_settings.protocol, ctx=window_settings.ctx, stride=window_settings.ctx, prefix=window_settings.prefix, prefix_token=cut.prefix_token,
-        prefix_id=cut.prefix_id, rule=cut.rule, max_tokens=text_settings.max_tokens, text_tokens=cut.text_tokens if whole else None,
+        name=window_settings.protocol,
+        ctx=window_settings.ctx,
+        stride=window_settings.ctx,
+        prefix=window_settings.prefix,
+        prefix_token=cut.prefix_token,
+        prefix_id=cut.prefix_id,
+        rule=cut.rule,
+        max_tokens=text_settings.max_tokens,
+        text_tokens=cut.text_tokens if whole else None,
         tokenized="the whole text" if whole else f"documents up to the first {text_settings.max_tokens:,} tokens",
-        tokenizer=loaded.info.tokenizer.source, **describe(cut.windows, len(cut.stream)), layout=cut.summary,
-    )  # fmt: skip
+        tokenizer=loaded.info.tokenizer.source,
+        **describe(cut.windows, len(cut.stream)),
+        layout=cut.summary,
+    )
     return Prepared(loaded, text, cut.stream, tuple(cut.windows), protocol, MappingProxyType(timings), cut.layout)
 
 
@@ -177,14 +210,22 @@ def _load(text_settings: TextSettings, window_settings: WindowSettings):
     if text_settings.documents is not None and window_settings.protocol != "lm-eval":
         raise UsageError(f"--documents works with --protocol lm-eval only (not {window_settings.protocol})")
     if window_settings.protocol == "lm-eval":
-        return load_documents(text_settings.text, text_settings.dataset, text_settings.data_dir, text_settings.documents, text_settings.document_field)
+        return load_documents(
+            text_settings.text,
+            text_settings.dataset,
+            text_settings.data_dir,
+            text_settings.documents,
+            text_settings.document_field,
+        )
     text = load_text(text_settings.text, text_settings.dataset, text_settings.data_dir)
     if window_settings.protocol == "llama.cpp":
         text = strip_one_trailing_newline(text)
     return (gptq_text(text) if window_settings.protocol == "gptq" else text), None
 
 
-def prepare(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, reporter: Reporter) -> Prepared:
+def prepare(
+    model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, reporter: Reporter
+) -> Prepared:
     """Load text and model, tokenize, and cut the stream into windows."""
     timings = {}
     text, docs = _load(text_settings, window_settings)
@@ -206,11 +247,19 @@ def prepare(model_settings: ModelSettings, text_settings: TextSettings, window_s
     whole = limit is None or n_text < limit  # otherwise only a prefix of the text was tokenized
     stream, windows, rule = _windows(stream, text_settings, window_settings)
     protocol = WindowProtocol(
-        name=window_settings.protocol, ctx=window_settings.ctx, stride=window_settings.stride or window_settings.ctx, prefix=window_settings.prefix, prefix_token=prefix_desc,
-        prefix_id=prefix_id, rule=rule, max_tokens=text_settings.max_tokens, text_tokens=n_text if whole else None,
+        name=window_settings.protocol,
+        ctx=window_settings.ctx,
+        stride=window_settings.stride or window_settings.ctx,
+        prefix=window_settings.prefix,
+        prefix_token=prefix_desc,
+        prefix_id=prefix_id,
+        rule=rule,
+        max_tokens=text_settings.max_tokens,
+        text_tokens=n_text if whole else None,
         tokenized="the whole text" if whole else f"a prefix of the text, enough for the first {limit:,} tokens",
-        tokenizer=loaded.info.tokenizer.source, **describe(windows, len(stream)),
-    )  # fmt: skip
+        tokenizer=loaded.info.tokenizer.source,
+        **describe(windows, len(stream)),
+    )
     return Prepared(loaded, text, stream, tuple(windows), protocol, MappingProxyType(timings))
 
 

@@ -49,12 +49,19 @@ class Cut:
 def lmeval_prefix(policy: str, bos: int | None, eos: int | None) -> tuple[int, str]:
     """lm-eval's prefix token: BOS, else EOS (``--prefix auto``), or the one asked for."""
     if policy == "none":
-        raise UsageError("--prefix none is not part of the lm-eval protocol (it always puts a prefix token first); use auto, bos or eos")
+        raise UsageError(
+            "--prefix none is not part of the lm-eval protocol (it always puts a prefix token first); use auto, bos or eos"
+        )
     tid = (bos if bos is not None else eos) if policy == "auto" else (bos if policy == "bos" else eos)
     if tid is None:
-        raise UsageError(f"--prefix {policy}: the tokenizer has no {'BOS or EOS' if policy == 'auto' else policy.upper()} token")
+        raise UsageError(
+            f"--prefix {policy}: the tokenizer has no {'BOS or EOS' if policy == 'auto' else policy.upper()} token"
+        )
     what = "BOS" if tid == bos else "EOS"
-    return tid, f"{what} before every document ({'lm-eval prefix_token_id: BOS, else EOS' if policy == 'auto' else '--prefix ' + policy})"
+    return (
+        tid,
+        f"{what} before every document ({'lm-eval prefix_token_id: BOS, else EOS' if policy == 'auto' else '--prefix ' + policy})",
+    )
 
 
 def _document(text: str, tokenizer, marker: str, specials, left: int | None):
@@ -89,18 +96,28 @@ def lmeval_cut(docs: Documents, tokenizer, prefix: tuple[int, str], ctx: int, ma
         left = None if left is None else left - d_ids.size
         if cut:
             break
-    stream = TokenStream(torch.from_numpy(np.concatenate(ids or [np.zeros(0, np.int64)])),
-                         np.concatenate(nbytes or [np.zeros(0, np.int64)]), prefix_id)  # fmt: skip
+    stream = TokenStream(
+        torch.from_numpy(np.concatenate(ids or [np.zeros(0, np.int64)])),
+        np.concatenate(nbytes or [np.zeros(0, np.int64)]),
+        prefix_id,
+    )
     windows = lmeval_windows(lengths, ctx)
     complete = not cut and len(lengths) == len(docs.texts)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     layout = DocumentLayout(starts, np.array(words, np.int64), np.array(doc_bytes, np.int64), complete, len(docs.texts))
-    rule = (f"lm-eval (loglikelihood_rolling): each document its own stream after the prefix token, encoded with the "
-            f"tokenizer's default special tokens (tok_encode); windows of at most {ctx} inputs score up to {ctx} tokens "
-            f"each, every token once, the last window of a document filled with its earlier tokens; windows never "
-            f"cross documents")  # fmt: skip
-    summary = {"documents": docs.rule, "documents_total": len(docs.texts), "documents_scored": len(lengths),
-               "complete": complete, "special_tokens": {"before": specials[0], "after": specials[1]}}  # fmt: skip
+    rule = (
+        f"lm-eval (loglikelihood_rolling): each document its own stream after the prefix token, encoded with the "
+        f"tokenizer's default special tokens (tok_encode); windows of at most {ctx} inputs score up to {ctx} tokens "
+        f"each, every token once, the last window of a document filled with its earlier tokens; windows never "
+        f"cross documents"
+    )
+    summary = {
+        "documents": docs.rule,
+        "documents_total": len(docs.texts),
+        "documents_scored": len(lengths),
+        "complete": complete,
+        "special_tokens": {"before": specials[0], "after": specials[1]},
+    }
     return Cut(stream, windows, prefix_id, prefix_desc, rule, int(sum(max(n - 1, 0) for n in lengths)), summary, layout)
 
 
@@ -108,7 +125,11 @@ def gptq_specials(policy: str, tokenizer, bos: int | None, eos: int | None) -> t
     """The special ids around the GPTQ string: the tokenizer's defaults (``--prefix auto``), BOS, EOS or none."""
     if policy == "auto":
         front, back = default_special_tokens(tokenizer)
-        return front, back, f"the tokenizer's default special tokens ({front or 'none'} before, {back or 'none'} after the text)"
+        return (
+            front,
+            back,
+            f"the tokenizer's default special tokens ({front or 'none'} before, {back or 'none'} after the text)",
+        )
     if policy == "none":
         return [], [], "none (--prefix none)"
     tid = bos if policy == "bos" else eos
@@ -117,7 +138,9 @@ def gptq_specials(policy: str, tokenizer, bos: int | None, eos: int | None) -> t
     return [tid], [], f"{policy.upper()} once at the start (--prefix {policy})"
 
 
-def gptq_cut(text: str, tokenizer, policy: str, bos: int | None, eos: int | None, ctx: int, max_tokens: int | None) -> Cut:
+def gptq_cut(
+    text: str, tokenizer, policy: str, bos: int | None, eos: int | None, ctx: int, max_tokens: int | None
+) -> Cut:
     """The string tokenized once, ⌊N / ctx⌋ windows of ctx tokens (at most ⌊max_tokens / (ctx − 1)⌋, at least one)."""
     front, back, desc = gptq_specials(policy, tokenizer, bos, eos)
     ids, nbytes = text_tokens(text, tokenizer, front, back)
@@ -125,9 +148,15 @@ def gptq_cut(text: str, tokenizer, policy: str, bos: int | None, eos: int | None
     windows = gptq_windows(len(ids), ctx, None if max_tokens is None else max(1, max_tokens // (ctx - 1)))
     used = len(windows) * ctx
     stream = TokenStream(torch.from_numpy(ids[:used]), nbytes[:used], front[0] if front else None)
-    rule = (f"gptq: the text tokenized once, {available} non-overlapping windows of {ctx} tokens (the remainder, "
-            f"{len(ids) - available * ctx} tokens, dropped), tokens 1…{ctx - 1} of each window scored; PPL = exp(mean "
-            f"over windows of each window's mean NLL)")  # fmt: skip
-    summary = {"windows_available": available, "windows_scored": len(windows), "complete": len(windows) == available,
-               "special_tokens": {"before": front, "after": back}}  # fmt: skip
+    rule = (
+        f"gptq: the text tokenized once, {available} non-overlapping windows of {ctx} tokens (the remainder, "
+        f"{len(ids) - available * ctx} tokens, dropped), tokens 1…{ctx - 1} of each window scored; PPL = exp(mean "
+        f"over windows of each window's mean NLL)"
+    )
+    summary = {
+        "windows_available": available,
+        "windows_scored": len(windows),
+        "complete": len(windows) == available,
+        "special_tokens": {"before": front, "after": back},
+    }
     return Cut(stream, windows, front[0] if front else None, desc, rule, len(ids), summary)

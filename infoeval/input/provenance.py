@@ -18,7 +18,18 @@ import torch
 
 from infoeval import __version__, distributed
 
-_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "gguf", "accelerate", "typer", "rich")
+_PACKAGES = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "safetensors",
+    "numpy",
+    "pandas",
+    "gguf",
+    "accelerate",
+    "typer",
+    "rich",
+)
 
 
 def versions() -> dict[str, str | None]:
@@ -60,19 +71,35 @@ class Provenance:
         return {k: v for k, v in own.items() if v is not None} | dict(self.extra)
 
 
-def provenance(command: str, *, model=None, text=None, protocol: Mapping | None = None, dtype: str | None = None,
-               device: str | None = None, **extra) -> Provenance:  # fmt: skip
+def provenance(
+    command: str,
+    *,
+    model=None,
+    text=None,
+    protocol: Mapping | None = None,
+    dtype: str | None = None,
+    device: str | None = None,
+    **extra,
+) -> Provenance:
     """The one place provenance is assembled: ``model`` a ``models.ModelInfo`` (its dtype and device are taken
     unless given), ``text`` a ``text.Text``; keyword extras go under their own names."""
     model_json = model.to_json() if model is not None else None
     group = distributed.group() if distributed.launched() else distributed.Group()
     return Provenance(
-        command=command, argv=tuple(command_line()), created=now_iso(), versions=versions(),
-        torch_threads=torch.get_num_threads(), model=model_json, text=text.provenance() if text is not None else None,
-        protocol=protocol, dtype=dtype or (model.dtype if model is not None else None),
-        device=device or (model.device if model is not None else None), world_size=group.world_size,
-        parallel=group.to_json() if group.world_size > 1 else None, extra=extra,
-    )  # fmt: skip
+        command=command,
+        argv=tuple(command_line()),
+        created=now_iso(),
+        versions=versions(),
+        torch_threads=torch.get_num_threads(),
+        model=model_json,
+        text=text.provenance() if text is not None else None,
+        protocol=protocol,
+        dtype=dtype or (model.dtype if model is not None else None),
+        device=device or (model.device if model is not None else None),
+        world_size=group.world_size,
+        parallel=group.to_json() if group.world_size > 1 else None,
+        extra=extra,
+    )
 
 
 def command_line() -> list[str]:

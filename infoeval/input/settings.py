@@ -46,7 +46,9 @@ class TextSettings:
         if self.max_tokens is not None and self.max_tokens < 1:
             raise UsageError(f"--max-tokens {self.max_tokens} is not allowed; it must be at least 1")
         if self.documents == "articles" and self.text is None and self.dataset is None:
-            raise UsageError("--documents articles splits a WikiText file: give --dataset wikitext-2 (or -valid) or --text FILE")
+            raise UsageError(
+                "--documents articles splits a WikiText file: give --dataset wikitext-2 (or -valid) or --text FILE"
+            )
         if self.documents not in (None, "articles") and (self.text is not None or self.dataset is not None):
             raise UsageError("--documents FILE.jsonl is the text: do not give --text or --dataset with it")
 
@@ -109,7 +111,9 @@ class WindowSettings:
             raise UsageError(f"unknown prefix policy '{self.prefix}'; allowed: {', '.join(PREFIXES)}")
         check_window_options(self.ctx, self.stride)
         if self.protocol != "rolling" and self.stride not in (None, self.ctx):
-            raise UsageError(f"--stride cannot be set with --protocol {self.protocol} (only rolling windows take a stride)")
+            raise UsageError(
+                f"--stride cannot be set with --protocol {self.protocol} (only rolling windows take a stride)"
+            )
 
 
 @dataclass(frozen=True)
@@ -142,4 +146,3 @@ class CalibrationSettings:
             raise UsageError(f"--calibration-samples {self.samples} is not allowed; give at least 1")
         if self.seqlen < 8:
             raise UsageError(f"--calibration-seqlen {self.seqlen} is not allowed; give at least 8 tokens")
-

@@ -74,7 +74,9 @@ def read_text_file(path: Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise DataError(f"text file '{path}' is not UTF-8 (bad byte at offset {e.start}); convert it to UTF-8") from None
+        raise DataError(
+            f"text file '{path}' is not UTF-8 (bad byte at offset {e.start}); convert it to UTF-8"
+        ) from None
 
 
 def _data_dirs(data_dir: Path | None) -> list[Path]:
@@ -123,7 +125,11 @@ def strip_one_trailing_newline(text: Text) -> Text:
 def reload_text(info: dict) -> Text | None:
     """The text a run's provenance (``Text.provenance()``) names, read again, if it is here unchanged; else None."""
     try:
-        text = load_text(dataset=info["source"]) if info.get("source") != "file" else load_text(text_path=Path(info["path"]))
+        text = (
+            load_text(dataset=info["source"])
+            if info.get("source") != "file"
+            else load_text(text_path=Path(info["path"]))
+        )
     except (UsageError, DataError, KeyError, TypeError):
         return None
     if info.get("transform"):

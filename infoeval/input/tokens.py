@@ -113,10 +113,14 @@ def default_special_tokens(tokenizer) -> tuple[list[int], list[int]]:
     for i in range(len(full) - len(plain) + 1):
         if full[i : i + len(plain)] == plain:
             return full[:i], full[i + len(plain) :]
-    raise DataError("cannot tell which special tokens the tokenizer adds by default (its encodings of a probe disagree)")
+    raise DataError(
+        "cannot tell which special tokens the tokenizer adds by default (its encodings of a probe disagree)"
+    )
 
 
-def text_tokens(text: str, tokenizer, front: Sequence[int] = (), back: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+def text_tokens(
+    text: str, tokenizer, front: Sequence[int] = (), back: Sequence[int] = ()
+) -> tuple[np.ndarray, np.ndarray]:
     """Ids and UTF-8 bytes per token of ``text`` (as ``encode`` counts them), between the special ids ``front`` and
     ``back`` (0 bytes each); an empty text gives only the special ids."""
     ids, nbytes = np.zeros(0, np.int64), np.zeros(0, np.int64)

@@ -106,9 +106,7 @@ def llamacpp_windows(n_tokens: int, ctx: int, add_bos: bool, max_chunks: int | N
     if ctx < 4:
         raise UsageError(f"--ctx {ctx} is too small for the llama.cpp protocol; it must be at least 4")
     if n_tokens < 2 * ctx:
-        raise DataError(
-            f"the text has {n_tokens} tokens; the llama.cpp protocol needs at least 2 × ctx = {2 * ctx}"
-        )
+        raise DataError(f"the text has {n_tokens} tokens; the llama.cpp protocol needs at least 2 × ctx = {2 * ctx}")
     n_chunks = n_tokens // ctx
     if max_chunks is not None:
         n_chunks = min(n_chunks, max_chunks)

@@ -59,8 +59,6 @@ class KLFitSettings:
         check_settings(self)
 
 
-
-
 def parse_target(text: str) -> tuple[Bump, ...]:
     """'0.6:25:5,0.4:70:5' → bumps (weight:centre:width); weights > 0 (normalized later), widths > 0."""
     bumps = []
@@ -69,7 +67,9 @@ def parse_target(text: str) -> tuple[Bump, ...]:
         try:
             w, c, s = (float(f) for f in fields)
         except ValueError:
-            raise UsageError(f"--target '{text}': '{part}' is not WEIGHT:CENTRE:WIDTH, e.g. 0.6:25:5,0.4:70:5") from None
+            raise UsageError(
+                f"--target '{text}': '{part}' is not WEIGHT:CENTRE:WIDTH, e.g. 0.6:25:5,0.4:70:5"
+            ) from None
         if not (w > 0 and s > 0 and all(map(math.isfinite, (w, c, s)))):
             raise UsageError(f"--target '{text}': '{part}' needs a positive weight and a positive width")
         bumps.append(Bump(w, c, s))
@@ -166,8 +166,18 @@ def fit_gaussians(lp: torch.Tensor, x: torch.Tensor, runs: Sequence[tuple[str, f
         mean = (q * x).sum(-1)
         sd = (q * (x - mean.unsqueeze(-1)) ** 2).sum(-1).clamp_min(0).sqrt()
     return [
-        Fit(d, float(m0), float(mu[k]), float(log_sigma[k].exp()), float(objective[k]), float(kf[k]), float(kr[k]),
-            float(mean[k]), float(sd[k]), lq[k].detach())  # fmt: skip
+        Fit(
+            d,
+            float(m0),
+            float(mu[k]),
+            float(log_sigma[k].exp()),
+            float(objective[k]),
+            float(kf[k]),
+            float(kr[k]),
+            float(mean[k]),
+            float(sd[k]),
+            lq[k].detach(),
+        )
         for k, (d, m0) in enumerate(runs)
     ]
 
@@ -199,12 +209,20 @@ def kl_fit_result(s: KLFitSettings) -> KLFitResult:
     seconds = time.perf_counter() - t0
     fit_keys = ("direction", "start", "centre", "width", "kl", "kl_forward", "kl_reverse", "q_mean", "q_sd")
     return KLFitResult(
-        provenance("kl-fit", dtype="float64", device="cpu"), {"fit_s": seconds},
+        provenance("kl-fit", dtype="float64", device="cpu"),
+        {"fit_s": seconds},
         settings={
-            "target": [vars(b) for b in s.target], "support": s.support, "starts": list(s.starts),
-            "directions": list(s.directions), "steps": s.steps, "lr": s.lr, "sigma0": s.sigma0, "optimizer": "Adam",
+            "target": [vars(b) for b in s.target],
+            "support": s.support,
+            "starts": list(s.starts),
+            "directions": list(s.directions),
+            "steps": s.steps,
+            "lr": s.lr,
+            "sigma0": s.sigma0,
+            "optimizer": "Adam",
             "q": "softmax over x = 0…support−1 of −½((x − μ)/σ)², μ and ln σ learned",
         },
-        x=tuple(x.tolist()), p=tuple(lp.exp().tolist()),
+        x=tuple(x.tolist()),
+        p=tuple(lp.exp().tolist()),
         fits=tuple({k: getattr(f, k) for k in fit_keys} | {"q": f.log_q.exp().tolist()} for f in fits),
-    )  # fmt: skip
+    )

@@ -18,7 +18,9 @@ from infoeval.measure.llamacpp_stats import kld_statistics
 from infoeval.measure.stats import LN2, cluster_se, quantile, se, se_blocks
 
 
-def bits_per_byte_se(nll: np.ndarray, nbytes: np.ndarray, clusters: np.ndarray | None = None, windows: np.ndarray | None = None) -> float:
+def bits_per_byte_se(
+    nll: np.ndarray, nbytes: np.ndarray, clusters: np.ndarray | None = None, windows: np.ndarray | None = None
+) -> float:
     """SE of bits/byte R = Σ nll / (ln 2 · Σ bytes), a ratio of two means: by the delta method the SE of the mean
     of the linearised series z = (nll/ln 2 − R·bytes) / mean bytes (batch means over whole ``windows``, ``stats.se``). With equal bytes
     per position it is SE(nll)/(ln 2 · bytes). NaN without bytes. With ``clusters`` (a label per position, e.g.

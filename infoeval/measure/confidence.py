@@ -16,7 +16,9 @@ def bucket_of(p_top1: np.ndarray) -> np.ndarray:
     >>> bucket_of(np.array([0.0, 0.19, 0.2, 0.85, 0.9, 1.0])).tolist()
     [0, 0, 1, 4, 5, 5]
     """
-    return np.clip(np.searchsorted(np.asarray(EDGES), np.asarray(p_top1, dtype=np.float64), side="right") - 1, 0, len(EDGES) - 2)
+    return np.clip(
+        np.searchsorted(np.asarray(EDGES), np.asarray(p_top1, dtype=np.float64), side="right") - 1, 0, len(EDGES) - 2
+    )
 
 
 def _means(values: np.ndarray, buckets: np.ndarray, counts: np.ndarray) -> list[float | None]:
@@ -29,6 +31,12 @@ def confidence_block(p_top1: np.ndarray, variants: dict[str, dict]) -> dict:
     agreement in each bucket (None where a bucket is empty)."""
     buckets = bucket_of(p_top1)
     counts = np.bincount(buckets, minlength=len(EDGES) - 1)
-    return {"of": "the reference's top-1 probability", "edges": list(EDGES), "counts": [int(c) for c in counts],
-            "variants": {name: {"kl_mean": _means(v["kl"], buckets, counts), "top1": _means(v["top1"], buckets, counts)}
-                         for name, v in variants.items()}}  # fmt: skip
+    return {
+        "of": "the reference's top-1 probability",
+        "edges": list(EDGES),
+        "counts": [int(c) for c in counts],
+        "variants": {
+            name: {"kl_mean": _means(v["kl"], buckets, counts), "top1": _means(v["top1"], buckets, counts)}
+            for name, v in variants.items()
+        },
+    }

@@ -39,9 +39,17 @@ def _eb_lower(x: np.ndarray, alpha: float, trunc: float, t_opt: float | None, po
     return np.clip(centre - margin, 0.0, 1.0)
 
 
-def eb_cs(x: np.ndarray, alpha: float = 0.05, *, bounds: tuple[float, float] = (0.0, 1.0), side: str = "both",
-          trunc: float = 0.5, t_opt: float | None = None, population: int | None = None,
-          running_intersection: bool = False) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def eb_cs(
+    x: np.ndarray,
+    alpha: float = 0.05,
+    *,
+    bounds: tuple[float, float] = (0.0, 1.0),
+    side: str = "both",
+    trunc: float = 0.5,
+    t_opt: float | None = None,
+    population: int | None = None,
+    running_intersection: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     """The predictable plug-in empirical-Bernstein CS (Waudby-Smith & Ramdas 2023) for the mean of a stream
     with values in ``bounds`` = [a, b] (last axis = time). Non-asymptotic: P(∃t: μ ∉ (L_t, U_t)) ≤ α exactly,
     for independent observations with a common mean, or (with ``population=N``) for draws without
@@ -84,9 +92,16 @@ def _predictable_lambda(y: np.ndarray, log_a: float, t_opt: float | None) -> np.
     return np.sqrt(2.0 * log_a / (var_prev * scale))
 
 
-def betting_log_capital(x: np.ndarray, m: float | np.ndarray, alpha: float = 0.05, *, direction: str = "up",
-                        bounds: tuple[float, float] = (0.0, 1.0), trunc: float = 0.5,
-                        t_opt: float | None = None) -> np.ndarray:  # fmt: skip
+def betting_log_capital(
+    x: np.ndarray,
+    m: float | np.ndarray,
+    alpha: float = 0.05,
+    *,
+    direction: str = "up",
+    bounds: tuple[float, float] = (0.0, 1.0),
+    trunc: float = 0.5,
+    t_opt: float | None = None,
+) -> np.ndarray:
     """ln K_t(m), the wealth of Waudby-Smith & Ramdas's (2023, Section 4) betting strategy against the mean
     being m, along the last axis of ``x`` (values in ``bounds``). direction "up" bets that the mean is above m:
     K_t = Π(1 + λ_i (y_i − m)), λ_i = min(λ̇_i, trunc/m); "down" bets it is below: Π(1 − λ_i (y_i − m)),
@@ -118,9 +133,16 @@ def betting_log_capital(x: np.ndarray, m: float | np.ndarray, alpha: float = 0.0
     return np.cumsum(steps, axis=-1)
 
 
-def betting_cs(x: np.ndarray, alpha: float = 0.05, *, bounds: tuple[float, float] = (0.0, 1.0),
-               side: str = "both", trunc: float = 0.5, t_opt: float | None = None,
-               grid: int = 1000) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def betting_cs(
+    x: np.ndarray,
+    alpha: float = 0.05,
+    *,
+    bounds: tuple[float, float] = (0.0, 1.0),
+    side: str = "both",
+    trunc: float = 0.5,
+    t_opt: float | None = None,
+    grid: int = 1000,
+) -> tuple[np.ndarray, np.ndarray]:
     """The betting confidence sequence (WSR 2023, Theorem 3, hedged capital with θ = ½) for a 1-D stream with
     values in ``bounds``: lower_t = the largest grid point below which every grid m has "up" capital ≥ 1/α'
     (α' = α/2 per side for a two-sided CS, α one-sided), and the mirror image for upper_t. The grid is

@@ -45,8 +45,27 @@ def _log_ndtr_pos(z: np.ndarray) -> np.ndarray:
     """ln Φ(z) for z ≥ 0, via erfc (Numerical Recipes' Chebyshev erfcc, relative error < 1.2e-7)."""
     x = np.abs(z) / math.sqrt(2.0)
     s = 1.0 / (1.0 + 0.5 * x)
-    poly = -x * x - 1.26551223 + s * (1.00002368 + s * (0.37409196 + s * (0.09678418 + s * (-0.18628806 + s * (
-        0.27886807 + s * (-1.13520398 + s * (1.48851587 + s * (-0.82215223 + s * 0.17087277))))))))  # fmt: skip
+    poly = (
+        -x * x
+        - 1.26551223
+        + s
+        * (
+            1.00002368
+            + s
+            * (
+                0.37409196
+                + s
+                * (
+                    0.09678418
+                    + s
+                    * (
+                        -0.18628806
+                        + s * (0.27886807 + s * (-1.13520398 + s * (1.48851587 + s * (-0.82215223 + s * 0.17087277))))
+                    )
+                )
+            )
+        )
+    )
     erfc = s * np.exp(poly)
     return np.log1p(-0.5 * erfc)
 
@@ -68,8 +87,9 @@ def _one_sided_u(t: np.ndarray, rho: float, alpha: float) -> np.ndarray:
     return hi
 
 
-def asymptotic_radius(t: np.ndarray, sd: np.ndarray, alpha: float = 0.05, t_opt: float = 32,
-                      side: str = "both") -> np.ndarray:  # fmt: skip
+def asymptotic_radius(
+    t: np.ndarray, sd: np.ndarray, alpha: float = 0.05, t_opt: float = 32, side: str = "both"
+) -> np.ndarray:
     """The half-width of the asymptotic CS after t observations with running sd ``sd``:
     sd · u(t)/t, with u the normal-mixture boundary for a standardized sum (two-sided, or one-sided for
     ``side`` = "lower"/"upper"), ρ = ``normal_mixture_rho(t_opt, alpha)``.
@@ -104,8 +124,15 @@ def running_mean_sd(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean + x[..., :1], np.sqrt(var)
 
 
-def asymptotic_cs(x: np.ndarray, alpha: float = 0.05, *, t_opt: float = 32, side: str = "both", min_windows: int = 8,
-                  running_intersection: bool = False) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def asymptotic_cs(
+    x: np.ndarray,
+    alpha: float = 0.05,
+    *,
+    t_opt: float = 32,
+    side: str = "both",
+    min_windows: int = 8,
+    running_intersection: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     """The asymptotic confidence sequence for the mean of the stream ``x`` (last axis = time): after each
     observation t, (lower_t, upper_t) = x̄_t ∓ σ̂_t · u(t)/t (``asymptotic_radius``).
 
@@ -168,8 +195,9 @@ def t_mixture_radius(t: np.ndarray, sd: np.ndarray, alpha: float = 0.05, t_opt: 
     return np.where(den > 0, r, np.inf)
 
 
-def t_mixture_cs(x: np.ndarray, alpha: float = 0.05, *, t_opt: float = 32, side: str = "both",
-                 running_intersection: bool = False) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def t_mixture_cs(
+    x: np.ndarray, alpha: float = 0.05, *, t_opt: float = 32, side: str = "both", running_intersection: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """Lai's t-mixture confidence sequence for the mean of the stream ``x`` (last axis = time):
     x̄_t ∓ ``t_mixture_radius``. The recommended CS for unbounded metrics (mean KL, Δ ln PPL): exact for
     Gaussian window means, asymptotically the normal-mixture CS for any finite-variance law, and, unlike

@@ -70,14 +70,27 @@ def floor_metrics(floor_cols: dict, rows: np.ndarray, windows: np.ndarray) -> di
     disagree = 1.0 - floor_cols["top1"][rows].astype(np.float64)
     kl_mean, kl_se = mean_se(kl, windows[rows])
     d_mean, d_se = mean_se(disagree, windows[rows])
-    return {"kl_mean": kl_mean, "kl_se": kl_se, "kl_p99": quantile(kl, 0.99), "top1_disagree": d_mean, "top1_disagree_se": d_se,
-            "positions": int(rows.sum())}  # fmt: skip
+    return {
+        "kl_mean": kl_mean,
+        "kl_se": kl_se,
+        "kl_p99": quantile(kl, 0.99),
+        "top1_disagree": d_mean,
+        "top1_disagree_se": d_se,
+        "positions": int(rows.sum()),
+    }
 
 
-def versus_floor(variant_kl: np.ndarray, floor_kl: np.ndarray, rows: np.ndarray, floor_mean: float, windows: np.ndarray) -> dict:
+def versus_floor(
+    variant_kl: np.ndarray, floor_kl: np.ndarray, rows: np.ndarray, floor_mean: float, windows: np.ndarray
+) -> dict:
     """A variant read against the floor: "× floor" (its mean KL over the floor's), and its paired difference from
     the floor on the floor's rows, d = KL_variant − KL_floor: mean, SE (batches of whole ``windows``), and "at
     floor" (d̄ ≤ 2·SE(d))."""
     d_mean, d_se = mean_se(variant_kl[rows].astype(np.float64) - floor_kl[rows].astype(np.float64), windows[rows])
     ratio = float(variant_kl.astype(np.float64).mean() / floor_mean) if floor_mean > 0 else None
-    return {"x_floor": ratio, "floor_diff": d_mean, "floor_diff_se": d_se, "at_floor": bool(d_mean <= AT_FLOOR_SE * d_se)}
+    return {
+        "x_floor": ratio,
+        "floor_diff": d_mean,
+        "floor_diff_se": d_se,
+        "at_floor": bool(d_mean <= AT_FLOOR_SE * d_se),
+    }

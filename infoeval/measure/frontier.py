@@ -19,9 +19,14 @@ def pareto(points: dict[str, tuple[float, float]]) -> list[str]:
     >>> pareto({"a": (4, 0.3), "b": (8, 0.01), "c": (4.5, 0.4), "d": (8, 0.02), "e": (3, 1.0)})
     ['e', 'a', 'b']
     """
-    clean = {k: (float(x), float(y)) for k, (x, y) in points.items() if not (math.isnan(float(x)) or math.isnan(float(y)))}
-    keep = [k for k, (x, y) in clean.items()
-            if not any(x2 <= x and y2 <= y and (x2 < x or y2 < y) for k2, (x2, y2) in clean.items() if k2 != k)]  # fmt: skip
+    clean = {
+        k: (float(x), float(y)) for k, (x, y) in points.items() if not (math.isnan(float(x)) or math.isnan(float(y)))
+    }
+    keep = [
+        k
+        for k, (x, y) in clean.items()
+        if not any(x2 <= x and y2 <= y and (x2 < x or y2 < y) for k2, (x2, y2) in clean.items() if k2 != k)
+    ]
     return sorted(keep, key=lambda k: clean[k])
 
 
@@ -31,9 +36,17 @@ def frontier_points(result: dict) -> list[dict] | None:
     front = result.get("frontier")
     if not front:
         return None
-    points = [{"name": v["name"], "bits": v["quantization"][X], "kl_mean": v["metrics"]["kl_mean"], "kl_p999": v["metrics"]["kl_p999"],
-               "on": [f for f in FIGURES if v["name"] in front[f]]}
-              for v in result["variants"] if v["name"] not in front["without_bits"]]  # fmt: skip
+    points = [
+        {
+            "name": v["name"],
+            "bits": v["quantization"][X],
+            "kl_mean": v["metrics"]["kl_mean"],
+            "kl_p999": v["metrics"]["kl_p999"],
+            "on": [f for f in FIGURES if v["name"] in front[f]],
+        }
+        for v in result["variants"]
+        if v["name"] not in front["without_bits"]
+    ]
     return sorted(points, key=lambda p: (p["bits"], p["kl_mean"]))
 
 

@@ -149,8 +149,18 @@ def reference_stats(logits: torch.Tensor, targets: torch.Tensor, workspace: Work
     plogp, logp_y, z_max = torch.empty(3, n, device=dev)
     blocks = torch.empty(n, -(-v // BLOCK), device=dev)  # max log p per block; the last one may be shorter
     full = v // BLOCK * BLOCK
-    for (lp, p), z, y, *out in _chunks(workspace, logits, ("ref_lp", "ref_p"), logits, targets[:, None], plogp,
-                                       logp_y[:, None], z_max, blocks[:, : v // BLOCK, None], blocks[:, -1]):  # fmt: skip
+    for (lp, p), z, y, *out in _chunks(
+        workspace,
+        logits,
+        ("ref_lp", "ref_p"),
+        logits,
+        targets[:, None],
+        plogp,
+        logp_y[:, None],
+        z_max,
+        blocks[:, : v // BLOCK, None],
+        blocks[:, -1],
+    ):
         z = z.float()
         torch.ops.aten._log_softmax.out(z, -1, False, out=lp)
         torch.amax(lp[:, :full].unflatten(1, (-1, BLOCK)), -1, keepdim=True, out=out[3])
@@ -167,7 +177,9 @@ def reference_stats(logits: torch.Tensor, targets: torch.Tensor, workspace: Work
     return RefStats(logits=logits, max=z_max, log_sum=-top, entropy=-plogp, argmax=argmax, nll=-logp_y)
 
 
-def compare(ref: RefStats, logits: torch.Tensor, targets: torch.Tensor, workspace: Workspace | None = None) -> dict[str, torch.Tensor]:
+def compare(
+    ref: RefStats, logits: torch.Tensor, targets: torch.Tensor, workspace: Workspace | None = None
+) -> dict[str, torch.Tensor]:
     """Per-position columns of a variant against the reference, in nats.
 
     Returns nll, kl (KL(p‖q)), rkl (KL(q‖p)), tv, entropy (of q), top1 (argmax p is a top token of q; ties count
@@ -175,11 +187,21 @@ def compare(ref: RefStats, logits: torch.Tensor, targets: torch.Tensor, workspac
     buffers, each reused once spent; the reference's log p rebuilt per chunk."""
     workspace = workspace if workspace is not None else Workspace()
     n, dev = logits.shape[0], logits.device
-    qlogq, pd, qd, tv, top = torch.empty(5, n, device=dev)  # Σ q log q, Σ p·d, Σ q·d (d = log q − log p), Σ |q − p|, max log q
+    qlogq, pd, qd, tv, top = torch.empty(
+        5, n, device=dev
+    )  # Σ q log q, Σ p·d, Σ q·d (d = log q − log p), Σ |q − p|, max log q
     picked = torch.empty(n, 2, device=dev)  # log q of the observed token and of the reference's top token
-    columns = (logits, ref.logits, ref.max[:, None], ref.log_sum[:, None], torch.stack([targets, ref.argmax], 1), picked)
-    for (lq, q, lp, p), zq, zp, z_max, log_sum, ids, g, *sums in _chunks(workspace, logits, ("var_lq", "var_q", "ref_lp", "ref_p"),
-                                                                         *columns, qlogq, pd, qd, tv, top):  # fmt: skip
+    columns = (
+        logits,
+        ref.logits,
+        ref.max[:, None],
+        ref.log_sum[:, None],
+        torch.stack([targets, ref.argmax], 1),
+        picked,
+    )
+    for (lq, q, lp, p), zq, zp, z_max, log_sum, ids, g, *sums in _chunks(
+        workspace, logits, ("var_lq", "var_q", "ref_lp", "ref_p"), *columns, qlogq, pd, qd, tv, top
+    ):
         torch.ops.aten._log_softmax.out(zq.float(), -1, False, out=lq)
         torch.exp(lq, out=q)
         torch.sum(torch.mul(q, lq, out=lp), -1, out=sums[0])
@@ -193,7 +215,15 @@ def compare(ref: RefStats, logits: torch.Tensor, targets: torch.Tensor, workspac
         torch.sum(lq.mul_(q), -1, out=sums[2])
         torch.sum(q.sub_(p).abs_(), -1, out=sums[3])  # reuse q's buffer for |p − q|
     # the variant agrees when the reference's top token is (one of) its top tokens: one max instead of an argmax
-    return {"nll": -picked[:, 0], "kl": -pd, "rkl": qd, "tv": 0.5 * tv, "entropy": -qlogq, "top1": picked[:, 1] >= top, "max_logq": top}
+    return {
+        "nll": -picked[:, 0],
+        "kl": -pd,
+        "rkl": qd,
+        "tv": 0.5 * tv,
+        "entropy": -qlogq,
+        "top1": picked[:, 1] >= top,
+        "max_logq": top,
+    }
 
 
 def log_softmax_t(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -235,5 +265,4 @@ def top1_match(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tensor:
     """True where the target's top token is also a top token of the draft (exact ties count as a match).
     Temperature does not change it (softmax(z/T) is monotone in z for T > 0)."""
     top_p = logits_p.argmax(-1, keepdim=True)
-    return (logits_q.gather(-1, top_p).squeeze(-1) >= logits_q.amax(-1))
-
+    return logits_q.gather(-1, top_p).squeeze(-1) >= logits_q.amax(-1)

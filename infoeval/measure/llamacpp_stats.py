@@ -48,11 +48,25 @@ from infoeval.measure.stats import iid_se, mean_cov, se
 
 # (key suffix, llama.cpp's label, fraction) in llama.cpp's order; KLD omits the quartiles, Δp prints them
 KLD_PERCENTILES = (
-    ("max", "Maximum", 1.0), ("p999", "99.9%  ", 0.999), ("p99", "99.0%  ", 0.99), ("p95", "95.0%  ", 0.95),
-    ("p90", "90.0%  ", 0.90), ("median", "Median ", 0.5), ("p10", "10.0%  ", 0.10), ("p05", " 5.0%  ", 0.05),
-    ("p01", " 1.0%  ", 0.01), ("p001", " 0.1%  ", 0.001), ("min", "Minimum", 0.0),
-)  # fmt: skip
-DP_PERCENTILES = KLD_PERCENTILES[:5] + (("p75", "75.0%  ", 0.75),) + KLD_PERCENTILES[5:6] + (("p25", "25.0%  ", 0.25),) + KLD_PERCENTILES[6:]
+    ("max", "Maximum", 1.0),
+    ("p999", "99.9%  ", 0.999),
+    ("p99", "99.0%  ", 0.99),
+    ("p95", "95.0%  ", 0.95),
+    ("p90", "90.0%  ", 0.90),
+    ("median", "Median ", 0.5),
+    ("p10", "10.0%  ", 0.10),
+    ("p05", " 5.0%  ", 0.05),
+    ("p01", " 1.0%  ", 0.01),
+    ("p001", " 0.1%  ", 0.001),
+    ("min", "Minimum", 0.0),
+)
+DP_PERCENTILES = (
+    KLD_PERCENTILES[:5]
+    + (("p75", "75.0%  ", 0.75),)
+    + KLD_PERCENTILES[5:6]
+    + (("p25", "25.0%  ", 0.25),)
+    + KLD_PERCENTILES[6:]
+)
 
 
 def percentile(values: np.ndarray, fraction: float) -> float:
@@ -159,13 +173,15 @@ def kld_statistics(nll_ref: np.ndarray, nll_var: np.ndarray, kl: np.ndarray, top
         "ppl_diff": ppl_q - ppl_r,
         "ppl_diff_se": honest["ppl_diff_se"],
         **_percentiles("kld", np.asarray(kl, dtype=np.float32), KLD_PERCENTILES),
-        "dp_mean": float(dp.mean()) if dp.size else math.nan, "dp_se": honest["dp_se"],
-        "dp_rms": rms_se(dp)[0], "dp_rms_se": honest["dp_rms_se"],
+        "dp_mean": float(dp.mean()) if dp.size else math.nan,
+        "dp_se": honest["dp_se"],
+        "dp_rms": rms_se(dp)[0],
+        "dp_rms_se": honest["dp_rms_se"],
         "dp_positive": float((dp > 0).mean()) if dp.size else math.nan,
         **_percentiles("dp", dp, DP_PERCENTILES),
         "same_top_se": math.sqrt(a * (1 - a) / (n - 1)) if n > 1 else math.nan,
         **{f"llamacpp_{k}": v for k, v in naive.items()},
-    }  # fmt: skip
+    }
     return out
 
 
@@ -174,8 +190,12 @@ def _ses(nq, nr, kl, dp, ppl_q, ppl_r, ratio, se_of, cov_of) -> dict[str, float]
     sq, sr, cov = se_of(nq), se_of(nr), cov_of(nq, nr)
     diff_var = (ppl_q * sq) ** 2 + (ppl_r * sr) ** 2 - 2 * ppl_q * ppl_r * cov
     return {
-        "ppl_se": ppl_q * sq, "ppl_base_se": ppl_r * sr, "ln_ppl_ratio_se": se_of(nq - nr),
+        "ppl_se": ppl_q * sq,
+        "ppl_base_se": ppl_r * sr,
+        "ln_ppl_ratio_se": se_of(nq - nr),
         "ppl_ratio_se": ratio * se_of(nq - nr),
         "ppl_diff_se": math.sqrt(max(0.0, diff_var)) if diff_var == diff_var else math.nan,
-        "kl_se": se_of(np.asarray(kl, dtype=np.float64)), "dp_se": se_of(dp), "dp_rms_se": rms_se(dp, se_of)[1],
-    }  # fmt: skip
+        "kl_se": se_of(np.asarray(kl, dtype=np.float64)),
+        "dp_se": se_of(dp),
+        "dp_rms_se": rms_se(dp, se_of)[1],
+    }

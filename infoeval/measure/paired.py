@@ -28,9 +28,11 @@ from infoeval.measure.metrics import METRICS as REGISTRY
 from infoeval.measure.stats import _t_cdf, block_labels, se, se_blocks
 
 BOOTSTRAP = 1000  # resamples of the batches for the P99's SE
-METHOD = ("paired differences on the same positions: t = mean(d) / SE(d), the batch-means SE over whole windows, G-1 "
-          "degrees of freedom, two-sided, Holm across the variants per metric; kl_p99: SE by a seeded bootstrap over the "
-          "batches (the same draw for both); top-1: McNemar's test clustered by batch (the paired t of the top-1 difference)")  # fmt: skip
+METHOD = (
+    "paired differences on the same positions: t = mean(d) / SE(d), the batch-means SE over whole windows, G-1 "
+    "degrees of freedom, two-sided, Holm across the variants per metric; kl_p99: SE by a seeded bootstrap over the "
+    "batches (the same draw for both); top-1: McNemar's test clustered by batch (the paired t of the top-1 difference)"
+)
 # metric → how tables title its column (variant − baseline)
 LABELS = {"kl_mean": "Δ mean KL", "kl_p99": "Δ KL P99", "top1": "Δ top-1", "ln_ppl_ratio": "Δ ln PPL"}
 COLUMNS = {"kl_mean": "kl", "kl_p99": "kl", "top1": "top1", "ln_ppl_ratio": "nll"}  # metric → its per-position column
@@ -59,7 +61,9 @@ class PairedSettings:
         if self.baseline not in names:
             raise UsageError(f"--baseline '{self.baseline}' is not a variant of this run; its variants: {listed}")
         if len(names) < 2:
-            raise UsageError(f"--baseline '{self.baseline}' is the run's only variant; give at least one more scheme to compare with it")
+            raise UsageError(
+                f"--baseline '{self.baseline}' is the run's only variant; give at least one more scheme to compare with it"
+            )
 
 
 def t_test(d: np.ndarray, windows: np.ndarray | None) -> dict:
@@ -78,7 +82,9 @@ def _with_p(row: dict) -> dict:
     return {**row, "t": float("nan"), "p": 1.0 if mean == 0 else float("nan")}
 
 
-def quantile_diff(a: np.ndarray, b: np.ndarray, windows: np.ndarray | None, q: float = 0.99, reps: int = BOOTSTRAP, seed: int = 0) -> dict:
+def quantile_diff(
+    a: np.ndarray, b: np.ndarray, windows: np.ndarray | None, q: float = 0.99, reps: int = BOOTSTRAP, seed: int = 0
+) -> dict:
     """q-quantile of a minus that of b, with its SE by a seeded bootstrap over the batches (whole batches drawn with
     replacement, the same draw for a and b), and the t-based p-value on G − 1 degrees of freedom."""
     a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
@@ -119,7 +125,12 @@ def verdict(diff: float, p_adjusted: float, alpha: float, better: int) -> str:
 def flips(top1_baseline: np.ndarray, top1_variant: np.ndarray) -> dict:
     """Positions where exactly one of the two agrees with the reference's top-1."""
     b, v = np.asarray(top1_baseline, dtype=bool), np.asarray(top1_variant, dtype=bool)
-    return {"baseline_only": int(np.sum(b & ~v)), "variant_only": int(np.sum(v & ~b)), "both": int(np.sum(b & v)), "neither": int(np.sum(~b & ~v))}
+    return {
+        "baseline_only": int(np.sum(b & ~v)),
+        "variant_only": int(np.sum(v & ~b)),
+        "both": int(np.sum(b & v)),
+        "neither": int(np.sum(~b & ~v)),
+    }
 
 
 def paired_block(variants: dict[str, dict], settings: PairedSettings, windows: np.ndarray | None) -> dict:
@@ -131,12 +142,22 @@ def paired_block(variants: dict[str, dict], settings: PairedSettings, windows: n
     for metric, column in COLUMNS.items():
         for name in others:
             a, b = variants[name][column].astype(np.float64), base[column].astype(np.float64)
-            rows[name][metric] = quantile_diff(a, b, windows, seed=settings.seed) if metric == "kl_p99" else t_test(a - b, windows)
+            rows[name][metric] = (
+                quantile_diff(a, b, windows, seed=settings.seed) if metric == "kl_p99" else t_test(a - b, windows)
+            )
         adjusted = holm({name: rows[name][metric]["p"] for name in others})
         for name in others:
             row = rows[name][metric]
-            row.update(p_holm=adjusted[name], verdict=verdict(row["diff"], adjusted[name], settings.alpha, better(metric)))
+            row.update(
+                p_holm=adjusted[name], verdict=verdict(row["diff"], adjusted[name], settings.alpha, better(metric))
+            )
     for name in others:
         rows[name]["top1_flips"] = flips(base["top1"], variants[name]["top1"])
-    return {"baseline": settings.baseline, "alpha": settings.alpha, "seed": settings.seed, "bootstrap": BOOTSTRAP, "method": METHOD,
-            "variants": rows}  # fmt: skip
+    return {
+        "baseline": settings.baseline,
+        "alpha": settings.alpha,
+        "seed": settings.seed,
+        "bootstrap": BOOTSTRAP,
+        "method": METHOD,
+        "variants": rows,
+    }

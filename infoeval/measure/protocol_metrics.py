@@ -31,11 +31,14 @@ def lmeval_figures(loglikelihoods: np.ndarray, words: np.ndarray, nbytes: np.nda
     ll = float(sum(float(x) for x in loglikelihoods))  # lm-eval sums Python floats, document by document
     w, b = int(np.sum(words)), int(np.sum(nbytes))
     return {
-        "loglikelihood": ll, "documents": int(len(loglikelihoods)), "words": w, "bytes": b,
+        "loglikelihood": ll,
+        "documents": int(len(loglikelihoods)),
+        "words": w,
+        "bytes": b,
         "word_perplexity": math.exp(-ll / w) if w else math.nan,
         "byte_perplexity": math.exp(-ll / b) if b else math.nan,
         "bits_per_byte": -ll / b / LN2 if b else math.nan,
-    }  # fmt: skip
+    }
 
 
 def gptq_figures(nll: np.ndarray, window: np.ndarray) -> dict:
@@ -46,13 +49,19 @@ def gptq_figures(nll: np.ndarray, window: np.ndarray) -> dict:
     return {"ppl": math.exp(float(means.mean())), "windows": int(means.size), "nll_mean": float(means.mean())}
 
 
-def protocol_figures(name: str, summary: dict | None, layout, identity: dict, nll_by_model: dict[str, np.ndarray]) -> dict | None:
+def protocol_figures(
+    name: str, summary: dict | None, layout, identity: dict, nll_by_model: dict[str, np.ndarray]
+) -> dict | None:
     """The protocol's figures for each model (``nll_by_model``: name → per-position NLL, in the columns' order),
     with whether the whole protocol was run; None for protocols without figures of their own."""
     if name == "lm-eval":
+
         def one(nll):
-            return lmeval_figures(document_loglikelihoods(nll, identity["position"], layout.starts), layout.words, layout.nbytes)
+            return lmeval_figures(
+                document_loglikelihoods(nll, identity["position"], layout.starts), layout.words, layout.nbytes
+            )
     elif name == "gptq":
+
         def one(nll):
             return gptq_figures(nll, identity["window"])
     else:

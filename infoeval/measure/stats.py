@@ -32,10 +32,10 @@ MIN_BLOCKS = 10  # below this many blocks the SE is itself too uncertain for a n
 SE_METHOD = {
     "estimator": "batch means",
     "blocks": "runs of whole consecutive windows, each of at least floor(sqrt(n)) positions (the last, short run "
-              "joins the one before); with fewer than two windows, floor(sqrt(n)) consecutive positions",
+    "joins the one before); with fewer than two windows, floor(sqrt(n)) consecutive positions",
     "variance": "G/(G-1) * sum_g (S_g - n_g*mean)^2 / n^2 (cluster-robust, the batches as clusters)",
     "small_sample": "the gate's bounds use Student's t with G-1 degrees of freedom; every metrics record gives its "
-                    "se_block (mean positions per batch) and se_blocks (G)",
+    "se_block (mean positions per batch) and se_blocks (G)",
     "llamacpp": "keys named llamacpp_*_se and same_top_se are llama.cpp's own sd/sqrt(n) (positions as independent)",
 }
 
@@ -217,7 +217,10 @@ def _betainc(a: float, b: float, x: float) -> float:
     d = 1.0 / (d if abs(d) > tiny else tiny)
     f = d
     for m in range(1, 500):
-        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)), -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
             d = 1.0 + num * d
             d = 1.0 / (d if abs(d) > tiny else tiny)
             c = 1.0 + num / c
@@ -273,7 +276,9 @@ def chi2_sf(stat: float, df: int) -> float:
         return 0.0
     import torch  # here, so that the aggregates (and the no-torch reports that read them) load without torch
 
-    q = torch.special.gammaincc(torch.tensor(df / 2.0, dtype=torch.float64), torch.tensor(stat / 2.0, dtype=torch.float64))
+    q = torch.special.gammaincc(
+        torch.tensor(df / 2.0, dtype=torch.float64), torch.tensor(stat / 2.0, dtype=torch.float64)
+    )
     return float(q)
 
 

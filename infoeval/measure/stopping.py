@@ -189,7 +189,9 @@ class SequentialRule:
         _, upper = t_mixture_cs(x, a_pass, t_opt=self.t_opt, running_intersection=True)
         if s.spread_floor > 0:
             mean, sd = running_mean_sd(x)
-            floored = mean + t_mixture_radius(t.astype(np.float64), np.maximum(np.nan_to_num(sd), s.spread_floor), a_pass, self.t_opt)
+            floored = mean + t_mixture_radius(
+                t.astype(np.float64), np.maximum(np.nan_to_num(sd), s.spread_floor), a_pass, self.t_opt
+            )
             upper = np.maximum(upper, np.minimum.accumulate(floored))
         log_k = None
         if s.floor is None:
@@ -224,8 +226,14 @@ class Outcome:
     budget: int
 
 
-def run_rounds(evaluate: Callable[[np.ndarray], np.ndarray], order: np.ndarray, budget: int, round_size: int,
-               rule: Rule, tokens_in_order: Sequence[int]) -> tuple[Outcome, np.ndarray]:  # fmt: skip
+def run_rounds(
+    evaluate: Callable[[np.ndarray], np.ndarray],
+    order: np.ndarray,
+    budget: int,
+    round_size: int,
+    rule: Rule,
+    tokens_in_order: Sequence[int],
+) -> tuple[Outcome, np.ndarray]:
     """Evaluate ``order[:budget]`` round by round (``evaluate(window indices) → (len, k) observations``), deciding
     after each round; returns the outcome and every observation row evaluated (in visiting order)."""
     cum = np.cumsum(np.asarray(tokens_in_order, dtype=np.int64)[:budget])
@@ -241,8 +249,15 @@ def run_rounds(evaluate: Callable[[np.ndarray], np.ndarray], order: np.ndarray, 
     return Outcome(CONTINUE, budget, budget, len(parts), budget), obs
 
 
-def run_until_se(evaluate: Callable[[np.ndarray], None], order: np.ndarray, budget: int, round_size: int,
-                 se_after: Callable[[int], np.ndarray], target: float, min_windows: int = 2) -> tuple[Outcome, np.ndarray]:  # fmt: skip
+def run_until_se(
+    evaluate: Callable[[np.ndarray], None],
+    order: np.ndarray,
+    budget: int,
+    round_size: int,
+    se_after: Callable[[int], np.ndarray],
+    target: float,
+    min_windows: int = 2,
+) -> tuple[Outcome, np.ndarray]:
     """Runs to a precision: evaluate ``order[:budget]`` round by round and stop after the first window t (t ≥
     ``min_windows``) at which every standard error ``se_after(t)`` (of the first t windows of the order) is ≤
     ``target``; returns the outcome (PASS: reached at window ``used``; CONTINUE: the budget ran out first) and

@@ -43,8 +43,9 @@ def top_k_logits(z: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return top.values, ids.gather(-1, top.indices)
 
 
-def top_k_probs(z: torch.Tensor, k: int, *, log_normalizer: torch.Tensor | None = None,
-                max_log_prob: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def top_k_probs(
+    z: torch.Tensor, k: int, *, log_normalizer: torch.Tensor | None = None, max_log_prob: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(ids int32, probabilities float32) of the k most likely tokens of every row, given each row's
     logsumexp(z) (n,), or its largest log-probability (then logsumexp = largest logit − max log p).
 

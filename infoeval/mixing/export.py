@@ -37,9 +37,15 @@ from collections.abc import Mapping, Sequence
 
 from infoeval.quant.schemes import Scheme
 
-_GGUF_TYPES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-               "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-               "mlp.down_proj": "ffn_down"}  # fmt: skip
+_GGUF_TYPES = {
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
 _BLOCK = re.compile(r"^(?:model\.)?layers\.(\d+)\.(.+)$")
 K_QUANT_BLOCK = 256
 
@@ -74,7 +80,10 @@ def ggml_type(scheme: Scheme) -> tuple[str, str]:
         name = f"Q{b}_{0 if sym else 1}"
         grid = "an fp16 minimum instead of a zero point" if not sym else f"grid −{2 ** (b - 1)} … {2 ** (b - 1) - 1}"
         return name, f"approximate: blocks of 32, {grid} (ours: {scheme.name})"
-    return f"Q{b}_K", f"approximate: k-quant super-blocks of {K_QUANT_BLOCK} with sub-block scales (ours: {scheme.name})"
+    return (
+        f"Q{b}_K",
+        f"approximate: k-quant super-blocks of {K_QUANT_BLOCK} with sub-block scales (ours: {scheme.name})",
+    )
 
 
 def tensor_types(assignment: Mapping[str, Scheme], widths: Mapping[str, int]) -> dict:
@@ -95,9 +104,14 @@ def tensor_types(assignment: Mapping[str, Scheme], widths: Mapping[str, int]) ->
             fallback.append(f"{name} ({gtype}: width {widths[module]} not a multiple of {block})")
         lines.append(f"^{re.escape(name)}$={gtype.lower()}")
     base = max(counts, key=counts.get) if counts else None
-    return {"text": None if unmapped else "\n".join(lines) + "\n", "base_type": base, "mapping": mapping,
-            "fallback": fallback, "unmapped": unmapped,
-            "command": f"llama-quantize --tensor-type-file tensor-types.txt model-f16.gguf model-mix.gguf {base}"}  # fmt: skip
+    return {
+        "text": None if unmapped else "\n".join(lines) + "\n",
+        "base_type": base,
+        "mapping": mapping,
+        "fallback": fallback,
+        "unmapped": unmapped,
+        "command": f"llama-quantize --tensor-type-file tensor-types.txt model-f16.gguf model-mix.gguf {base}",
+    }
 
 
 def config_groups(assignment: Mapping[str, Scheme], widths: Mapping[str, int], linears: list[str]) -> dict:
@@ -106,17 +120,23 @@ def config_groups(assignment: Mapping[str, Scheme], widths: Mapping[str, int], l
     groups: dict[str, dict] = {}
     for module, s in assignment.items():
         if s.group_size is not None and widths[module] % s.group_size:
-            return {"config": None, "reason": f"{module}: group {s.group_size} does not divide its {widths[module]} inputs "
-                                              f"(compressed-tensors has no shorter last group)"}  # fmt: skip
+            return {
+                "config": None,
+                "reason": f"{module}: group {s.group_size} does not divide its {widths[module]} inputs "
+                f"(compressed-tensors has no shorter last group)",
+            }
         args = {"num_bits": s.bits, "type": "int", "symmetric": s.symmetric, "dynamic": False, "observer": "minmax"}
         args |= {"strategy": "channel"} if s.group_size is None else {"strategy": "group", "group_size": s.group_size}
-        groups.setdefault(s.name, {"targets": [], "weights": args, "input_activations": None, "output_activations": None})
+        groups.setdefault(
+            s.name, {"targets": [], "weights": args, "input_activations": None, "output_activations": None}
+        )
         groups[s.name]["targets"].append(module)
     config = {
-        "quant_method": "compressed-tensors", "format": "pack-quantized",
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
         "config_groups": {f"group_{i}": g for i, g in enumerate(groups.values())},
         "ignore": [n for n in linears if n not in assignment],
-    }  # fmt: skip
+    }
     return {"config": config, "reason": None}
 
 

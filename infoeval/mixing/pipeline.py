@@ -65,7 +65,9 @@ def check_budget_text(text: str, schemes: list[str]) -> None:
         as_budget(text)
         return
     if scheme.name not in schemes:
-        raise UsageError(f"--budget-bits {scheme.name}: name one of --schemes ({', '.join(schemes)}) or give bits per weight")
+        raise UsageError(
+            f"--budget-bits {scheme.name}: name one of --schemes ({', '.join(schemes)}) or give bits per weight"
+        )
 
 
 def _linear_shapes(model) -> dict[str, tuple[int, ...]]:
@@ -77,8 +79,11 @@ def _check_budgets_early(model, shapes, mix_settings: MixSettings, schemes, extr
     layer shapes, not the KLs), so an impossible budget fails in seconds, not after minutes of sweeping."""
     from infoeval.sensitivities.units import enumerate_units
 
-    rows = [{"unit": u.name, "kind": u.kind, "layers": list(u.layers), "scheme": s.name, "kl_mean": 0.0}
-            for u in enumerate_units(model, mix_settings.by) for s in schemes]  # fmt: skip
+    rows = [
+        {"unit": u.name, "kind": u.kind, "layers": list(u.layers), "scheme": s.name, "kl_mean": 0.0}
+        for u in enumerate_units(model, mix_settings.by)
+        for s in schemes
+    ]
     problem = build_problem(rows, schemes, shapes)
     budget, _ = parse_budget(mix_settings.budget, problem)
     check_budgets(problem.cost, problem.weights, [budget, *extra])
@@ -89,14 +94,18 @@ def _check_coverage(problem, model) -> None:
     covered = {n for u in problem.units for n in u.layers}
     if default - covered:
         missing = sorted(default - covered)
-        raise UsageError(f"the sensitivity units cover {len(covered & default)} of {len(default)} quantized layers (not {missing[0]}); "
-                         f"sweep every unit (no --units) so the mix and the uniform schemes quantize the same layers")  # fmt: skip
+        raise UsageError(
+            f"the sensitivity units cover {len(covered & default)} of {len(default)} quantized layers (not {missing[0]}); "
+            f"sweep every unit (no --units) so the mix and the uniform schemes quantize the same layers"
+        )
 
 
 def _variant(model, problem, picks, name: str):
     assignment = problem.assignment(picks)
-    plan = [(n, assignment.get(n), f"mix: {assignment[n].name}" if n in assignment else reason)
-            for n, _, reason in plan_layers(model)]  # fmt: skip
+    plan = [
+        (n, assignment.get(n), f"mix: {assignment[n].name}" if n in assignment else reason)
+        for n, _, reason in plan_layers(model)
+    ]
     counts = [sum(1 for s in assignment.values() if s == sch) for sch in problem.schemes]
     return quantize_plan(model, plan, problem.schemes[counts.index(max(counts))], label=name)
 
@@ -120,24 +129,41 @@ def _exports(p: Prepared, problem, picks, name: str, budget) -> dict:
     linears = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
     widths = {n: int(m.weight.shape[1]) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     prefix = decoder_prefix(model)
-    units = tuple((pat, problem.schemes[k]) for u, k in zip(problem.units, picks)
-                  for pat in export.unit_patterns(u.kind, u.name, u.layers, linears, prefix))  # fmt: skip
+    units = tuple(
+        (pat, problem.schemes[k])
+        for u, k in zip(problem.units, picks)
+        for pat in export.unit_patterns(u.kind, u.name, u.layers, linears, prefix)
+    )
     meta = {"written_by": "infoeval mix", "model": p.loaded.info.spec, "budget_bits": float(budget), "variant": name}
     recipe = Recipe(units, None, meta, name)
     assignment = problem.assignment(picks)
-    return {"recipe": recipe_toml(recipe, f"infoeval mix: {name}, {len(problem.units)} units"),
-            "llama_cpp": export.tensor_types(assignment, widths), "compressed_tensors": export.config_groups(assignment, widths, linears)}  # fmt: skip
+    return {
+        "recipe": recipe_toml(recipe, f"infoeval mix: {name}, {len(problem.units)} units"),
+        "llama_cpp": export.tensor_types(assignment, widths),
+        "compressed_tensors": export.config_groups(assignment, widths, linears),
+    }
 
 
-def mix(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, mix_settings: MixSettings,
-        reporter: Reporter | None = None) -> tuple[MixResult, CompareColumns, dict | None]:  # fmt: skip
+def mix(
+    model_settings: ModelSettings,
+    text_settings: TextSettings,
+    window_settings: WindowSettings,
+    mix_settings: MixSettings,
+    reporter: Reporter | None = None,
+) -> tuple[MixResult, CompareColumns, dict | None]:
     """Solve and measure; returns the result, the held-out columns and the sweep's JSON (None with --sensitivity)."""
     reporter = reporter or Reporter()
     schemes = parse_schemes(mix_settings.schemes)
     extra = parse_sweep(mix_settings.sweep) if mix_settings.sweep else []
     if not mix_settings.sensitivity and text_settings.max_tokens is None:
-        raise UsageError("mix sweeps the tokens after the measured ones: give --max-tokens N (not 'all'), or --sensitivity FILE")
-    run_ts = text_settings if mix_settings.sensitivity else dataclasses.replace(text_settings, max_tokens=text_settings.max_tokens + mix_settings.sweep_tokens)
+        raise UsageError(
+            "mix sweeps the tokens after the measured ones: give --max-tokens N (not 'all'), or --sensitivity FILE"
+        )
+    run_ts = (
+        text_settings
+        if mix_settings.sensitivity
+        else dataclasses.replace(text_settings, max_tokens=text_settings.max_tokens + mix_settings.sweep_tokens)
+    )
     p_all = prepare(model_settings, run_ts, window_settings, reporter)
     shapes = _linear_shapes(p_all.loaded.model)
     if not mix_settings.sensitivity:
@@ -171,29 +197,61 @@ def _entries(problem, choices) -> tuple[dict, list[str]]:
 def _specs(model, problem, entries) -> list:
     """(name, build) of each variant of ``entries``: a uniform scheme quantizes the whole model, a mix each unit
     with its own scheme; each is built only when its pass over the windows comes."""
-    return [(e[0], (lambda k=k, e=e: quantize_variant(model, problem.schemes[k[0]]) if e[1] == "uniform"
-                    else _variant(model, problem, k, e[0]))) for k, e in entries.items()]  # fmt: skip
+    return [
+        (
+            e[0],
+            (
+                lambda k=k, e=e: (
+                    quantize_variant(model, problem.schemes[k[0]])
+                    if e[1] == "uniform"
+                    else _variant(model, problem, k, e[0])
+                )
+            ),
+        )
+        for k, e in entries.items()
+    ]
 
 
 def _finish(p, problem, choices, budget_scheme, mix_settings, sweep_json, held, reporter, solve_s):
     """Every uniform scheme and chosen mix measured on the held-out windows, and the result built from them."""
     entries, names = _entries(problem, choices)
     cols, eval_s = _measure(p, _specs(p.loaded.model, problem, entries), reporter)
-    measured = [measured_row(e[0], e[1], e[2], problem.predicted(k), variant_metrics(cols.reference, cols.variants[e[0]]), e[3])
-                for k, e in entries.items()]  # fmt: skip
+    measured = [
+        measured_row(e[0], e[1], e[2], problem.predicted(k), variant_metrics(cols.reference, cols.variants[e[0]]), e[3])
+        for k, e in entries.items()
+    ]
     main = choices[0]
     # the units' own kind: with --sensitivity the files decide it, whatever --by says
     by = mix_settings.by if sweep_json else ",".join(dict.fromkeys(u.kind for u in problem.units))
     result = MixResult(
-        p.provenance("mix", schemes=[s.name for s in problem.schemes], by=by), {**p.timings, "solve_s": solve_s, "eval_s": eval_s,
-        **({f"sweep_{k}": v for k, v in sweep_json["timings"].items() if k not in p.timings} if sweep_json else {})},
-        settings={"schemes": [s.name for s in problem.schemes], "by": by, "budget": mix_settings.budget, "budget_bits": float(main.budget_bits),
-                  "budget_fraction": str(main.budget_bits), "sweep": mix_settings.sweep, "sweep_tokens": mix_settings.sweep_tokens,
-                  "bits_accounting": "stored bits per quantized weight: codes + fp16 scales (+ b-bit zero points); quant/bits.py"},
-        held_out=held, reference=reference_metrics(cols.reference), units=tuple(unit_rows(problem)),
-        solutions=tuple(solution_row(problem, c, n) for c, n in zip(choices, names)), measured=tuple(measured),
-        target=target_row(measured, names[0], budget_scheme), exports=_exports(p, problem, main.picks, names[0], main.budget_bits),
-        sensitivity={"source": "sweep" if sweep_json else [str(f) for f in mix_settings.sensitivity], "by": by,
-                     "reference": sweep_json["reference"] if sweep_json else None},
-    )  # fmt: skip
+        p.provenance("mix", schemes=[s.name for s in problem.schemes], by=by),
+        {
+            **p.timings,
+            "solve_s": solve_s,
+            "eval_s": eval_s,
+            **({f"sweep_{k}": v for k, v in sweep_json["timings"].items() if k not in p.timings} if sweep_json else {}),
+        },
+        settings={
+            "schemes": [s.name for s in problem.schemes],
+            "by": by,
+            "budget": mix_settings.budget,
+            "budget_bits": float(main.budget_bits),
+            "budget_fraction": str(main.budget_bits),
+            "sweep": mix_settings.sweep,
+            "sweep_tokens": mix_settings.sweep_tokens,
+            "bits_accounting": "stored bits per quantized weight: codes + fp16 scales (+ b-bit zero points); quant/bits.py",
+        },
+        held_out=held,
+        reference=reference_metrics(cols.reference),
+        units=tuple(unit_rows(problem)),
+        solutions=tuple(solution_row(problem, c, n) for c, n in zip(choices, names)),
+        measured=tuple(measured),
+        target=target_row(measured, names[0], budget_scheme),
+        exports=_exports(p, problem, main.picks, names[0], main.budget_bits),
+        sensitivity={
+            "source": "sweep" if sweep_json else [str(f) for f in mix_settings.sensitivity],
+            "by": by,
+            "reference": sweep_json["reference"] if sweep_json else None,
+        },
+    )
     return result, cols, sweep_json

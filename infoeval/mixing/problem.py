@@ -75,11 +75,19 @@ def load_sensitivity(paths: Sequence[Path]) -> tuple[list[dict], list[dict]]:
             raise UsageError(f"sensitivity file '{path}' does not exist") from None
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise DataError(f"sensitivity file '{path}' is not valid JSON") from None
-        if not str(data.get("schema", "")).startswith("infoeval/sensitivity/") or not isinstance(data.get("units"), list):
+        if not str(data.get("schema", "")).startswith("infoeval/sensitivity/") or not isinstance(
+            data.get("units"), list
+        ):
             raise DataError(f"'{path}' is not a result of `infoeval sensitivity` (schema {data.get('schema')!r})")
         rows += data["units"]
-        meta.append({"file": str(path), "by": data.get("by"), "provenance": data.get("provenance", {}),
-                     "split": data.get("held_out_split")})  # fmt: skip
+        meta.append(
+            {
+                "file": str(path),
+                "by": data.get("by"),
+                "provenance": data.get("provenance", {}),
+                "split": data.get("held_out_split"),
+            }
+        )
     return rows, meta
 
 
@@ -92,7 +100,9 @@ def build_problem(rows: Sequence[Mapping], schemes: Sequence[Scheme], shapes: Ma
         try:
             name = parse_scheme(str(r["scheme"])).name
         except (SchemeError, KeyError):
-            raise DataError(f"sensitivity row of unit {r.get('unit')!r} has no valid scheme ({r.get('scheme')!r})") from None
+            raise DataError(
+                f"sensitivity row of unit {r.get('unit')!r} has no valid scheme ({r.get('scheme')!r})"
+            ) from None
         if name in wanted:
             entry = table.setdefault(r["unit"], {"kind": r.get("kind", "?"), "layers": tuple(r["layers"]), "kl": {}})
             entry["kl"][name] = (float(r["kl_mean"]), float(r.get("kl_se") or 0.0))
@@ -102,13 +112,25 @@ def build_problem(rows: Sequence[Mapping], schemes: Sequence[Scheme], shapes: Ma
     for uname, e in table.items():
         missing = [s for s in wanted if s not in e["kl"]]
         if missing:
-            raise UsageError(f"unit '{uname}' was not measured with {', '.join(missing)}; sweep every scheme of --schemes")
+            raise UsageError(
+                f"unit '{uname}' was not measured with {', '.join(missing)}; sweep every scheme of --schemes"
+            )
         absent = [layer for layer in e["layers"] if layer not in shapes]
         if absent:
-            raise DataError(f"unit '{uname}' names layer {absent[0]}, which the model has not; a sensitivity file of another model?")
-        units.append(Unit(uname, e["kind"], e["layers"], sum(shapes[n][0] * shapes[n][1] for n in e["layers"]),
-                          tuple(e["kl"][s][0] for s in wanted), tuple(e["kl"][s][1] for s in wanted),
-                          tuple(sum(layer_bits(s, shapes[n]) for n in e["layers"]) for s in schemes)))  # fmt: skip
+            raise DataError(
+                f"unit '{uname}' names layer {absent[0]}, which the model has not; a sensitivity file of another model?"
+            )
+        units.append(
+            Unit(
+                uname,
+                e["kind"],
+                e["layers"],
+                sum(shapes[n][0] * shapes[n][1] for n in e["layers"]),
+                tuple(e["kl"][s][0] for s in wanted),
+                tuple(e["kl"][s][1] for s in wanted),
+                tuple(sum(layer_bits(s, shapes[n]) for n in e["layers"]) for s in schemes),
+            )
+        )
     layers = [n for u in units for n in u.layers]
     if len(set(layers)) != len(layers):
         raise DataError("the sensitivity units overlap (a layer in two units); use results of one --by")
@@ -123,7 +145,9 @@ def parse_budget(text: str, problem: Problem) -> tuple[Fraction, str | None]:
         return as_budget(text), None
     names = [s.name for s in problem.schemes]
     if scheme.name not in names:
-        raise UsageError(f"--budget-bits {scheme.name}: name one of --schemes ({', '.join(names)}) or give bits per weight")
+        raise UsageError(
+            f"--budget-bits {scheme.name}: name one of --schemes ({', '.join(names)}) or give bits per weight"
+        )
     return problem.uniform_bits(names.index(scheme.name)), scheme.name
 
 

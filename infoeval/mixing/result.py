@@ -46,26 +46,44 @@ def unit_rows(problem: Problem) -> list[dict]:
     """Per unit: layers, weights, and per scheme its own mean KL ± SE and stored bits per weight."""
     out = []
     for u in problem.units:
-        per = {s.name: {"kl_mean": kl, "kl_se": se, "bits_per_weight": bits / u.n_weights}
-               for s, kl, se, bits in zip(problem.schemes, u.kl, u.kl_se, u.bits)}  # fmt: skip
+        per = {
+            s.name: {"kl_mean": kl, "kl_se": se, "bits_per_weight": bits / u.n_weights}
+            for s, kl, se, bits in zip(problem.schemes, u.kl, u.kl_se, u.bits)
+        }
         out.append({"unit": u.name, "kind": u.kind, "layers": list(u.layers), "n_weights": u.n_weights, "schemes": per})
     return out
 
 
 def solution_row(problem: Problem, choice: Choice, variant: str) -> dict:
     return {
-        "budget_bits": float(choice.budget_bits), "budget_fraction": str(choice.budget_bits),
-        "bits_per_weight": choice.bits_per_weight, "total_bits": choice.total_bits, "n_weights": choice.n_weights,
-        "predicted_kl": choice.predicted_kl, "method": choice.method, "gap": choice.gap, "variant": variant,
+        "budget_bits": float(choice.budget_bits),
+        "budget_fraction": str(choice.budget_bits),
+        "bits_per_weight": choice.bits_per_weight,
+        "total_bits": choice.total_bits,
+        "n_weights": choice.n_weights,
+        "predicted_kl": choice.predicted_kl,
+        "method": choice.method,
+        "gap": choice.gap,
+        "variant": variant,
         "choice": {u.name: problem.schemes[k].name for u, k in zip(problem.units, choice.picks)},
-    }  # fmt: skip
+    }
 
 
-def measured_row(name: str, kind: str, bits: float, predicted: float, metrics: Mapping, budgets: Sequence[float]) -> dict:
+def measured_row(
+    name: str, kind: str, bits: float, predicted: float, metrics: Mapping, budgets: Sequence[float]
+) -> dict:
     kl = metrics["kl_mean"]
-    return {"name": name, "kind": kind, "bits_per_weight": bits, "budgets": list(budgets), "predicted_kl": predicted,
-            "measured_kl": kl, "measured_kl_se": metrics["kl_se"], "additivity": kl / predicted if predicted > 0 else None,
-            "metrics": dict(metrics)}  # fmt: skip
+    return {
+        "name": name,
+        "kind": kind,
+        "bits_per_weight": bits,
+        "budgets": list(budgets),
+        "predicted_kl": predicted,
+        "measured_kl": kl,
+        "measured_kl_se": metrics["kl_se"],
+        "additivity": kl / predicted if predicted > 0 else None,
+        "metrics": dict(metrics),
+    }
 
 
 def target_row(measured: Sequence[dict], main: str, scheme: str | None) -> dict | None:
@@ -74,7 +92,13 @@ def target_row(measured: Sequence[dict], main: str, scheme: str | None) -> dict 
     if scheme is None or scheme not in rows:
         return None
     mix, uni = rows[main], rows[scheme]
-    return {"mix": main, "uniform": scheme, "mix_bits": mix["bits_per_weight"], "uniform_bits": uni["bits_per_weight"],
-            "mix_kl": mix["measured_kl"], "uniform_kl": uni["measured_kl"],
-            "ratio": mix["measured_kl"] / uni["measured_kl"] if uni["measured_kl"] > 0 else None,
-            "predicted_ratio": mix["predicted_kl"] / uni["predicted_kl"] if uni["predicted_kl"] > 0 else None}  # fmt: skip
+    return {
+        "mix": main,
+        "uniform": scheme,
+        "mix_bits": mix["bits_per_weight"],
+        "uniform_bits": uni["bits_per_weight"],
+        "mix_kl": mix["measured_kl"],
+        "uniform_kl": uni["measured_kl"],
+        "ratio": mix["measured_kl"] / uni["measured_kl"] if uni["measured_kl"] > 0 else None,
+        "predicted_ratio": mix["predicted_kl"] / uni["predicted_kl"] if uni["predicted_kl"] > 0 else None,
+    }

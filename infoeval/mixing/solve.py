@@ -81,8 +81,10 @@ def capacity(budget: Fraction, weights: int) -> int:
 
 def _infeasible(budget: Fraction, kl: np.ndarray, cost: np.ndarray, weights: int) -> UsageError:
     low = Fraction(int(_cheapest(kl, cost).sum()), weights)
-    return UsageError(f"--budget-bits {float(budget):g} is below the cheapest mix ({float(low):.4f} bits per weight, every "
-                      f"unit at its cheapest scheme); raise the budget or add a cheaper scheme")  # fmt: skip
+    return UsageError(
+        f"--budget-bits {float(budget):g} is below the cheapest mix ({float(low):.4f} bits per weight, every "
+        f"unit at its cheapest scheme); raise the budget or add a cheaper scheme"
+    )
 
 
 def check_budgets(cost, weights: int, budgets) -> None:
@@ -189,7 +191,15 @@ def lagrangian(kl, cost, weights: int, budget) -> Choice:
             break
     picks = _relaxed(kl, cost, hi)
     best = _choice(picks, kl, cost, weights, budget, "lagrangian", 0.0)
-    return Choice(best.picks, best.predicted_kl, best.total_bits, weights, budget, "lagrangian", max(0.0, best.predicted_kl - dual))
+    return Choice(
+        best.picks,
+        best.predicted_kl,
+        best.total_bits,
+        weights,
+        budget,
+        "lagrangian",
+        max(0.0, best.predicted_kl - dual),
+    )
 
 
 def exhaustive(kl, cost, weights: int, budget) -> Choice:

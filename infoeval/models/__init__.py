@@ -29,8 +29,14 @@ from infoeval.models.sources import from_folder, from_hub, hub_quantization, loa
 from infoeval.input.settings import DEFAULT_MODEL
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-           "float16": torch.float16, "fp16": torch.float16}
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,9 @@ class ModelInfo:
     quantization: dict | None = None  # a shipped quantized checkpoint's format and stored bits (models/shipped.py)
 
     def to_json(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)} | {"tokenizer": self.tokenizer.to_json()}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)} | {
+            "tokenizer": self.tokenizer.to_json()
+        }
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,9 @@ def resolve_device(device: str) -> torch.device:
         return distributed.local_device(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     if d.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise DeviceError(f"--device {device} was asked for but no CUDA device is available; use --device cpu or auto")
+            raise DeviceError(
+                f"--device {device} was asked for but no CUDA device is available; use --device cpu or auto"
+            )
         return distributed.local_device(torch.device(d))
     if d == "cpu":
         return torch.device("cpu")
@@ -133,11 +143,15 @@ def _quiet_transformers():
 def _tokenizer_info(tok, source: str) -> TokenizerInfo:
     bos = getattr(tok, "bos_token_id", None)
     return TokenizerInfo(
-        cls=type(tok).__name__, source=source, vocab_size=len(tok), bos_id=bos, bos_token=getattr(tok, "bos_token", None),
+        cls=type(tok).__name__,
+        source=source,
+        vocab_size=len(tok),
+        bos_id=bos,
+        bos_token=getattr(tok, "bos_token", None),
         eos_id=getattr(tok, "eos_token_id", None),
         # transformers 5 drops add_bos_token when saving a tokenizer.json, so ask the tokenizer itself
         add_bos_token=bos is not None and tok("a").input_ids[:1] == [bos],
-    )  # fmt: skip
+    )
 
 
 def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: str | None = None) -> LoadedModel:
@@ -160,8 +174,14 @@ def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: 
                 raise ModelLoadError(f"cannot load GGUF file '{gguf}': {str(e).splitlines()[0]}") from None
             model, tok = from_folder(folder, dtype, device_map)
             add_bos = json.loads((folder / "infoeval-source.json").read_text()).get("gguf_add_bos")
-            info.update(kind="gguf", path=str(gguf.resolve()), sha256=digest, cache=str(folder), gguf_add_bos=add_bos,
-                        quantization=cached_gguf_bits(gguf, digest))
+            info.update(
+                kind="gguf",
+                path=str(gguf.resolve()),
+                sha256=digest,
+                cache=str(folder),
+                gguf_add_bos=add_bos,
+                quantization=cached_gguf_bits(gguf, digest),
+            )
             tok_source = f"transformers GGUF conversion of {gguf.name}"
         elif Path(spec).exists():
             model, tok, folder_info = load_folder(Path(spec), device, dtype, device_map)
@@ -169,7 +189,11 @@ def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: 
             tok_source = f"{type(tok).__name__} from {spec}"
         elif _HUB_ID.match(spec):
             model, tok = from_hub(spec, dtype, device_map)
-            info.update(kind="hub", revision=getattr(model.config, "_commit_hash", None), quantization=hub_quantization(spec, model))
+            info.update(
+                kind="hub",
+                revision=getattr(model.config, "_commit_hash", None),
+                quantization=hub_quantization(spec, model),
+            )
             tok_source = f"{type(tok).__name__} from hub {spec}"
         else:
             raise ModelLoadError(
@@ -180,8 +204,10 @@ def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: 
         model.to(device)  # a shipped quantized folder is placed by its library as it loads
     model.eval()
     info = ModelInfo(
-        **info, architecture=(getattr(model.config, "architectures", None) or [type(model).__name__])[0],
-        model_type=model.config.model_type, n_parameters=sum(p.numel() for p in model.parameters()),
+        **info,
+        architecture=(getattr(model.config, "architectures", None) or [type(model).__name__])[0],
+        model_type=model.config.model_type,
+        n_parameters=sum(p.numel() for p in model.parameters()),
         tokenizer=_tokenizer_info(tok, tok_source),
-    )  # fmt: skip
+    )
     return LoadedModel(model, tok, info)

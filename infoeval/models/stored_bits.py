@@ -18,8 +18,23 @@ from pathlib import Path
 
 import torch
 
-_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "I16": 2, "F16": 2, "BF16": 2,
-          "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8}
+_BYTES = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "U16": 2,
+    "I16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "U32": 4,
+    "I32": 4,
+    "F32": 4,
+    "U64": 8,
+    "I64": 8,
+    "F64": 8,
+}
 _FLOAT = {"F16", "BF16", "F32", "F64"}
 _PLAIN = {"weight", "bias"}
 
@@ -40,8 +55,14 @@ def stored_bits(folder: Path, model: torch.nn.Module) -> dict:
 def _summary(layers: dict[str, int], shapes: dict[str, int], source: str) -> dict:
     params = sum(shapes[n] for n in layers)
     stored = sum(layers.values())
-    return {"bits_per_weight": 8 * stored / params if params else None, "layers_quantized": len(layers),
-            "layers_skipped": len(shapes) - len(layers), "params_quantized": params, "stored_bytes": stored, "bits_source": source}
+    return {
+        "bits_per_weight": 8 * stored / params if params else None,
+        "layers_quantized": len(layers),
+        "layers_skipped": len(shapes) - len(layers),
+        "params_quantized": params,
+        "stored_bytes": stored,
+        "bits_source": source,
+    }
 
 
 def linear_shapes(model: torch.nn.Module) -> dict[str, int]:
@@ -49,7 +70,9 @@ def linear_shapes(model: torch.nn.Module) -> dict[str, int]:
     device (a quantized model's own modules no longer say their original shape the same way)."""
     from transformers import AutoModelForCausalLM
 
-    config = model.config.__class__.from_dict({k: v for k, v in model.config.to_dict().items() if k != "quantization_config"})
+    config = model.config.__class__.from_dict(
+        {k: v for k, v in model.config.to_dict().items() if k != "quantization_config"}
+    )
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(config)
     return {n: m.in_features * m.out_features for n, m in skeleton.named_modules() if isinstance(m, torch.nn.Linear)}
@@ -112,5 +135,12 @@ def gguf_bits(path: Path) -> dict:
     params = sum(int(t.n_elements) for t in blocks)
     stored = sum(int(t.n_bytes) for t in blocks)
     types = Counter(t.tensor_type.name for t in reader.tensors)
-    return {"format": "gguf", "bits_per_weight": 8 * stored / params if params else None, "layers_quantized": len(blocks),
-            "params_quantized": params, "stored_bytes": stored, "bits_source": "gguf", "tensor_types": dict(sorted(types.items()))}
+    return {
+        "format": "gguf",
+        "bits_per_weight": 8 * stored / params if params else None,
+        "layers_quantized": len(blocks),
+        "params_quantized": params,
+        "stored_bytes": stored,
+        "bits_source": "gguf",
+        "tensor_types": dict(sorted(types.items())),
+    }

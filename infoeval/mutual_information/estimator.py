@@ -46,13 +46,14 @@ RULE = (
 )
 
 
-
 def parse_lengths(text: str) -> tuple[int, ...]:
     """'16,32,64' → (16, 32, 64), sorted; every length even and ≥ 2, no repeats."""
     try:
         lengths = [int(p) for p in str(text).split(",") if p.strip()]
     except ValueError:
-        raise UsageError(f"--lengths '{text}' is not a comma-separated list of integers, e.g. {DEFAULT_LENGTHS}") from None
+        raise UsageError(
+            f"--lengths '{text}' is not a comma-separated list of integers, e.g. {DEFAULT_LENGTHS}"
+        ) from None
     bad = [n for n in lengths if n < 2 or n % 2]
     if not lengths or bad:
         raise UsageError(f"--lengths '{text}': every length must be an even integer ≥ 2 (split in two halves)")
@@ -118,9 +119,12 @@ def _nll_reducer(step: engine.Step) -> dict:
 
 
 def score_blocks(
-    model, blocks: torch.Tensor, start_id: int, batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    model,
+    blocks: torch.Tensor,
+    start_id: int,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
     on_batch: Callable[[], None] | None = None,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-token NLL (nats) of each block's second half, without and with the first half as context.
 
     ``blocks`` is (N, L) token ids. Returns (marginal, conditional), each (N, L/2) float64: row i, column j is
@@ -132,7 +136,9 @@ def score_blocks(
     out = []
     for windows in block_windows(n, length, length):
         batches = engine.plan(windows, per_batch)
-        cols = engine.run({MODEL: model}, stream, batches, start_id, _nll_reducer, {"nll": np.float64}, on_forward=on_batch)
+        cols = engine.run(
+            {MODEL: model}, stream, batches, start_id, _nll_reducer, {"nll": np.float64}, on_forward=on_batch
+        )
         out.append(cols["nll"].reshape(n, length // 2))
     return out[0], out[1]
 
@@ -157,11 +163,17 @@ class LengthSummary:
         hy, hy_se = iid_mean_se(self.marginal_bits / m)
         hyx, hyx_se = iid_mean_se(self.conditional_bits / m)
         return {
-            "length": self.length, "blocks": self.blocks, "mi_bits": mi, "mi_bits_se": mi_se,
-            "mi_bits_sd": float(self.mi_bits.std(ddof=1)), "mi_bits_per_token": mi / m,
-            "marginal_bits_per_token": hy, "marginal_bits_per_token_se": hy_se,
-            "conditional_bits_per_token": hyx, "conditional_bits_per_token_se": hyx_se,
-        }  # fmt: skip
+            "length": self.length,
+            "blocks": self.blocks,
+            "mi_bits": mi,
+            "mi_bits_se": mi_se,
+            "mi_bits_sd": float(self.mi_bits.std(ddof=1)),
+            "mi_bits_per_token": mi / m,
+            "marginal_bits_per_token": hy,
+            "marginal_bits_per_token_se": hy_se,
+            "conditional_bits_per_token": hyx,
+            "conditional_bits_per_token_se": hyx_se,
+        }
 
 
 def summarize(length: int, marginal_nats: np.ndarray, conditional_nats: np.ndarray) -> LengthSummary:
@@ -181,10 +193,15 @@ def summarize(length: int, marginal_nats: np.ndarray, conditional_nats: np.ndarr
 
 
 def estimate(
-    model, text_ids: torch.Tensor, start_id: int, lengths: Sequence[int], n_blocks: int,
-    batch_tokens: int = DEFAULT_BATCH_TOKENS, on_batch: Callable[[], None] | None = None,
+    model,
+    text_ids: torch.Tensor,
+    start_id: int,
+    lengths: Sequence[int],
+    n_blocks: int,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    on_batch: Callable[[], None] | None = None,
     on_length: Callable[[int, float], None] | None = None,
-) -> list[LengthSummary]:  # fmt: skip
+) -> list[LengthSummary]:
     """Cut ``text_ids`` (the text's tokens, no start token) into blocks for every length and score them."""
     import time
 

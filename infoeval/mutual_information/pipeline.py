@@ -10,8 +10,17 @@ import numpy as np
 
 from infoeval.errors import DataError, UsageError
 from infoeval.mutual_information.estimator import (
-    DEFAULT_BATCH_TOKENS, DEFAULT_BLOCKS, DEFAULT_LENGTHS, RULE, LengthSummary, blocks_per_length, check_blocks,
-    check_max_positions, estimate, forwards_needed, parse_lengths,
+    DEFAULT_BATCH_TOKENS,
+    DEFAULT_BLOCKS,
+    DEFAULT_LENGTHS,
+    RULE,
+    LengthSummary,
+    blocks_per_length,
+    check_blocks,
+    check_max_positions,
+    estimate,
+    forwards_needed,
+    parse_lengths,
 )
 from infoeval.mutual_information.powerlaw import fit_with_ci
 from infoeval.mutual_information.report import mi_summary_frame
@@ -55,7 +64,9 @@ def check_settings(s: MISettings) -> None:
     if s.bootstrap < 2:
         raise UsageError(f"--bootstrap {s.bootstrap} is too few; give at least 2 replicates (1000 is usual)")
     if s.prefix not in ("auto", "bos", "eos"):
-        raise UsageError(f"--prefix {s.prefix} is not allowed for mutual-info (Y needs a start token); use auto, bos or eos")
+        raise UsageError(
+            f"--prefix {s.prefix} is not allowed for mutual-info (Y needs a start token); use auto, bos or eos"
+        )
 
 
 def _block_rows(summaries: list[LengthSummary], nbytes: np.ndarray) -> list[dict]:
@@ -67,12 +78,20 @@ def _block_rows(summaries: list[LengthSummary], nbytes: np.ndarray) -> list[dict
         for k in range(s.blocks):
             x0 = 1 + k * stride
             end = x0 + s.length
-            rows.append({
-                "length": s.length, "block": k, "x_start": x0, "y_start": x0 + s.length // 2, "end": end,
-                "byte_start": int(starts[x0]), "byte_end": int(starts[end - 1] + nbytes[end - 1]),
-                "marginal_bits": float(s.marginal_bits[k]), "conditional_bits": float(s.conditional_bits[k]),
-                "mi_bits": float(s.mi_bits[k]),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "length": s.length,
+                    "block": k,
+                    "x_start": x0,
+                    "y_start": x0 + s.length // 2,
+                    "end": end,
+                    "byte_start": int(starts[x0]),
+                    "byte_end": int(starts[end - 1] + nbytes[end - 1]),
+                    "marginal_bits": float(s.marginal_bits[k]),
+                    "conditional_bits": float(s.conditional_bits[k]),
+                    "mi_bits": float(s.mi_bits[k]),
+                }
+            )
     return rows
 
 
@@ -81,50 +100,88 @@ def _length_rows(summaries: list[LengthSummary], fit: dict, seconds: dict[int, f
     rows = []
     for x in summaries:
         law = fit.get("fit")
-        rows.append(x.row() | {
-            "mi_bits_fit": law["a"] * x.length ** law["beta"] if law else None, "seconds": seconds[x.length],
-            "marginal_profile_bits": x.marginal_profile.tolist(), "conditional_profile_bits": x.conditional_profile.tolist(),
-        })  # fmt: skip
+        rows.append(
+            x.row()
+            | {
+                "mi_bits_fit": law["a"] * x.length ** law["beta"] if law else None,
+                "seconds": seconds[x.length],
+                "marginal_profile_bits": x.marginal_profile.tolist(),
+                "conditional_profile_bits": x.conditional_profile.tolist(),
+            }
+        )
     return rows
 
 
-def _protocol(p: Prepared, text_settings: TextSettings, s: MISettings, tokens_available: int, counts: dict, max_positions) -> dict:
+def _protocol(
+    p: Prepared, text_settings: TextSettings, s: MISettings, tokens_available: int, counts: dict, max_positions
+) -> dict:
     """The result's protocol record: the rule, the start token, the tokens read and the blocks of every length."""
     return {
         "name": "mutual-info",
         "rule": RULE,
-        "prefix": s.prefix, "prefix_token": p.protocol.prefix_token, "prefix_id": p.protocol.prefix_id,
-        "max_tokens": text_settings.max_tokens, "tokens_available": tokens_available, "text_tokens": p.protocol.text_tokens,
-        "tokenized": p.protocol.tokenized, "tokenizer": p.protocol.tokenizer,
-        "blocks_requested": s.blocks, "blocks": {str(k): v for k, v in counts.items()}, "max_positions": max_positions,
-    }  # fmt: skip
+        "prefix": s.prefix,
+        "prefix_token": p.protocol.prefix_token,
+        "prefix_id": p.protocol.prefix_id,
+        "max_tokens": text_settings.max_tokens,
+        "tokens_available": tokens_available,
+        "text_tokens": p.protocol.text_tokens,
+        "tokenized": p.protocol.tokenized,
+        "tokenizer": p.protocol.tokenizer,
+        "blocks_requested": s.blocks,
+        "blocks": {str(k): v for k, v in counts.items()},
+        "max_positions": max_positions,
+    }
 
 
-def run_mutual_info(model_settings: ModelSettings, text_settings: TextSettings, s: MISettings, reporter: Reporter | None = None) -> MutualInfoResult:
+def run_mutual_info(
+    model_settings: ModelSettings, text_settings: TextSettings, s: MISettings, reporter: Reporter | None = None
+) -> MutualInfoResult:
     """Load model and text, score the blocks of every length, fit I(L) ≈ A·L^β."""
     reporter = reporter or Reporter()
     check_settings(s)
     need = s.blocks * max(s.lengths)
     cap = need if text_settings.max_tokens is None else min(text_settings.max_tokens, need)
-    p = prepare(model_settings, dataclasses.replace(text_settings, max_tokens=cap), WindowSettings(ctx=max(s.lengths), prefix=s.prefix), reporter)
+    p = prepare(
+        model_settings,
+        dataclasses.replace(text_settings, max_tokens=cap),
+        WindowSettings(ctx=max(s.lengths), prefix=s.prefix),
+        reporter,
+    )
     start_id = p.protocol.prefix_id
     if start_id is None:
-        raise DataError("the tokenizer has neither a BOS nor an EOS token; mutual-info needs a start token to score Y alone")
+        raise DataError(
+            "the tokenizer has neither a BOS nor an EOS token; mutual-info needs a start token to score Y alone"
+        )
     max_positions = getattr(p.loaded.model.config, "max_position_embeddings", None)
     check_max_positions(s.lengths, max_positions)
     text_ids = p.stream.ids[1:]
     counts = blocks_per_length(int(text_ids.shape[0]), s.lengths, s.blocks)
     check_blocks(counts, int(text_ids.shape[0]))
     seconds: dict[int, float] = {}
-    with progress(reporter, forwards_needed(counts, s.batch_tokens), f"{sum(counts.values())} blocks × 2 passes, {len(counts)} lengths") as bar:
-        summaries = estimate(p.loaded.model, text_ids, start_id, s.lengths, s.blocks, s.batch_tokens, bar.step,
-                             lambda length, sec: seconds.__setitem__(length, sec))  # fmt: skip
+    with progress(
+        reporter,
+        forwards_needed(counts, s.batch_tokens),
+        f"{sum(counts.values())} blocks × 2 passes, {len(counts)} lengths",
+    ) as bar:
+        summaries = estimate(
+            p.loaded.model,
+            text_ids,
+            start_id,
+            s.lengths,
+            s.blocks,
+            s.batch_tokens,
+            bar.step,
+            lambda length, sec: seconds.__setitem__(length, sec),
+        )
     reporter.stage("bootstrapping the fit")
     fit = fit_with_ci(list(s.lengths), [x.mi_bits for x in summaries], s.bootstrap, s.seed)
     reporter.stop()
     protocol = _protocol(p, text_settings, s, int(text_ids.shape[0]), counts, max_positions)
     return MutualInfoResult(
-        provenance("mutual-info", model=p.loaded.info, text=p.text, protocol=protocol), {**p.timings, "eval_s": bar.seconds},
-        settings=dataclasses.asdict(s) | {"lengths": list(s.lengths)}, lengths=tuple(_length_rows(summaries, fit, seconds)), fit=fit,
+        provenance("mutual-info", model=p.loaded.info, text=p.text, protocol=protocol),
+        {**p.timings, "eval_s": bar.seconds},
+        settings=dataclasses.asdict(s) | {"lengths": list(s.lengths)},
+        lengths=tuple(_length_rows(summaries, fit, seconds)),
+        fit=fit,
         blocks=tuple(_block_rows(summaries, p.stream.nbytes)),
-    )  # fmt: skip
+    )

@@ -131,7 +131,15 @@ def fit_with_ci(
     law = fit_power_law(xs, [means[i] for i in keep])
     ci = bootstrap_beta(xs, [samples[i] for i in keep], replicates, seed, level)
     out["fit"] = {
-        "a": law.a, "beta": law.beta, "r2": law.r2, "beta_low": ci.low, "beta_high": ci.high, "beta_se": ci.se,
-        "bootstrap_replicates": ci.replicates, "bootstrap_used": ci.used, "seed": ci.seed, "paired": ci.paired,
-    }  # fmt: skip
+        "a": law.a,
+        "beta": law.beta,
+        "r2": law.r2,
+        "beta_low": ci.low,
+        "beta_high": ci.high,
+        "beta_se": ci.se,
+        "bootstrap_replicates": ci.replicates,
+        "bootstrap_used": ci.used,
+        "seed": ci.seed,
+        "paired": ci.paired,
+    }
     return out

@@ -10,11 +10,31 @@ from infoeval.output.report import report_table
 
 
 MI_CSV_COLUMNS = [
-    "length", "blocks", "mi_bits", "mi_bits_se", "mi_bits_sd", "mi_bits_per_token", "mi_bits_fit",
-    "marginal_bits_per_token", "marginal_bits_per_token_se", "conditional_bits_per_token",
-    "conditional_bits_per_token_se", "seconds",
-]  # fmt: skip
-BLOCK_COLUMNS = ["length", "block", "x_start", "y_start", "end", "byte_start", "byte_end", "marginal_bits", "conditional_bits", "mi_bits"]
+    "length",
+    "blocks",
+    "mi_bits",
+    "mi_bits_se",
+    "mi_bits_sd",
+    "mi_bits_per_token",
+    "mi_bits_fit",
+    "marginal_bits_per_token",
+    "marginal_bits_per_token_se",
+    "conditional_bits_per_token",
+    "conditional_bits_per_token_se",
+    "seconds",
+]
+BLOCK_COLUMNS = [
+    "length",
+    "block",
+    "x_start",
+    "y_start",
+    "end",
+    "byte_start",
+    "byte_end",
+    "marginal_bits",
+    "conditional_bits",
+    "mi_bits",
+]
 
 
 def mi_summary_frame(result: dict) -> pd.DataFrame:
@@ -34,7 +54,9 @@ def fit_line(result: dict) -> str:
         return f"no power-law fit: {fit.get('reason')}"
     f = fit["fit"]
     kind = "paired" if f["paired"] else "independent"
-    dropped = f"; not fitted (mean I ≤ 0): {', '.join(map(str, fit['lengths_dropped']))}" if fit["lengths_dropped"] else ""
+    dropped = (
+        f"; not fitted (mean I ≤ 0): {', '.join(map(str, fit['lengths_dropped']))}" if fit["lengths_dropped"] else ""
+    )
     return (
         f"fit I(L) ≈ A·L^β by least squares in log-log space: A = {f['a']:.4g} bits, [bold]β = {f['beta']:.3f}[/] "
         f"({100 * fit['level']:.0f}% CI [{f['beta_low']:.3f}, {f['beta_high']:.3f}], {kind} bootstrap over blocks, "
@@ -43,17 +65,24 @@ def fit_line(result: dict) -> str:
 
 
 def mi_table(result: dict) -> Table:
-    t = report_table("Mutual information",
-                     ["L", "blocks", "I ± SE (bits)", "I/token", "H(Y)/token", "H(Y|X)/token", "fit A·L^β", "seconds"],
-                     "bipartite mutual information I(X;Y) ≈ H(Y) − H(Y|X), X = first L/2 tokens, Y = last L/2 (bits)",
-                     left=0, no_wrap=True)  # fmt: skip
+    t = report_table(
+        "Mutual information",
+        ["L", "blocks", "I ± SE (bits)", "I/token", "H(Y)/token", "H(Y|X)/token", "fit A·L^β", "seconds"],
+        "bipartite mutual information I(X;Y) ≈ H(Y) − H(Y|X), X = first L/2 tokens, Y = last L/2 (bits)",
+        left=0,
+        no_wrap=True,
+    )
     for r in result["lengths"]:
         t.add_row(
-            str(r["length"]), str(r["blocks"]), f"{r['mi_bits']:.2f} ± {r['mi_bits_se']:.2f}", f"{r['mi_bits_per_token']:.3f}",
+            str(r["length"]),
+            str(r["blocks"]),
+            f"{r['mi_bits']:.2f} ± {r['mi_bits_se']:.2f}",
+            f"{r['mi_bits_per_token']:.3f}",
             f"{r['marginal_bits_per_token']:.3f} ± {r['marginal_bits_per_token_se']:.3f}",
             f"{r['conditional_bits_per_token']:.3f} ± {r['conditional_bits_per_token_se']:.3f}",
-            "–" if r["mi_bits_fit"] is None else f"{r['mi_bits_fit']:.2f}", f"{r['seconds']:.1f}",
-        )  # fmt: skip
+            "–" if r["mi_bits_fit"] is None else f"{r['mi_bits_fit']:.2f}",
+            f"{r['seconds']:.1f}",
+        )
     return t
 
 

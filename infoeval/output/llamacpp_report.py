@@ -55,7 +55,7 @@ def block_lines(m: dict, ref: dict) -> list[str]:
         _f("RMS Δp    : %6.3f ± %5.3f %%", 100.0 * m["dp_rms"], 100.0 * m["llamacpp_dp_rms_se"]),
         _f("Same top p: %6.3f ± %5.3f %%", 100.0 * m["top1"], 100.0 * m["same_top_se"]),
         _f("Δp > 0    : %6.3f %%", 100.0 * m["dp_positive"]),
-    ]  # fmt: skip
+    ]
     return lines
 
 
@@ -69,5 +69,6 @@ def scope_note(result: dict) -> str:
     """Which positions the statistics are over, against llama.cpp's (the second half of each chunk)."""
     pr = result["provenance"].get("protocol") or result["provenance"]["reference_provenance"]["protocol"]
     same = pr["name"] == "llama.cpp"
-    return (f"Statistics over {pr['scored_tokens']:,} positions of protocol {pr['name']} (ctx {pr['ctx']})"
-            + ("." if same else "; llama.cpp scores the second half of each chunk (--protocol llama.cpp for its tokens)."))  # fmt: skip
+    return f"Statistics over {pr['scored_tokens']:,} positions of protocol {pr['name']} (ctx {pr['ctx']})" + (
+        "." if same else "; llama.cpp scores the second half of each chunk (--protocol llama.cpp for its tokens)."
+    )

@@ -29,14 +29,21 @@ def plot_mutual_info(result: dict, path: Path) -> None:
     if pos.any():
         floor = mi[pos].min() / 4  # a lower whisker reaching 0 or below is cut here (a log axis has no 0)
         lo = np.minimum(1.96 * se, mi - floor)
-        ax.errorbar(L[pos], mi[pos], yerr=[lo[pos], 1.96 * se[pos]], fmt="o", capsize=3, label="mean I ± 1.96 SE over blocks")
+        ax.errorbar(
+            L[pos], mi[pos], yerr=[lo[pos], 1.96 * se[pos]], fmt="o", capsize=3, label="mean I ± 1.96 SE over blocks"
+        )
     if not pos.all():
         ax.plot([], [], " ", label=f"not drawn, mean I ≤ 0: L = {', '.join(str(int(v)) for v in L[~pos])}")
     fit = (result.get("fit") or {}).get("fit")
     if fit:
         grid = np.geomspace(L.min(), L.max(), 100)
-        ax.plot(grid, fit["a"] * grid ** fit["beta"], "-", color="tab:red",
-                label=f"fit I = {fit['a']:.3g}·L^{fit['beta']:.3f}, β 95% CI [{fit['beta_low']:.3f}, {fit['beta_high']:.3f}]")  # fmt: skip
+        ax.plot(
+            grid,
+            fit["a"] * grid ** fit["beta"],
+            "-",
+            color="tab:red",
+            label=f"fit I = {fit['a']:.3g}·L^{fit['beta']:.3f}, β 95% CI [{fit['beta_low']:.3f}, {fit['beta_high']:.3f}]",
+        )
     ax.set_xscale("log", base=2)
     ax.set_xticks(L, [str(int(v)) for v in L])
     ax.set_yscale("log")
@@ -48,8 +55,10 @@ def plot_mutual_info(result: dict, path: Path) -> None:
     ax.set_title("Bipartite mutual information")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="upper left")
-    for key, label in (("marginal_bits_per_token", "H(Y)/(L/2): Y after the start token only"),
-                       ("conditional_bits_per_token", "H(Y|X)/(L/2): Y after the start token and X")):  # fmt: skip
+    for key, label in (
+        ("marginal_bits_per_token", "H(Y)/(L/2): Y after the start token only"),
+        ("conditional_bits_per_token", "H(Y|X)/(L/2): Y after the start token and X"),
+    ):
         y = np.array([r[key] for r in rows])
         e = np.array([r[key + "_se"] for r in rows])
         bx.errorbar(L, y, yerr=1.96 * e, fmt="o-", capsize=3, label=label)

@@ -106,14 +106,20 @@ def plot_quantize_compare(result: dict, columns, path: Path) -> None:
         mean = float(np.mean(cols["kl"]))
         ax.step(x, f, where="post", label=f"{name} (mean {mean:.3g}, P99 {np.quantile(kl, 0.99):.3g})")
     ax.set_xscale("log")
-    ax.set_xlabel("per-position KL, nats (log scale)" if front else f"per-position KL(reference ‖ variant), nats (log scale; < {KL_FLOOR:g} drawn at {KL_FLOOR:g})")
+    ax.set_xlabel(
+        "per-position KL, nats (log scale)"
+        if front
+        else f"per-position KL(reference ‖ variant), nats (log scale; < {KL_FLOOR:g} drawn at {KL_FLOOR:g})"
+    )
     ax.set_ylabel("fraction of positions with KL ≤ x")
     ax.set_title("CDF of per-position KL by scheme")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="best", title="scheme")
     ent = np.asarray(columns.reference["entropy"], dtype=float) / math.log(2)
     bx.hist(ent, bins=50, color="tab:gray", label=f"{ent.size:,} positions, median {np.median(ent):.2f} bits")
-    bx.set_xlabel("reference's next-token entropy, bits" if front else "entropy of the reference's next-token distribution, bits")
+    bx.set_xlabel(
+        "reference's next-token entropy, bits" if front else "entropy of the reference's next-token distribution, bits"
+    )
     bx.set_ylabel("positions")
     bx.set_title("Reference entropy per position")
     bx.legend(loc="upper right")
@@ -128,11 +134,22 @@ def plot_frontier(ax, result: dict) -> None:
 
     shown = frontier_points(result)
     for figure, marker, label in (("kl_mean", "o", "mean KL"), ("kl_p999", "x", "KL P99.9")):
-        points = ax.plot([p["bits"] for p in shown], [max(p[figure], KL_FLOOR) for p in shown], marker, ls="none", label=label)[0]
+        points = ax.plot(
+            [p["bits"] for p in shown], [max(p[figure], KL_FLOOR) for p in shown], marker, ls="none", label=label
+        )[0]
         line = sorted((p["bits"], max(p[figure], KL_FLOOR)) for p in shown if figure in p["on"])
-        ax.plot([x for x, _ in line], [y for _, y in line], "-", color=points.get_color(), alpha=0.6, label=f"{label} frontier")
+        ax.plot(
+            [x for x, _ in line],
+            [y for _, y in line],
+            "-",
+            color=points.get_color(),
+            alpha=0.6,
+            label=f"{label} frontier",
+        )
     for p in shown:
-        ax.annotate(p["name"], (p["bits"], max(p["kl_mean"], KL_FLOOR)), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.annotate(
+            p["name"], (p["bits"], max(p["kl_mean"], KL_FLOOR)), fontsize=7, xytext=(3, 3), textcoords="offset points"
+        )
     ax.set_yscale("log")
     ax.set_xlabel("stored bits per weight")
     ax.set_ylabel("KL(reference ‖ variant), nats (log scale)")
@@ -170,17 +187,24 @@ def plot_kl_fit(result: dict, path: Path) -> None:
     ax.fill_between(x, result["p"], step=None, color="tab:gray", alpha=0.35, label="target p")
     styles = {"forward": "-", "reverse": "--"}
     for i, f in enumerate(result["fits"]):  # later lines thinner, so identical fits stay visible
-        ax.plot(x, f["q"], styles.get(f["direction"], "-"), lw=3.5 - 2.5 * i / max(1, len(result["fits"]) - 1),
-                label=f"{f['direction']} KL from μ₀ = {f['start']:g}: centre {f['centre']:.1f}, width {f['width']:.1f}, "
-                      f"KL {f['kl']:.3f} nats")  # fmt: skip
+        ax.plot(
+            x,
+            f["q"],
+            styles.get(f["direction"], "-"),
+            lw=3.5 - 2.5 * i / max(1, len(result["fits"]) - 1),
+            label=f"{f['direction']} KL from μ₀ = {f['start']:g}: centre {f['centre']:.1f}, width {f['width']:.1f}, "
+            f"KL {f['kl']:.3f} nats",
+        )
     s = result["settings"]
     ax.set_xlabel("x")
     ax.set_ylabel("probability")
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper right")
-    ax.set_title(f"kl-fit: a discretized Gaussian q fitted to p by forward KL(p‖q) and reverse KL(q‖p) "
-                 f"(Adam, lr {s['lr']:g}, {s['steps']} steps, σ₀ = {s['sigma0']:g})")  # fmt: skip
+    ax.set_title(
+        f"kl-fit: a discretized Gaussian q fitted to p by forward KL(p‖q) and reverse KL(q‖p) "
+        f"(Adam, lr {s['lr']:g}, {s['steps']} steps, σ₀ = {s['sigma0']:g})"
+    )
     _save(fig, path)
 
 
@@ -192,7 +216,9 @@ def plot_acceptance_by_entropy(entropy_bits: np.ndarray, beta: np.ndarray, title
     h = np.asarray(entropy_bits, dtype=float)
     b = np.asarray(beta, dtype=float)
     if h.shape != b.shape or h.size == 0:
-        raise UsageError("plot_acceptance_by_entropy needs one entropy and one acceptance per position (same, non-zero size)")
+        raise UsageError(
+            "plot_acceptance_by_entropy needs one entropy and one acceptance per position (same, non-zero size)"
+        )
     edges = np.linspace(h.min(), max(h.max(), h.min() + 1e-9), 21)
     which = np.clip(np.digitize(h, edges) - 1, 0, 19)
     centres, means, errs, counts = [], [], [], np.bincount(which, minlength=20)
@@ -204,12 +230,21 @@ def plot_acceptance_by_entropy(entropy_bits: np.ndarray, beta: np.ndarray, title
             errs.append(1.96 * v.std(ddof=1) / math.sqrt(v.size) if v.size > 1 else 0.0)
     fig, (ax,) = _figure(1)
     hx = ax.twinx()
-    hx.bar(edges[:-1], counts, width=np.diff(edges), align="edge", color="tab:gray", alpha=0.25, label="positions per bin")
+    hx.bar(
+        edges[:-1], counts, width=np.diff(edges), align="edge", color="tab:gray", alpha=0.25, label="positions per bin"
+    )
     hx.set_ylabel("positions per entropy bin")
     ax.set_zorder(hx.get_zorder() + 1)
     ax.patch.set_visible(False)
-    ax.errorbar(centres, means, yerr=errs, fmt="o-", capsize=3, color="tab:blue",
-                label=f"mean acceptance ± 1.96 SE (overall {b.mean():.3f}, {b.size:,} positions)")  # fmt: skip
+    ax.errorbar(
+        centres,
+        means,
+        yerr=errs,
+        fmt="o-",
+        capsize=3,
+        color="tab:blue",
+        label=f"mean acceptance ± 1.96 SE (overall {b.mean():.3f}, {b.size:,} positions)",
+    )
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("entropy of the target's next-token distribution, bits")
     ax.set_ylabel("acceptance β = Σ min(p, q)")

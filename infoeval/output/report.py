@@ -6,7 +6,15 @@ import copy
 import math
 
 from rich.console import Console, ConsoleOptions, RenderResult
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from infoeval import distributed
@@ -26,7 +34,9 @@ class ReportTable(Table):
             yield self.caption
 
 
-def report_table(title: str, columns: list[str], caption: str | None = None, left: int = 1, no_wrap: bool = False) -> ReportTable:
+def report_table(
+    title: str, columns: list[str], caption: str | None = None, left: int = 1, no_wrap: bool = False
+) -> ReportTable:
     """A left-justified table titled ``title`` (a few words) with ``caption`` under it; the first ``left`` columns
     are left-aligned, the others right-aligned."""
     t = ReportTable(title=title, caption=caption, title_justify="left", caption_justify="left")
@@ -75,9 +85,15 @@ class RichReporter:
         if not self.enabled:
             return
         self._progress = Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=False,
-        )  # fmt: skip
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=False,
+        )
         self._progress.start()
         self._task = self._progress.add_task(text, total=total)
 

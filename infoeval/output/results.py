@@ -42,7 +42,11 @@ def read_positions(path: Path):
     return pd.read_parquet(path) if Path(path).suffix == ".parquet" else pd.read_csv(path)
 
 
-SCHEMA_VERSION = 4  # 3: batch-means standard errors (``standard_errors``), llama.cpp's under llamacpp_*; 4: batches of whole windows
+SCHEMA_VERSION = (
+    4  # 3: batch-means standard errors (``standard_errors``), llama.cpp's under llamacpp_*; 4: batches of whole windows
+)
+
+
 @dataclass(frozen=True)
 class Result:
     """Base of every command's result: provenance and timings (seconds per stage), plus the command's own fields
@@ -98,13 +102,20 @@ class Result:
         return write_outputs(paths, self.to_json(), self.to_frame, lambda: self.positions)
 
     def to_json(self) -> dict:
-        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("provenance", "timings")}
+        own = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("provenance", "timings")
+        }
         own = {k: v for k, v in own.items() if not (v is None and k in self.OMITTED_WHEN_NONE)}
-        return jsonable({
-            "schema": f"infoeval/{self.provenance.command}/{SCHEMA_VERSION}", **own,
-            "provenance": self.provenance.to_json(), "timings": dict(self.timings),
-            "metric_definitions": definitions(self.FAMILY), "standard_errors": SE_METHOD,
-        })  # fmt: skip
+        return jsonable(
+            {
+                "schema": f"infoeval/{self.provenance.command}/{SCHEMA_VERSION}",
+                **own,
+                "provenance": self.provenance.to_json(),
+                "timings": dict(self.timings),
+                "metric_definitions": definitions(self.FAMILY),
+                "standard_errors": SE_METHOD,
+            }
+        )
 
 
 def schema_parts(data) -> tuple[str, int | None]:
@@ -187,7 +198,9 @@ def check_frame_path(path: Path | None) -> bool:
     try:
         import pyarrow  # noqa: F401
     except ImportError:
-        raise UsageError(f"writing '{path}' needs pyarrow: pip install 'infoeval[parquet]', or name a .csv file") from None
+        raise UsageError(
+            f"writing '{path}' needs pyarrow: pip install 'infoeval[parquet]', or name a .csv file"
+        ) from None
     return True
 
 
@@ -200,20 +213,30 @@ def write_frame(path: Path, frame: pd.DataFrame) -> None:
         frame.to_parquet(tmp, index=False)
 
 
-def output_paths(csv: Path | None, json_: Path | None, positions: Path | None, out_dir: Path | None, default_dir: Path) -> dict[str, Path]:
+def output_paths(
+    csv: Path | None, json_: Path | None, positions: Path | None, out_dir: Path | None, default_dir: Path
+) -> dict[str, Path]:
     """Where each output goes: only the files named explicitly, or all three in a folder (``out_dir``, else
     ``default_dir``, i.e. results/<run-name>/), with explicitly named files taking their own path."""
     explicit = {k: v for k, v in (("json", json_), ("csv", csv), ("positions", positions)) if v is not None}
     if explicit and out_dir is None:
         return explicit
     folder = out_dir or default_dir
-    return {"json": folder / "result.json", "csv": folder / "summary.csv", "positions": folder / "positions.csv", **explicit}
+    return {
+        "json": folder / "result.json",
+        "csv": folder / "summary.csv",
+        "positions": folder / "positions.csv",
+        **explicit,
+    }
 
 
 def write_outputs(paths: dict[str, Path], result: dict, summary, positions) -> list[str]:
     """Write result JSON, summary and positions CSV (each built only if wanted) atomically; return the paths."""
-    makers = {"json": lambda p: write_json(p, result), "csv": lambda p: write_frame(p, summary()),
-              "positions": lambda p: write_frame(p, positions())}  # fmt: skip
+    makers = {
+        "json": lambda p: write_json(p, result),
+        "csv": lambda p: write_frame(p, summary()),
+        "positions": lambda p: write_frame(p, positions()),
+    }
     for key, path in paths.items():
         makers[key](path)
     return [str(p) for p in paths.values()]

@@ -42,7 +42,10 @@ def _tied_names(model: torch.nn.Module) -> dict[int, list[str]]:
 @torch.no_grad()
 def quantize_variant(model: torch.nn.Module, scheme: Scheme, include=(), exclude=(), signals=None) -> QuantizedVariant:
     """Quantize the selected layers' weights (on their own device and dtype) and report every Linear layer."""
-    plan = [(name, scheme if selected else None, reason) for name, selected, reason in plan_layers(model, list(include), list(exclude))]
+    plan = [
+        (name, scheme if selected else None, reason)
+        for name, selected, reason in plan_layers(model, list(include), list(exclude))
+    ]
     return quantize_plan(model, plan, scheme, signals=signals)
 
 
@@ -63,8 +66,9 @@ def _encode_layer(name: str, w: torch.Tensor, scheme: Scheme, signals: dict[str,
 
 
 @torch.no_grad()
-def quantize_plan(model: torch.nn.Module, plan, scheme: Scheme, label: str | None = None,
-                  signals: dict[str, float] | None = None) -> QuantizedVariant:  # fmt: skip
+def quantize_plan(
+    model: torch.nn.Module, plan, scheme: Scheme, label: str | None = None, signals: dict[str, float] | None = None
+) -> QuantizedVariant:
     """Quantize each layer of ``plan`` ((name, its scheme or None to skip, reason) per Linear layer and embedding)
     with its own scheme. With ``label`` the variant is a mix named ``label`` (``scheme``: its most common scheme);
     a layer is encoded the same way whatever else the plan holds, so a one-scheme plan gives ``quantize_variant``'s
@@ -89,7 +93,9 @@ def quantize_plan(model: torch.nn.Module, plan, scheme: Scheme, label: str | Non
         if tied:
             reason += f"; tied to {tied}, which keeps its original weights"
         weights[name], chosen[name] = packed, layer_scheme
-        reports.append(LayerReport(name, tuple(w.shape), True, reason, sqnr, tied, layer_scheme.name if label else None))
+        reports.append(
+            LayerReport(name, tuple(w.shape), True, reason, sqnr, tied, layer_scheme.name if label else None)
+        )
     weights = storage.gather(weights)  # the variant's codes in one allocation (storage.py)
     heap.release_freed_memory()
     return QuantizedVariant(scheme, weights, tuple(reports), label, chosen if label else None)
@@ -104,7 +110,9 @@ def recipe_variant(model: torch.nn.Module, recipe: Recipe, include=(), exclude=(
     for _, s, _ in plan:
         if s is not None:
             counts[s.name] = counts.get(s.name, 0) + 1
-    main = next((s for _, s, _ in plan if s is not None and counts[s.name] == max(counts.values())), recipe.schemes()[0])
+    main = next(
+        (s for _, s, _ in plan if s is not None and counts[s.name] == max(counts.values())), recipe.schemes()[0]
+    )
     return quantize_plan(model, plan, main, label=recipe.name, signals=signals)
 
 
@@ -113,10 +121,13 @@ def build_variants(model: torch.nn.Module, schemes, recipes=(), include=(), excl
     names = [s.name for s in schemes] + [r.name for r in recipes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise UsageError(f"two variants are named '{dupes[0]}' (a recipe is named after its file); rename the recipe file")
+        raise UsageError(
+            f"two variants are named '{dupes[0]}' (a recipe is named after its file); rename the recipe file"
+        )
     signals: dict[str, float] = {}  # Σw² per layer, for every variant's SQNR
-    return [quantize_variant(model, s, include, exclude, signals) for s in schemes] + \
-           [recipe_variant(model, r, include, exclude, signals) for r in recipes]  # fmt: skip
+    return [quantize_variant(model, s, include, exclude, signals) for s in schemes] + [
+        recipe_variant(model, r, include, exclude, signals) for r in recipes
+    ]
 
 
 class DequantBuffers:
@@ -137,8 +148,12 @@ class DequantBuffers:
     def dequantize(self, packed: PackedWeight) -> torch.Tensor:
         """ŵ as a view of the shared buffers (valid until the next call); ``reserve`` its variant first."""
         dev, bufs = packed.device, self.buffers
-        w = codes.dequantize_into(packed, bufs["f32", dev, torch.float32], bufs.get(("i16", dev, torch.int16)),
-                                  bufs.get(("u8", dev, torch.uint8)))  # fmt: skip
+        w = codes.dequantize_into(
+            packed,
+            bufs["f32", dev, torch.float32],
+            bufs.get(("i16", dev, torch.int16)),
+            bufs.get(("u8", dev, torch.uint8)),
+        )
         if packed.dtype == torch.float32:
             return w
         return bufs["out", dev, packed.dtype][: packed.numel].view(packed.shape).copy_(w)
@@ -153,7 +168,9 @@ def dequant_buffers(model: torch.nn.Module) -> DequantBuffers:
 
 
 def _records_grad(args, kwargs) -> bool:
-    return torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values()))
+    return torch.is_grad_enabled() and any(
+        isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values())
+    )
 
 
 def _hook(module: torch.nn.Module, weight, bufs: DequantBuffers, original) -> list:
@@ -172,7 +189,10 @@ def _hook(module: torch.nn.Module, weight, bufs: DequantBuffers, original) -> li
     def after(mod, args, kwargs, output):
         mod._parameters["weight"] = original
 
-    return [module.register_forward_pre_hook(before, with_kwargs=True), module.register_forward_hook(after, with_kwargs=True)]
+    return [
+        module.register_forward_pre_hook(before, with_kwargs=True),
+        module.register_forward_hook(after, with_kwargs=True),
+    ]
 
 
 @contextlib.contextmanager
@@ -203,7 +223,9 @@ def swap_in(model: torch.nn.Module, variant: QuantizedVariant) -> None:
     modules = dict(model.named_modules())
     for name, weight in variant.weights.items():
         full = codes.dequantize(weight) if isinstance(weight, PackedWeight) else weight.to(modules[name].weight.dtype)
-        modules[name].weight = full if isinstance(full, torch.nn.Parameter) else torch.nn.Parameter(full, requires_grad=False)
+        modules[name].weight = (
+            full if isinstance(full, torch.nn.Parameter) else torch.nn.Parameter(full, requires_grad=False)
+        )
 
 
 @torch.no_grad()

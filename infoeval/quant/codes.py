@@ -140,7 +140,7 @@ def _encode(w: torch.Tensor, scheme: Scheme) -> tuple[PackedWeight, torch.Tensor
         bits=scheme.bits,
         group_size=scheme.group_size,
         symmetric=scheme.symmetric,
-    )  # fmt: skip
+    )
     return packed, q, zero
 
 
@@ -207,8 +207,9 @@ def _signed_to_f32(packed: PackedWeight, f32: torch.Tensor, i16: torch.Tensor, u
     return 2.0**24
 
 
-def dequantize_into(packed: PackedWeight, f32: torch.Tensor, i16: torch.Tensor | None = None,
-                    u8: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+def dequantize_into(
+    packed: PackedWeight, f32: torch.Tensor, i16: torch.Tensor | None = None, u8: torch.Tensor | None = None
+) -> torch.Tensor:
     """ŵ in float32, written into the flat buffer ``f32`` (≥ n elements; i16 and u8 as ``scratch_sizes``);
     returns the contiguous (out, in) view of its first n elements."""
     n = packed.numel
@@ -238,6 +239,8 @@ def dequantize_into(packed: PackedWeight, f32: torch.Tensor, i16: torch.Tensor |
 
 def dequantize(packed: PackedWeight) -> torch.Tensor:
     """ŵ as a new contiguous (out, in) tensor of the weight's dtype, equal to ``fake_quantize(w, scheme)``."""
-    bufs = {kind: torch.empty(n, dtype=dtype, device=packed.device) for (kind, dtype), n in scratch_sizes(packed).items()}
+    bufs = {
+        kind: torch.empty(n, dtype=dtype, device=packed.device) for (kind, dtype), n in scratch_sizes(packed).items()
+    }
     w = dequantize_into(packed, bufs["f32"], bufs.get("i16"), bufs.get("u8"))
     return w if packed.dtype == torch.float32 else w.to(packed.dtype)

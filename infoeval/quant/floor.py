@@ -32,14 +32,18 @@ from infoeval.quant.selection import plan_layers
 
 STEP = 2.0**-9  # the largest relative change: half of bfloat16's unit roundoff
 FLOOR = "floor"  # the floor's role and column prefix
-DEFINITION = ("the reference with each quantized layer's weights w replaced by cast(w·(1+u)), u ~ U(±2^-9) per weight, "
-              "seeded per layer (float32: a plain cast; 16-bit dtypes: unbiased stochastic rounding)")  # fmt: skip
+DEFINITION = (
+    "the reference with each quantized layer's weights w replaced by cast(w·(1+u)), u ~ U(±2^-9) per weight, "
+    "seeded per layer (float32: a plain cast; 16-bit dtypes: unbiased stochastic rounding)"
+)
 
 
 def _generator(device: torch.device, seed: int, ordinal: int) -> torch.Generator:
     """A generator seeded from (seed, ordinal) through numpy's SeedSequence: 32 well-mixed bits, as a CPU
     generator (mt19937) uses only the low 32 bits of its seed (seed · 2³² + ordinal would repeat every seed's)."""
-    return torch.Generator(device=device).manual_seed(int(np.random.SeedSequence([int(seed), int(ordinal)]).generate_state(1)[0]))
+    return torch.Generator(device=device).manual_seed(
+        int(np.random.SeedSequence([int(seed), int(ordinal)]).generate_state(1)[0])
+    )
 
 
 def stochastic_round(x: torch.Tensor, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
@@ -110,17 +114,31 @@ class FloorVariant:
     scratch = {}  # no shared dequantization buffers (``DequantBuffers.reserve``)
 
     def summary(self) -> dict:
-        return {"definition": DEFINITION, "seed": self.seed, "layers": len(self.weights),
-                "params": sum(int(w.source.numel()) for w in self.weights.values())}  # fmt: skip
+        return {
+            "definition": DEFINITION,
+            "seed": self.seed,
+            "layers": len(self.weights),
+            "params": sum(int(w.source.numel()) for w in self.weights.values()),
+        }
 
 
-def build_floor(model: torch.nn.Module, include=(), exclude=(), seed: int = 0, sources: dict[str, torch.Tensor] | None = None,
-                layers: list[str] | None = None) -> FloorVariant:  # fmt: skip
+def build_floor(
+    model: torch.nn.Module,
+    include=(),
+    exclude=(),
+    seed: int = 0,
+    sources: dict[str, torch.Tensor] | None = None,
+    layers: list[str] | None = None,
+) -> FloorVariant:
     """The floor of ``model``: every layer the schemes would quantize (same --include / --exclude), or ``layers``;
     ``sources``: the reference's weights of those layers where the model's own have been replaced since (a gate's
     candidate quantized in place: ``original_weights`` taken before)."""
     modules = dict(model.named_modules())
-    chosen = layers if layers is not None else [name for name, selected, _ in plan_layers(model, list(include), list(exclude)) if selected]
+    chosen = (
+        layers
+        if layers is not None
+        else [name for name, selected, _ in plan_layers(model, list(include), list(exclude)) if selected]
+    )
     source = sources or {name: modules[name].weight.data for name in chosen}
     return FloorVariant({name: NoisyWeight(source[name], seed, k) for k, name in enumerate(chosen)}, seed)
 

@@ -23,7 +23,9 @@ from infoeval.quant.schemes import Scheme
 def check_packable(model: torch.nn.Module, scheme: Scheme, include=(), exclude=()) -> list[str]:
     """The layers to pack; a usage error (one line) when the scheme or a layer's width does not fit the format."""
     if scheme.bits != 4 or not scheme.symmetric:
-        raise UsageError(f"--format pack-quantized stores symmetric int4 schemes only, not {scheme.name}; use --format fake")
+        raise UsageError(
+            f"--format pack-quantized stores symmetric int4 schemes only, not {scheme.name}; use --format fake"
+        )
     names = [n for n, selected, _ in plan_layers(model, list(include), list(exclude)) if selected]
     modules = dict(model.named_modules())
     shared = {}
@@ -31,7 +33,9 @@ def check_packable(model: torch.nn.Module, scheme: Scheme, include=(), exclude=(
         shared.setdefault(id(param), []).append(pname)
     for n in names:
         if len(shared.get(id(modules[n].weight), [])) > 1:
-            raise UsageError(f"layer {n} shares its weight with {shared[id(modules[n].weight)][0]}; pack-quantized cannot store a tied layer: --exclude it or use --format fake")
+            raise UsageError(
+                f"layer {n} shares its weight with {shared[id(modules[n].weight)][0]}; pack-quantized cannot store a tied layer: --exclude it or use --format fake"
+            )
         in_f = modules[n].weight.shape[1]
         if scheme.group_size is not None and in_f % scheme.group_size:
             raise UsageError(
@@ -47,25 +51,37 @@ def save_pack_quantized(model: torch.nn.Module, scheme: Scheme, names: list[str]
     try:
         from compressed_tensors.compressors import ModelCompressor
         from compressed_tensors.quantization import (
-            QuantizationArgs, QuantizationConfig, QuantizationScheme, QuantizationStatus, apply_quantization_config,
-        )  # fmt: skip
+            QuantizationArgs,
+            QuantizationConfig,
+            QuantizationScheme,
+            QuantizationStatus,
+            apply_quantization_config,
+        )
     except ImportError:
-        raise UsageError("--format pack-quantized needs the compressed-tensors package: pip install 'infoeval[packed]'") from None
+        raise UsageError(
+            "--format pack-quantized needs the compressed-tensors package: pip install 'infoeval[packed]'"
+        ) from None
     modules = dict(model.named_modules())
     codes = {n: quantize_codes(modules[n].weight.data, scheme)[:2] for n in names}
     args = {"num_bits": 4, "type": "int", "symmetric": True}
-    args.update({"strategy": "channel"} if scheme.group_size is None else {"strategy": "group", "group_size": scheme.group_size})
+    args.update(
+        {"strategy": "channel"} if scheme.group_size is None else {"strategy": "group", "group_size": scheme.group_size}
+    )
     ignore = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n not in codes]
     config = QuantizationConfig(
         config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(**args))},
-        ignore=ignore, format="pack-quantized", quantization_status=QuantizationStatus.FROZEN,
-    )  # fmt: skip
+        ignore=ignore,
+        format="pack-quantized",
+        quantization_status=QuantizationStatus.FROZEN,
+    )
     apply_quantization_config(model, config)
     for n, (q, s) in codes.items():
         lin = modules[n]
         lin.weight_scale.copy_(s.reshape(lin.weight_scale.shape).to(lin.weight_scale.dtype))
         # the weight set to s·q, so that the compressor's round(clamp(w/s)) gives back exactly q
-        lin.weight.copy_(dequantize_codes(q, s, torch.zeros_like(s, dtype=torch.int32), scheme.group_size).to(lin.weight.dtype))
+        lin.weight.copy_(
+            dequantize_codes(q, s, torch.zeros_like(s, dtype=torch.int32), scheme.group_size).to(lin.weight.dtype)
+        )
     compressor = ModelCompressor.from_pretrained_model(model, quantization_format="pack-quantized")
     with _no_tqdm():  # compressed-tensors draws its own progress bars per layer
         compressor.compress_model(model)

@@ -85,7 +85,9 @@ def float_codes(w: torch.Tensor, scheme: Scheme) -> tuple[torch.Tensor, torch.Te
     return _codes(blocks, scale, zero, scheme), scale, zero
 
 
-def dequantize_codes(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group_size: int | None) -> torch.Tensor:
+def dequantize_codes(
+    codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group_size: int | None
+) -> torch.Tensor:
     """ŵ = s·(q − z), broadcasting each (s, z) over its block; returns float32 of the codes' shape."""
     in_f = codes.shape[1]
     blocks, _ = _blocks(codes.to(torch.float32), group_size)  # (out, G, g)

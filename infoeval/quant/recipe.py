@@ -56,7 +56,7 @@ class Recipe:
 
 def _scheme(value, where: str) -> Scheme:
     if not isinstance(value, str):
-        raise UsageError(f"{where}: the scheme must be a string such as \"int4-g128\", not {value!r}")
+        raise UsageError(f'{where}: the scheme must be a string such as "int4-g128", not {value!r}')
     try:
         return parse_scheme(value)
     except InfoevalError as e:
@@ -67,7 +67,9 @@ def parse_recipe(data: dict, source: str = "recipe", name: str = "recipe") -> Re
     """A recipe from its TOML tables; a usage error (one line, naming ``source``) for anything else."""
     unknown = sorted(set(data) - set(TABLES))
     if unknown:
-        raise UsageError(f"recipe '{source}': unknown table or key '{unknown[0]}'; allowed: [recipe], [units], [metadata]")
+        raise UsageError(
+            f"recipe '{source}': unknown table or key '{unknown[0]}'; allowed: [recipe], [units], [metadata]"
+        )
     head, units, meta = data.get("recipe", {}), data.get("units", {}), data.get("metadata", {})
     for key, table in (("recipe", head), ("units", units), ("metadata", meta)):
         if not isinstance(table, dict):
@@ -92,7 +94,9 @@ def read_recipe(path: Path) -> Recipe:
     return parse_recipe(read_toml(path, "recipe file"), str(path), path.stem)
 
 
-def assign(recipe: Recipe, linears: list[str], planned: list[tuple[str, bool, str]]) -> list[tuple[str, Scheme | None, str]]:
+def assign(
+    recipe: Recipe, linears: list[str], planned: list[tuple[str, bool, str]]
+) -> list[tuple[str, Scheme | None, str]]:
     """(name, scheme or None, reason) for every entry of ``planned`` (``selection.plan_layers``: every Linear layer,
     then the embeddings), given the names of the model's Linear layers ``linears``."""
     hits = {}
@@ -100,12 +104,16 @@ def assign(recipe: Recipe, linears: list[str], planned: list[tuple[str, bool, st
         matched = [n for n in linears if fnmatch.fnmatchcase(n, pattern)]
         if not matched:
             example = linears[0] if linears else "model.layers.0.mlp.down_proj"
-            raise UsageError(f"recipe '{recipe.name}': unit '{pattern}' matches no Linear layer; names look like {example}")
+            raise UsageError(
+                f"recipe '{recipe.name}': unit '{pattern}' matches no Linear layer; names look like {example}"
+            )
         for n in matched:
             prev = hits.setdefault(n, (pattern, scheme))
             if prev[1] != scheme:
-                raise UsageError(f"recipe '{recipe.name}': units '{prev[0]}' ({prev[1].name}) and '{pattern}' ({scheme.name}) "
-                                 f"overlap on {n}; give each layer one scheme")  # fmt: skip
+                raise UsageError(
+                    f"recipe '{recipe.name}': units '{prev[0]}' ({prev[1].name}) and '{pattern}' ({scheme.name}) "
+                    f"overlap on {n}; give each layer one scheme"
+                )
     plan = []
     for name, selected, reason in planned:
         excluded = reason.startswith("excluded")

@@ -74,8 +74,14 @@ class Scheme:
 
     def as_dict(self) -> dict:
         if self.fmt:
-            return {"name": self.name, "bits": 16, "group_size": None, "symmetric": True, "format": self.dtype_name,
-                    "rounding": "round-to-nearest-even"}  # fmt: skip
+            return {
+                "name": self.name,
+                "bits": 16,
+                "group_size": None,
+                "symmetric": True,
+                "format": self.dtype_name,
+                "rounding": "round-to-nearest-even",
+            }
         return {
             "name": self.name,
             "bits": self.bits,
@@ -93,7 +99,9 @@ def parse_scheme(text: str) -> Scheme:
     if name in FLOAT_FORMATS:
         return Scheme(bits=16, group_size=None, fmt=name)
     if re.match(r"^(bf16|fp16)-", name):
-        raise SchemeError(f"scheme '{text}': {name[:4]} takes no group, bit or symmetry option; allowed: bf16, fp16 alone")
+        raise SchemeError(
+            f"scheme '{text}': {name[:4]} takes no group, bit or symmetry option; allowed: bf16, fp16 alone"
+        )
     m = _PATTERN.match(name)
     if not m:
         close = difflib.get_close_matches(name, _KNOWN, n=1, cutoff=0.6)

@@ -25,7 +25,9 @@ def decoder_prefix(model: torch.nn.Module) -> str | None:
     return best
 
 
-def plan_layers(model: torch.nn.Module, include: list[str] = (), exclude: list[str] = ()) -> list[tuple[str, bool, str]]:
+def plan_layers(
+    model: torch.nn.Module, include: list[str] = (), exclude: list[str] = ()
+) -> list[tuple[str, bool, str]]:
     """(name, selected, reason) for every Linear layer, then every embedding (always skipped); globs that match
     no module are usage errors."""
     prefix = decoder_prefix(model)
@@ -54,5 +56,7 @@ def plan_layers(model: torch.nn.Module, include: list[str] = (), exclude: list[s
     for glob in include:
         hits = [n for n, _ in model.named_modules() if n and fnmatch.fnmatchcase(n, glob)]
         if hits and not any(fnmatch.fnmatchcase(n, glob) for n, _ in linears):
-            raise UsageError(f"--include '{glob}' matches only non-Linear modules ({hits[0]}); only Linear layers are quantized")
+            raise UsageError(
+                f"--include '{glob}' matches only non-Linear modules ({hits[0]}); only Linear layers are quantized"
+            )
     return plan

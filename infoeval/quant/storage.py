@@ -28,8 +28,13 @@ def _aligned(n: int) -> int:
 def gather(weights: Mapping[str, PackedWeight | torch.Tensor]) -> dict[str, PackedWeight | torch.Tensor]:
     """The same weights, each PackedWeight's tensors copied into one flat uint8 buffer per device and replaced
     by views of it (same dtype, shape and values); anything else is passed through as it is."""
-    kept = [(name, f, t) for name, pw in weights.items() if isinstance(pw, PackedWeight)
-            for f in FIELDS if (t := getattr(pw, f)) is not None]  # fmt: skip
+    kept = [
+        (name, f, t)
+        for name, pw in weights.items()
+        if isinstance(pw, PackedWeight)
+        for f in FIELDS
+        if (t := getattr(pw, f)) is not None
+    ]
     sizes: dict[torch.device, int] = {}
     for _, _, t in kept:
         sizes[t.device] = sizes.get(t.device, 0) + _aligned(t.numel() * t.element_size())

@@ -65,7 +65,9 @@ class QuantizedVariant:
     @property
     def nbytes(self) -> int:
         """Bytes the variant stores: codes + scales + zero points of every quantized layer."""
-        return sum(w.nbytes if isinstance(w, PackedWeight) else w.numel() * w.element_size() for w in self.weights.values())
+        return sum(
+            w.nbytes if isinstance(w, PackedWeight) else w.numel() * w.element_size() for w in self.weights.values()
+        )
 
     @property
     def name(self) -> str:

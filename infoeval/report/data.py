@@ -15,7 +15,11 @@ from infoeval.report.packed import pack_floats, pack_ints
 from infoeval.measure.frontier import frontier_points
 
 WORST = 30  # positions listed per variant, by KL and by Δp (by the reference's NLL without variants)
-GATE_NAMES = {"nll_reference": "nll_ref", "entropy_reference": "entropy_ref", "nll_candidate": "nll"}  # gate → quantize-compare
+GATE_NAMES = {
+    "nll_reference": "nll_ref",
+    "entropy_reference": "entropy_ref",
+    "nll_candidate": "nll",
+}  # gate → quantize-compare
 
 
 def command_of(result: dict) -> str:
@@ -47,14 +51,21 @@ def reference_provenance(result: dict) -> dict:
 
 def _top_ids(frame: pd.DataFrame, prefix: str) -> list[str]:
     """The columns {prefix}top1_id … {prefix}topK_id, in rank order."""
-    return sorted((c for c in frame.columns if c.startswith(f"{prefix}top") and c.endswith("_id")), key=lambda c: int(c[len(prefix) + 3 : -3]))
+    return sorted(
+        (c for c in frame.columns if c.startswith(f"{prefix}top") and c.endswith("_id")),
+        key=lambda c: int(c[len(prefix) + 3 : -3]),
+    )
 
 
 def _top(frame: pd.DataFrame, prefix: str) -> dict | None:
     ids = _top_ids(frame, prefix)
     if not ids:
         return None
-    return {"k": len(ids), "ids": pack_ints(frame[ids].to_numpy(np.int64).ravel()), "p": pack_floats(frame[[c[:-3] + "_p" for c in ids]].to_numpy().ravel())}
+    return {
+        "k": len(ids),
+        "ids": pack_ints(frame[ids].to_numpy(np.int64).ravel()),
+        "p": pack_floats(frame[[c[:-3] + "_p" for c in ids]].to_numpy().ravel()),
+    }
 
 
 def _worst(x: np.ndarray) -> list[int]:
@@ -68,7 +79,11 @@ def _per_variant(result: dict, frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[
         frame = frame.rename(columns=GATE_NAMES)
         per = {names[0]: frame.sort_values("position")}
     else:
-        per = {name: frame[frame["variant"] == name].sort_values("position") for name in names} if "variant" in frame else {}
+        per = (
+            {name: frame[frame["variant"] == name].sort_values("position") for name in names}
+            if "variant" in frame
+            else {}
+        )
     return (per[names[0]] if per else frame.sort_values("position")), per
 
 
@@ -76,13 +91,23 @@ def _header(result: dict) -> dict:
     """What a section's header shows besides the metrics: the command, model, text, protocol, and a gate's verdicts
     or compress-bits' compressors."""
     prov, ref_prov = result["provenance"], reference_provenance(result)
-    out = {"command": " ".join(["infoeval", *(prov.get("argv") or ())[1:]]), "model": prov.get("model", {}).get("spec"),
-           "text": ref_prov.get("text") or {}, "protocol": ref_prov.get("protocol") or {}, "created": prov.get("created")}  # fmt: skip
+    out = {
+        "command": " ".join(["infoeval", *(prov.get("argv") or ())[1:]]),
+        "model": prov.get("model", {}).get("spec"),
+        "text": ref_prov.get("text") or {},
+        "protocol": ref_prov.get("protocol") or {},
+        "created": prov.get("created"),
+    }
     if command_of(result) == "gate":
         seq = result.get("sequential") or {}
         keep = ("decision", "stopped_at_window", "windows_budget", "tokens_used", "tokens_budget", "alpha")
-        out["gate"] = {"passed": result["passed"], "verdicts": list(result["verdicts"]), "baseline": (result.get("baseline") or {}).get("rows", []),
-                       "sequential": {k: seq[k] for k in keep if k in seq} or None, "reference_model": ref_prov.get("model", {}).get("spec")}  # fmt: skip
+        out["gate"] = {
+            "passed": result["passed"],
+            "verdicts": list(result["verdicts"]),
+            "baseline": (result.get("baseline") or {}).get("rows", []),
+            "sequential": {k: seq[k] for k in keep if k in seq} or None,
+            "reference_model": ref_prov.get("model", {}).get("spec"),
+        }
     if "compressors" in result:
         out["compressors"] = [{k: r[k] for k in ("method", "bits_per_byte")} for r in result["compressors"]]
     out["floor"] = floor_header(result)
@@ -96,8 +121,12 @@ def floor_header(result: dict) -> dict | None:
     if not f.get("metrics"):
         return None
     versus = f.get("variants") or ({variant_names(result)[0]: f["candidate"]} if f.get("candidate") else {})
-    return {"windows": len(f["windows"]), "mode": f["mode"], **{k: f["metrics"][k] for k in ("kl_mean", "kl_se", "kl_p99", "top1_disagree")},
-            "versus": {n: {"x_floor": v["x_floor"], "at_floor": v["at_floor"]} for n, v in versus.items()}}  # fmt: skip
+    return {
+        "windows": len(f["windows"]),
+        "mode": f["mode"],
+        **{k: f["metrics"][k] for k in ("kl_mean", "kl_se", "kl_p99", "top1_disagree")},
+        "versus": {n: {"x_floor": v["x_floor"], "at_floor": v["at_floor"]} for n, v in versus.items()},
+    }
 
 
 def run_data(result: dict, frame: pd.DataFrame, vocab: dict[int, str], title: str) -> dict:
@@ -105,15 +134,45 @@ def run_data(result: dict, frame: pd.DataFrame, vocab: dict[int, str], title: st
     first, per = _per_variant(result, frame)
     variants = {}
     for name, f in per.items():
-        variants[name] = {"kl": pack_floats(f["kl"]), "dp": pack_floats(f["dp"]), "nll": pack_floats(f["nll"]), "top1": pack_ints(f["top1_match"]),
-                          "top": _top(f, ""), "worst": _worst(f["kl"]), "worst_dp": _worst(-f["dp"].to_numpy(np.float64))}  # fmt: skip
-    named = [first["token_id"].to_numpy(), first[_top_ids(first, "ref_")].to_numpy().ravel(), *(f[_top_ids(f, "")].to_numpy().ravel() for f in per.values())]
+        variants[name] = {
+            "kl": pack_floats(f["kl"]),
+            "dp": pack_floats(f["dp"]),
+            "nll": pack_floats(f["nll"]),
+            "top1": pack_ints(f["top1_match"]),
+            "top": _top(f, ""),
+            "worst": _worst(f["kl"]),
+            "worst_dp": _worst(-f["dp"].to_numpy(np.float64)),
+        }
+    named = [
+        first["token_id"].to_numpy(),
+        first[_top_ids(first, "ref_")].to_numpy().ravel(),
+        *(f[_top_ids(f, "")].to_numpy().ravel() for f in per.values()),
+    ]
     used = np.unique(np.concatenate(named).astype(np.int64)).tolist()
     return {
-        "title": title, "kind": command_of(result), **_header(result),
-        "metrics": variant_metrics(result), "reference_metrics": result["reference"],
-        "n": len(first), **{key: pack_ints(first[column]) for key, column in (("token", "token_id"), ("window", "window"), ("context", "context"), ("position", "position"))},
-        "ref": {"nll": pack_floats(first["nll_ref"]), "entropy": pack_floats(first["entropy_ref"]), "top": _top(first, "ref_"), "worst": _worst(first["nll_ref"])},
-        "variants": variants, "vocab": {str(i): vocab.get(i, f"<{i}>") for i in used},
-        "frontier_points": frontier_points(result), **{k: result[k] for k in ("paired", "by_confidence") if result.get(k)},
-    }  # fmt: skip
+        "title": title,
+        "kind": command_of(result),
+        **_header(result),
+        "metrics": variant_metrics(result),
+        "reference_metrics": result["reference"],
+        "n": len(first),
+        **{
+            key: pack_ints(first[column])
+            for key, column in (
+                ("token", "token_id"),
+                ("window", "window"),
+                ("context", "context"),
+                ("position", "position"),
+            )
+        },
+        "ref": {
+            "nll": pack_floats(first["nll_ref"]),
+            "entropy": pack_floats(first["entropy_ref"]),
+            "top": _top(first, "ref_"),
+            "worst": _worst(first["nll_ref"]),
+        },
+        "variants": variants,
+        "vocab": {str(i): vocab.get(i, f"<{i}>") for i in used},
+        "frontier_points": frontier_points(result),
+        **{k: result[k] for k in ("paired", "by_confidence") if result.get(k)},
+    }

@@ -12,11 +12,19 @@ import base64
 
 import numpy as np
 
-DTYPES = {"f32": "<f4", "u8": "u1", "u16": "<u2", "i32": "<i4"}  # the page's Float32Array, Uint8Array, Uint16Array, Int32Array
+DTYPES = {
+    "f32": "<f4",
+    "u8": "u1",
+    "u16": "<u2",
+    "i32": "<i4",
+}  # the page's Float32Array, Uint8Array, Uint16Array, Int32Array
 
 
 def _pack(x: np.ndarray, dtype: str) -> dict:
-    return {"dtype": dtype, "b64": base64.b64encode(np.ascontiguousarray(x, dtype=DTYPES[dtype]).tobytes()).decode("ascii")}
+    return {
+        "dtype": dtype,
+        "b64": base64.b64encode(np.ascontiguousarray(x, dtype=DTYPES[dtype]).tobytes()).decode("ascii"),
+    }
 
 
 def pack_floats(x) -> dict:

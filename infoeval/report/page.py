@@ -30,13 +30,32 @@ def render(sections: list[dict], title: str = "infoeval report", comparison: lis
     from infoeval.report.plots import MISSING, available, section_plots
 
     sections = [{**sec, "plots": section_plots(sec, i)} for i, sec in enumerate(sections)]
-    payload = {"sections": sections, "comparison": comparison, "page": PAGE, "version": __version__, "plots_missing": None if available() else MISSING}
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">', f"<title>{html.escape(title)}</title>",
-        f"<style>{_asset('page.css')}</style>", "</head>", "<body>", f"<h1>{html.escape(title)}</h1>",
-        '<div id="comparison"></div>', '<div id="sections"></div>', '<div id="tip" role="tooltip" hidden></div>',
-        f'<script type="application/json" id="data">{_json_for_script(payload)}</script>',
-        f"<script>{_asset('page.js')}</script>", "</body>", "</html>",
-    ])  # fmt: skip
+    payload = {
+        "sections": sections,
+        "comparison": comparison,
+        "page": PAGE,
+        "version": __version__,
+        "plots_missing": None if available() else MISSING,
+    }
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en">',
+            "<head>",
+            '<meta charset="utf-8">',
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{html.escape(title)}</title>",
+            f"<style>{_asset('page.css')}</style>",
+            "</head>",
+            "<body>",
+            f"<h1>{html.escape(title)}</h1>",
+            '<div id="comparison"></div>',
+            '<div id="sections"></div>',
+            '<div id="tip" role="tooltip" hidden></div>',
+            f'<script type="application/json" id="data">{_json_for_script(payload)}</script>',
+            f"<script>{_asset('page.js')}</script>",
+            "</body>",
+            "</html>",
+        ]
+    )

@@ -45,7 +45,11 @@ def _svg(fig, salt: str) -> str:
 
 
 def _rounded(match: re.Match) -> str:
-    return match.group(1) + NUMBER.sub(lambda m: f"{float(m.group()):.1f}".rstrip("0").rstrip("."), " ".join(match.group(2).split())) + '"'
+    return (
+        match.group(1)
+        + NUMBER.sub(lambda m: f"{float(m.group()):.1f}".rstrip("0").rstrip("."), " ".join(match.group(2).split()))
+        + '"'
+    )
 
 
 def compact_svg(text: str) -> str:
@@ -116,8 +120,11 @@ def entropy_relation(sec: dict, salt: str) -> str:
         s = binned_stats(entropy, y)
         a.plot(s["x"], s["mean"], "o-", color=colour, label=f"{name}: mean", ms=3, lw=1.5)
         a.plot(s["x"], s["p90"], "--", color=colour, label=f"{name}: P90", lw=1)
-    a.set(xlabel="reference entropy, nats (20 bins of equal count)", ylabel="KL, nats" if sec["variants"] else "bits per token",
-          title="against the reference's uncertainty")  # fmt: skip
+    a.set(
+        xlabel="reference entropy, nats (20 bins of equal count)",
+        ylabel="KL, nats" if sec["variants"] else "bits per token",
+        title="against the reference's uncertainty",
+    )
     if sec["variants"]:
         a.set_yscale("log")
     a.legend(fontsize=8, ncol=2)
@@ -151,7 +158,9 @@ def gate_limits(sec: dict, salt: str) -> str:
     fig, axes = _figure(9, 0.9 + 0.55 * len(verdicts), nrows=len(verdicts))
     for ax, v in zip(axes, verdicts):
         colour = "#2a7d2a" if v["passed"] else "#b3261e"
-        value, bound, threshold = (float(v[k]) if v.get(k) is not None else np.nan for k in ("value", "bound", "threshold"))
+        value, bound, threshold = (
+            float(v[k]) if v.get(k) is not None else np.nan for k in ("value", "bound", "threshold")
+        )
         ax.axvline(threshold, color="k", lw=1.2)
         ax.plot([value, bound], [0, 0], color=colour, lw=3, solid_capstyle="butt")
         ax.plot([value], [0], "o", color=colour, ms=6)
@@ -162,8 +171,12 @@ def gate_limits(sec: dict, salt: str) -> str:
         ax.set_yticks([])
         ax.set_ylabel(v["limit"], rotation=0, ha="right", va="center", fontsize=9)
         side = "≤" if v.get("side") == "max" else "≥"
-        ax.set_title(f"{side} {threshold:g}: value {value:.4g}, bound {bound:.4g} ({v.get('judged', '')}) — {'PASS' if v['passed'] else 'FAIL'}",
-                     fontsize=8, loc="left", color=colour)  # fmt: skip
+        ax.set_title(
+            f"{side} {threshold:g}: value {value:.4g}, bound {bound:.4g} ({v.get('judged', '')}) — {'PASS' if v['passed'] else 'FAIL'}",
+            fontsize=8,
+            loc="left",
+            color=colour,
+        )
     return _svg(fig, salt)
 
 
@@ -175,8 +188,13 @@ def section_plots(sec: dict, index: int) -> list[dict]:
     if not available() or not sec["n"]:
         return view_figures(sec)
     what = "KL" if sec["variants"] else "bits per token"
-    plots = [("distribution", f"Distribution of {what}", distribution), ("entropy", f"{what} against the reference's entropy", entropy_relation),
-             ("along", f"Mean {what} along the text and the window", along)]  # fmt: skip
+    plots = [
+        ("distribution", f"Distribution of {what}", distribution),
+        ("entropy", f"{what} against the reference's entropy", entropy_relation),
+        ("along", f"Mean {what} along the text and the window", along),
+    ]
     if sec.get("gate"):
         plots.insert(0, ("limits", "The gate's limits: value, judged bound and threshold", gate_limits))
-    return [{"name": name, "title": title, "svg": draw(sec, f"infoeval-{index}-{name}")} for name, title, draw in plots] + view_figures(sec)
+    return [
+        {"name": name, "title": title, "svg": draw(sec, f"infoeval-{index}-{name}")} for name, title, draw in plots
+    ] + view_figures(sec)

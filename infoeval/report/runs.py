@@ -67,10 +67,14 @@ def read_run(run: Path) -> Run:
     result = read_result(result_file)
     table = positions_table(result_file.parent)
     if table is None:
-        raise UsageError(f"'{result_file.parent}' has no positions table ({' or '.join(POSITIONS)}); run with --positions or the run folder")
+        raise UsageError(
+            f"'{result_file.parent}' has no positions table ({' or '.join(POSITIONS)}); run with --positions or the run folder"
+        )
     frame = read_positions(table)
     vocab_file = tokens_path(table)
     if not vocab_file.exists():
-        raise UsageError(f"'{vocab_file}' is missing: the page needs the text of the tokens; run with --topk K (or --html)")
+        raise UsageError(
+            f"'{vocab_file}' is missing: the page needs the text of the tokens; run with --topk K (or --html)"
+        )
     vocab = {int(k): v for k, v in json.loads(vocab_file.read_text(encoding="utf-8")).items()}
     return Run(result, frame, vocab, str(run))

@@ -18,10 +18,11 @@ def shared_key(result: dict) -> dict[str, str]:
     model, text, proto = prov.get("model") or {}, prov.get("text") or {}, prov.get("protocol") or {}
     return {
         "model": str(model.get("sha256") or f"{model.get('spec')}@{model.get('revision') or 'main'}"),
-        "dtype": str(model.get("dtype") or prov.get("dtype")), "text": str(text.get("sha256")),
+        "dtype": str(model.get("dtype") or prov.get("dtype")),
+        "text": str(text.get("sha256")),
         "protocol": f"{proto.get('name')} ctx {proto.get('ctx')} stride {proto.get('stride')} prefix {proto.get('prefix_id')}",
         "positions": str(result["reference"].get("tokens")),
-    }  # fmt: skip
+    }
 
 
 def check_comparable(results: list[dict], names: list[str]) -> None:
@@ -32,8 +33,10 @@ def check_comparable(results: list[dict], names: list[str]) -> None:
         for k in KEYS:
             if key[k] != keys[0][k]:
                 a, b = keys[0][k], key[k]
-                raise UsageError(f"'{names[0]}' and '{name}' differ in the reference's {k} ({a[:24]} vs {b[:24]}), so their numbers "
-                                 "are not comparable; give runs of one text, model and protocol, or --separate for sections without a table")  # fmt: skip
+                raise UsageError(
+                    f"'{names[0]}' and '{name}' differ in the reference's {k} ({a[:24]} vs {b[:24]}), so their numbers "
+                    "are not comparable; give runs of one text, model and protocol, or --separate for sections without a table"
+                )
 
 
 def comparison_rows(results: list[dict], titles: list[str]) -> list[dict]:
@@ -42,12 +45,28 @@ def comparison_rows(results: list[dict], titles: list[str]) -> list[dict]:
     rows = []
     for result, title in zip(results, titles):
         ref, command = result["reference"], command_of(result)
-        base = {"run": title, "command": command, "reference_ppl": ref.get("ppl"), "reference_bpb": ref.get("bits_per_byte")}
+        base = {
+            "run": title,
+            "command": command,
+            "reference_ppl": ref.get("ppl"),
+            "reference_bpb": ref.get("bits_per_byte"),
+        }
         metrics = variant_metrics(result)
         if not metrics:
             rows.append({**base, "variant": "(the model alone)", "positions": ref.get("tokens")})
         for name, m in metrics.items():
-            rows.append({**base, "variant": name, "positions": m.get("tokens"), "kl_mean": m.get("kl_mean"), "kl_se": m.get("kl_se"),
-                         "kl_p99": m.get("kl_p99"), "top1": m.get("top1"), "ppl_ratio": m.get("ppl_ratio"),
-                         "bpb_delta": m.get("bits_per_byte_delta"), "passed": result.get("passed") if command == "gate" else None})  # fmt: skip
+            rows.append(
+                {
+                    **base,
+                    "variant": name,
+                    "positions": m.get("tokens"),
+                    "kl_mean": m.get("kl_mean"),
+                    "kl_se": m.get("kl_se"),
+                    "kl_p99": m.get("kl_p99"),
+                    "top1": m.get("top1"),
+                    "ppl_ratio": m.get("ppl_ratio"),
+                    "bpb_delta": m.get("bits_per_byte_delta"),
+                    "passed": result.get("passed") if command == "gate" else None,
+                }
+            )
     return rows

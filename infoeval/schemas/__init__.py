@@ -53,4 +53,6 @@ def validate(data: dict, command: str | None = None) -> None:
     except ImportError:  # pragma: no cover - depends on the installation
         raise ImportError("validating a result needs the jsonschema package: pip install jsonschema") from None
     schema = load(command or command_of(data))
-    jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER).validate(data)
+    jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER).validate(
+        data
+    )

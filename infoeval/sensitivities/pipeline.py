@@ -61,8 +61,11 @@ def _roles(model, jobs, block_cache: bool, n_layers: int) -> dict:
     if not block_cache:
         return {REFERENCE: model, **{key: WithVariant(model, v) for key, (u, v) in jobs.items()}}
     ref = blocks.Capturing(model, {u.start for u, _ in jobs.values()} | {n_layers - 1})
-    return {REFERENCE: ref, **{key: blocks.FromBlock(ref, v, u.start) for key, (u, v) in jobs.items()},
-            CHECK: blocks.FromBlock(ref, None, n_layers - 1)}  # fmt: skip
+    return {
+        REFERENCE: ref,
+        **{key: blocks.FromBlock(ref, v, u.start) for key, (u, v) in jobs.items()},
+        CHECK: blocks.FromBlock(ref, None, n_layers - 1),
+    }
 
 
 def reducer(keys: Sequence[str], check: bool) -> engine.Reducer:
@@ -76,8 +79,10 @@ def reducer(keys: Sequence[str], check: bool) -> engine.Reducer:
         if check and not first:
             first.append(True)
             if not torch.allclose(step.logits[CHECK], ref_logits, rtol=CHECK_TOL, atol=CHECK_TOL):
-                raise RuntimeFailure("the forward from a captured block input differs from the model's own forward "
-                                     "for this architecture; run with --no-block-cache")  # fmt: skip
+                raise RuntimeFailure(
+                    "the forward from a captured block input differs from the model's own forward "
+                    "for this architecture; run with --no-block-cache"
+                )
         ref = reference_stats(ref_logits[0], t, workspace)
         out = {"ref/nll": ref.nll, "ref/entropy": ref.entropy}
         for key in keys:
@@ -96,8 +101,15 @@ def measure(p: Prepared, jobs: dict, block_cache: bool, reporter: Reporter) -> t
     batches = engine.plan(p.windows)
     total = len(batches) * (1 + len(jobs)) + block_cache  # + the check of the block path on the first window
     with progress(reporter, total, f"{len(batches)} windows × {1 + len(jobs)} forwards") as bar:
-        cols = engine.run(roles, p.stream.ids, batches, p.protocol.prefix_id, reducer(list(jobs), block_cache),
-                          nbytes=p.stream.nbytes, on_forward=bar.step)  # fmt: skip
+        cols = engine.run(
+            roles,
+            p.stream.ids,
+            batches,
+            p.protocol.prefix_id,
+            reducer(list(jobs), block_cache),
+            nbytes=p.stream.nbytes,
+            on_forward=bar.step,
+        )
     return cols, bar.seconds
 
 
@@ -113,9 +125,16 @@ def layers_run_fraction(units: Sequence[Unit], n_layers: int) -> float:
     return sum(n_layers - u.start for u in units) / max(1, len(units) * n_layers)
 
 
-def sweep_prepared(p: Prepared, schemes: str | Sequence[Scheme], by: str = "type", units: Sequence[str] = (),
-                   block_cache: bool = True, proxy: bool = True, seed: int = 0,
-                   reporter: Reporter | None = None) -> SensitivityResult:  # fmt: skip
+def sweep_prepared(
+    p: Prepared,
+    schemes: str | Sequence[Scheme],
+    by: str = "type",
+    units: Sequence[str] = (),
+    block_cache: bool = True,
+    proxy: bool = True,
+    seed: int = 0,
+    reporter: Reporter | None = None,
+) -> SensitivityResult:
     """The sweep on an already prepared model and text (see ``sweep``)."""
     reporter = reporter or Reporter()
     block_cache = block_cache and not switches.off("blocks")
@@ -125,26 +144,40 @@ def sweep_prepared(p: Prepared, schemes: str | Sequence[Scheme], by: str = "type
     reporter.stage("quantizing")
     t0 = time.perf_counter()
     packed = pack_layers(model, chosen, schemes)
-    jobs = {f"u{i}": (u, unit_variant(model, u, s, packed[s.name]))
-            for i, (u, s) in enumerate((u, s) for u in chosen for s in schemes)}  # fmt: skip
+    jobs = {
+        f"u{i}": (u, unit_variant(model, u, s, packed[s.name]))
+        for i, (u, s) in enumerate((u, s) for u in chosen for s in schemes)
+    }
     quantize_s = time.perf_counter() - t0
     cpu0 = time.process_time()
     cols, sweep_s = measure(p, jobs, block_cache, reporter)
     sweep_cpu_s = time.process_time() - cpu0  # all threads' CPU seconds: steadier than wall time on a busy machine
     sums, proxy_s = _proxy(p, chosen, packed, seed, reporter) if proxy else (None, 0.0)
     n = int(cols["ref/nll"].size)
-    rows = [unit_metrics(u, v, cols, key, n, fisher.unit_proxy(sums[v.name], u.layers, n) if sums else None)
-            for key, (u, v) in jobs.items()]  # fmt: skip
+    rows = [
+        unit_metrics(u, v, cols, key, n, fisher.unit_proxy(sums[v.name], u.layers, n) if sums else None)
+        for key, (u, v) in jobs.items()
+    ]
     n_layers = len(blocks.decoder(model).layers) if block_cache else None
     return SensitivityResult(
         p.provenance("sensitivity", by=by, units_globs=list(units), block_cache=block_cache, seed=seed),
-        {**p.timings, "quantize_s": quantize_s, "sweep_s": sweep_s, "sweep_cpu_s": sweep_cpu_s, "proxy_s": proxy_s,
-         "sweep_s_per_unit": sweep_s / max(1, len(jobs))},
-        by=by, decoder_prefix=decoder_prefix(model) or "", schemes=[s.name for s in schemes], block_cache=block_cache,
+        {
+            **p.timings,
+            "quantize_s": quantize_s,
+            "sweep_s": sweep_s,
+            "sweep_cpu_s": sweep_cpu_s,
+            "proxy_s": proxy_s,
+            "sweep_s_per_unit": sweep_s / max(1, len(jobs)),
+        },
+        by=by,
+        decoder_prefix=decoder_prefix(model) or "",
+        schemes=[s.name for s in schemes],
+        block_cache=block_cache,
         layers_run_fraction=layers_run_fraction(chosen, n_layers) if n_layers else 1.0,
         reference=reference_metrics({"nll": cols["ref/nll"], "entropy": cols["ref/entropy"], "bytes": cols["bytes"]}),
-        units=tuple(rows), proxy=proxy_summary(rows, schemes) if proxy else None,
-    )  # fmt: skip
+        units=tuple(rows),
+        proxy=proxy_summary(rows, schemes) if proxy else None,
+    )
 
 
 def proxy_summary(rows: Sequence[dict], schemes: Sequence[Scheme]) -> dict:
@@ -156,13 +189,27 @@ def proxy_summary(rows: Sequence[dict], schemes: Sequence[Scheme]) -> dict:
         per[s.name] = {"spearman": rho, "n": n}
     rho, n = spearman([r["proxy"] for r in rows], [r["kl_mean"] for r in rows])
     ratios = [r["proxy"] / r["kl_mean"] for r in rows if r["kl_mean"] > 0]
-    return {"method": fisher.METHOD, "spearman": rho, "n": n, "per_scheme": per,
-            "median_ratio": float(np.median(ratios)) if ratios else None}  # proxy / direct KL: its calibration
+    return {
+        "method": fisher.METHOD,
+        "spearman": rho,
+        "n": n,
+        "per_scheme": per,
+        "median_ratio": float(np.median(ratios)) if ratios else None,
+    }  # proxy / direct KL: its calibration
 
 
-def sweep(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, schemes: str | Sequence[Scheme], by: str = "type",
-          units: Sequence[str] = (), block_cache: bool = True, proxy: bool = True, seed: int = 0,
-          reporter: Reporter | None = None) -> SensitivityResult:  # fmt: skip
+def sweep(
+    model_settings: ModelSettings,
+    text_settings: TextSettings,
+    window_settings: WindowSettings,
+    schemes: str | Sequence[Scheme],
+    by: str = "type",
+    units: Sequence[str] = (),
+    block_cache: bool = True,
+    proxy: bool = True,
+    seed: int = 0,
+    reporter: Reporter | None = None,
+) -> SensitivityResult:
     """One model load; every unit (``by`` linear, block or type; ``units`` globs keep some) quantized alone with
     each scheme and measured on the windows of the text: mean KL ± SE, P99, top-1 agreement, Δ ln PPL ± SE, and
     (``proxy``) the diagonal-Fisher proxy with its Spearman ρ against the direct KL. Bad options fail before the

@@ -18,8 +18,11 @@ def series(data: dict, scheme: str) -> dict[str, list[dict]]:
     for u in data["units"]:
         if u["scheme"] != scheme:
             continue
-        label = {"linear": lambda n: n.split(".", 3)[-1] if n.count(".") >= 3 else n,
-                 "block": lambda n: "block", "type": lambda n: n}[u["kind"]](u["unit"])  # fmt: skip
+        label = {
+            "linear": lambda n: n.split(".", 3)[-1] if n.count(".") >= 3 else n,
+            "block": lambda n: "block",
+            "type": lambda n: n,
+        }[u["kind"]](u["unit"])
         out.setdefault(label, []).append(u)
     return {k: sorted(v, key=lambda u: u["depth"]) for k, v in out.items()}
 

@@ -29,8 +29,10 @@ from infoeval.quant import codes
 from infoeval.quant.codes import PackedWeight
 from infoeval.input.windows import Window, window_inputs
 
-METHOD = ("diagonal Fisher: ½ · (1/n) Σ F_ii Δw_i² (nats/token), F_ii from the squared gradient of Σ −ln p(y) "
-          "over each window's positions with y drawn from the reference (one backward pass per window)")  # fmt: skip
+METHOD = (
+    "diagonal Fisher: ½ · (1/n) Σ F_ii Δw_i² (nats/token), F_ii from the squared gradient of Σ −ln p(y) "
+    "over each window's positions with y drawn from the reference (one backward pass per window)"
+)
 
 
 def sampled_nll(generator: torch.Generator):
@@ -44,8 +46,15 @@ def sampled_nll(generator: torch.Generator):
     return loss
 
 
-def fisher_sums(model, stream_ids: torch.Tensor, windows: Sequence[Window], prefix_id: int | None,
-                packed: Mapping[str, Mapping[str, PackedWeight]], seed: int = 0, on_window=None) -> dict[str, dict[str, float]]:  # fmt: skip
+def fisher_sums(
+    model,
+    stream_ids: torch.Tensor,
+    windows: Sequence[Window],
+    prefix_id: int | None,
+    packed: Mapping[str, Mapping[str, PackedWeight]],
+    seed: int = 0,
+    on_window=None,
+) -> dict[str, dict[str, float]]:
     """Σ_windows Σ_i G_i² Δw_i² for each scheme and layer of ``packed`` (scheme → layer → codes)."""
     names = sorted({n for layers in packed.values() for n in layers})
     modules = dict(model.named_modules())

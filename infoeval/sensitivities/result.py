@@ -27,7 +27,9 @@ UNIT_METRICS: dict[str, Metric] = {
     "dln_ppl_se": METRICS["ln_ppl_ratio_se"],
     "proxy": Metric("nats", False, "diagonal-Fisher prediction of kl_mean: ½ · (1/n) Σ F_ii Δw_i² (see proxy.method)"),
     "spearman": Metric("", True, "Spearman rank correlation of the proxy with the direct mean KL over the units"),
-    "layers_run_fraction": Metric("", None, "decoder blocks the sweep ran, as a fraction of running every unit from block 0"),
+    "layers_run_fraction": Metric(
+        "", None, "decoder blocks the sweep ran, as a fraction of running every unit from block 0"
+    ),
 }
 
 
@@ -39,11 +41,21 @@ def unit_metrics(unit, variant, cols: Mapping[str, np.ndarray], key: str, n: int
     dln, dln_se = mean_se(cols[f"{key}/nll"].astype(np.float64) - cols["ref/nll"].astype(np.float64), windows)
     n_weights = sum(int(w.numel) for w in variant.weights.values())
     return {
-        "unit": unit.name, "kind": unit.kind, "layers": list(unit.layers), "scheme": variant.name,
-        "n_weights": n_weights, "kl_mean": kl_mean, "kl_se": kl_se, "kl_p99": quantile(kl, 0.99),
-        "top1": float(cols[f"{key}/top1"].mean()), "dln_ppl": dln, "dln_ppl_se": dln_se, "proxy": proxy,
-        "start_block": unit.start, "depth": unit.depth,
-    }  # fmt: skip
+        "unit": unit.name,
+        "kind": unit.kind,
+        "layers": list(unit.layers),
+        "scheme": variant.name,
+        "n_weights": n_weights,
+        "kl_mean": kl_mean,
+        "kl_se": kl_se,
+        "kl_p99": quantile(kl, 0.99),
+        "top1": float(cols[f"{key}/top1"].mean()),
+        "dln_ppl": dln,
+        "dln_ppl_se": dln_se,
+        "proxy": proxy,
+        "start_block": unit.start,
+        "depth": unit.depth,
+    }
 
 
 @dataclass(frozen=True)
@@ -63,8 +75,10 @@ class SensitivityResult(Result):
 
     def to_json(self) -> dict:
         data = super().to_json()
-        metrics = {k: {"unit": m.unit, "higher_is_better": m.higher_is_better, "description": m.description}
-                   for k, m in UNIT_METRICS.items()}  # fmt: skip
+        metrics = {
+            k: {"unit": m.unit, "higher_is_better": m.higher_is_better, "description": m.description}
+            for k, m in UNIT_METRICS.items()
+        }
         return {**data, "metric_definitions": data["metric_definitions"] or metrics}
 
     def ranked(self, scheme: str | None = None) -> list[dict]:

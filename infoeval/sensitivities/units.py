@@ -53,8 +53,16 @@ def _group(layers: list[tuple[str, int, str]], kind: str, prefix: str) -> list[U
     groups: dict[str, list[tuple[str, int]]] = {}
     for n, b, t in layers:
         groups.setdefault(key(n, b, t), []).append((n, b))
-    return [Unit(name, kind, tuple(n for n, _ in members), min(b for _, b in members),
-                 sum(b for _, b in members) / len(members)) for name, members in groups.items()]  # fmt: skip
+    return [
+        Unit(
+            name,
+            kind,
+            tuple(n for n, _ in members),
+            min(b for _, b in members),
+            sum(b for _, b in members) / len(members),
+        )
+        for name, members in groups.items()
+    ]
 
 
 def enumerate_units(model, by: str, globs: Sequence[str] = ()) -> list[Unit]:

@@ -105,23 +105,34 @@ def top1_summary(cols: AcceptColumns) -> dict:
     }
 
 
-def spec_accept(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, draft_settings: DraftSettings, temps: tuple[float, ...],
-                reporter: Reporter | None = None) -> tuple[AcceptResult, AcceptColumns]:  # fmt: skip
+def spec_accept(
+    model_settings: ModelSettings,
+    text_settings: TextSettings,
+    window_settings: WindowSettings,
+    draft_settings: DraftSettings,
+    temps: tuple[float, ...],
+    reporter: Reporter | None = None,
+) -> tuple[AcceptResult, AcceptColumns]:
     reporter = reporter or Reporter()
     draft_settings.check()  # before the slow load
     p = prepare(model_settings, text_settings, window_settings, reporter)
     reporter.stage("building the draft")
     t0 = time.perf_counter()
     device = resolve_device(model_settings.device)
-    draft = build_draft(p.loaded, draft_settings, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map)
+    draft = build_draft(
+        p.loaded, draft_settings, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map
+    )
     draft_s = time.perf_counter() - t0
     with progress(reporter, 2 * len(p.windows), f"{len(p.windows)} windows × (target + draft)") as bar:
         cols = evaluate_windows(p, draft, temps, bar.step)
     result = AcceptResult(
-        p.provenance("spec-accept", draft=draft.info), {**p.timings, "draft_s": draft_s, "eval_s": bar.seconds},
-        notation="p = target, q = draft; β = Σ min(p, q) per position; α = mean β", temperatures=temps,
-        conditions=tuple(summarize(cols, t, m) for t, m in cols.conditions), top1=top1_summary(cols),
-    )  # fmt: skip
+        p.provenance("spec-accept", draft=draft.info),
+        {**p.timings, "draft_s": draft_s, "eval_s": bar.seconds},
+        notation="p = target, q = draft; β = Σ min(p, q) per position; α = mean β",
+        temperatures=temps,
+        conditions=tuple(summarize(cols, t, m) for t, m in cols.conditions),
+        top1=top1_summary(cols),
+    )
     return result, cols
 
 
@@ -130,8 +141,25 @@ def summary_rows(result: dict) -> list[dict]:
     rows = []
     t1 = result["top1"]
     for c in result["conditions"]:
-        row = {k: c[k] for k in ("temperature", "mode", "tokens", "alpha", "alpha_se", "kl_mean", "kl_se", "tv_mean",
-                                  "pearson_r", "pearson_n", "entropy_p_bits", "entropy_q_bits", "nll_p", "nll_q")}  # fmt: skip
+        row = {
+            k: c[k]
+            for k in (
+                "temperature",
+                "mode",
+                "tokens",
+                "alpha",
+                "alpha_se",
+                "kl_mean",
+                "kl_se",
+                "tv_mean",
+                "pearson_r",
+                "pearson_n",
+                "entropy_p_bits",
+                "entropy_q_bits",
+                "nll_p",
+                "nll_q",
+            )
+        }
         row["pinsker_violations"] = c["pinsker"]["violations"]
         row["pinsker_max_ratio"] = c["pinsker"]["max_ratio"]
         row["top1"], row["top1_se"] = t1["top1"], t1["top1_se"]
@@ -145,14 +173,48 @@ def summary_rows(result: dict) -> list[dict]:
 
 
 SUMMARY_COLUMNS = [
-    "temperature", "mode", "tokens", "alpha", "alpha_se", "kl_mean", "kl_se", "tv_mean", "pinsker_violations",
-    "pinsker_max_ratio", "pearson_r", "pearson_n", "entropy_p_bits", "entropy_q_bits", "nll_p", "nll_q", "top1",
-    "top1_se", "alpha_q1", "alpha_q2", "alpha_q3", "alpha_q4",
-    *[f"e_mean_alpha_g{g}" for g in GAMMAS], *[f"e_per_position_g{g}" for g in GAMMAS],
-]  # fmt: skip
+    "temperature",
+    "mode",
+    "tokens",
+    "alpha",
+    "alpha_se",
+    "kl_mean",
+    "kl_se",
+    "tv_mean",
+    "pinsker_violations",
+    "pinsker_max_ratio",
+    "pearson_r",
+    "pearson_n",
+    "entropy_p_bits",
+    "entropy_q_bits",
+    "nll_p",
+    "nll_q",
+    "top1",
+    "top1_se",
+    "alpha_q1",
+    "alpha_q2",
+    "alpha_q3",
+    "alpha_q4",
+    *[f"e_mean_alpha_g{g}" for g in GAMMAS],
+    *[f"e_per_position_g{g}" for g in GAMMAS],
+]
 
-POSITION_COLUMNS = ["window", "position", "token_id", "context", "temperature", "mode", "entropy_p_bits",
-                    "entropy_q_bits", "beta", "kl", "tv", "nll_p", "nll_q", "top1_match"]  # fmt: skip
+POSITION_COLUMNS = [
+    "window",
+    "position",
+    "token_id",
+    "context",
+    "temperature",
+    "mode",
+    "entropy_p_bits",
+    "entropy_q_bits",
+    "beta",
+    "kl",
+    "tv",
+    "nll_p",
+    "nll_q",
+    "top1_match",
+]
 
 
 def positions_frame(cols: AcceptColumns):
@@ -183,7 +245,9 @@ def plot_acceptance(result: dict, cols: AcceptColumns, path) -> None:
     t, mode = (1.0, "both") if 1.0 in result["temperatures"] else cols.conditions[0]
     s = cols.stats[key(t, mode)]
     draft = result["provenance"]["draft"]
-    name = {"model": draft.get("spec"), "scheme": draft.get("scheme"), "layers": f"first {draft.get('layers')} layers"}[draft["kind"]]
+    name = {"model": draft.get("spec"), "scheme": draft.get("scheme"), "layers": f"first {draft.get('layers')} layers"}[
+        draft["kind"]
+    ]
     pv = result["provenance"]
     title = f"{pv['model']['spec']} vs draft {name} on {pv['text']['source']}, T = {t:g} ({mode})"
     plot_acceptance_by_entropy(s["entropy_p"].astype(np.float64) / LN2, s["beta"].astype(np.float64), title, Path(path))

@@ -52,7 +52,9 @@ def evaluate_windows(p: Prepared, draft, temps: tuple[float, ...], on_forward=No
     conds = conditions(temps)
 
     def reduce_pair(rows, zp, zq, targets) -> dict:
-        return by_rows(zp.shape[0], lambda r: chunk_stats(zp[r].float(), zq[r].float(), targets[r], temps), chunk_rows(zp))
+        return by_rows(
+            zp.shape[0], lambda r: chunk_stats(zp[r].float(), zq[r].float(), targets[r], temps), chunk_rows(zp)
+        )
 
     schema = {"top1": np.bool_, **{f"{key(*c)}/{k}": np.float32 for c in conds for k in STAT_COLUMNS}}
     cols = run_paired(p, p.loaded.model, draft, reduce_pair, schema, on_forward)

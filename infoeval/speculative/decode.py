@@ -25,7 +25,9 @@ from infoeval.engine import CachedModel, crop_to
 from infoeval.measure.infotheory import log_softmax_t
 
 
-def verify_drafts(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, generator: torch.Generator) -> tuple[int, int | None]:
+def verify_drafts(
+    p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, generator: torch.Generator
+) -> tuple[int, int | None]:
     """The acceptance rule on one round: ``q`` (m, V) draft probabilities, ``drafts`` (m,) the drafted tokens,
     ``p`` (m + 1, V) target probabilities with the bonus row (or (m, V) without one: the round is cut short).
 
@@ -94,7 +96,9 @@ class Generation:
 
 
 @torch.inference_mode()
-def plain_sample(target, prompt: torch.Tensor, max_new: int, temperature: float, generator: torch.Generator) -> Generation:
+def plain_sample(
+    target, prompt: torch.Tensor, max_new: int, temperature: float, generator: torch.Generator
+) -> Generation:
     """Sample ``max_new`` tokens from the target alone, one cached forward pass per token (EOS does not stop it)."""
     t0 = time.perf_counter()
     st = Stepper(target, temperature)
@@ -109,8 +113,9 @@ def plain_sample(target, prompt: torch.Tensor, max_new: int, temperature: float,
 
 
 @torch.inference_mode()
-def speculative_sample(target, draft, prompt: torch.Tensor, gamma: int, max_new: int, temperature: float,
-                       generator: torch.Generator) -> Generation:  # fmt: skip
+def speculative_sample(
+    target, draft, prompt: torch.Tensor, gamma: int, max_new: int, temperature: float, generator: torch.Generator
+) -> Generation:
     """Speculative sampling of exactly ``max_new`` new tokens (the last round's drafts are cut to what is left)."""
     t0 = time.perf_counter()
     tg, dr = Stepper(target, temperature), Stepper(draft, temperature)

@@ -35,7 +35,17 @@ from infoeval.measure.infotheory import by_rows, chunk_rows, log_softmax_t
 from infoeval.measure.stats import LN2, mean_se
 from infoeval.speculative.pairs import base_of, run_paired
 
-TERMS = ("hard_ce", "kl", "t2_kl", "loss", "soft_ce", "teacher_entropy", "teacher_tail_mass", "grad_norm", "t2_grad_norm")
+TERMS = (
+    "hard_ce",
+    "kl",
+    "t2_kl",
+    "loss",
+    "soft_ce",
+    "teacher_entropy",
+    "teacher_tail_mass",
+    "grad_norm",
+    "t2_grad_norm",
+)
 GRAD_CHECK_POSITIONS = 16
 
 
@@ -59,7 +69,9 @@ def kl_grad_autograd(zp: torch.Tensor, zq: torch.Tensor, t: float) -> torch.Tens
     return grad
 
 
-def distill_terms(zp: torch.Tensor, zq: torch.Tensor, targets: torch.Tensor, t: float, alpha: float) -> dict[str, torch.Tensor]:
+def distill_terms(
+    zp: torch.Tensor, zq: torch.Tensor, targets: torch.Tensor, t: float, alpha: float
+) -> dict[str, torch.Tensor]:
     """Per-position terms at temperature ``t`` from teacher logits ``zp`` and student logits ``zq`` (n, V), in nats."""
     hard = nll(log_softmax_t(zq, 1.0), targets)
     lp, lq = log_softmax_t(zp, t), log_softmax_t(zq, t)
@@ -144,31 +156,65 @@ def parse_alpha(alpha: float) -> float:
     return float(alpha)
 
 
-def distill(model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, draft_settings: DraftSettings, temps: tuple[float, ...], alpha: float,
-            reporter: Reporter | None = None) -> tuple[DistillResult, DistillColumns]:  # fmt: skip
+def distill(
+    model_settings: ModelSettings,
+    text_settings: TextSettings,
+    window_settings: WindowSettings,
+    draft_settings: DraftSettings,
+    temps: tuple[float, ...],
+    alpha: float,
+    reporter: Reporter | None = None,
+) -> tuple[DistillResult, DistillColumns]:
     reporter = reporter or Reporter()
     alpha = parse_alpha(alpha)
     draft_settings.check()
     p = prepare(model_settings, text_settings, window_settings, reporter)
     reporter.stage("building the student")
     device = resolve_device(model_settings.device)
-    student = build_draft(p.loaded, draft_settings, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map)
+    student = build_draft(
+        p.loaded, draft_settings, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map
+    )
     with progress(reporter, 2 * len(p.windows), f"{len(p.windows)} windows × (teacher + student)") as bar:
         cols, check = _evaluate(p, student, temps, alpha, bar.step)
     result = DistillResult(
-        p.provenance("distill", student=student.info), {**p.timings, "eval_s": bar.seconds},
-        notation="p = teacher, q = student; L = α·H(y, q) + (1 − α)·T²·KL(p_T‖q_T); nats unless _bits", alpha=alpha,
-        temperatures=temps, rows=tuple(summarize(cols, t, alpha) for t in temps), grad_check=check,
-    )  # fmt: skip
+        p.provenance("distill", student=student.info),
+        {**p.timings, "eval_s": bar.seconds},
+        notation="p = teacher, q = student; L = α·H(y, q) + (1 − α)·T²·KL(p_T‖q_T); nats unless _bits",
+        alpha=alpha,
+        temperatures=temps,
+        rows=tuple(summarize(cols, t, alpha) for t in temps),
+        grad_check=check,
+    )
     return result, cols
 
 
 SUMMARY_COLUMNS = [
-    "temperature", "alpha", "tokens", "hard_ce", "hard_ce_se", "kl", "kl_se", "t2_kl", "t2_kl_se", "loss", "loss_se",
-    "soft_ce", "hard_ce_bits", "kl_bits", "t2_kl_bits", "loss_bits", "soft_ce_bits", "teacher_entropy_bits",
-    "teacher_entropy_bits_se", "teacher_tail_mass", "teacher_tail_mass_se", "grad_norm", "grad_norm_se",
-    "t2_grad_norm", "t2_grad_norm_se",
-]  # fmt: skip
+    "temperature",
+    "alpha",
+    "tokens",
+    "hard_ce",
+    "hard_ce_se",
+    "kl",
+    "kl_se",
+    "t2_kl",
+    "t2_kl_se",
+    "loss",
+    "loss_se",
+    "soft_ce",
+    "hard_ce_bits",
+    "kl_bits",
+    "t2_kl_bits",
+    "loss_bits",
+    "soft_ce_bits",
+    "teacher_entropy_bits",
+    "teacher_entropy_bits_se",
+    "teacher_tail_mass",
+    "teacher_tail_mass_se",
+    "grad_norm",
+    "grad_norm_se",
+    "t2_grad_norm",
+    "t2_grad_norm_se",
+]
 
 
 def positions_frame(cols: DistillColumns):

@@ -119,7 +119,9 @@ def _check_same_tokenizer(target: LoadedModel, other: LoadedModel, role: str) ->
             f"shared, {diff} with other ids); speculative decoding and distillation need the same tokenizer"
         )
     if ta(_PROBE, add_special_tokens=False).input_ids != tb(_PROBE, add_special_tokens=False).input_ids:
-        raise UsageError(f"the {role} model's tokenizer splits text differently from the target's (same vocabulary, other merges)")
+        raise UsageError(
+            f"the {role} model's tokenizer splits text differently from the target's (same vocabulary, other merges)"
+        )
     na, nb = _n_logits(target.model), _n_logits(other.model)
     if na != nb:
         raise UsageError(f"the {role} model has {nb} output logits and the target {na}; they must be equal")
@@ -140,7 +142,9 @@ def _count(modules) -> int:
     return n
 
 
-def build_draft(target: LoadedModel, draft_settings: DraftSettings, device: torch.device, dtype: torch.dtype, device_map=None) -> Draft:
+def build_draft(
+    target: LoadedModel, draft_settings: DraftSettings, device: torch.device, dtype: torch.dtype, device_map=None
+) -> Draft:
     """The draft/student described by ``draft_settings`` for ``target`` (see the module docstring)."""
     draft_settings.check()
     if draft_settings.kind == "model":
@@ -149,13 +153,23 @@ def build_draft(target: LoadedModel, draft_settings: DraftSettings, device: torc
         except ModelLoadError as e:
             raise ModelLoadError(f"--{draft_settings.role}: {e}") from None
         _check_same_tokenizer(target, other, draft_settings.role)
-        info = {"kind": "model", "spec": other.info.spec, "model": other.info.to_json(), "n_parameters": other.info.n_parameters}
+        info = {
+            "kind": "model",
+            "spec": other.info.spec,
+            "model": other.info.to_json(),
+            "n_parameters": other.info.n_parameters,
+        }
         return Draft(other.model, None, info, other.tokenizer)
     if draft_settings.kind == "scheme":
         variant = quantize_variant(target.model, parse_scheme(draft_settings.scheme))
         summary = variant.summary()
-        info = {"kind": "scheme", "scheme": variant.name, "quantization": summary,
-                "n_parameters": target.info.n_parameters, "description": f"the target fake-quantized with {variant.name}"}  # fmt: skip
+        info = {
+            "kind": "scheme",
+            "scheme": variant.name,
+            "quantization": summary,
+            "n_parameters": target.info.n_parameters,
+            "description": f"the target fake-quantized with {variant.name}",
+        }
         return Draft(target.model, variant, info, target.tokenizer)
     depth = n_layers(target.model)
     try:
@@ -163,8 +177,10 @@ def build_draft(target: LoadedModel, draft_settings: DraftSettings, device: torc
     except UsageError as e:
         raise UsageError(str(e).replace("--draft-layers", f"--{draft_settings.role}-layers")) from None
     info = {
-        "kind": "layers", "layers": draft_settings.layers, "of_layers": depth, "n_parameters": _count([model]),
+        "kind": "layers",
+        "layers": draft_settings.layers,
+        "of_layers": depth,
+        "n_parameters": _count([model]),
         "description": f"the target's first {draft_settings.layers} of {depth} decoder layers, then its final norm and head (shared weights)",
-    }  # fmt: skip
+    }
     return Draft(model, None, info, target.tokenizer)
-

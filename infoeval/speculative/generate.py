@@ -75,14 +75,18 @@ def _timed_runs(target, draft, prompt_ids, gamma, max_new, temperature, seed, re
     every run's wall time."""
     reporter.stage("warming up")
     plain_sample(target, prompt_ids, min(4, max_new), temperature, torch.Generator().manual_seed(seed + 1))
-    speculative_sample(target, draft, prompt_ids, gamma, min(4, max_new), temperature, torch.Generator().manual_seed(seed + 1))
+    speculative_sample(
+        target, draft, prompt_ids, gamma, min(4, max_new), temperature, torch.Generator().manual_seed(seed + 1)
+    )
     walls = {"plain": [], "speculative": []}
     with progress(reporter, 2 * repeats, f"plain and speculative sampling, {max_new} tokens × {repeats}") as bar:
         for _ in range(repeats):  # alternate, so that a slower or busier moment hits both alike
             plain = plain_sample(target, prompt_ids, max_new, temperature, torch.Generator().manual_seed(seed))
             walls["plain"].append(plain.wall_s)
             bar.step()
-            spec = speculative_sample(target, draft, prompt_ids, gamma, max_new, temperature, torch.Generator().manual_seed(seed))
+            spec = speculative_sample(
+                target, draft, prompt_ids, gamma, max_new, temperature, torch.Generator().manual_seed(seed)
+            )
             walls["speculative"].append(spec.wall_s)
             bar.step()
     return plain, spec, walls
@@ -114,15 +118,31 @@ def _model_of_speedup(plain: Generation, spec: Generation, gamma: int) -> dict:
     cost, verify_cost = t_draft / t_target, t_verify / t_target
     e = expected_tokens(alpha, gamma)
     return {
-        "alpha": alpha, "predicted_tokens_per_call": e, "target_step_s": t_target, "draft_step_s": t_draft,
-        "cost_ratio": cost, "verify_call_s": t_verify, "verify_cost": verify_cost,
-        "predicted_speedup_papers": e / (gamma * cost + 1.0), "predicted_speedup": e / (gamma * cost + verify_cost),
+        "alpha": alpha,
+        "predicted_tokens_per_call": e,
+        "target_step_s": t_target,
+        "draft_step_s": t_draft,
+        "cost_ratio": cost,
+        "verify_call_s": t_verify,
+        "verify_cost": verify_cost,
+        "predicted_speedup_papers": e / (gamma * cost + 1.0),
+        "predicted_speedup": e / (gamma * cost + verify_cost),
         "break_even_alpha": break_even_alpha(gamma, cost, verify_cost),
-    }  # fmt: skip
+    }
 
 
-def spec_decode(model_settings: ModelSettings, draft_settings: DraftSettings, prompt: str, gamma: int, max_new: int, temperature: float,
-                seed: int, repeats: int = 1, verify: int = 0, reporter: Reporter | None = None) -> tuple[DecodeResult, Generation]:  # fmt: skip
+def spec_decode(
+    model_settings: ModelSettings,
+    draft_settings: DraftSettings,
+    prompt: str,
+    gamma: int,
+    max_new: int,
+    temperature: float,
+    seed: int,
+    repeats: int = 1,
+    verify: int = 0,
+    reporter: Reporter | None = None,
+) -> tuple[DecodeResult, Generation]:
     reporter = reporter or Reporter()
     check_options(gamma, max_new, temperature, repeats, verify)
     draft_settings.check()
@@ -137,22 +157,47 @@ def spec_decode(model_settings: ModelSettings, draft_settings: DraftSettings, pr
     if verify:
         reporter.stage(f"Theorem 1: {verify} samples per sampler")
         t0 = time.perf_counter()
-        verified = theorem1_check(target, draft, prompt_ids, temperature, verify, (1, gamma) if gamma > 1 else (1,), seed)
+        verified = theorem1_check(
+            target, draft, prompt_ids, temperature, verify, (1, gamma) if gamma > 1 else (1,), seed
+        )
         timings["verify_s"] = time.perf_counter() - t0
         reporter.stop()
     prompt_info = {"text": prompt, "tokens": n_prompt, "sha256": hashlib.sha256(prompt.encode("utf-8")).hexdigest()}
     result = DecodeResult(
-        provenance("spec-decode", model=loaded.info, draft=draft.info, prompt=prompt_info), timings,
-        settings={"gamma": gamma, "max_new_tokens": max_new, "temperature": temperature, "seed": seed, "repeats": repeats,
-                  "eos": "ignored: both loops generate exactly max_new_tokens"},
-        plain=res_plain, speculative=res_spec, speedup=res_plain["wall_s"] / res_spec["wall_s"],
-        model_of_speedup=_model_of_speedup(plain, spec, gamma), verify=verified,
-    )  # fmt: skip
+        provenance("spec-decode", model=loaded.info, draft=draft.info, prompt=prompt_info),
+        timings,
+        settings={
+            "gamma": gamma,
+            "max_new_tokens": max_new,
+            "temperature": temperature,
+            "seed": seed,
+            "repeats": repeats,
+            "eos": "ignored: both loops generate exactly max_new_tokens",
+        },
+        plain=res_plain,
+        speculative=res_spec,
+        speedup=res_plain["wall_s"] / res_spec["wall_s"],
+        model_of_speedup=_model_of_speedup(plain, spec, gamma),
+        verify=verified,
+    )
     return result, spec
 
 
-SUMMARY_COLUMNS = ["method", "new_tokens", "wall_s", "tokens_per_s", "speedup", "target_calls", "tokens_per_target_call",
-                   "draft_calls", "proposed", "accepted", "acceptance", "verified", "alpha"]  # fmt: skip
+SUMMARY_COLUMNS = [
+    "method",
+    "new_tokens",
+    "wall_s",
+    "tokens_per_s",
+    "speedup",
+    "target_calls",
+    "tokens_per_target_call",
+    "draft_calls",
+    "proposed",
+    "accepted",
+    "acceptance",
+    "verified",
+    "alpha",
+]
 
 
 def summary_frame(result: dict):
@@ -161,8 +206,13 @@ def summary_frame(result: dict):
     rows = []
     for method in ("plain", "speculative"):
         r = result[method]
-        rows.append({"method": method, **{k: r[k] for k in SUMMARY_COLUMNS[1:] if k in r},
-                     "speedup": 1.0 if method == "plain" else result["speedup"]})  # fmt: skip
+        rows.append(
+            {
+                "method": method,
+                **{k: r[k] for k in SUMMARY_COLUMNS[1:] if k in r},
+                "speedup": 1.0 if method == "plain" else result["speedup"],
+            }
+        )
     frame = pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS)
     for c in ("new_tokens", "target_calls", "draft_calls", "proposed", "accepted", "verified"):
         frame[c] = frame[c].astype("Int64")

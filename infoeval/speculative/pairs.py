@@ -16,8 +16,14 @@ TARGET, OTHER = "the target", "the draft"
 PairReducer = Callable[[slice, torch.Tensor, torch.Tensor, torch.Tensor], Mapping[str, torch.Tensor]]
 
 
-def run_paired(p: Prepared, target, other, reduce_pair: PairReducer, schema: Mapping[str, type],
-               on_forward: Callable[[], None] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+def run_paired(
+    p: Prepared,
+    target,
+    other,
+    reduce_pair: PairReducer,
+    schema: Mapping[str, type],
+    on_forward: Callable[[], None] | None = None,
+) -> dict[str, np.ndarray]:
     """``reduce_pair(rows, target logits, other logits, targets)`` on every window; returns the columns, with
     window, position, token_id and context of every scored position."""
 
@@ -27,7 +33,9 @@ def run_paired(p: Prepared, target, other, reduce_pair: PairReducer, schema: Map
         return reduce_pair(step.batch.rows, zp, zq, step.targets[0])
 
     roles = {TARGET: target, OTHER: other}
-    return engine.run(roles, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id, reduce, schema, None, on_forward)
+    return engine.run(
+        roles, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id, reduce, schema, None, on_forward
+    )
 
 
 def base_of(cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

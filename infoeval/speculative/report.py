@@ -37,15 +37,33 @@ def print_spec_accept(console: Console, result: dict) -> None:
 
 # ------------------------------------------------------------------------------------------------ distill
 def distill_tables(result: dict) -> list[Table]:
-    a = _table("Distillation loss", ["T", "H(y, q) at T=1", "KL(p_T‖q_T)", "T²·KL", "L", "L bits", "H(p_T, q_T)"],
-               f"L = α·H(y, q) + (1 − α)·T²·KL(p_T‖q_T), α = {result['alpha']:g}; nats (L in bits)")  # fmt: skip
-    b = _table("The teacher at T", ["T", "H(p_T) bits", "tail mass 1 − max p_T", "‖∂KL/∂z_q‖", "T²·‖∂KL/∂z_q‖"],
-               "the teacher at T ('dark knowledge') and what T² does to the soft gradient ‖∂KL(p_T‖q_T)/∂z_q‖₂")  # fmt: skip
+    a = _table(
+        "Distillation loss",
+        ["T", "H(y, q) at T=1", "KL(p_T‖q_T)", "T²·KL", "L", "L bits", "H(p_T, q_T)"],
+        f"L = α·H(y, q) + (1 − α)·T²·KL(p_T‖q_T), α = {result['alpha']:g}; nats (L in bits)",
+    )
+    b = _table(
+        "The teacher at T",
+        ["T", "H(p_T) bits", "tail mass 1 − max p_T", "‖∂KL/∂z_q‖", "T²·‖∂KL/∂z_q‖"],
+        "the teacher at T ('dark knowledge') and what T² does to the soft gradient ‖∂KL(p_T‖q_T)/∂z_q‖₂",
+    )
     for r in result["rows"]:
-        a.add_row(f"{r['temperature']:g}", fmt_pm(r["hard_ce"], r["hard_ce_se"], 3), fmt_pm(r["kl"], r["kl_se"]),
-                  fmt_num(r["t2_kl"]), fmt_pm(r["loss"], r["loss_se"]), fmt_num(r["loss_bits"]), fmt_num(r["soft_ce"], 3))  # fmt: skip
-        b.add_row(f"{r['temperature']:g}", fmt_num(r["teacher_entropy_bits"], 3), fmt_num(r["teacher_tail_mass"]),
-                  fmt_num(r["grad_norm"]), fmt_num(r["t2_grad_norm"]))  # fmt: skip
+        a.add_row(
+            f"{r['temperature']:g}",
+            fmt_pm(r["hard_ce"], r["hard_ce_se"], 3),
+            fmt_pm(r["kl"], r["kl_se"]),
+            fmt_num(r["t2_kl"]),
+            fmt_pm(r["loss"], r["loss_se"]),
+            fmt_num(r["loss_bits"]),
+            fmt_num(r["soft_ce"], 3),
+        )
+        b.add_row(
+            f"{r['temperature']:g}",
+            fmt_num(r["teacher_entropy_bits"], 3),
+            fmt_num(r["teacher_tail_mass"]),
+            fmt_num(r["grad_norm"]),
+            fmt_num(r["t2_grad_norm"]),
+        )
     return [a, b]
 
 
@@ -55,8 +73,10 @@ def print_distill(console: Console, result: dict) -> None:
     for t in distill_tables(result):
         console.print(t)
     g = result["grad_check"]
-    console.print(f"gradient check on {g['positions']} positions: closed form (q_T − p_T)/T vs autograd, "
-                  f"max |difference| {fmt_num(g['max_abs_diff'], 2)} (largest |gradient| {fmt_num(g['max_abs_grad'], 3)})")  # fmt: skip
+    console.print(
+        f"gradient check on {g['positions']} positions: closed form (q_T − p_T)/T vs autograd, "
+        f"max |difference| {fmt_num(g['max_abs_diff'], 2)} (largest |gradient| {fmt_num(g['max_abs_grad'], 3)})"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ spec-decode
@@ -69,15 +89,35 @@ def print_spec_decode(console: Console, result: dict) -> None:
         f"prompt {pv['prompt']['tokens']} tokens; γ = {s['gamma']}, {s['max_new_tokens']} new tokens, T = {s['temperature']:g}, "
         f"seed {s['seed']}, best of {s['repeats']}; EOS does not stop either loop"
     )
-    t = _table("Speculative vs plain sampling",
-               ["method", "wall s", "tokens/s", "target calls", "tokens/call", "draft calls", "accepted/proposed", "α̂", "speed-up"],
-               "speculative sampling against plain sampling from the target")  # fmt: skip
+    t = _table(
+        "Speculative vs plain sampling",
+        [
+            "method",
+            "wall s",
+            "tokens/s",
+            "target calls",
+            "tokens/call",
+            "draft calls",
+            "accepted/proposed",
+            "α̂",
+            "speed-up",
+        ],
+        "speculative sampling against plain sampling from the target",
+    )
     for name in ("plain", "speculative"):
         r = result[name]
         spec = name == "speculative"
-        t.add_row(name, fmt_num(r["wall_s"], 3), fmt_num(r["tokens_per_s"], 3), fmt_num(r["target_calls"]), fmt_num(r["tokens_per_target_call"], 3),
-                  fmt_num(r["draft_calls"]) if spec else "–", f"{r['accepted']}/{r['proposed']}" if spec else "–",
-                  fmt_num(r["alpha"], 3) if spec else "–", fmt_num(result["speedup"], 3) + "×" if spec else "1×")  # fmt: skip
+        t.add_row(
+            name,
+            fmt_num(r["wall_s"], 3),
+            fmt_num(r["tokens_per_s"], 3),
+            fmt_num(r["target_calls"]),
+            fmt_num(r["tokens_per_target_call"], 3),
+            fmt_num(r["draft_calls"]) if spec else "–",
+            f"{r['accepted']}/{r['proposed']}" if spec else "–",
+            fmt_num(r["alpha"], 3) if spec else "–",
+            fmt_num(result["speedup"], 3) + "×" if spec else "1×",
+        )
     console.print(t)
     mo = result["model_of_speedup"]
     console.print(
@@ -97,13 +137,21 @@ def _pval(p) -> str:
 
 
 def verify_table(v: dict) -> Table:
-    t = _table("Theorem 1 by Monte Carlo", ["sampler", "χ² vs target (df)", "p-value", "χ² vs draft (df)", "p-value"],
-               f"first two emitted tokens, {v['samples']:,} samples per sampler, χ² against each model's exact law "
-               f"({len(v['cells'])} cells + other; seed {v['seed']})")  # fmt: skip
+    t = _table(
+        "Theorem 1 by Monte Carlo",
+        ["sampler", "χ² vs target (df)", "p-value", "χ² vs draft (df)", "p-value"],
+        f"first two emitted tokens, {v['samples']:,} samples per sampler, χ² against each model's exact law "
+        f"({len(v['cells'])} cells + other; seed {v['seed']})",
+    )
     for r in v["rows"]:
         vt, vd = r["vs_target"], r["vs_draft"]
-        t.add_row(r["sampler"], f"{fmt_num(vt['stat'], 3)} ({vt['df']})", _pval(vt["p_value"]), f"{fmt_num(vd['stat'], 3)} ({vd['df']})",
-                  _pval(vd["p_value"]))  # fmt: skip
+        t.add_row(
+            r["sampler"],
+            f"{fmt_num(vt['stat'], 3)} ({vt['df']})",
+            _pval(vt["p_value"]),
+            f"{fmt_num(vd['stat'], 3)} ({vd['df']})",
+            _pval(vd["p_value"]),
+        )
     return t
 
 
@@ -111,12 +159,32 @@ def verify_table(v: dict) -> Table:
 def print_temperature(console: Console, result: dict) -> None:
     src = result["provenance"]["source"]
     if src["kind"] == "model":
-        console.print(f"model [bold]{src['model']['spec']}[/], next token after a {src['prompt_tokens']}-token prompt; "
-                      f"the {len(result['labels'])} likeliest of {src['vocab']:,} tokens shown, the rest summed in 'other'")  # fmt: skip
-    cols = ["T", *result["labels"]] + (["other"] if src["kind"] == "model" else []) + ["top prob", "tail mass", "entropy bits"]
+        console.print(
+            f"model [bold]{src['model']['spec']}[/], next token after a {src['prompt_tokens']}-token prompt; "
+            f"the {len(result['labels'])} likeliest of {src['vocab']:,} tokens shown, the rest summed in 'other'"
+        )
+    cols = (
+        ["T", *result["labels"]]
+        + (["other"] if src["kind"] == "model" else [])
+        + ["top prob", "tail mass", "entropy bits"]
+    )
     t = _table("softmax(z / T)", cols, "probability of each class, top probability, tail mass 1 − top, entropy")
-    t.add_row("z", *[fmt_num(z, 3) for z in result["logits"]], *([""] if src["kind"] == "model" else []), "", "", "", end_section=True)
+    t.add_row(
+        "z",
+        *[fmt_num(z, 3) for z in result["logits"]],
+        *([""] if src["kind"] == "model" else []),
+        "",
+        "",
+        "",
+        end_section=True,
+    )
     for r in result["rows"]:
-        t.add_row(f"{r['temperature']:g}", *[fmt_num(p, 3) for p in r["probs"]], *([fmt_num(r["other"], 3)] if src["kind"] == "model" else []),
-                  fmt_num(r["top_prob"], 3), fmt_num(r["tail_mass"], 3), fmt_num(r["entropy_bits"], 3))  # fmt: skip
+        t.add_row(
+            f"{r['temperature']:g}",
+            *[fmt_num(p, 3) for p in r["probs"]],
+            *([fmt_num(r["other"], 3)] if src["kind"] == "model" else []),
+            fmt_num(r["top_prob"], 3),
+            fmt_num(r["tail_mass"], 3),
+            fmt_num(r["entropy_bits"], 3),
+        )
     console.print(t)

@@ -65,14 +65,16 @@ def temperature_rows(logits: torch.Tensor, temps, shown: list[int]) -> list[dict
         p = lp.exp()
         top = float(p.max())
         probs = [float(p[i]) for i in shown]
-        rows.append({
-            "temperature": t,
-            "probs": probs,
-            "other": max(0.0, 1.0 - sum(probs)),
-            "top_prob": top,
-            "tail_mass": 1.0 - top,
-            "entropy_bits": float(-torch.where(p > 0, p * lp, 0.0).sum() / LN2),
-        })  # fmt: skip
+        rows.append(
+            {
+                "temperature": t,
+                "probs": probs,
+                "other": max(0.0, 1.0 - sum(probs)),
+                "top_prob": top,
+                "tail_mass": 1.0 - top,
+                "entropy_bits": float(-torch.where(p > 0, p * lp, 0.0).sum() / LN2),
+            }
+        )
     return rows
 
 
@@ -91,22 +93,39 @@ def model_logits(loaded, prompt: str) -> tuple[torch.Tensor, int]:
     return last_logits(loaded.model, torch.tensor([ids], device=device))[0].float().cpu(), len(ids)
 
 
-def temperature_table(temps, logits: list[float] | None = None, labels: str | None = None, loaded=None,
-                      prompt: str | None = None, top: int = 8) -> TemperatureResult:  # fmt: skip
+def temperature_table(
+    temps,
+    logits: list[float] | None = None,
+    labels: str | None = None,
+    loaded=None,
+    prompt: str | None = None,
+    top: int = 8,
+) -> TemperatureResult:
     """The result for either hand-given ``logits`` or a model's next-token logits after ``prompt``."""
     if loaded is not None:
         z, n_prompt = model_logits(loaded, prompt)
         shown = torch.argsort(z, descending=True)[: min(top, z.numel())].tolist()
         names = [_label(loaded.tokenizer, i) for i in shown]
-        source = {"kind": "model", "model": loaded.info.to_json(), "prompt": prompt, "prompt_tokens": n_prompt, "vocab": int(z.numel()),
-                  "token_ids": shown}  # fmt: skip
+        source = {
+            "kind": "model",
+            "model": loaded.info.to_json(),
+            "prompt": prompt,
+            "prompt_tokens": n_prompt,
+            "vocab": int(z.numel()),
+            "token_ids": shown,
+        }
     else:
         z = torch.tensor(logits, dtype=torch.float64)
         shown = list(range(len(logits)))
         names = parse_labels(labels, len(logits))
         source = {"kind": "logits", "logits": logits}
-    return TemperatureResult(provenance("temperature", source=source), {}, labels=tuple(names),
-                             logits=tuple(float(z[i]) for i in shown), rows=tuple(temperature_rows(z, temps, shown)))  # fmt: skip
+    return TemperatureResult(
+        provenance("temperature", source=source),
+        {},
+        labels=tuple(names),
+        logits=tuple(float(z[i]) for i in shown),
+        rows=tuple(temperature_rows(z, temps, shown)),
+    )
 
 
 def summary_frame(result: dict):

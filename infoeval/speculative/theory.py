@@ -22,7 +22,6 @@ import numpy as np
 from infoeval.measure.stats import mean_se
 
 
-
 def expected_tokens(alpha, gamma: int):
     """E = (1 − α^(γ+1)) / (1 − α) tokens per target call with γ drafts and i.i.d. acceptance rate α; the
     α → 1 limit is γ + 1. Works on floats and numpy arrays.
@@ -66,11 +65,15 @@ def expected_tokens_table(beta: np.ndarray, gammas=range(1, 9), windows: np.ndar
     rows = []
     for g in gammas:
         m, se = mean_se(expected_tokens(beta, g), windows) if beta.size else (float("nan"), float("nan"))
-        rows.append({"gamma": g, "e_mean_alpha": expected_tokens(alpha, g), "e_per_position": m, "e_per_position_se": se})
+        rows.append(
+            {"gamma": g, "e_mean_alpha": expected_tokens(alpha, g), "e_per_position": m, "e_per_position_se": se}
+        )
     return rows
 
 
-def entropy_quartiles(entropy_bits: np.ndarray, beta: np.ndarray, kl: np.ndarray, top1: np.ndarray, windows: np.ndarray | None = None) -> list[dict]:
+def entropy_quartiles(
+    entropy_bits: np.ndarray, beta: np.ndarray, kl: np.ndarray, top1: np.ndarray, windows: np.ndarray | None = None
+) -> list[dict]:
     """Positions cut into four groups at the quartiles of the target's entropy (rank-based, so ties in entropy
     cannot leave a group empty): n, entropy range and mean (bits), mean β ± SE (a group's positions in text order,
     batches of whole ``windows``), mean KL, top-1 rate.
@@ -135,8 +138,12 @@ def run_length_table(lengths: np.ndarray, rate: float) -> list[dict]:
         inside = (lengths >= lo) & (lengths <= (hi if hi is not None else np.iinfo(np.int64).max))
         # P(lo ≤ L ≤ hi) = a^(lo−1) − a^hi under the geometric law
         iid = rate ** (lo - 1) - (rate**hi if hi is not None else 0.0)
-        rows.append({"length": f"{lo}" if lo == hi else (f"{lo}–{hi}" if hi else f"≥{lo}"), "runs": int(inside.sum()),
-                     "share": int(inside.sum()) / total, "share_if_independent": float(iid)})  # fmt: skip
+        rows.append(
+            {
+                "length": f"{lo}" if lo == hi else (f"{lo}–{hi}" if hi else f"≥{lo}"),
+                "runs": int(inside.sum()),
+                "share": int(inside.sum()) / total,
+                "share_if_independent": float(iid),
+            }
+        )
     return rows
-
-

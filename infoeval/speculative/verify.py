@@ -95,7 +95,9 @@ def sample_speculative(o: Oracle, gamma: int, n: int, g: torch.Generator) -> np.
             k, x = verify_drafts(torch.stack([o.p0, o.p1(a)]), o.q0[None], torch.tensor([a]), g)
             out[i] = (a, x) if k == 1 else (x, -1)
         else:  # d₁, d₂; the rows after d₂ only matter for x₃ and later
-            k, x = verify_drafts(torch.stack([o.p0, o.p1(a)]), torch.stack([o.q0, o.q1(a)]), torch.tensor([a, int(d2[i])]), g)
+            k, x = verify_drafts(
+                torch.stack([o.p0, o.p1(a)]), torch.stack([o.q0, o.q1(a)]), torch.tensor([a, int(d2[i])]), g
+            )
             out[i] = (a, d2[i]) if k == 2 else (a, x) if k == 1 else (x, -1)
     todo = np.flatnonzero(out[:, 1] < 0)  # x₁ came from a rejection: a second round at c, x₁ gives x₂
     o.ensure(out[todo, 0])
@@ -162,7 +164,9 @@ def chi2_against(samples: np.ndarray, pairs: list[tuple[int, int]], probs: np.nd
     return {**chi_square(obs, exp), "cells": int(obs.size)}
 
 
-def theorem1_check(target, draft, context: torch.Tensor, temperature: float, n: int, gammas=(1, 4), seed: int = 0) -> dict:
+def theorem1_check(
+    target, draft, context: torch.Tensor, temperature: float, n: int, gammas=(1, 4), seed: int = 0
+) -> dict:
     """Sample (x₁, x₂) n times per sampler and test each sample set against p and against q."""
     o = Oracle(target, draft, context, temperature)
     pairs = cells(o, n)
@@ -173,14 +177,18 @@ def theorem1_check(target, draft, context: torch.Tensor, temperature: float, n: 
     rows = []
     for i, (name, draw) in enumerate(samplers):
         samples = draw(torch.Generator().manual_seed(seed + i))
-        rows.append({"sampler": name, "samples": n, **{f"vs_{h}": chi2_against(samples, pairs, pr) for h, pr in hyp.items()}})
+        rows.append(
+            {"sampler": name, "samples": n, **{f"vs_{h}": chi2_against(samples, pairs, pr) for h, pr in hyp.items()}}
+        )
     return {
         "context_tokens": int(context.numel()),
         "temperature": temperature,
         "samples": n,
         "seed": seed,
-        "cells": [{"x1": a, "x2": b if b >= 0 else None, "p": float(hyp["target"][i]), "q": float(hyp["draft"][i])}
-                  for i, (a, b) in enumerate(pairs)],
+        "cells": [
+            {"x1": a, "x2": b if b >= 0 else None, "p": float(hyp["target"][i]), "q": float(hyp["draft"][i])}
+            for i, (a, b) in enumerate(pairs)
+        ],
         "other_p": float(hyp["target"][-1]),
         "other_q": float(hyp["draft"][-1]),
         "forward_passes": o.forwards,

@@ -31,12 +31,42 @@ class Backend:
 
 
 BACKENDS = {
-    "hqq": Backend("hqq", "infoeval.quant.methods.hqq", "hqq", "hqq", "hqq", "int<bits>[-g<N>|-channel], bits 8, 6, 5, 4, 3, 2 or 1; N a multiple of 8 (default 64)"),
-    "quanto": Backend("quanto", "infoeval.quant.methods.quanto", "optimum.quanto", "optimum-quanto", "quanto", "int8, int4, int2 or float8"),
-    "torchao": Backend("torchao", "infoeval.quant.methods.torchao", "torchao", "torchao", "torchao", "int8[-g<N>], int<1-7>-g<N>|-channel or float8"),
-    "bnb": Backend("bnb", "infoeval.quant.methods.bnb", "bitsandbytes", "bitsandbytes", "bnb", "nf4|fp4[-g<N>][-dq] or int8"),
-    "autoround": Backend("autoround", "infoeval.quant.methods.autoround", "auto_round", "auto-round", "autoround", "int<bits>[-g<N>|-channel][-asym][-iters<N>], bits 2, 3, 4 or 8"),
-}  # fmt: skip
+    "hqq": Backend(
+        "hqq",
+        "infoeval.quant.methods.hqq",
+        "hqq",
+        "hqq",
+        "hqq",
+        "int<bits>[-g<N>|-channel], bits 8, 6, 5, 4, 3, 2 or 1; N a multiple of 8 (default 64)",
+    ),
+    "quanto": Backend(
+        "quanto",
+        "infoeval.quant.methods.quanto",
+        "optimum.quanto",
+        "optimum-quanto",
+        "quanto",
+        "int8, int4, int2 or float8",
+    ),
+    "torchao": Backend(
+        "torchao",
+        "infoeval.quant.methods.torchao",
+        "torchao",
+        "torchao",
+        "torchao",
+        "int8[-g<N>], int<1-7>-g<N>|-channel or float8",
+    ),
+    "bnb": Backend(
+        "bnb", "infoeval.quant.methods.bnb", "bitsandbytes", "bitsandbytes", "bnb", "nf4|fp4[-g<N>][-dq] or int8"
+    ),
+    "autoround": Backend(
+        "autoround",
+        "infoeval.quant.methods.autoround",
+        "auto_round",
+        "auto-round",
+        "autoround",
+        "int<bits>[-g<N>|-channel][-asym][-iters<N>], bits 2, 3, 4 or 8",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -65,8 +95,16 @@ class MethodScheme:
     def as_dict(self) -> dict:
         """The scheme's record in a result: the backend, its library's version and the settings it was called with."""
         b = BACKENDS[self.backend]
-        return {"name": self.name, "backend": self.backend, "library": b.distribution, "library_version": library_version(b),
-                "bits": self.bits, "group_size": self.group_size, "symmetric": None, "settings": dict(self.settings)}  # fmt: skip
+        return {
+            "name": self.name,
+            "backend": self.backend,
+            "library": b.distribution,
+            "library_version": library_version(b),
+            "bits": self.bits,
+            "group_size": self.group_size,
+            "symmetric": None,
+            "settings": dict(self.settings),
+        }
 
 
 def library_version(backend: Backend) -> str | None:
@@ -95,10 +133,14 @@ def parse_method(text: str) -> MethodScheme:
     backend, _, spec = text.strip().partition(":")
     backend, spec = backend.lower(), spec.strip().lower()
     if backend not in BACKENDS:
-        raise UsageError(f"unknown quantization backend '{backend}' in '{text}'; backends: {', '.join(sorted(BACKENDS))} (or a plain scheme such as int4-g128)")
+        raise UsageError(
+            f"unknown quantization backend '{backend}' in '{text}'; backends: {', '.join(sorted(BACKENDS))} (or a plain scheme such as int4-g128)"
+        )
     b = BACKENDS[backend]
     if not installed(b.package):
-        raise UsageError(f"'{text}' needs the {b.distribution} package, which is not installed: pip install 'infoeval[{b.extra}]'")
+        raise UsageError(
+            f"'{text}' needs the {b.distribution} package, which is not installed: pip install 'infoeval[{b.extra}]'"
+        )
     settings, bits, group = importlib.import_module(b.module).parse(spec, text)
     return MethodScheme(backend, spec, settings, bits, group)
 

@@ -42,9 +42,15 @@ def parse(spec: str, text: str) -> tuple[dict, int, int | None]:
     group = None if m and m.group(2) == "channel" else int(m.group(3)) if m and m.group(3) else DEFAULT_GROUP
     iters = int(m.group(5)) if m and m.group(5) else DEFAULT_ITERS
     if not m or bits not in BITS or (group is not None and (group < 8 or group % 8)):
-        raise UsageError(f"'{text}' is not an autoround scheme; give autoround:int<bits>[-g<N>|-channel][-asym][-iters<N>] with bits in "
-                         f"{', '.join(map(str, BITS))}, N a multiple of 8 (autoround:int4-g128, autoround:int4-g128-iters50; -iters0 is its round-to-nearest)")  # fmt: skip
-    return {"bits": bits, "group_size": group if group else -1, "sym": not m.group(4), "iters": iters, "amp": False}, bits, group
+        raise UsageError(
+            f"'{text}' is not an autoround scheme; give autoround:int<bits>[-g<N>|-channel][-asym][-iters<N>] with bits in "
+            f"{', '.join(map(str, BITS))}, N a multiple of 8 (autoround:int4-g128, autoround:int4-g128-iters50; -iters0 is its round-to-nearest)"
+        )
+    return (
+        {"bits": bits, "group_size": group if group else -1, "sym": not m.group(4), "iters": iters, "amp": False},
+        bits,
+        group,
+    )
 
 
 @contextlib.contextmanager
@@ -71,7 +77,9 @@ def _quiet():
         logger.setLevel(level)
 
 
-def quantize_model(model: torch.nn.Module, tokenizer, selected: list[str], settings: dict, calibration) -> tuple[dict, dict]:
+def quantize_model(
+    model: torch.nn.Module, tokenizer, selected: list[str], settings: dict, calibration
+) -> tuple[dict, dict]:
     """({name: (AutoRound's module, bytes its checkpoint stores for it, 0.0)}, what it took) for the ``selected``
     Linear layers of ``model`` (left as it is), tuned on ``calibration.samples``."""
     import copy
@@ -79,19 +87,42 @@ def quantize_model(model: torch.nn.Module, tokenizer, selected: list[str], setti
     from auto_round import AutoRound
 
     group = settings["group_size"]
-    rows = sorted({model.get_submodule(n).in_features for n in selected if group > 0 and model.get_submodule(n).in_features % group})
+    rows = sorted(
+        {
+            model.get_submodule(n).in_features
+            for n in selected
+            if group > 0 and model.get_submodule(n).in_features % group
+        }
+    )
     if rows:
-        raise UsageError(f"AutoRound's kernels need each row's inputs to be a multiple of the group size: this model has rows of {rows[0]}, "
-                         f"not a multiple of {group}; give a group size that divides {rows[0]}")  # fmt: skip
+        raise UsageError(
+            f"AutoRound's kernels need each row's inputs to be a multiple of the group size: this model has rows of {rows[0]}, "
+            f"not a multiple of {group}; give a group size that divides {rows[0]}"
+        )
     device = next(model.parameters()).device
-    skip = {n: {"bits": 16} for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n not in set(selected)}
+    skip = {
+        n: {"bits": 16} for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n not in set(selected)
+    }
     samples = calibration.samples
     t0 = time.perf_counter()
     with _quiet(), torch.inference_mode(False), torch.enable_grad():  # it learns by gradient descent
-        ar = AutoRound(copy.deepcopy(model), tokenizer, bits=settings["bits"], group_size=settings["group_size"], sym=settings["sym"],
-                       iters=settings["iters"], dataset=[row[None, :] for row in samples], nsamples=samples.shape[0], seqlen=samples.shape[1],
-                       batch_size=min(BATCH, samples.shape[0]), seed=calibration.provenance["seed"], amp=settings["amp"],
-                       enable_torch_compile=False, device_map=_device_map(device), layer_config=skip)  # fmt: skip
+        ar = AutoRound(
+            copy.deepcopy(model),
+            tokenizer,
+            bits=settings["bits"],
+            group_size=settings["group_size"],
+            sym=settings["sym"],
+            iters=settings["iters"],
+            dataset=[row[None, :] for row in samples],
+            nsamples=samples.shape[0],
+            seqlen=samples.shape[1],
+            batch_size=min(BATCH, samples.shape[0]),
+            seed=calibration.provenance["seed"],
+            amp=settings["amp"],
+            enable_torch_compile=False,
+            device_map=_device_map(device),
+            layer_config=skip,
+        )
         ar.quantize()
         tune_s = time.perf_counter() - t0
         with tempfile.TemporaryDirectory(prefix="infoeval-autoround-") as folder:
@@ -111,7 +142,9 @@ def _load_modules(folder: str, selected: list[str], dtype: torch.dtype, device: 
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM, AutoRoundConfig
 
-    loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, device_map=_device_map(device), quantization_config=AutoRoundConfig(backend="auto"))
+    loaded = AutoModelForCausalLM.from_pretrained(
+        folder, dtype=dtype, device_map=_device_map(device), quantization_config=AutoRoundConfig(backend="auto")
+    )
     sizes: dict[str, int] = {}
     for path in sorted(p for p in os.listdir(folder) if p.endswith(".safetensors")):
         with safe_open(os.path.join(folder, path), framework="pt") as f:
@@ -123,7 +156,9 @@ def _load_modules(folder: str, selected: list[str], dtype: torch.dtype, device: 
     out = {}
     for name in selected:
         module = loaded.get_submodule(name)
-        out[name] = (module, sizes.get(name, 0), 0.0) if not isinstance(module, torch.nn.Linear) else None  # seconds: in tune_s
+        out[name] = (
+            (module, sizes.get(name, 0), 0.0) if not isinstance(module, torch.nn.Linear) else None
+        )  # seconds: in tune_s
     return out
 
 

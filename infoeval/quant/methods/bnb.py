@@ -27,8 +27,10 @@ def parse(spec: str, text: str) -> tuple[dict, int, int | None]:
     m = _SPEC.match(spec)
     block = int(m.group(3)) if m and m.group(3) else 64
     if not m or block not in BLOCKS:
-        raise UsageError(f"'{text}' is not a bnb scheme; give bnb:nf4, bnb:fp4, optionally -g<N> (N in {', '.join(map(str, BLOCKS))}) "
-                         "and -dq (double quantization), or bnb:int8 (bnb:nf4-g64-dq)")  # fmt: skip
+        raise UsageError(
+            f"'{text}' is not a bnb scheme; give bnb:nf4, bnb:fp4, optionally -g<N> (N in {', '.join(map(str, BLOCKS))}) "
+            "and -dq (double quantization), or bnb:int8 (bnb:nf4-g64-dq)"
+        )
     if m.group(1):
         return {"kind": "int8", "threshold": THRESHOLD}, 8, None
     return {"kind": m.group(2), "blocksize": block, "double_quant": bool(m.group(4))}, 4, block
@@ -40,14 +42,27 @@ def quantize_linear(linear: torch.nn.Linear, settings: dict) -> torch.nn.Module:
 
     w, bias = linear.weight, linear.bias is not None
     if settings["kind"] == "int8":
-        module = bnb.nn.Linear8bitLt(linear.in_features, linear.out_features, bias=bias, has_fp16_weights=False, threshold=settings["threshold"])
+        module = bnb.nn.Linear8bitLt(
+            linear.in_features, linear.out_features, bias=bias, has_fp16_weights=False, threshold=settings["threshold"]
+        )
         module.weight = bnb.nn.Int8Params(w.detach().clone().cpu(), requires_grad=False, has_fp16_weights=False)
     else:
         dq = settings["double_quant"]
-        module = bnb.nn.Linear4bit(linear.in_features, linear.out_features, bias=bias, compute_dtype=w.dtype, compress_statistics=dq,
-                                   quant_type=settings["kind"])  # fmt: skip
-        module.weight = bnb.nn.Params4bit(w.detach().clone().cpu(), requires_grad=False, quant_type=settings["kind"], blocksize=settings["blocksize"],
-                                          compress_statistics=dq)  # fmt: skip
+        module = bnb.nn.Linear4bit(
+            linear.in_features,
+            linear.out_features,
+            bias=bias,
+            compute_dtype=w.dtype,
+            compress_statistics=dq,
+            quant_type=settings["kind"],
+        )
+        module.weight = bnb.nn.Params4bit(
+            w.detach().clone().cpu(),
+            requires_grad=False,
+            quant_type=settings["kind"],
+            blocksize=settings["blocksize"],
+            compress_statistics=dq,
+        )
     if bias:
         module.bias = torch.nn.Parameter(linear.bias.detach().clone().cpu(), requires_grad=False)
     return module.to(w.device)

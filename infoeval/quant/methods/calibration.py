@@ -81,12 +81,16 @@ def _calibration_text(settings: CalibrationSettings, evaluated: Text) -> Text:
     return load_text(dataset=name) if name.lower() in DATASETS else load_text(text_path=Path(name))
 
 
-def calibration_samples(settings: CalibrationSettings, evaluated: Text | None, evaluated_ids: np.ndarray, evaluated_bytes: int, tokenizer) -> Calibration:
+def calibration_samples(
+    settings: CalibrationSettings, evaluated: Text | None, evaluated_ids: np.ndarray, evaluated_bytes: int, tokenizer
+) -> Calibration:
     """The chunks a calibrated method learns from, and their provenance (see the module's docstring).
     ``evaluated``: the evaluation's text (None where it cannot be read: then a --calibration text is needed);
     ``evaluated_ids``: the token ids the evaluation reads, which cover the text's first ``evaluated_bytes``."""
     if settings.text is None and evaluated is None:
-        raise UsageError("the evaluated text cannot be read again here to hold out its tokens; name the calibration text with --calibration")
+        raise UsageError(
+            "the evaluated text cannot be read again here to hold out its tokens; name the calibration text with --calibration"
+        )
     source = _calibration_text(settings, evaluated)
     own = evaluated is not None and source.sha256 == evaluated.sha256
     held_out = own and not settings.allow_overlap
@@ -97,20 +101,32 @@ def calibration_samples(settings: CalibrationSettings, evaluated: Text | None, e
     try:
         starts = chunk_starts(len(ids), settings.seqlen, settings.samples, settings.seed)
     except ValueError:
-        raise UsageError(f"calibration needs {settings.samples} × {settings.seqlen} tokens and {where} hold {len(ids)}: give a smaller "
-                         "--calibration-samples or --calibration-seqlen, fewer --max-tokens, or a larger --calibration text") from None  # fmt: skip
+        raise UsageError(
+            f"calibration needs {settings.samples} × {settings.seqlen} tokens and {where} hold {len(ids)}: give a smaller "
+            "--calibration-samples or --calibration-seqlen, fewer --max-tokens, or a larger --calibration text"
+        ) from None
     chunks = np.stack([ids[s : s + settings.seqlen] for s in starts])
     shared = shared_runs(np.asarray(evaluated_ids), chunks)
     if shared and not settings.allow_overlap:
-        raise UsageError(f"the calibration chunks from {where} repeat the evaluated tokens ({shared} runs of {OVERLAP_RUN} tokens): "
-                         "calibrating on what is evaluated flatters the method; give another --calibration text, or "
-                         "--calibration-overlap to allow it")  # fmt: skip
+        raise UsageError(
+            f"the calibration chunks from {where} repeat the evaluated tokens ({shared} runs of {OVERLAP_RUN} tokens): "
+            "calibrating on what is evaluated flatters the method; give another --calibration text, or "
+            "--calibration-overlap to allow it"
+        )
     provenance = {
-        **source.provenance(), "held_out": held_out, "offset_bytes": skip, "tokens_available": int(len(ids)),
-        "samples": settings.samples, "seqlen": settings.seqlen, "seed": settings.seed, "chunk_starts": starts.tolist(),
+        **source.provenance(),
+        "held_out": held_out,
+        "offset_bytes": skip,
+        "tokens_available": int(len(ids)),
+        "samples": settings.samples,
+        "seqlen": settings.seqlen,
+        "seed": settings.seed,
+        "chunk_starts": starts.tolist(),
         "tokens_sha256": hashlib.sha256(chunks.astype("<i8").tobytes()).hexdigest(),
-        "overlap_run": OVERLAP_RUN, "overlap_runs": shared, "overlap_allowed": settings.allow_overlap,
-    }  # fmt: skip
+        "overlap_run": OVERLAP_RUN,
+        "overlap_runs": shared,
+        "overlap_allowed": settings.allow_overlap,
+    }
     return Calibration(torch.from_numpy(chunks), provenance)
 
 
@@ -118,9 +134,13 @@ def _name(text: Text) -> str:
     return text.path or text.source
 
 
-def for_methods(methods, settings: CalibrationSettings | None, evaluated: Text | None, stream: TokenStream, tokenizer) -> Calibration | None:
+def for_methods(
+    methods, settings: CalibrationSettings | None, evaluated: Text | None, stream: TokenStream, tokenizer
+) -> Calibration | None:
     """The calibration chunks when one of ``methods`` (MethodScheme) learns from text, else None; the
     evaluation reads ``stream`` (from the start of ``evaluated``)."""
     if not any(m.calibrated for m in methods):
         return None
-    return calibration_samples(settings or CalibrationSettings(), evaluated, stream.ids.numpy(), int(stream.nbytes.sum()), tokenizer)
+    return calibration_samples(
+        settings or CalibrationSettings(), evaluated, stream.ids.numpy(), int(stream.nbytes.sum()), tokenizer
+    )

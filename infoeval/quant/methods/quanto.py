@@ -14,13 +14,20 @@ import torch
 
 from infoeval.errors import UsageError
 
-QTYPES = {"int8": ("qint8", 8, None), "int4": ("qint4", 4, 128), "int2": ("qint2", 2, 128), "float8": ("qfloat8", 8, None)}
+QTYPES = {
+    "int8": ("qint8", 8, None),
+    "int4": ("qint4", 4, 128),
+    "int2": ("qint2", 2, 128),
+    "float8": ("qfloat8", 8, None),
+}
 
 
 def parse(spec: str, text: str) -> tuple[dict, int, int | None]:
     """(quanto's settings, bits, nominal group size) of a spec such as ``int4``."""
     if spec not in QTYPES:
-        raise UsageError(f"'{text}' is not a quanto scheme; give quanto:{', quanto:'.join(QTYPES)} (quanto picks the group size itself)")
+        raise UsageError(
+            f"'{text}' is not a quanto scheme; give quanto:{', quanto:'.join(QTYPES)} (quanto picks the group size itself)"
+        )
     qtype, bits, group = QTYPES[spec]
     return {"weights": qtype}, bits, group
 

@@ -27,10 +27,21 @@ def parse(spec: str, text: str) -> tuple[dict, int, int | None]:
     m = _SPEC.match(spec)
     bits = 8 if m and m.group(1) else int(m.group(2)) if m else None
     group = int(m.group(4)) if m and m.group(4) else None
-    if not m or not 1 <= bits <= 8 or (group is not None and group < 1) or (bits < 8 and m.group(3) is None and not m.group(1)):
-        raise UsageError(f"'{text}' is not a torchao scheme; give torchao:int8, torchao:int8-g<N>, torchao:int<1-7>-g<N>, torchao:int<1-7>-channel "
-                         "or torchao:float8 (torchao:int4-g128)")  # fmt: skip
-    return {"kind": "float8" if m.group(1) else "int8" if bits == 8 else "intx", "bits": bits, "group_size": group}, bits, group
+    if (
+        not m
+        or not 1 <= bits <= 8
+        or (group is not None and group < 1)
+        or (bits < 8 and m.group(3) is None and not m.group(1))
+    ):
+        raise UsageError(
+            f"'{text}' is not a torchao scheme; give torchao:int8, torchao:int8-g<N>, torchao:int<1-7>-g<N>, torchao:int<1-7>-channel "
+            "or torchao:float8 (torchao:int4-g128)"
+        )
+    return (
+        {"kind": "float8" if m.group(1) else "int8" if bits == 8 else "intx", "bits": bits, "group_size": group},
+        bits,
+        group,
+    )
 
 
 def config(settings: dict):
@@ -43,7 +54,9 @@ def config(settings: dict):
         return Float8WeightOnlyConfig()
     if settings["kind"] == "int8":
         return Int8WeightOnlyConfig(granularity=PerGroup(group) if group else PerRow())
-    return IntxWeightOnlyConfig(weight_dtype=getattr(torch, f"int{settings['bits']}"), granularity=PerGroup(group) if group else PerAxis(0))
+    return IntxWeightOnlyConfig(
+        weight_dtype=getattr(torch, f"int{settings['bits']}"), granularity=PerGroup(group) if group else PerAxis(0)
+    )
 
 
 def quantize_linear(linear: torch.nn.Linear, settings: dict) -> torch.nn.Module:
@@ -53,9 +66,13 @@ def quantize_linear(linear: torch.nn.Linear, settings: dict) -> torch.nn.Module:
 
     group = settings["group_size"]
     if group and linear.in_features % group:
-        raise UsageError(f"torchao needs each row's inputs to be a multiple of the group size: this model has rows of {linear.in_features}, "
-                         f"not a multiple of {group}; give a group size that divides {linear.in_features}")  # fmt: skip
-    module = torch.nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta", dtype=linear.weight.dtype)
+        raise UsageError(
+            f"torchao needs each row's inputs to be a multiple of the group size: this model has rows of {linear.in_features}, "
+            f"not a multiple of {group}; give a group size that divides {linear.in_features}"
+        )
+    module = torch.nn.Linear(
+        linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta", dtype=linear.weight.dtype
+    )
     module.weight = linear.weight
     if linear.bias is not None:
         module.bias = linear.bias

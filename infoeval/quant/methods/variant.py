@@ -51,12 +51,18 @@ class MethodVariant:
         q = [x for x in self.layers if x.report.quantized]
         sq = [x.report.sqnr_db for x in q if x.report.sqnr_db is not None]
         return {
-            "scheme": self.scheme.as_dict(), "layers_quantized": len(q), "layers_skipped": len(self.layers) - len(q),
-            "params_quantized": sum(math.prod(x.report.shape) for x in q), "stored_bytes": sum(x.stored_bytes for x in q),
-            "bits_per_weight": self.bits_per_weight(), "quantize_s": self.quantize_s,
-            "sqnr_db_min": min(sq) if sq else None, "sqnr_db_mean": sum(sq) / len(sq) if sq else None,
-            **self.extra, "layers": [{**x.report.as_dict(), "stored_bytes": x.stored_bytes, **x.details} for x in self.layers],
-        }  # fmt: skip
+            "scheme": self.scheme.as_dict(),
+            "layers_quantized": len(q),
+            "layers_skipped": len(self.layers) - len(q),
+            "params_quantized": sum(math.prod(x.report.shape) for x in q),
+            "stored_bytes": sum(x.stored_bytes for x in q),
+            "bits_per_weight": self.bits_per_weight(),
+            "quantize_s": self.quantize_s,
+            "sqnr_db_min": min(sq) if sq else None,
+            "sqnr_db_mean": sum(sq) / len(sq) if sq else None,
+            **self.extra,
+            "layers": [{**x.report.as_dict(), "stored_bytes": x.stored_bytes, **x.details} for x in self.layers],
+        }
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
@@ -69,7 +75,11 @@ def tensor_bytes(t: torch.Tensor) -> int:
 
 def stored_bytes(module: torch.nn.Module) -> int:
     """Bytes of every tensor a quantized module stores but its bias (its state dict: what the library saves)."""
-    return sum(tensor_bytes(t) for k, t in module.state_dict().items() if isinstance(t, torch.Tensor) and k.rsplit(".", 1)[-1] != "bias")
+    return sum(
+        tensor_bytes(t)
+        for k, t in module.state_dict().items()
+        if isinstance(t, torch.Tensor) and k.rsplit(".", 1)[-1] != "bias"
+    )
 
 
 @torch.inference_mode()  # as the engine runs: quanto's tensors made outside inference mode cannot be used inside it
@@ -77,7 +87,10 @@ def effective_weight(module: torch.nn.Module, in_features: int, like: torch.Tens
     """The weight a module computes with, read through its forward pass: module(I) − module(0), one block of
     identity rows at a time (any kernel, any storage)."""
     zero = module(torch.zeros(1, in_features, dtype=like.dtype, device=like.device))
-    parts = [module(torch.eye(in_features, dtype=like.dtype, device=like.device)[a : a + rows]) - zero for a in range(0, in_features, rows)]
+    parts = [
+        module(torch.eye(in_features, dtype=like.dtype, device=like.device)[a : a + rows]) - zero
+        for a in range(0, in_features, rows)
+    ]
     return torch.cat(parts).t()
 
 
@@ -103,7 +116,9 @@ def _shared_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 
 @torch.inference_mode()  # as the engine runs: quanto's tensors made outside inference mode cannot be used inside it
-def build_method_variant(model: torch.nn.Module, scheme: MethodScheme, include=(), exclude=(), tokenizer=None, calibration=None) -> MethodVariant:
+def build_method_variant(
+    model: torch.nn.Module, scheme: MethodScheme, include=(), exclude=(), tokenizer=None, calibration=None
+) -> MethodVariant:
     """The library's quantized copy of ``model``: the layers --include/--exclude select (as for every scheme)
     replaced by the backend's modules; ``model`` itself is left as it is. A calibrated backend (AutoRound) learns
     from ``calibration`` (``quant/methods/calibration.py``) with ``tokenizer``."""
@@ -118,7 +133,9 @@ def build_method_variant(model: torch.nn.Module, scheme: MethodScheme, include=(
             extra = {**extra, "calibration": calibration.provenance}
             _replace(model, copied, adapter, plan, lambda name, source: made.get(name), layers)
         else:
-            _replace(model, copied, adapter, plan, lambda name, source: _per_layer(adapter, source, scheme.settings), layers)
+            _replace(
+                model, copied, adapter, plan, lambda name, source: _per_layer(adapter, source, scheme.settings), layers
+            )
     seconds = extra.pop("quantize_s", sum(x.seconds for x in layers))
     return MethodVariant(scheme, copied.eval(), tuple(layers), seconds, extra)
 
@@ -137,8 +154,16 @@ def _replace(model, copied, adapter, plan, make, layers: list) -> None:
         source = model.get_submodule(name)
         made = make(name, source) if selected and isinstance(source, torch.nn.Linear) else None
         if made is None:
-            why = reason if not selected or not isinstance(source, torch.nn.Linear) else f"{adapter.__name__.rsplit('.', 1)[-1]} does not quantize it"
-            layers.append(MethodLayer(LayerReport(name, tuple(getattr(source, "weight", torch.empty(0)).shape), False, why), 0, 0.0, {}))
+            why = (
+                reason
+                if not selected or not isinstance(source, torch.nn.Linear)
+                else f"{adapter.__name__.rsplit('.', 1)[-1]} does not quantize it"
+            )
+            layers.append(
+                MethodLayer(
+                    LayerReport(name, tuple(getattr(source, "weight", torch.empty(0)).shape), False, why), 0, 0.0, {}
+                )
+            )
             continue
         quantized, stored, seconds = made
         parent, _, child = name.rpartition(".")
