@@ -30,10 +30,10 @@ import sys
 import tempfile
 import time
 import venv
-
-from _record import add_save, emit  # benchmarks/_record.py
 from importlib import metadata
 from pathlib import Path
+
+from _record import add_save, emit  # benchmarks/_record.py
 
 LM_EVAL = "0.4.13"
 PINNED = ("torch", "transformers", "tokenizers", "accelerate", "safetensors")
@@ -58,7 +58,10 @@ def ensure_venv(path: Path) -> Path:
     if not py.exists():
         venv.create(path, with_pip=True)
     want = requirements()
-    probe = "import importlib.metadata as m, sys; print(all(m.version(r.split('==')[0]).split('+')[0] == r.split('==')[1] for r in sys.argv[1:]))"
+    probe = (
+        "import importlib.metadata as m, sys; print(all(m.version(r.split('==')[0]).split('+')[0] == "
+        "r.split('==')[1] for r in sys.argv[1:]))"
+    )
     have = subprocess.run([str(py), "-c", probe, *want], capture_output=True, text=True)
     if have.stdout.strip() != "True":
         subprocess.run([str(py), "-m", "pip", "install", "-q", *want], check=True)
@@ -231,7 +234,8 @@ def main() -> None:
         "--keep",
         type=Path,
         default=None,
-        help="keep the task, lm-eval's and infoeval's outputs here (finished runs of the same text found there are reused)",
+        help="keep the task, lm-eval's and infoeval's outputs here (finished runs of the same text found there "
+        "are reused)",
     )
     add_save(ap)
     args = ap.parse_args()

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import time
 
 import torch
-
 from _record import add_save, emit  # benchmarks/_record.py
 
 from infoeval.models import load_model

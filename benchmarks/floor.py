@@ -44,7 +44,8 @@ def cpu_flags() -> list[str]:
 
 
 def infoeval(args: list, folder: Path, result: bool = True) -> tuple[dict | None, float]:
-    """One fresh ``infoeval`` process (with ``result``, writing its JSON to ``folder``); (the result, its wall seconds)."""
+    """One fresh ``infoeval`` process (with ``result``, writing its JSON to ``folder``); (the result, its wall
+    seconds)."""
     out = folder / f"r{len(list(folder.iterdir()))}.json"
     t0 = time.perf_counter()
     json_args = ["--json", out] if result else []
@@ -138,7 +139,8 @@ def markdown(record: dict) -> str:
         c = f["bfloat16_cost"]
         lines.append("")
         lines.append(
-            f"bfloat16's own cost (float32 reference, the model computed in bfloat16): mean KL {c['kl_mean']:.3g} ± {c['kl_se']:.2g}, "
+            "bfloat16's own cost (float32 reference, the model computed in bfloat16): mean KL "
+            f"{c['kl_mean']:.3g} ± {c['kl_se']:.2g}, "
             f"P99 {c['kl_p99']:.3g}, top-1 disagreement {100 * c['top1_disagree']:.2f} %."
         )
     return "\n".join(lines)

@@ -23,11 +23,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _record import add_save, emit, measure_child  # benchmarks/_record.py
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMES = "int8-channel,int8-g128,int4-g128,int4-g64,int4-g32,int4-channel,int4-g128-asym,int3-g64,bf16,hqq:int4-g64,quanto:int4,bnb:nf4"
+SCHEMES = ",".join(
+    ["int8-channel", "int8-g128", "int4-g128", "int4-g64", "int4-g32", "int4-channel", "int4-g128-asym", "int3-g64"]
+    + ["bf16", "hqq:int4-g64", "quanto:int4", "bnb:nf4"]
+)
 BASELINE = "int4-g128"
 
 

@@ -33,7 +33,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _record import add_save, emit  # benchmarks/_record.py
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,7 +172,7 @@ def _forward_times(schemes: list[str], repeats: int) -> dict:
     ids = torch.randint(0, 49152, (1, 512), generator=torch.Generator().manual_seed(0))
     times = {name: [] for name in roles}
     with torch.inference_mode():
-        for name, m in roles.items():
+        for m in roles.values():
             m(input_ids=ids)  # first call: a library may prepare its kernel
         for _ in range(repeats):
             for name, m in roles.items():

@@ -2,7 +2,8 @@
 of the mix ≤ 0.7 × uniform int4-g128's at no more bits per weight).
 
     python benchmarks/mix.py [--model smollm2-135m] [--by type,block] [--tokens 8192] [--sweep-tokens 2048]
-                             [--schemes int3-g128-asym,int4-g128,int4-g128-asym,int5-g128-asym,int8-channel] [--sweep 3.5:6:0.25]
+                             [--schemes int3-g128-asym,int4-g128,int4-g128-asym,int5-g128-asym,int8-channel]
+                             [--sweep 3.5:6:0.25]
 
 Each --by runs as a fresh `infoeval mix` process (the sensitivity sweep on the --sweep-tokens tokens right after
 the --tokens measured ones, then the solver, then the mix and every uniform scheme on the measured tokens). Prints

@@ -8,9 +8,9 @@ the usual estimator on a shared, noisy machine) on WikiText-2 test with ctx 512 
     evaluation, metrics) — its wall time and peak RSS;
   * "plain":   the same model and windows, 4 plain forward passes per window (full logits, no statistics) —
     the floor that any tool doing reference + 3 variants must pay.
-It prints one JSON object: the ratios compare/plain (targets: wall ≤ 1.10, eval loop ≤ 1.05), tokens/s, and peak RSS at each size
-(target: flat from 8k to 32k tokens). Both measurements come from the same run on the same machine. The eval loop's
-own split (``engine.Clock``) is given against plain too: its forward passes (decoder blocks, heads, dequantizing)
+It prints one JSON object: the ratios compare/plain (targets: wall ≤ 1.10, eval loop ≤ 1.05), tokens/s, and peak RSS at
+each size (target: flat from 8k to 32k tokens). Both measurements come from the same run on the same machine. The eval
+loop's own split (``engine.Clock``) is given against plain too: its forward passes (decoder blocks, heads, dequantizing)
 and its per-position statistics, so a run shows which of the two moved.
 """
 
@@ -32,9 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def child(mode: str, tokens: int, model: str, data_dir: str) -> dict:
     import torch
 
-    from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
     from infoeval.comparison.pipeline import quantize_compare
     from infoeval.input.prepare import Reporter, prepare
+    from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 
     model_settings = ModelSettings(model=model)
     text_settings = TextSettings(dataset="wikitext-2", data_dir=Path(data_dir), max_tokens=tokens)

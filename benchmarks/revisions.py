@@ -107,7 +107,7 @@ def measure(revs: list[str], args, work: Path) -> list[dict]:
             for rev, _, tree in trees:
                 runs[rev].append(_run(tree, args, work / f"{i}-{rev}.json"))
     finally:
-        for rev, sha, tree in trees:
+        for _, sha, tree in trees:
             if sha != "WORK":
                 subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
     out = []

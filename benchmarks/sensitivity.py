@@ -25,9 +25,9 @@ import torch
 from _record import add_save, emit  # benchmarks/_record.py
 
 from infoeval.input.prepare import Reporter, prepare
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.output.results import write_json
 from infoeval.sensitivities import sweep_prepared
-from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
 
 def _args():

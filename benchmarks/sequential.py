@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _record import add_save, emit  # benchmarks/_record.py
 
 ROOT = Path(__file__).resolve().parents[1]

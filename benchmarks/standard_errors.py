@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
 from _record import add_save, emit  # benchmarks/_record.py
 
 from infoeval.measure.stats import iid_se
@@ -95,7 +94,8 @@ def markdown(record: dict) -> str:
     for corpus, c in record["corpora"].items():
         for r in c["rows"]:
             lines.append(
-                f"| {corpus} | {r['variant']} | {r['metric']} | {r['mean']:.4g} | {r['naive']:.3g} | {r['batch']:.3g} | "
+                f"| {corpus} | {r['variant']} | {r['metric']} | {r['mean']:.4g} | {r['naive']:.3g} | "
+                f"{r['batch']:.3g} | "
                 f"{r[f'block{block}']:.3g} | {r[f'batch/block{block}']:.2f} | {r[f'naive/block{block}']:.2f} |"
             )
     return "\n".join(lines)

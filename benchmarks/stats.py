@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-
 from _record import add_save, emit  # benchmarks/_record.py
 
 from infoeval.measure import infotheory as it

@@ -28,8 +28,10 @@ def example(root: Path) -> str:
     fig = rec["figures"]
     front, base = fig["frontier"], fig["verdicts_vs"]
     head = (
-        f"SmolLM2-135M (float32), {fig['variants']} variants on the first {fig['tokens']:,} tokens of python-docs (ctx 512), "
-        f"`--baseline {base}`; {rec['machine'].get('cores')} CPU cores, {rec['date'][:10]}; recorded by `{rec['command']}`."
+        f"SmolLM2-135M (float32), {fig['variants']} variants on the first {fig['tokens']:,} tokens of "
+        "python-docs (ctx 512), "
+        f"`--baseline {base}`; {rec['machine'].get('cores')} CPU cores, {rec['date'][:10]}; recorded by "
+        f"`{rec['command']}`."
     )
     rows = [
         "| variant | bits/weight | mean KL | frontier | " + " | ".join(LABELS.values()) + " |",
@@ -48,13 +50,18 @@ def example(root: Path) -> str:
         )
     ref, plain, paired, cal = fig["reference"], fig["plain"], fig["paired"], fig["calibration"]
     notes = [
-        f"Peak RSS: the reference alone (compress-bits) {ref['peak_rss_mib']:,} MiB; the {fig['variants']} variants {plain['peak_rss_mib']:,} MiB, "
-        f"{fig['growth_over_reference_mib']:,} MiB more, against {fig['stored_mib']:,} MiB of stored variants ({fig['growth_over_stored']}×; the rest is "
-        f"mostly the window's working set: each variant's logits of a 512-token window are 100 MB in float32); with `--baseline` "
+        f"Peak RSS: the reference alone (compress-bits) {ref['peak_rss_mib']:,} MiB; the {fig['variants']} "
+        f"variants {plain['peak_rss_mib']:,} MiB, "
+        f"{fig['growth_over_reference_mib']:,} MiB more, against {fig['stored_mib']:,} MiB of stored variants "
+        f"({fig['growth_over_stored']}×; the rest is "
+        "mostly the window's working set: each variant's logits of a 512-token window are 100 MB in float32); "
+        "with `--baseline` "
         f"{paired['peak_rss_mib']:,} MiB (one run each). "
-        f"Wall time {plain['wall_s']} s without `--baseline`, {paired['wall_s']} s with it; the verdicts themselves took {fig['paired_s']} s "
+        f"Wall time {plain['wall_s']} s without `--baseline`, {paired['wall_s']} s with it; the verdicts "
+        f"themselves took {fig['paired_s']} s "
         f"({100 * fig['paired_share_of_run']:.1f} % of the run).",
-        f"Calibration: on {cal['trials']:,} seeded pairs of synthetic variants of equal expected KL built from real windows, "
+        f"Calibration: on {cal['trials']:,} seeded pairs of synthetic variants of equal expected KL built from "
+        "real windows, "
         f"{cal['false_verdicts']} false verdicts ({100 * cal['false_rate']:.1f} %) at α = {cal['alpha']}.",
     ]
     return "\n".join([BEGIN, "", head, "", *rows, "", *(n + "\n" for n in notes), END])

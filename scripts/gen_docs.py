@@ -15,7 +15,8 @@ What is read:
     types do not say enough (what a field means; the keys every row of a list carries);
   * the performance page renders the benchmark records ``benchmarks/results/*.json`` (``scripts/performance_page.py``);
   * the measured part of docs/methods.md renders ``benchmarks/results/methods.json`` (``scripts/methods_table.py``);
-  * the worked example of docs/compare.md renders ``benchmarks/results/many_variants.json`` (``scripts/compare_example.py``);
+  * the worked example of docs/compare.md renders ``benchmarks/results/many_variants.json``
+  (``scripts/compare_example.py``);
   * the shipped checkpoints' tables of docs/gates.md and docs/methods.md render ``benchmarks/results/checkpoints.json``
     (``scripts/checkpoints_table.py``).
 
@@ -212,9 +213,10 @@ Conventions. Logarithms are natural (nats) unless a unit says bits; bits = nats 
 and over the whole vocabulary. Standard errors (`*_se`) of means over positions are batch means over ⌊√n⌋
 consecutive blocks of ⌊√n⌋ positions in text order (`infoeval/measure/stats.py`: `se`, `mean_se`), which allow for
 the correlation of neighbouring positions (see [the metrics page](../metrics.md)); the `llamacpp_*` SEs and
-`same_top_se` are llama.cpp's own sd/√n, and mutual-info's are sd/√blocks over its disjoint blocks. Paired SEs (Δ ln PPL, the bits/byte difference) are the SE of the per-position differences; the SE of
-PPL uses the delta method (PPL · SE of mean NLL); an SE is empty (NaN, `null` in JSON) for fewer than two
-positions. Quantiles interpolate linearly between order statistics (NumPy's default). Direction: *lower* or
+`same_top_se` are llama.cpp's own sd/√n, and mutual-info's are sd/√blocks over its disjoint blocks. Paired SEs (Δ ln
+PPL, the bits/byte difference) are the SE of the per-position differences; the SE of PPL uses the delta method (PPL · SE
+of mean NLL); an SE is empty (NaN, `null` in JSON) for fewer than two positions. Quantiles interpolate linearly between
+order statistics (NumPy's default). Direction: *lower* or
 *higher* is better; — means the number describes rather than judges (a count, an SE, an entropy)."""
 
 
@@ -318,7 +320,8 @@ def render_metrics() -> str:
 # ---- result schemas: from the dataclasses' type hints ----------------------------------------------------
 def result_types() -> dict[str, type]:
     """Every command that writes a result JSON (``--json``) → its result dataclass (a ``Result``)."""
-    from infoeval.codec.pipeline import CompressResult as CodecCompress, DecompressResult
+    from infoeval.codec.pipeline import CompressResult as CodecCompress
+    from infoeval.codec.pipeline import DecompressResult
     from infoeval.comparison.pipeline import CompareResult, CompressResult
     from infoeval.gating.records import GateResult
     from infoeval.klfit.fit import KLFitResult
@@ -350,14 +353,16 @@ def result_types() -> dict[str, type]:
 # Commands that write no result JSON, and why (the schema page says so).
 NO_RESULT_JSON = {
     "reference": "writes the reference file (safetensors; its metadata carries the provenance) and prints a summary",
-    "quantize": "writes a checkpoint folder whose `infoeval-quantization.json` holds the per-layer report and provenance",
+    "quantize": "writes a checkpoint folder whose `infoeval-quantization.json` holds the per-layer report and "
+    "provenance",
 }
 
 _COMMON_NOTES = {
     "schema": "name and version of the layout, `infoeval/<command>/<version>`",
     "provenance": "where the result comes from: command line, time, model, text, protocol, dtype, device, versions",
     "timings": "seconds per stage (`load_s`, `tokenize_s`, `eval_s`, ...)",
-    "metric_definitions": "unit, direction and description of each metric the result reports (see the metrics reference)",
+    "metric_definitions": "unit, direction and description of each metric the result reports (see the metrics "
+    "reference)",
     "standard_errors": "how the result's standard errors were made: the estimator, its blocks, the small-sample rule, "
     "which keys keep llama.cpp's own (see the metrics page)",
 }
@@ -366,15 +371,20 @@ FIELD_NOTES: dict[str, dict[str, str]] = {
     "quantize-compare": {
         "reference": "the reference model's metrics (metric name → value)",
         "variants": "one entry per quantized variant: its name, metrics and quantization report",
-        "protocol_metrics": "lm-eval's or GPTQ's own figures per model (`null` for the rolling and llama.cpp protocols)",
-        "until_se": "`--until-se` only: the target SE, whether it was reached, the SEs at the stop, windows and tokens used of the budget",
-        "floor": "the noise floor (absent with `--floor off`): its definition, mode, seed, windows, metrics (mean KL ± SE, P99, top-1 disagreement) and each variant against it (x_floor, floor_diff ± SE, at_floor); docs/metrics.md, Resolution",
+        "protocol_metrics": "lm-eval's or GPTQ's own figures per model (`null` for the rolling and llama.cpp "
+        "protocols)",
+        "until_se": "`--until-se` only: the target SE, whether it was reached, the SEs at the stop, windows "
+        "and tokens used of the budget",
+        "floor": "the noise floor (absent with `--floor off`): its definition, mode, seed, windows, metrics "
+        "(mean KL ± SE, P99, top-1 disagreement) and each variant against it (x_floor, floor_diff ± SE, "
+        "at_floor); docs/metrics.md, Resolution",
     },
     "compress-bits": {
         "reference": "the model's metrics on the text (total bits, bits/token, bits/byte, ...)",
         "compressors": "one row per compressor on the same bytes (gzip, bz2, xz, zstd, ...): bits and bits/byte",
         "model_over_xz": "the model's total bits / xz's (`null` without xz)",
-        "until_se": "`--until-se` only: the target SE, whether it was reached, the SEs at the stop, windows and tokens used of the budget",
+        "until_se": "`--until-se` only: the target SE, whether it was reached, the SEs at the stop, windows "
+        "and tokens used of the budget",
         "protocol_metrics": "lm-eval's or GPTQ's own figures (`null` for rolling and llama.cpp)",
     },
     "gate": {
@@ -384,7 +394,8 @@ FIELD_NOTES: dict[str, dict[str, str]] = {
         "metrics": "the candidate's metrics against the reference file (metric name → value)",
         "reference": "the reference's own metrics, from the reference file",
         "candidate": "what was gated: its spec, scheme, model and quantization report",
-        "sequential": "`gate --sequential` only: the decision, the stopping window, tokens used of the budget, the saving, "
+        "sequential": "`gate --sequential` only: the decision, the stopping window, tokens used of the budget, "
+        "the saving, "
         "α on each side, the visiting order, and per limit its window stream and confidence-sequence bounds",
     },
     "spec-accept": {
@@ -480,7 +491,8 @@ _PROVENANCE_NOTES = {
     "command": "the command that wrote the result",
     "argv": "the command line as typed",
     "created": "when, ISO 8601 in UTC",
-    "versions": "package versions: `infoeval` (this package), `python`, torch, transformers, ... (`null`: not installed)",
+    "versions": "package versions: `infoeval` (this package), `python`, torch, transformers, ... (`null`: not "
+    "installed)",
     "torch_threads": "torch's intra-op thread count (per rank)",
     "model": "the model: spec, file hash or revision, dtype, device, ...",
     "text": "the text: source, sha256, bytes, tokens",
@@ -574,7 +586,7 @@ def provenance_schema(command: str) -> dict:
         optional = type(None) in typing.get_args(tp)
         s = type_schema(tp)
         if optional:  # to_json leaves None out: present means not null
-            s = type_schema(typing.Union[tuple(a for a in typing.get_args(tp) if a is not type(None))])
+            s = type_schema(typing.Union[tuple(a for a in typing.get_args(tp) if a is not type(None))])  # noqa: UP007
         else:
             required.append(f.name)
         props[f.name] = {"description": _PROVENANCE_NOTES[f.name], **s} if f.name in _PROVENANCE_NOTES else s
@@ -691,7 +703,8 @@ def render_schemas(all_schemas: Mapping[str, dict]) -> str:
         "from infoeval import schemas",
         "",
         'schemas.load("gate")        # the schema as a dict',
-        'schemas.validate(data)       # raises jsonschema.ValidationError (needs jsonschema); the command is read from data["schema"]',
+        "schemas.validate(data)       # raises jsonschema.ValidationError (needs jsonschema); the command is "
+        'read from data["schema"]',
         "```",
         "",
         "The top level is closed (no other keys); nested objects are open, since their keys depend on the "

@@ -20,14 +20,17 @@ def _f(x, digits: int = 3) -> str:
 def _rows(fig: dict) -> list[str]:
     schemes, forward, rss = fig["compare"]["schemes"], fig.get("forward", {}), fig.get("peak_rss_mb", {})
     out = [
-        "| scheme | library | bits/weight | mean KL ± SE | KL P99 | top-1 | Δ ln PPL ± SE | quantize s | forward ratio | peak RSS MiB |",
+        "| scheme | library | bits/weight | mean KL ± SE | KL P99 | top-1 | Δ ln PPL ± SE | quantize s | "
+        "forward ratio | peak RSS MiB |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, s in schemes.items():
         quantize = s.get("tune_s", s.get("quantize_s"))
         out.append(
-            f"| `{name}` | {s.get('library') or 'infoeval'} | {_f(s['bits_per_weight'], 2)} | {_f(s['kl_mean'], 4)} ± {_f(s['kl_se'], 4)} | "
-            f"{_f(s['kl_p99'])} | {100 * s['top1']:.1f} % | {_f(s['ln_ppl_ratio'], 4)} ± {_f(s['ln_ppl_ratio_se'], 4)} | "
+            f"| `{name}` | {s.get('library') or 'infoeval'} | {_f(s['bits_per_weight'], 2)} | "
+            f"{_f(s['kl_mean'], 4)} ± {_f(s['kl_se'], 4)} | "
+            f"{_f(s['kl_p99'])} | {100 * s['top1']:.1f} % | {_f(s['ln_ppl_ratio'], 4)} ± "
+            f"{_f(s['ln_ppl_ratio_se'], 4)} | "
             f"{_f(quantize, 1)} | {_f(forward.get(name, {}).get('ratio'), 2)} | {_f(rss.get(name), 0)} |"
         )
     return out
@@ -38,9 +41,11 @@ def _calibrated(fig: dict) -> list[str]:
     for c in fig.get("calibrated", []):
         cal = fig["compare"]["schemes"][c["scheme"]]["calibration"]
         out.append(
-            f"`{c['scheme']}` against `{c['versus']}` on the same held-out positions: mean KL ratio **{c['kl_ratio']:.3f}**, "
+            f"`{c['scheme']}` against `{c['versus']}` on the same held-out positions: mean KL ratio "
+            f"**{c['kl_ratio']:.3f}**, "
             f"paired difference {c['kl_diff']:+.4f} ± {c['kl_diff_se']:.4f} nats (batch-means SE); calibration "
-            f"{cal['samples']} chunks × {cal['seqlen']} tokens of {cal['source']} after its first {cal['offset_bytes']:,} bytes "
+            f"{cal['samples']} chunks × {cal['seqlen']} tokens of {cal['source']} after its first "
+            f"{cal['offset_bytes']:,} bytes "
             f"(seed {cal['seed']}), tuned in {c['tune_s']:.0f} s on this machine."
         )
     return out
@@ -51,9 +56,12 @@ def measured(root: Path) -> str:
     rec = json.loads((root / RECORD).read_text(encoding="utf-8"))
     fig = rec["figures"]
     head = (
-        f"SmolLM2-135M (float32), the first {fig['compare']['tokens']:,} tokens of the python-docs text, windows of 512, "
-        f"reference PPL {fig['compare']['reference_ppl']:.3f}; {rec['machine'].get('cores')} CPU cores, {rec['date'][:10]}. "
-        "Quantize seconds are the library's (AutoRound: its tuning); the forward ratio is one 512-token pass against the "
+        f"SmolLM2-135M (float32), the first {fig['compare']['tokens']:,} tokens of the python-docs text, "
+        "windows of 512, "
+        f"reference PPL {fig['compare']['reference_ppl']:.3f}; {rec['machine'].get('cores')} CPU cores, "
+        f"{rec['date'][:10]}. "
+        "Quantize seconds are the library's (AutoRound: its tuning); the forward ratio is one 512-token pass "
+        "against the "
         "reference's; peak RSS is the scheme alone in a fresh process (AutoRound's with one tuning iteration). "
         f"Recorded by `{rec['command']}`."
     )

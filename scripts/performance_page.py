@@ -70,10 +70,13 @@ INTROS = {
     ),
     "many_variants": (
         "Twelve variants of SmolLM2-135M against one reference (infoeval's rounding at 8, 4 and 3 bits, bfloat16, hqq, "
-        "quanto, bitsandbytes) on 8,192 python-docs tokens, each a fresh process: peak RSS against the reference alone and "
+        "quanto, bitsandbytes) on 8,192 python-docs tokens, each a fresh process: peak RSS against the "
+        "reference alone and "
         "against the variants' stored bytes, wall time with and without `--baseline int4-g128` and the verdicts' own "
-        "seconds (target: under 5 % of the run), the frontier, the verdicts, and their calibration on 1,000 seeded pairs "
-        "of equal expected KL (see [Comparing variants](compare.md#choosing-between-variants-the-frontier-and-baseline))."
+        "seconds (target: under 5 % of the run), the frontier, the verdicts, and their calibration on 1,000 "
+        "seeded pairs "
+        "of equal expected KL (see [Comparing "
+        "variants](compare.md#choosing-between-variants-the-frontier-and-baseline))."
     ),
     "gpu": (
         "The GPU record, made by `scripts/gpu_check.sh` on a machine with CUDA (see [On a GPU](gpu.md)): "
@@ -130,7 +133,8 @@ INTROS = {
     "mechanisms": (
         "What each performance mechanism saves, measured by switching it off (`INFOEVAL_OFF`, `infoeval/switches.py`) "
         "in whole processes of the commands it serves: the default `quantize-compare` (heap, shared_batches; "
-        "ahead and logits_pool, since removed), `sensitivity --by block` (blocks) and a 2-rank torchrun `quantize-compare` (rank_share, since removed); "
+        "ahead and logits_pool, since removed), `sensitivity --by block` (blocks) and a 2-rank torchrun "
+        "`quantize-compare` (rank_share, since removed); "
         "all on and each off in rotation, repeated, medians and spread of the wall time and peak RSS, the numbers "
         "printed checked equal. Rule (issue 53): a mechanism is kept where it saves at least 5 % of its command's wall "
         "time or 10 % of its peak memory."
@@ -144,7 +148,8 @@ INTROS = {
         "or the design notes say what the difference buys."
     ),
     "checkpoints": (
-        "Shipped checkpoints (see [Gates](gates.md#shipped-checkpoints) and [Methods](methods.md#fake-quantization-against-the-kernel)): "
+        "Shipped checkpoints (see [Gates](gates.md#shipped-checkpoints) and "
+        "[Methods](methods.md#fake-quantization-against-the-kernel)): "
         "each library's saved folder of SmolLM2 (and GGUF files of its blocks) gated in a fresh process against a "
         "4,096-token python-docs reference (exit code, mean KL ± SE, stored bits per weight, load seconds, wall, peak "
         "RSS) beside the same method in process; and fake quantization against the kernel: KL(reference ‖ fake), "

@@ -58,7 +58,8 @@ def _sequential(f: dict):
     share, windows = good["sequential"]["tokens_share"], bad["sequential"]["windows_evaluated"]
     met = share <= 0.30 and good["wall_ratio"] <= 0.4 and windows <= 2 and bad["wall_ratio"] <= 0.15
     return (
-        f"int8: {_pct(share)} of tokens, {_ratio(good['wall_ratio'])} wall; int4-channel: {windows} window(s), {_ratio(bad['wall_ratio'])}",
+        f"int8: {_pct(share)} of tokens, {_ratio(good['wall_ratio'])} wall; int4-channel: {windows} window(s), "
+        f"{_ratio(bad['wall_ratio'])}",
         met,
     )
 

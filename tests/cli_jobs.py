@@ -54,7 +54,7 @@ class JobPool:
     def result(self, name: str):
         return self.future(name).result()
 
-    def lazy(self, name: str) -> "LazyJob":
+    def lazy(self, name: str) -> LazyJob:
         """A handle whose ``result()`` waits for the job, starting it first if it has not been started."""
         assert name in self._names, f"no job named {name!r}"
         return LazyJob(self, name)

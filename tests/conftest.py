@@ -24,8 +24,8 @@ from tiny_models import (  # noqa: E402
     build_tiny_qwen3,
     requires_cuda,
     requires_smollm2,
-    tiny_text as _tiny_text,
 )
+from tiny_models import tiny_text as _tiny_text  # noqa: E402
 
 __all__ = ["requires_cuda", "requires_smollm2"]
 

@@ -1,10 +1,10 @@
 """Every command run on fixed small settings, and the numbers it reports, for the golden comparison.
 
 ``run_all(folder)`` builds the tiny models and a text inside ``folder``, runs each command through the command
-line (``infoeval.cli.main``, in this process: ``cli_run.py``; the CLI calls the Python API) and returns ``{run name: JSON-like record}``. A record is the command's
-result JSON, plus digests of the files a command writes instead (reference file tensors, checkpoints) and the
-per-position CSV of one run. ``tests/golden/*.json`` holds the records saved before a refactor;
-``test_golden.py`` compares a fresh run with them number by number (see ``compare``).
+line (``infoeval.cli.main``, in this process: ``cli_run.py``; the CLI calls the Python API) and returns ``{run name:
+JSON-like record}``. A record is the command's result JSON, plus digests of the files a command writes instead
+(reference file tensors, checkpoints) and the per-position CSV of one run. ``tests/golden/*.json`` holds the records
+saved before a refactor; ``test_golden.py`` compares a fresh run with them number by number (see ``compare``).
 
 Regenerate (only when a number is meant to change, and say why in the commit):
     python tests/golden_runs.py tests/golden            # tiny models

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from golden_runs import compare
 from tiny_models import as_json, tiny_text

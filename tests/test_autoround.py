@@ -9,8 +9,8 @@ import json
 
 import numpy as np
 import pytest
-from cli_run import run_cli
 import torch
+from cli_run import run_cli
 
 from infoeval.errors import UsageError
 from infoeval.input.settings import CalibrationSettings
@@ -159,9 +159,8 @@ def test_bad_autoround_specs(text):
 def _direct(model_dir, samples: torch.Tensor, tmp_path, **settings):
     """AutoRound as its README calls it, on a fresh model, exported and loaded with its kernels."""
     from auto_round import AutoRound
-    from transformers import AutoModelForCausalLM, AutoRoundConfig, AutoTokenizer
-
     from torch._tensor_str import PRINT_OPTS
+    from transformers import AutoModelForCausalLM, AutoRoundConfig, AutoTokenizer
 
     printing = {k: getattr(PRINT_OPTS, k) for k in ("precision", "threshold", "edgeitems", "linewidth", "sci_mode")}
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)

@@ -19,14 +19,14 @@ import pandas as pd
 import pytest
 import torch
 import zstandard
-from safetensors.torch import load_file
-
 from cli_jobs import JobPool, declared_jobs
 from cli_run import run_cli
+from safetensors.torch import load_file
+
 from infoeval import __version__
+from infoeval.comparison.frames import CSV_COLUMNS
 from infoeval.quant.primitives import fake_quantize
 from infoeval.quant.schemes import parse_scheme
-from infoeval.comparison.frames import CSV_COLUMNS
 
 SCHEMES = ["int8-channel", "int4-g32"]
 CTX = 64

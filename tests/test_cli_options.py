@@ -98,12 +98,14 @@ def test_compress_frame_ratios():
 
 
 def test_option_types_of_api_keywords():
-    from typing import Optional, Sequence
+    from collections.abc import Sequence
+    from typing import Optional
 
     from infoeval.cli.signatures import typer_type
 
     assert typer_type(int) is int and typer_type(str | Sequence[float]) is str
-    assert typer_type(int | None) == Optional[int] and typer_type(str | Sequence[str] | None) == Optional[str]
+    assert typer_type(int | None) == Optional[int]  # noqa: UP045  (the typing form Typer reads)
+    assert typer_type(str | Sequence[str] | None) == Optional[str]  # noqa: UP045
 
 
 def test_options_taken_from_the_api_keep_its_defaults_and_order():

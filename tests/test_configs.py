@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import re
 import shlex
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import typer
 
 from infoeval.cli import app
 from infoeval.gating.limits import limits_from
 from infoeval.input.settings import max_tokens_of
-from infoeval.quant.schemes import parse_schemes
 from infoeval.input.text import DATASETS
+from infoeval.quant.schemes import parse_schemes
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"

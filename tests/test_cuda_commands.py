@@ -90,7 +90,8 @@ def test_spec_accept_and_spec_decode_on_the_gpu(tiny_llama_dir, text):
     kw = dict(text=text, ctx=64, max_tokens=256, dtype="float32", draft_layers=1, temperature=(0.5, 1))
     cpu, gpu = (infoeval.spec_accept(str(tiny_llama_dir), device=d, **kw).to_json() for d in ("cpu", GPU))
     assert close(numbers(gpu), numbers(cpu), RTOL, ATOL) == []
-    # a draft of every layer is the target itself: it proposes what the target would, so (almost) every token is accepted
+    # a draft of every layer is the target itself: it proposes what the target would, so (almost) every token is
+    # accepted
     decoded = infoeval.spec_decode(
         str(tiny_llama_dir), draft_layers=2, max_new_tokens=24, device=GPU, dtype="float32"
     ).to_json()

@@ -7,10 +7,10 @@ import math
 
 import pytest
 import torch
-
 from tiny_models import as_json
-from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+
 from infoeval.errors import UsageError
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.models import load_model
 from infoeval.speculative import distill as dmod
 from infoeval.speculative.drafts import DraftSettings

@@ -10,15 +10,15 @@ import pytest
 import torch
 
 from infoeval import engine
-from infoeval.engine import roles
 from infoeval.comparison import pipeline as compare_pipeline
+from infoeval.engine import roles
+from infoeval.engine.roles import linears_row_by_row
 from infoeval.errors import RuntimeFailure
+from infoeval.input.tokens import TokenStream
+from infoeval.input.windows import Window, llamacpp_windows, rolling_windows
 from infoeval.models import load_model
 from infoeval.quant import apply
 from infoeval.quant.schemes import parse_scheme
-from infoeval.engine.roles import linears_row_by_row
-from infoeval.input.tokens import TokenStream
-from infoeval.input.windows import Window, llamacpp_windows, rolling_windows
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CPU = torch.device("cpu")

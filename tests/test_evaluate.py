@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 import torch
 import zstandard
-
 from tiny_models import as_json
+
 from infoeval.comparison import pipeline as compare_pipeline
-from infoeval.input import prepare as runs
 from infoeval.comparison.compressors import COMPRESSORS, compress_all
-from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.comparison.pipeline import REF_COLUMNS, VARIANT_COLUMNS, run_lockstep
+from infoeval.input import prepare as runs
+from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.models import load_model
 from infoeval.quant.apply import fake_quantize_, quantize_variant
 from infoeval.quant.schemes import parse_scheme
@@ -345,7 +345,8 @@ from test_standard_errors import _brute_window_batches, brute_se  # noqa: E402  
 
 
 def _batch_se(x, windows):
-    """The SE of a mean over positions: batch means over whole windows, written out with loops in test_standard_errors."""
+    """The SE of a mean over positions: batch means over whole windows, written out with loops in
+    test_standard_errors."""
     return brute_se(x.tolist(), windows.tolist())
 
 

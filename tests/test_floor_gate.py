@@ -6,8 +6,8 @@ its own, beside which the reference's model is loaded); a limit below it fails c
 from __future__ import annotations
 
 import pytest
-
 from tiny_models import as_json, tiny_reference
+
 from infoeval.gating.limits import floor_line, parse_limits
 from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
 from infoeval.gating.sequential_gate import SequentialSettings, run_sequential_gate

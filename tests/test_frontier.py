@@ -16,7 +16,7 @@ from infoeval.measure.frontier import frontier_block, pareto
 def _brute(points: dict) -> set[str]:
     """Every name that no other point dominates, by comparing every pair."""
     out = set(points)
-    for (a, (xa, ya)), (b, (xb, yb)) in itertools.permutations(points.items(), 2):
+    for (a, (xa, ya)), (_b, (xb, yb)) in itertools.permutations(points.items(), 2):
         if xb <= xa and yb <= ya and (xb, yb) != (xa, ya):
             out.discard(a)
     return out
@@ -37,11 +37,13 @@ def test_nan_and_ties():
 
 
 def test_the_block_leaves_out_variants_without_bits():
-    v = lambda name, bits, kl: {
-        "name": name,
-        "metrics": {"kl_mean": kl, "kl_p999": 10 * kl},
-        "quantization": {"bits_per_weight": bits},
-    }  # noqa: E731
+    def v(name, bits, kl):
+        return {
+            "name": name,
+            "metrics": {"kl_mean": kl, "kl_p999": 10 * kl},
+            "quantization": {"bits_per_weight": bits},
+        }  # noqa: E731
+
     block = frontier_block([v("a", 4.5, 0.02), v("b", 4.25, 0.03), v("c", 4.25, 0.04), v("qat", None, 0.001)])
     assert block["kl_mean"] == ["b", "a"] and block["kl_p999"] == ["b", "a"] and block["without_bits"] == ["qat"]
     assert frontier_block([v("a", 4.5, 0.02), v("qat", None, 0.001)]) is None  # fewer than two with bits

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import math
-import tomllib
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from infoeval.errors import UsageError
-from infoeval.gating.limits import DEFAULT_LIMITS, compare_baseline, judge, parse_limits
 from infoeval.gating.ci_report import junit_xml, markdown
+from infoeval.gating.limits import DEFAULT_LIMITS, compare_baseline, judge, parse_limits
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = {

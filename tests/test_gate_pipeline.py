@@ -8,15 +8,15 @@ import os
 import xml.etree.ElementTree as ET
 
 import pytest
-from cli_run import run_cli
 import torch
-
+from cli_run import run_cli
 from tiny_models import as_json
-from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+
 from infoeval.errors import DataError, UsageError
 from infoeval.gating.limits import parse_limits
-from infoeval.gating.reference_file import read_reference
 from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
+from infoeval.gating.reference_file import read_reference
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.quant.apply import fake_quantize_
 from infoeval.quant.schemes import parse_scheme
 

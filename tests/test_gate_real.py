@@ -8,17 +8,17 @@ mean on this model, whose mass outside the top 64 tokens averages ~16 %: see REA
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import pytest
-
-from infoeval.comparison import pipeline as compare_pipeline
-from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.gating.limits import parse_limits
-from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
+import tomllib
 from machine import fingerprint
 from tiny_models import as_json, requires_smollm2
+
+from infoeval.comparison import pipeline as compare_pipeline
+from infoeval.gating.limits import parse_limits
+from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
+from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 
 pytestmark = [pytest.mark.slow, requires_smollm2]
 

@@ -18,18 +18,17 @@ from cli_run import run_cli
 from tiny_models import as_json
 
 from infoeval.errors import UsageError
+from infoeval.gating.ci_report import junit_xml, markdown
 from infoeval.gating.limit_streams import QUANTILES, Plan, limit_stream, window_columns
 from infoeval.gating.limits import parse_limits
 from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
-from infoeval.gating.ci_report import junit_xml, markdown
 from infoeval.gating.report import gate_table
 from infoeval.gating.sequential_gate import SequentialSettings, run_sequential_gate
-from infoeval.input.settings import WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure import stopping as st
-from infoeval.measure.llamacpp_stats import delta_p
 from infoeval.measure.column_metrics import variant_metrics
+from infoeval.measure.llamacpp_stats import delta_p
 from infoeval.measure.sequential import FAIL, PASS
-from infoeval.input.settings import ModelSettings, TextSettings
 
 ENV = {k: v for k, v in os.environ.items() if k not in ("INFOEVAL_DEBUG", "WORLD_SIZE", "RANK", "LOCAL_RANK")}
 

@@ -14,13 +14,13 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 import typing
 from importlib import resources
 from pathlib import Path
 
 import jsonschema
 import pytest
+import tomllib
 from cli_run import run_cli
 
 import infoeval
@@ -342,8 +342,8 @@ def test_the_methods_table_is_the_benchmark_record(tmp_path):
     assert [r.split("`")[1] for r in rows] == list(rec["figures"]["compare"]["schemes"])
     for row, s in zip(rows, rec["figures"]["compare"]["schemes"].values()):
         assert (
-            f"| {s['bits_per_weight']:.2f} | {s['kl_mean']:.4f} ± {s['kl_se']:.4f} | {s['kl_p99']:.3f} | {100 * s['top1']:.1f} % |"
-            in row
+            f"| {s['bits_per_weight']:.2f} | {s['kl_mean']:.4f} ± {s['kl_se']:.4f} | {s['kl_p99']:.3f} | "
+            f"{100 * s['top1']:.1f} % |" in row
         )
     for c in rec["figures"].get("calibrated", []):
         assert f"mean KL ratio **{c['kl_ratio']:.3f}**" in page

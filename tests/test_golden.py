@@ -18,7 +18,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from golden_runs import ENV, compare, run_all
 from machine import fingerprint
 from tiny_models import requires_smollm2

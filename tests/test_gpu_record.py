@@ -19,9 +19,12 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="4">
 <testcase classname="tests.test_cuda" name="test_a" time="0.1"/>
-<testcase classname="tests.test_cuda_commands" name="test_b[x]" time="0.1"><skipped message="needs two GPUs">detail</skipped></testcase>
-<testcase classname="tests.test_cuda_commands" name="test_c" time="0.1"><failure message="assert 1 == 2&#10;more">trace</failure></testcase>
-<testcase classname="tests.test_cuda_torchrun" name="test_d" time="0.1"><error message="fixture broke">trace</error></testcase>
+<testcase classname="tests.test_cuda_commands" name="test_b[x]" time="0.1">
+<skipped message="needs two GPUs">detail</skipped></testcase>
+<testcase classname="tests.test_cuda_commands" name="test_c" time="0.1">
+<failure message="assert 1 == 2&#10;more">trace</failure></testcase>
+<testcase classname="tests.test_cuda_torchrun" name="test_d" time="0.1">
+<error message="fixture broke">trace</error></testcase>
 </testsuite></testsuites>"""
 
 

@@ -12,10 +12,10 @@ import pytest
 from cli_run import run_cli
 
 from infoeval.measure import llamacpp_stats as ls
-from infoeval.output.llamacpp_report import block_lines
 from infoeval.measure.column_metrics import variant_metrics
 from infoeval.measure.metrics import METRICS
 from infoeval.measure.stats import mean_cov
+from infoeval.output.llamacpp_report import block_lines
 
 FRACTIONS = [f for _, _, f in ls.DP_PERCENTILES]
 

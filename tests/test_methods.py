@@ -9,8 +9,8 @@ import importlib.util
 import json
 
 import pytest
-from cli_run import run_cli
 import torch
+from cli_run import run_cli
 
 from infoeval.errors import UsageError
 from infoeval.quant.methods import BACKENDS, is_method, parse_method, split_schemes
@@ -291,7 +291,8 @@ def test_torchao_variant_is_the_library_on_a_fresh_copy(model, spec):
     ],
 )
 def test_torchao_bits_are_what_it_stores(model, spec, code_bits, group, zero):
-    """torchao keeps int1–7 codes unpacked (an int8 each); integer codes have a float32 scale and an int8 zero point (0 when symmetric) per group."""
+    """torchao keeps int1–7 codes unpacked (an int8 each); integer codes have a float32 scale and an int8 zero point (0
+    when symmetric) per group."""
     variant = build_method_variant(model, parse_method(f"torchao:{spec}"))
     quantized = [x.report.shape for x in variant.layers if x.report.quantized]
     params = sum(o * i for o, i in quantized)
@@ -355,7 +356,8 @@ def test_bnb_variant_is_the_library_on_a_fresh_copy(model, spec):
         if lin.bias is not None:
             q.bias = torch.nn.Parameter(lin.bias.data, requires_grad=False)
         setattr(fresh.get_submodule(parent), child, q.to("cpu"))
-    fresh.eval()  # as from_pretrained leaves a model (bitsandbytes repacks 4-bit weights for its CPU kernel in eval mode)
+    # as from_pretrained leaves a model (bitsandbytes repacks 4-bit weights for its CPU kernel in eval mode)
+    fresh.eval()
     assert torch.equal(_logits(variant.model, ids), _logits(fresh, ids))
     assert not torch.equal(_logits(variant.model, ids), before)
 

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from infoeval.errors import UsageError
+from infoeval.input.windows import rolling_windows
 from infoeval.mixing import solve as solver
 from infoeval.mixing.problem import Problem, Unit, build_problem, parse_budget, parse_sweep, split_windows
 from infoeval.quant.bits import layer_bits
 from infoeval.quant.schemes import parse_scheme
-from infoeval.input.windows import rolling_windows
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -152,8 +152,8 @@ def test_split_windows_is_disjoint():
 # ------------------------------------------------------------------------------------------ the pipeline
 @pytest.fixture(scope="module")
 def mixed(tiny_llama_dir, tmp_path_factory):
-    from infoeval.mixing.pipeline import MixSettings, mix
     from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+    from infoeval.mixing.pipeline import MixSettings, mix
 
     settings = (ModelSettings(str(tiny_llama_dir), device="cpu"), TextSettings(max_tokens=512), WindowSettings(ctx=128))
     mix_settings = MixSettings(
@@ -187,7 +187,7 @@ def test_mix_rows_are_consistent(mixed):
     _, _, data, _, _, _ = mixed
     schemes = data["settings"]["schemes"]
     rows = {r["name"]: r for r in data["measured"]}
-    for k, s in enumerate(schemes):  # predicted for a uniform scheme = Σ of its units' own KLs
+    for _k, s in enumerate(schemes):  # predicted for a uniform scheme = Σ of its units' own KLs
         assert rows[s]["predicted_kl"] == pytest.approx(
             sum(u["schemes"][s]["kl_mean"] for u in data["units"]), rel=1e-12
         )

@@ -14,9 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from tiny_models import as_json, requires_smollm2
 
-from infoeval.input.settings import ModelSettings, TextSettings
 from infoeval.errors import DataError, UsageError
+from infoeval.input.settings import ModelSettings, TextSettings
 from infoeval.models import load_model
 from infoeval.mutual_information.estimator import (
     blocks_per_length,
@@ -29,7 +30,6 @@ from infoeval.mutual_information.estimator import (
     summarize,
 )
 from infoeval.mutual_information.pipeline import MISettings, check_settings, run_mutual_info
-from tiny_models import as_json, requires_smollm2
 
 NEG = -1e4  # a logit that makes a token's probability exp(−1e4) = 0 in float32
 

@@ -23,8 +23,8 @@ import torch
 from infoeval.models import load_model
 from infoeval.quant.apply import (
     QuantizedVariant,
-    build_variants,
     WithVariant,
+    build_variants,
     dequant_buffers,
     fake_quantize_,
     quantize_variant,
@@ -346,7 +346,7 @@ def test_grad_mode_dequantizes_into_fresh_tensors():
     ptrs = {ws[0].untyped_storage().data_ptr() for ws in seen.values()}
     assert len(ptrs) == 3  # three fresh tensors
     ref = copy.deepcopy(model)
-    for n, m in ref.named_modules():
+    for _n, m in ref.named_modules():
         if isinstance(m, torch.nn.Linear):
             m.weight = torch.nn.Parameter(fake_quantize(m.weight, variant.scheme), requires_grad=False)
     x2 = x.detach().clone().requires_grad_(True)

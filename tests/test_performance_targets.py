@@ -41,7 +41,9 @@ def test_a_missing_record_and_a_missing_figure_say_so():
 
 
 def test_a_removal_is_met_only_when_its_numbers_are_equal():
-    rev = lambda wall, same: {"label": "x removed", "wall_vs_previous": wall, "numbers_equal_previous": same}  # noqa: E731
+    def rev(wall, same):
+        return {"label": "x removed", "wall_vs_previous": wall, "numbers_equal_previous": same}
+
     figures = {"revisions": [{"label": "base"}, rev(1.01, True), rev(0.99, True)]}
     assert targets._removals(figures)[1] is True
     figures["revisions"][2] = rev(0.99, False)

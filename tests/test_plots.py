@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from cli_run import run_cli
 
-from infoeval.output import plots
 from infoeval.errors import UsageError
+from infoeval.output import plots
 
 ENV = {k: v for k, v in os.environ.items() if k != "INFOEVAL_DEBUG"}
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from infoeval.comparison.pipeline import compress_bits, quantize_compare
+from infoeval.errors import DataError, UsageError
 from infoeval.input.documents import (
     count_words,
     gptq_text,
@@ -21,10 +22,9 @@ from infoeval.input.documents import (
     wikitext_articles,
     wikitext_detokenizer,
 )
-from infoeval.errors import DataError, UsageError
-from infoeval.measure.protocol_metrics import document_loglikelihoods, gptq_figures, lmeval_figures
 from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.input.text import Text, load_text
+from infoeval.measure.protocol_metrics import document_loglikelihoods, gptq_figures, lmeval_figures
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -225,7 +225,10 @@ def test_gptq_default_ctx_and_option_errors():
     from infoeval.cli.options import RunOptions
 
     base = dict(text=None, dataset=None, data_dir=None, max_tokens="all", device="cpu", dtype="auto", device_map=None)
-    window = lambda **kw: run_settings("m", **RunOptions(**base, **kw).keywords())[2]  # noqa: E731  (as the CLI passes them)
+
+    def window(**kw):  # as the CLI passes them
+        return run_settings("m", **RunOptions(**base, **kw).keywords())[2]
+
     assert (
         window(protocol="gptq").ctx == 2048
         and window(protocol="gptq", ctx=128).ctx == 128

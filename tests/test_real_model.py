@@ -14,12 +14,12 @@ import math
 import numpy as np
 import pytest
 import torch
+from tiny_models import as_json, requires_smollm2
 
 from infoeval.comparison import pipeline as compare_pipeline
+from infoeval.comparison.pipeline import run_lockstep
 from infoeval.input import prepare as runs
 from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
-from infoeval.comparison.pipeline import run_lockstep
-from tiny_models import as_json, requires_smollm2
 
 pytestmark = [pytest.mark.slow, requires_smollm2]
 

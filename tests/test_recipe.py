@@ -6,12 +6,11 @@ from __future__ import annotations
 import math
 import re
 import sys
-import tomllib
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 import torch
 
 from infoeval.errors import UsageError

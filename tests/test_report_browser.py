@@ -84,12 +84,15 @@ def test_the_page_is_self_contained(run):
     assert not re.search(r"""(src|href|action)\s*=\s*["']?\s*(https?:|//)""", page, re.IGNORECASE)
     assert not re.search(r"@import|url\(\s*['\"]?(https?:|//)", page)
     again = (run / "again.html").read_text(encoding="utf-8")
+
     # the page from the run folder holds the same data (the title names the run, the rest is equal)
-    grab = lambda text: json.loads(
-        re.search(r'<script type="application/json" id="data">(.*?)</script>', text, re.S)
-        .group(1)
-        .replace("<\\/", "</")
-    )  # noqa: E731
+    def grab(text):
+        return json.loads(
+            re.search(r'<script type="application/json" id="data">(.*?)</script>', text, re.S)
+            .group(1)
+            .replace("<\\/", "</")
+        )  # noqa: E731
+
     a, b = grab(page), grab(again)
     for sec in (a, b):
         sec["sections"][0].pop("title")
@@ -252,10 +255,13 @@ def test_several_runs_in_the_browser(report_runs, driver, tmp_path):
     qc = pd.read_csv(report_runs / "qc" / "positions.csv")
     cells = driver.find_elements("css selector", "#run-0 .worst tr")[1].find_elements("tag name", "td")
     assert cells[2].text == _js_fmt(qc[qc["variant"] == "int4-g32"]["dp"].min())
+
     # each section's plots, drawn (inline SVG with a size), the gate's limits first
-    figures = lambda i: [
-        f.get_attribute("data-plot") for f in driver.find_elements("css selector", f"#run-{i} figure[data-plot]")
-    ]  # noqa: E731
+    def figures(i):
+        return [
+            f.get_attribute("data-plot") for f in driver.find_elements("css selector", f"#run-{i} figure[data-plot]")
+        ]  # noqa: E731
+
     sections = [figures(i) for i in range(3)]
     plain, gate = ["distribution", "entropy", "along"], ["limits", "distribution", "entropy", "along"]
     assert sorted(sections, key=len) == sorted(

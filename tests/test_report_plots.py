@@ -158,14 +158,15 @@ def test_section_plots_are_small_well_formed_svg(kind, names):
 
 def test_compact_svg_keeps_labels_and_rounds_coordinates():
     raw = (
-        '<?xml version="1.0"?>\n<!DOCTYPE svg>\n<svg xmlns="http://www.w3.org/2000/svg"><metadata><x>http://example.org</x></metadata>\n'
+        '<?xml version="1.0"?>\n<!DOCTYPE svg>\n<svg '
+        'xmlns="http://www.w3.org/2000/svg"><metadata><x>http://example.org</x></metadata>\n'
         '<!-- a comment -->\n <g id="figure_1">\n  <path d="M 12.345678 9.87654 \nL 1.04 2.96" x="3.14159"/>\n'
         '  <text><tspan x="0.123456">0.0025</tspan></text>\n </g>\n</svg>\n'
     )
     out = plots.compact_svg(raw)
     assert (
-        out
-        == '<svg xmlns="http://www.w3.org/2000/svg"><g><path d="M 12.3 9.9 L 1 3" x="3.1"/><text><tspan x="0.1">0.0025</tspan></text></g></svg>'
+        out == '<svg xmlns="http://www.w3.org/2000/svg"><g><path d="M 12.3 9.9 L 1 3" x="3.1"/><text><tspan '
+        'x="0.1">0.0025</tspan></text></g></svg>'
     )
 
 

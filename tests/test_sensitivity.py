@@ -13,17 +13,17 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from infoeval.engine import blocks
 from infoeval import engine
+from infoeval.engine import blocks
 from infoeval.errors import UsageError
 from infoeval.input.prepare import Reporter, prepare
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.input.windows import window_inputs, window_targets
 from infoeval.quant.primitives import fake_quantize
 from infoeval.quant.schemes import parse_scheme
 from infoeval.sensitivities import sweep_prepared
 from infoeval.sensitivities.ranking import average_ranks, spearman
 from infoeval.sensitivities.units import enumerate_units, split_globs
-from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
-from infoeval.input.windows import window_inputs, window_targets
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 MAX_TOKENS, CTX = 300, 128

@@ -8,13 +8,13 @@ with -s to see the figure and both orders."""
 from __future__ import annotations
 
 import pytest
+from tiny_models import requires_smollm2
 
 from infoeval.input.prepare import Reporter, prepare
-from infoeval.sensitivities import sweep_prepared
-from infoeval.sensitivities.ranking import spearman
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.text import load_text
-from tiny_models import requires_smollm2
+from infoeval.sensitivities import sweep_prepared
+from infoeval.sensitivities.ranking import spearman
 
 pytestmark = [pytest.mark.slow, requires_smollm2]
 

@@ -209,9 +209,9 @@ def test_a_gguf_candidate_records_its_tensor_types(tmp_path):
 def test_a_requantized_gguf_gates_at_its_closed_form_bits(tmp_path):
     """SmolLM2's blocks requantized to Q8_0 (a float16 scale per 32 int8 codes: 34 bytes per 32 weights, 8.5 bits)
     gate against the float reference with a small KL, and run as a quantize-compare checkpoint at the same KL."""
-    import infoeval
     from shipped_formats import requantize_gguf
 
+    import infoeval
     from infoeval.models.files import builtin_gguf
 
     gguf = requantize_gguf(builtin_gguf("smollm2-135m"), tmp_path / "smollm2-Q8_0.gguf", "Q8_0")

@@ -8,14 +8,14 @@ import math
 import numpy as np
 import pytest
 import torch
-
+from test_standard_errors import brute_se
 from tiny_models import as_json
-from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+
 from infoeval.errors import UsageError
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.models import load_model
 from infoeval.speculative import accept, accept_columns
 from infoeval.speculative.drafts import DraftSettings
-from test_standard_errors import brute_se
 
 CTX, MAX_TOKENS = 48, 150
 TEMPS = (0.5, 1.0, 2.0)

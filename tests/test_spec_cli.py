@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from cli_jobs import JobPool, declared_jobs
 from cli_run import run_cli
 
-from cli_jobs import JobPool, declared_jobs
 from infoeval.speculative.accept import POSITION_COLUMNS, SUMMARY_COLUMNS
 from infoeval.speculative.generate import SUMMARY_COLUMNS as DECODE_COLUMNS
 

@@ -8,15 +8,15 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from tiny_models import as_json
-from infoeval.input.settings import ModelSettings
+
 from infoeval.errors import UsageError
+from infoeval.input.settings import ModelSettings
+from infoeval.measure.stats import chi_square
 from infoeval.models import load_model
 from infoeval.speculative.decode import plain_sample, speculative_sample, verify_drafts
 from infoeval.speculative.drafts import DraftSettings, build_draft, truncated
 from infoeval.speculative.generate import spec_decode
-from infoeval.measure.stats import chi_square
 from infoeval.speculative.verify import theorem1_check
 
 CPU = torch.device("cpu")

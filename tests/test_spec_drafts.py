@@ -7,14 +7,14 @@ import copy
 
 import pytest
 import torch
+from tiny_models import build_tiny_llama
 
+from infoeval.engine import new_cache
 from infoeval.errors import SchemeError, UsageError
 from infoeval.models import load_model
 from infoeval.quant.apply import fake_quantize_
 from infoeval.quant.schemes import parse_scheme
-from infoeval.engine import new_cache
 from infoeval.speculative.drafts import DraftSettings, build_draft, n_layers, truncated
-from tiny_models import build_tiny_llama
 
 CPU = torch.device("cpu")
 

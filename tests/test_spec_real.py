@@ -13,13 +13,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tiny_models import requires_smollm2
 
-from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.prepare import Reporter, prepare
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.speculative import accept, accept_columns
 from infoeval.speculative.decode import speculative_sample
 from infoeval.speculative.drafts import DraftSettings, build_draft
-from tiny_models import requires_smollm2
 
 pytestmark = [pytest.mark.slow, requires_smollm2]
 CPU = torch.device("cpu")

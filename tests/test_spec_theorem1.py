@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 import torch
 
+from infoeval.measure.stats import chi_square
 from infoeval.models import load_model
 from infoeval.speculative.decode import plain_sample, speculative_sample
 from infoeval.speculative.drafts import DraftSettings, build_draft
-from infoeval.measure.stats import chi_square
 
 CPU = torch.device("cpu")
 PROMPT = "The dictionary maps keys"
@@ -59,7 +59,7 @@ class Law:
     ``cells`` lists keys (a, b, c), (a, b, None), (a, None, None) and (None, None, None) ("everything else");
     ``probs`` their probabilities (summing to 1). ``cell_of`` maps a sampled triple to its cell's index."""
 
-    def __init__(self, model, prompt: torch.Tensor, n: int, chooser: "Law | None" = None):
+    def __init__(self, model, prompt: torch.Tensor, n: int, chooser: Law | None = None):
         """Cells are chosen from this law (expected count n·prob ≥ 5 for each listed first token, pair and triple),
         or copied from ``chooser`` (so that two laws are compared on the same cells)."""
         p1 = next_probs(model, prompt, [()])[0]

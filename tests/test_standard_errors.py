@@ -1,8 +1,8 @@
 """The standard error of a mean over a text's positions (``infoeval.measure.stats``: batch means over blocks of ⌊√n⌋
-consecutive positions, or whole windows of at least as many) against brute force and closed forms: the formula written out with loops, equal blocks
-= the SE of the block means, coverage of 95 % intervals on AR(1) series with a known long-run variance (where
-sd/√n under-covers), i.i.d. series (where it equals sd/√n), Student's t quantiles, and the gate's switch to t
-with few blocks. Seeded, no model, a few seconds."""
+consecutive positions, or whole windows of at least as many) against brute force and closed forms: the formula written
+out with loops, equal blocks = the SE of the block means, coverage of 95 % intervals on AR(1) series with a known
+long-run variance (where sd/√n under-covers), i.i.d. series (where it equals sd/√n), Student's t quantiles, and the
+gate's switch to t with few blocks. Seeded, no model, a few seconds."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from infoeval.measure import stats
 from infoeval.gating.limits import Limit, judge
+from infoeval.measure import stats
 from infoeval.measure.stats import block_labels, block_length, iid_se, mean_cov, mean_se, se, se_blocks, t_quantile
 
 

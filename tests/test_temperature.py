@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-
 from tiny_models import as_json
+
 from infoeval.errors import UsageError
 from infoeval.models import load_model
 from infoeval.speculative import temperature as tm

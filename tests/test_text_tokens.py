@@ -490,10 +490,10 @@ def test_listed_added_tokens_give_the_same_tokenizer(tmp_path, bos):
     import json
     import shutil
 
+    from tiny_models import build_tokenizer, tiny_text
     from transformers import AutoTokenizer
 
     from infoeval.models.files import list_added_tokens
-    from tiny_models import build_tokenizer, tiny_text
 
     build_tokenizer(tmp_path / "plain", bos=bos)
     shutil.copytree(tmp_path / "plain", tmp_path / "listed")
@@ -518,8 +518,8 @@ def test_listed_added_tokens_smollm2(tmp_path):
 
     from transformers import AutoTokenizer
 
-    from infoeval.models.files import list_added_tokens, local_checkpoint
     from infoeval.input.text import python_docs
+    from infoeval.models.files import list_added_tokens, local_checkpoint
 
     folder = local_checkpoint("smollm2-135m")
     if folder is None:

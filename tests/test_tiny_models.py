@@ -8,9 +8,8 @@ import math
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
 from tiny_models import VOCAB_SIZE, build_tiny_llama, build_tiny_qwen3
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 MODELS = ["tiny_llama_dir", "tiny_qwen3_dir"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from infoeval.api.scoring import _reporter, comma_list, prepared
 from infoeval.api.checks import checked
+from infoeval.api.scoring import _reporter, comma_list, prepared
 from infoeval.errors import keyword_errors
 from infoeval.input.settings import DEFAULT_MODEL, ModelSettings
 
@@ -51,7 +51,8 @@ def spec_accept(
     temperature: acceptance β = Σ min(p, q), KL(p‖q), Pinsker, acceptance by entropy quartile, top-1 runs and
     expected tokens per target call; returns the ``AcceptResult`` with its positions."""
     from infoeval.models.objects import evaluating
-    from infoeval.speculative.accept import positions_frame, spec_accept as run_accept
+    from infoeval.speculative.accept import positions_frame
+    from infoeval.speculative.accept import spec_accept as run_accept
 
     temps = _temps(temperature, "--temperature")
     drafts = _second(draft, draft_tokenizer, "draft", draft_scheme, draft_layers)
@@ -119,7 +120,8 @@ def spec_decode(
     them in one pass) against plain sampling from the target: acceptance, tokens per target call, wall time and
     speed-up; returns the ``DecodeResult`` with one row per round as its positions."""
     from infoeval.models.objects import evaluating, model_object, own_settings
-    from infoeval.speculative.generate import rounds_frame, spec_decode as run_decode
+    from infoeval.speculative.generate import rounds_frame
+    from infoeval.speculative.generate import spec_decode as run_decode
 
     drafts = _second(draft, draft_tokenizer, "draft", draft_scheme, draft_layers)
     model = model_object(model, tokenizer)

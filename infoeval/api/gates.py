@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infoeval.api.scoring import _reporter, prepared
 from infoeval.api.checks import checked
+from infoeval.api.scoring import _reporter, prepared
 from infoeval.errors import UsageError, keyword_errors
 from infoeval.input.settings import DEFAULT_MODEL, CalibrationSettings, ModelSettings
 
@@ -83,7 +83,8 @@ def _candidate(candidate, tokenizer, scheme: str | None, recipe, options: dict):
     candidate = None if candidate is None else model_object(candidate, tokenizer, what="candidate")
     if isinstance(candidate, ModelObject) and (scheme or recipe):
         raise UsageError(
-            "--scheme and --recipe quantize the candidate in place; give a candidate object already quantized, or a spec"
+            "--scheme and --recipe quantize the candidate in place; give a candidate object already quantized, "
+            "or a spec"
         )
     return candidate
 

@@ -13,7 +13,8 @@ from infoeval.output.results import SCHEMA_VERSION, Result, positions_table, rea
 
 def _classes() -> dict[str, type[Result]]:
     """Each command's result class, by the command its schema names."""
-    from infoeval.codec.pipeline import CompressResult as CodecCompress, DecompressResult
+    from infoeval.codec.pipeline import CompressResult as CodecCompress
+    from infoeval.codec.pipeline import DecompressResult
     from infoeval.comparison.pipeline import CompareResult, CompressResult
     from infoeval.gating.records import GateResult, ReferenceResult
     from infoeval.klfit.fit import KLFitResult

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from infoeval.api.scoring import _reporter, comma_list, prepared
 from infoeval.api.checks import checked
+from infoeval.api.scoring import _reporter, comma_list, prepared
 from infoeval.errors import UsageError, keyword_errors
 from infoeval.input.settings import DEFAULT_MODEL
 from infoeval.mixing.pipeline import DEFAULT_MIX_SCHEMES

@@ -11,8 +11,8 @@ import typer
 
 from infoeval import distributed
 from infoeval.cli import codec, compare, gate, klfit, mutual_info, report, speculative
-from infoeval.cli import sensitivity as sensitivity_cli
 from infoeval.cli import mix as mix_cli
+from infoeval.cli import sensitivity as sensitivity_cli
 from infoeval.errors import (
     EXIT_RUNTIME,
     EXIT_USAGE,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -36,7 +36,7 @@ VerifyOpt = Annotated[
     ),
 ]
 DecodeModelOpt = Annotated[
-    Optional[str], typer.Option("--model", "-m", help="The model, when it is not where the file says.")
+    str | None, typer.Option("--model", "-m", help="The model, when it is not where the file says.")
 ]
 
 

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from infoeval.cli.options import RunOptions
-from infoeval.cli.signatures import extend, option
-from infoeval.cli.variant_options import ExcludeOpt, FloorOpt, FloorSeedOpt, IncludeOpt, RecipeOpt, SchemesOpt
 from infoeval.cli.output import PageOptions, page_extras, page_options
 from infoeval.cli.outputs import RUN_OUTPUTS, Outputs, scoring_options
+from infoeval.cli.signatures import extend, option
+from infoeval.cli.variant_options import ExcludeOpt, FloorOpt, FloorSeedOpt, IncludeOpt, RecipeOpt, SchemesOpt
 from infoeval.quant.schemes import DEFAULT_SCHEMES
 
 GATE_TABLES = ("default", "llama.cpp")  # the layouts of every command with --table
@@ -20,7 +20,8 @@ TableOpt = Annotated[
     str,
     typer.Option(
         "--table",
-        help="Table layout: default, llama.cpp (llama-perplexity --kl-divergence's statistics block, per variant) or, for quantize-compare, confidence (mean KL and top-1 by the reference's top-1 probability).",
+        help="Table layout: default, llama.cpp (llama-perplexity --kl-divergence's statistics block, per "
+        "variant) or, for quantize-compare, confidence (mean KL and top-1 by the reference's top-1 probability).",
     ),
 ]
 
@@ -35,10 +36,11 @@ def check_table(table: str, allowed: tuple[str, ...] = TABLES) -> str:
 
 
 UntilSeOpt = Annotated[
-    Optional[float],
+    float | None,
     typer.Option(
         "--until-se",
-        help="Run to a precision: windows of the whole text in a seeded order until the watched standard error is ≤ this; --max-tokens, when given, is then the budget.",
+        help="Run to a precision: windows of the whole text in a seeded order until the watched standard error "
+        "is ≤ this; --max-tokens, when given, is then the budget.",
         show_default=False,
     ),
 ]
@@ -64,9 +66,9 @@ def until_settings(context: typer.Context, until_se: float | None, order_seed: i
     given reads the whole text (its default keeps a first run short; a precision run reads the whole text unless told
     otherwise)."""
     from infoeval.cli.options import typed
-    from infoeval.input.settings import max_tokens_of
     from infoeval.comparison.until import UntilSettings
     from infoeval.errors import UsageError
+    from infoeval.input.settings import max_tokens_of
 
     if until_se is None:
         if typed(context, "order_seed", order_seed):
@@ -93,23 +95,26 @@ def precision_options(command):
 
 
 CheckpointsOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         "--checkpoints",
-        help="Saved checkpoints to compare beside the schemes, comma-separated: folders (a library's quantized save, or a float one), .gguf files or hub ids; each must share the reference's tokenizer, and is named by its folder or file. Alone (without --schemes) only they are compared.",
+        help="Saved checkpoints to compare beside the schemes, comma-separated: folders (a library's quantized "
+        "save, or a float one), .gguf files or hub ids; each must share the reference's tokenizer, and is "
+        "named by its folder or file. Alone (without --schemes) only they are compared.",
         show_default=False,
     ),
 ]
 BaselineOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         "--baseline",
-        help="A variant of the run (e.g. int4-g128): every other is compared with it on the same positions (mean KL, P99 KL, top-1, Δ ln PPL: paired difference ± SE, better / worse / not distinguishable).",
+        help="A variant of the run (e.g. int4-g128): every other is compared with it on the same positions "
+        "(mean KL, P99 KL, top-1, Δ ln PPL: paired difference ± SE, better / worse / not distinguishable).",
         show_default=False,
     ),
 ]
 PairedAlphaOpt = Annotated[
-    Optional[float],
+    float | None,
     typer.Option(
         "--alpha",
         help="--baseline: the verdicts' level, two-sided, Holm across the variants (default 0.05).",
@@ -120,7 +125,8 @@ VerifyCodingOpt = Annotated[
     bool,
     typer.Option(
         "--verify-coding",
-        help="Also compress the scored bytes with the model and a range coder, decompress them, and report the real file's size (an 'arithmetic-coded' row).",
+        help="Also compress the scored bytes with the model and a range coder, decompress them, and report the "
+        "real file's size (an 'arithmetic-coded' row).",
     ),
 ]
 

@@ -1,4 +1,5 @@
-"""Commands for CI regression gates: `reference`, `gate`, `quantize`. Options only; the work is in infoeval.gating (through infoeval.api.gates)."""
+"""Commands for CI regression gates: `reference`, `gate`, `quantize`. Options only; the work is in infoeval.gating
+(through infoeval.api.gates)."""
 
 from __future__ import annotations
 
@@ -6,20 +7,7 @@ from pathlib import Path
 
 import typer
 
-from infoeval.errors import EXIT_GATE_FAILED
-from infoeval.cli.options import (
-    DEVICE_DEFAULT,
-    DTYPE_DEFAULT,
-    DeviceMapOpt,
-    DeviceOpt,
-    DtypeOpt,
-    model_options,
-    RunOptions,
-)
-from infoeval.cli.variant_options import ExcludeOpt, IncludeOpt, calibration_options, FloorOpt, FloorSeedOpt
 from infoeval.cli.compare import GATE_TABLES, TableOpt, check_table
-from infoeval.cli.output import PageOptions, as_json, page_extras, page_options
-from infoeval.cli.outputs import Outputs, output_options, scoring_options
 from infoeval.cli.gate_options import (
     BaselineOpt,
     BaselineToleranceOpt,
@@ -45,6 +33,19 @@ from infoeval.cli.gate_options import (
     limit_options,
     sequential_options,
 )
+from infoeval.cli.options import (
+    DEVICE_DEFAULT,
+    DTYPE_DEFAULT,
+    DeviceMapOpt,
+    DeviceOpt,
+    DtypeOpt,
+    RunOptions,
+    model_options,
+)
+from infoeval.cli.output import PageOptions, as_json, page_extras, page_options
+from infoeval.cli.outputs import Outputs, output_options, scoring_options
+from infoeval.cli.variant_options import ExcludeOpt, FloorOpt, FloorSeedOpt, IncludeOpt, calibration_options
+from infoeval.errors import EXIT_GATE_FAILED
 
 
 @scoring_options("quiet")
@@ -215,7 +216,8 @@ def quantize(
         dtype=dtype,
     )
     stdout_console().print(
-        f"wrote {info['out']} ({info['format']}): {info['scheme']}, {info['layers_quantized']} layers quantized, {info['layers_skipped']} "
+        f"wrote {info['out']} ({info['format']}): {info['scheme']}, {info['layers_quantized']} layers "
+        f"quantized, {info['layers_skipped']} "
         f"skipped, SQNR min {info['sqnr_db_min']:.2f} dB / mean {info['sqnr_db_mean']:.2f} dB"
     )
 

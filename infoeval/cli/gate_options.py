@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typing
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,7 +13,7 @@ from infoeval.cli.options import typed
 from infoeval.cli.signatures import extend, option, typer_type
 
 CandidateArg = Annotated[
-    Optional[str],
+    str | None,
     typer.Argument(
         metavar="CANDIDATE",
         show_default=False,
@@ -21,7 +21,7 @@ CandidateArg = Annotated[
     ),
 ]
 CandidateOpt = Annotated[
-    Optional[str], typer.Option("--model", "-m", help="The candidate; same as CANDIDATE.", show_default=False)
+    str | None, typer.Option("--model", "-m", help="The candidate; same as CANDIDATE.", show_default=False)
 ]
 OutRefOpt = Annotated[Path, typer.Option("--out", "-o", help="Reference file to write (.safetensors).")]
 TopKOpt = Annotated[int, typer.Option(help="Most likely tokens kept per position.")]
@@ -33,20 +33,22 @@ ReferenceOpt = Annotated[
     Path, typer.Option("--reference", "-r", help="Reference file written by `infoeval reference`.")
 ]
 GateSchemeOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
-        help="Quantize the candidate with this scheme first: int8-channel (infoeval's rounding) or a library's, e.g. hqq:int4-g64."
+        help="Quantize the candidate with this scheme first: int8-channel (infoeval's rounding) or a "
+        "library's, e.g. hqq:int4-g64."
     ),
 ]
 LimitsOpt = Annotated[
-    Optional[Path], typer.Option(help="TOML file with a \\[limits] table (see configs/gates/default.toml).")
+    Path | None, typer.Option(help="TOML file with a \\[limits] table (see configs/gates/default.toml).")
 ]
 ConfidenceOpt = Annotated[float, typer.Option(help="One-sided confidence at which limits on means must hold.")]
 PointOpt = Annotated[bool, typer.Option("--point", help="Compare point estimates instead of confidence bounds.")]
 BaselineOpt = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option(
-        help="An earlier `gate` run: its run folder (result.json and positions.csv: paired on the same positions, fail when worse beyond noise) or a result JSON (by --baseline-tolerance)."
+        help="An earlier `gate` run: its run folder (result.json and positions.csv: paired on the same "
+        "positions, fail when worse beyond noise) or a result JSON (by --baseline-tolerance)."
     ),
 ]
 BaselineToleranceOpt = Annotated[float, typer.Option(help="Relative tolerance for --baseline.")]
@@ -54,7 +56,8 @@ SequentialOpt = Annotated[
     bool,
     typer.Option(
         "--sequential",
-        help="Visit windows in a fixed seeded order and stop as soon as the verdict is certain (anytime-valid confidence sequences).",
+        help="Visit windows in a fixed seeded order and stop as soon as the verdict is certain (anytime-valid "
+        "confidence sequences).",
     ),
 ]
 # the limits the API takes (api.gates.LIMITS), each an option --max-kl-mean … of float or None
@@ -73,15 +76,16 @@ SEQUENTIAL_HELP = {
     "order": "the windows' visiting order, seeded (a permutation fixed by --order-seed) or text.",
     "order_seed": "the seed of the visiting order.",
     "undecided": "the verdict when the budget runs out undecided: fail, or pass (then the fixed-budget verdict).",
-    "round_windows": "windows per rank evaluated between two decisions (the verdict and the stopping window do not depend on it).",
+    "round_windows": "windows per rank evaluated between two decisions (the verdict and the stopping window do "
+    "not depend on it).",
 }
-JunitOpt = Annotated[Optional[Path], typer.Option(help="Write JUnit XML here (one testcase per limit).")]
-MarkdownOpt = Annotated[Optional[Path], typer.Option(help="Write a markdown summary here (e.g. $GITHUB_STEP_SUMMARY).")]
+JunitOpt = Annotated[Path | None, typer.Option(help="Write JUnit XML here (one testcase per limit).")]
+MarkdownOpt = Annotated[Path | None, typer.Option(help="Write a markdown summary here (e.g. $GITHUB_STEP_SUMMARY).")]
 QuantSchemeOpt = Annotated[str, typer.Option(help="Scheme: int<bits>-channel | int<bits>-g<N> [-asym].")]
 OutCheckpointOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder to write the checkpoint to.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Replace --out if it exists.")]
 OneRecipeOpt = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option(
         "--recipe", help="Recipe TOML (unit → scheme, as `infoeval mix` writes) applied instead of one --scheme."
     ),
@@ -100,8 +104,7 @@ def limit_options(command):
     from infoeval.api.gates import LIMITS
 
     params = [
-        option(n, Annotated[Optional[float], typer.Option(help=LIMIT_HELP[n], show_default=False)], None)
-        for n in LIMITS
+        option(n, Annotated[float | None, typer.Option(help=LIMIT_HELP[n], show_default=False)], None) for n in LIMITS
     ]
     return extend(command, "limit_values", params, lambda values: {n: values[n] for n in LIMITS}, place="here")
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from infoeval.api.information import kl_fit as fit
-from infoeval.cli.signatures import api_options
 from infoeval.cli.output import as_json
 from infoeval.cli.outputs import Outputs, output_options
+from infoeval.cli.signatures import api_options
 
 # kl-fit's options, of the API's keywords (infoeval.api.information.kl_fit: their types and defaults)
 HELP = {
@@ -22,9 +22,9 @@ HELP = {
     "lr": "Adam learning rate.",
     "sigma0": "Starting width σ₀.",
 }
-KLCsvOpt = Annotated[Optional[Path], typer.Option("--csv", help="Write one row per fit as CSV here.")]
+KLCsvOpt = Annotated[Path | None, typer.Option("--csv", help="Write one row per fit as CSV here.")]
 KLJsonOpt = Annotated[
-    Optional[Path], typer.Option("--json", help="Write the target, every fitted q and the settings as JSON here.")
+    Path | None, typer.Option("--json", help="Write the target, every fitted q and the settings as JSON here.")
 ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json as jsonlib
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -18,20 +18,21 @@ BudgetOpt = Annotated[
     str,
     typer.Option(
         "--budget-bits",
-        help="Most stored bits per quantized weight (codes + fp16 scales), or a scheme of --schemes: its exact bits on this model.",
+        help="Most stored bits per quantized weight (codes + fp16 scales), or a scheme of --schemes: its exact "
+        "bits on this model.",
     ),
 ]
 ByOpt = Annotated[
     str, typer.Option("--by", help="Units: linear (each Linear), block (each decoder block) or type (each layer type).")
 ]
 SensitivityOpt = Annotated[
-    Optional[list[Path]],
+    list[Path] | None,
     typer.Option(
         "--sensitivity", help="Per-unit KLs from `infoeval sensitivity` JSON (repeatable) instead of sweeping."
     ),
 ]
 SweepOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         "--sweep", help="Also solve and measure budgets START:STOP:STEP (bits per weight) for the KL-vs-bits curve."
     ),
@@ -43,7 +44,7 @@ NoBlockCacheOpt = Annotated[
     bool, typer.Option("--no-block-cache", help="Sweep every unit from the embeddings (no cached block inputs).")
 ]
 RecipeOutOpt = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option("--recipe-out", help="Write the recipe TOML here (default: recipe.toml beside the result JSON)."),
 ]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -12,7 +12,7 @@ from infoeval.cli.output import as_json
 from infoeval.cli.outputs import Outputs, scoring_options
 from infoeval.mutual_information.estimator import DEFAULT_BATCH_TOKENS, DEFAULT_BLOCKS, DEFAULT_LENGTHS
 
-MICsvOpt = Annotated[Optional[Path], typer.Option("--csv", help="Write the per-length summary CSV here.")]
+MICsvOpt = Annotated[Path | None, typer.Option("--csv", help="Write the per-length summary CSV here.")]
 LengthsOpt = Annotated[
     str, typer.Option(help="Comma-separated block lengths L in tokens, each even (X = first L/2, Y = last L/2).")
 ]
@@ -29,7 +29,7 @@ MIMaxTokensOpt = Annotated[
     str, typer.Option(help="Use at most this many text tokens for the blocks ('all': as many as the blocks need).")
 ]
 MIBlocksCsvOpt = Annotated[
-    Optional[Path], typer.Option("--positions", help="Write every block (positions, byte offsets, bits) as CSV here.")
+    Path | None, typer.Option("--positions", help="Write every block (positions, byte offsets, bits) as CSV here.")
 ]
 
 

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from infoeval.api.scoring import MAX_TOKENS
 from infoeval.cli.signatures import extend, option
 from infoeval.errors import UsageError
-from infoeval.models import DEFAULT_MODEL
-from infoeval.input.settings import DEFAULT_CTX, ModelSettings, max_tokens_of, read_toml  # noqa: F401  (read_toml: the commands' config and limits files)
+
+# read_toml: re-exported for the commands' config and limits files
+from infoeval.input.settings import DEFAULT_CTX, ModelSettings, max_tokens_of, read_toml  # noqa: F401
 from infoeval.input.text import DATASETS
+from infoeval.models import DEFAULT_MODEL
 
 # ---- defaults of the shared options (each command's signature uses these) ---------------------------------
 MODEL_DEFAULT = DEFAULT_MODEL
@@ -32,7 +34,7 @@ MODEL_ARG = "model_arg"
 CONFIG_ALIASES = {"temperatures": "temperature", "T": "temperature"}
 
 
-def _load_config(ctx: typer.Context, param, value: Optional[Path]) -> Optional[Path]:
+def _load_config(ctx: typer.Context, param, value: Path | None) -> Path | None:
     """--config FILE.toml: its keys (option names, '-' or '_') become this command's defaults; options given on
     the command line still win. Keys may sit at the top level or under a table named after the command."""
     if value is None:
@@ -60,22 +62,24 @@ ModelOpt = Annotated[
     str, typer.Option("--model", "-m", help=f"HF folder, hub id (org/name), .gguf file, or '{DEFAULT_MODEL}'.")
 ]
 ModelArg = Annotated[
-    Optional[str], typer.Argument(metavar="MODEL", help="The model; same as --model.", show_default=False)
+    str | None, typer.Argument(metavar="MODEL", help="The model; same as --model.", show_default=False)
 ]
 DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA when present), cpu, cuda or cuda:N.")]
 DtypeOpt = Annotated[
     str,
     typer.Option(
-        help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16, float16. On a CPU with native bfloat16, bfloat16 is about 1.6× faster but its noise floor is about 60× float32's (docs/metrics.md, Resolution)."
+        help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16, float16. On a CPU with native "
+        "bfloat16, bfloat16 is about 1.6× faster but its noise floor is about 60× float32's (docs/metrics.md, "
+        "Resolution)."
     ),
 ]
 DeviceMapOpt = Annotated[
-    Optional[str], typer.Option(help="accelerate device_map for models larger than one device, e.g. auto.")
+    str | None, typer.Option(help="accelerate device_map for models larger than one device, e.g. auto.")
 ]
-TextOpt = Annotated[Optional[Path], typer.Option("--text", "-t", help="A UTF-8 text file to score.")]
-DatasetOpt = Annotated[Optional[str], typer.Option(help=f"Built-in text: {', '.join(DATASETS)} (default python-docs).")]
+TextOpt = Annotated[Path | None, typer.Option("--text", "-t", help="A UTF-8 text file to score.")]
+DatasetOpt = Annotated[str | None, typer.Option(help=f"Built-in text: {', '.join(DATASETS)} (default python-docs).")]
 DataDirOpt = Annotated[
-    Optional[Path], typer.Option(help="Folder holding wikitext-2-raw/ or tinyshakespeare/ (or set INFOEVAL_DATA_DIR).")
+    Path | None, typer.Option(help="Folder holding wikitext-2-raw/ or tinyshakespeare/ (or set INFOEVAL_DATA_DIR).")
 ]
 MaxTokensOpt = Annotated[
     str,
@@ -84,40 +88,40 @@ MaxTokensOpt = Annotated[
     ),
 ]
 CtxOpt = Annotated[
-    Optional[int],
+    int | None,
     typer.Option(help="Window length in tokens (n_ctx); default 512, 2048 with --protocol gptq.", show_default=False),
 ]
-StrideOpt = Annotated[Optional[int], typer.Option(help="Tokens between window starts (default = ctx); ≤ ctx.")]
+StrideOpt = Annotated[int | None, typer.Option(help="Tokens between window starts (default = ctx); ≤ ctx.")]
 ProtocolOpt = Annotated[
     str,
     typer.Option(
-        help="rolling (every token scored once), llama.cpp (llama-perplexity's chunks), lm-eval (lm-evaluation-harness's loglikelihood_rolling, per document) or gptq (GPTQ/AWQ's non-overlapping windows)."
+        help="rolling (every token scored once), llama.cpp (llama-perplexity's chunks), lm-eval "
+        "(lm-evaluation-harness's loglikelihood_rolling, per document) or gptq (GPTQ/AWQ's non-overlapping windows)."
     ),
 ]
 DocumentsOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
-        help="With --protocol lm-eval: a JSONL file of documents, or 'articles' (the WikiText file split into articles, lm-eval's wikitext task)."
+        help="With --protocol lm-eval: a JSONL file of documents, or 'articles' (the WikiText file split into "
+        "articles, lm-eval's wikitext task)."
     ),
 ]
 DocumentFieldOpt = Annotated[str, typer.Option(help="The field of each JSONL line that holds the document.")]
 PrefixOpt = Annotated[str, typer.Option(help="Token put before the text: auto (BOS, else EOS), bos, eos or none.")]
-CsvOpt = Annotated[
-    Optional[Path], typer.Option(help="Write the summary CSV here (a row per variant, or per compressor).")
-]
-JsonOpt = Annotated[Optional[Path], typer.Option(help="Write metrics and provenance as JSON here.")]
-PositionsOpt = Annotated[Optional[Path], typer.Option(help="Write per-position columns as CSV here.")]
+CsvOpt = Annotated[Path | None, typer.Option(help="Write the summary CSV here (a row per variant, or per compressor).")]
+JsonOpt = Annotated[Path | None, typer.Option(help="Write metrics and provenance as JSON here.")]
+PositionsOpt = Annotated[Path | None, typer.Option(help="Write per-position columns as CSV here.")]
 PlotOpt = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option(help="Also draw the results into this .png (or .svg, .pdf); needs matplotlib, the 'plot' extra."),
 ]
 OutDirOpt = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option(help="Folder for summary.csv, result.json, positions.csv (default results/<run-name>/)."),
 ]
-RunNameOpt = Annotated[Optional[str], typer.Option(help="Name of the run folder under results/.")]
+RunNameOpt = Annotated[str | None, typer.Option(help="Name of the run folder under results/.")]
 ConfigOpt = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option("--config", is_eager=True, callback=_load_config, help="TOML file of option defaults (see configs/)."),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
@@ -209,7 +213,10 @@ def run_options(windows: bool = True):
     """Give a command the shared text (and, with ``windows``, window) and device options, defined once here; they
     reach it as one ``run: RunOptions`` argument."""
     shared = _TEXT + (_WINDOW if windows else []) + _DEVICE
-    build = lambda values: RunOptions(**{n: values[n] for n in RunOptions.__dataclass_fields__ if n in values})  # noqa: E731
+
+    def build(values):
+        return RunOptions(**{n: values[n] for n in RunOptions.__dataclass_fields__ if n in values})
+
     return lambda command: extend(command, "run", shared, build)
 
 

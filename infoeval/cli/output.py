@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -22,14 +23,16 @@ TopKOpt = Annotated[
     int,
     typer.Option(
         "--topk",
-        help="Also store every model's K most likely tokens and their probabilities per position in the positions output (0: none).",
+        help="Also store every model's K most likely tokens and their probabilities per position in the "
+        "positions output (0: none).",
     ),
 ]
 HtmlOpt = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option(
         "--html",
-        help="Also write the run's report page here: the text coloured by KL (or NLL, entropy), each token's values and top-5 on hover (implies --topk 5).",
+        help="Also write the run's report page here: the text coloured by KL (or NLL, entropy), each token's "
+        "values and top-5 on hover (implies --topk 5).",
         show_default=False,
     ),
 ]
@@ -96,11 +99,11 @@ def emit(
     *,
     paths: dict[str, Path],
     tables: Callable[[Console, dict], None],
-    summary: Optional[Callable[[], object]] = None,
-    positions: Optional[Callable[[], object]] = None,
+    summary: Callable[[], object] | None = None,
+    positions: Callable[[], object] | None = None,
     plot: Path | None = None,
-    draw: Optional[Callable[[Path], None]] = None,
-    extras: Optional[dict[Path, Callable[[], str | bytes]]] = None,
+    draw: Callable[[Path], None] | None = None,
+    extras: dict[Path, Callable[[], str | bytes]] | None = None,
     also_written: tuple[str, ...] = (),
 ) -> dict:
     """Write the result JSON and CSVs named in ``paths`` (``summary`` and ``positions`` build the frames, only when

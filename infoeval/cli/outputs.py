@@ -4,9 +4,9 @@ which checks them before the long run, names the files and writes them (``Output
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from infoeval.cli.options import (
     ConfigOpt,

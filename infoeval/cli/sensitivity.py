@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from infoeval.cli.options import MaxTokensOpt, RunOptions
 from infoeval.api import units
+from infoeval.cli.options import MaxTokensOpt, RunOptions
 from infoeval.cli.outputs import Outputs, scoring_options
 
 SchemeOpt = Annotated[
@@ -21,25 +21,28 @@ SchemeOpt = Annotated[
 ByOpt = Annotated[
     str,
     typer.Option(
-        help="Units: linear (one Linear layer), block (one decoder block), type (one layer type in every block, e.g. mlp.down_proj)."
+        help="Units: linear (one Linear layer), block (one decoder block), type (one layer type in every "
+        "block, e.g. mlp.down_proj)."
     ),
 ]
 UnitsOpt = Annotated[
-    Optional[list[str]],
+    list[str] | None,
     typer.Option(help="Keep only the units matching this glob (repeatable or comma-separated), e.g. '*mlp*'."),
 ]
 BlockCacheOpt = Annotated[
     bool,
     typer.Option(
         "--block-cache/--no-block-cache",
-        help="Start each unit's forward from the reference's cached input of its first block (--no-block-cache: from the embeddings, to time the plain path).",
+        help="Start each unit's forward from the reference's cached input of its first block "
+        "(--no-block-cache: from the embeddings, to time the plain path).",
     ),
 ]
 ProxyOpt = Annotated[
     bool,
     typer.Option(
         "--proxy/--no-proxy",
-        help="Also compute the diagonal-Fisher proxy (one backward pass per window) and its Spearman ρ with the direct KL.",
+        help="Also compute the diagonal-Fisher proxy (one backward pass per window) and its Spearman ρ with "
+        "the direct KL.",
     ),
 ]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the tokens the proxy draws from the reference.")]

@@ -6,7 +6,7 @@ Each command parses options, calls ``infoeval.speculative`` and renders; p = tar
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -20,16 +20,16 @@ from infoeval.cli.options import (
     RunOptions,
     model_options,
 )
-from infoeval.cli.signatures import extend, option
 from infoeval.cli.outputs import Outputs, output_options, scoring_options
+from infoeval.cli.signatures import extend, option
 from infoeval.models import DEFAULT_MODEL
 
 TargetArg = Annotated[
-    Optional[str],
+    str | None,
     typer.Argument(metavar="TARGET", help="The target (teacher) model; same as --model.", show_default=False),
 ]
 TeacherArg = Annotated[
-    Optional[str], typer.Argument(metavar="TEACHER", help="The teacher model; same as --model.", show_default=False)
+    str | None, typer.Argument(metavar="TEACHER", help="The teacher model; same as --model.", show_default=False)
 ]
 SECOND = {
     "draft": ("target", "int4-channel"),
@@ -46,7 +46,7 @@ def second_options(role: str):
         option(
             role,
             Annotated[
-                Optional[str],
+                str | None,
                 typer.Option(help=f"{name}: another model with the same tokenizer (folder, .gguf, hub id)."),
             ],
             None,
@@ -54,14 +54,14 @@ def second_options(role: str):
         option(
             f"{role}_scheme",
             Annotated[
-                Optional[str], typer.Option(help=f"{name}: the {of} fake-quantized with this scheme, e.g. {example}.")
+                str | None, typer.Option(help=f"{name}: the {of} fake-quantized with this scheme, e.g. {example}.")
             ],
             None,
         ),
         option(
             f"{role}_layers",
             Annotated[
-                Optional[int],
+                int | None,
                 typer.Option(help=f"{name}: the {of}'s first N decoder layers + its final norm and head."),
             ],
             None,
@@ -74,7 +74,7 @@ TempsOpt = Annotated[str, typer.Option(*TEMPERATURE_FLAGS, help="Comma-separated
 DistillTempsOpt = Annotated[str, typer.Option(*TEMPERATURE_FLAGS, help="Comma-separated distillation temperatures.")]
 SampleTempOpt = Annotated[float, typer.Option(*TEMPERATURE_FLAGS, help="Sampling temperature of both models (> 0).")]
 AcceptPlotOpt = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option(help="Also draw acceptance against target entropy (T = 1) into this PNG (needs matplotlib)."),
 ]
 PromptOpt = Annotated[str, typer.Option(help="The prompt (tokenized with the tokenizer's default special tokens).")]
@@ -86,22 +86,22 @@ VerifyOpt = Annotated[
     int, typer.Option(help="Also check Theorem 1 by Monte Carlo with this many samples per sampler (0: no).")
 ]
 RoundsOpt = Annotated[
-    Optional[Path], typer.Option(help="Write one row per speculative round (proposed, accepted, emitted) as CSV here.")
+    Path | None, typer.Option(help="Write one row per speculative round (proposed, accepted, emitted) as CSV here.")
 ]
 AlphaOpt = Annotated[float, typer.Option(help="Weight α of the hard loss in L = α·H(y, q) + (1 − α)·T²·KL(p_T‖q_T).")]
-LogitsOpt = Annotated[Optional[str], typer.Option(help="Comma-separated logits, e.g. 9.1,6.2,4.6,3.3.")]
+LogitsOpt = Annotated[str | None, typer.Option(help="Comma-separated logits, e.g. 9.1,6.2,4.6,3.3.")]
 LabelsOpt = Annotated[
-    Optional[str], typer.Option(help="Comma-separated class names for --logits, e.g. cat,lion,lynx,dog.")
+    str | None, typer.Option(help="Comma-separated class names for --logits, e.g. cat,lion,lynx,dog.")
 ]
 LogitsModelOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option("--model", "-m", help=f"Use this model's next-token logits after --prompt (e.g. {DEFAULT_MODEL})."),
 ]
 LogitsPromptOpt = Annotated[
-    Optional[str], typer.Option(help="The prompt whose next-token logits are shown (with --model).")
+    str | None, typer.Option(help="The prompt whose next-token logits are shown (with --model).")
 ]
 TopOpt = Annotated[int, typer.Option(help="With --model: show the N likeliest tokens.", min=1)]
-TableCsvOpt = Annotated[Optional[Path], typer.Option(help="Write the table (a row per T) as CSV here.")]
+TableCsvOpt = Annotated[Path | None, typer.Option(help="Write the table (a row per T) as CSV here.")]
 
 
 @scoring_options(

@@ -4,7 +4,7 @@ recipes, the noise floor, and the calibration of calibrated methods (``@calibrat
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,20 +13,21 @@ from infoeval.cli.signatures import extend, option
 SchemesOpt = Annotated[
     str,
     typer.Option(
-        help="Comma-separated schemes: int<bits>-channel | int<bits>-g<N> [-asym] (infoeval's rounding), bf16 | fp16 (the weights at 16 bits), or <library>:<spec> such as hqq:int4-g64 (the library's own quantizer and kernels; docs/methods.md)."
+        help="Comma-separated schemes: int<bits>-channel | int<bits>-g<N> [-asym] (infoeval's rounding), bf16 "
+        "| fp16 (the weights at 16 bits), or <library>:<spec> such as hqq:int4-g64 (the library's own "
+        "quantizer and kernels; docs/methods.md)."
     ),
 ]
 IncludeOpt = Annotated[
-    Optional[list[str]], typer.Option(help="Also quantize modules matching this glob (repeatable), e.g. lm_head.")
+    list[str] | None, typer.Option(help="Also quantize modules matching this glob (repeatable), e.g. lm_head.")
 ]
-ExcludeOpt = Annotated[
-    Optional[list[str]], typer.Option(help="Do not quantize modules matching this glob (repeatable).")
-]
+ExcludeOpt = Annotated[list[str] | None, typer.Option(help="Do not quantize modules matching this glob (repeatable).")]
 CalibrationOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         "--calibration",
-        help="Calibrated methods (autoround:…): the text they learn from, a dataset name or a UTF-8 file; default: the evaluated text after the evaluated tokens (docs/methods.md).",
+        help="Calibrated methods (autoround:…): the text they learn from, a dataset name or a UTF-8 file; "
+        "default: the evaluated text after the evaluated tokens (docs/methods.md).",
         show_default=False,
     ),
 ]
@@ -45,14 +46,17 @@ FloorOpt = Annotated[
     str,
     typer.Option(
         "--floor",
-        help="The noise floor (the reference with its weights moved by one bfloat16 rounding step) in the same run: sampled (a seeded share of the windows, ≤ 8 % of the forward passes, ≤ 10 % of the wall time), full (every window) or off.",
+        help="The noise floor (the reference with its weights moved by one bfloat16 rounding step) in the same "
+        "run: sampled (a seeded share of the windows, ≤ 8 % of the forward passes, ≤ 10 % of the wall time), "
+        "full (every window) or off.",
     ),
 ]
 FloorSeedOpt = Annotated[int, typer.Option(help="The noise floor's seed: its weights and its sampled windows.")]
 RecipeOpt = Annotated[
-    Optional[list[Path]],
+    list[Path] | None,
     typer.Option(
-        help="Recipe TOML (unit → scheme, as `infoeval mix` writes): one more variant, named after the file (repeatable)."
+        help="Recipe TOML (unit → scheme, as `infoeval mix` writes): one more variant, named after the file "
+        "(repeatable)."
     ),
 ]
 

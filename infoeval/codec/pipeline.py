@@ -18,12 +18,12 @@ from infoeval.codec import core, environment
 from infoeval.codec.container import DamagedPayload, pack, unpack
 from infoeval.codec.summary import rate, summarize
 from infoeval.errors import DataError, RuntimeFailure, UsageError
-from infoeval.models.files import BUILTIN
-from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.input.prepare import Reporter
 from infoeval.input.provenance import provenance
-from infoeval.output.results import Result, atomic_write_bytes
 from infoeval.input.settings import DEFAULT_MODEL
+from infoeval.models import load_model, resolve_device, resolve_dtype
+from infoeval.models.files import BUILTIN
+from infoeval.output.results import Result, atomic_write_bytes
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,8 @@ def print_decompress(console: Console, data: dict) -> None:
     console.print(_header_line(data, "decompressed"))
     bps, tps = _speed(data["throughput"])
     console.print(
-        f"{data['output']['bytes']:,} bytes ({data['tokens']:,} tokens, {data['mode']}) from {data['input']['bytes']:,}; "
+        f"{data['output']['bytes']:,} bytes ({data['tokens']:,} tokens, {data['mode']}) from "
+        f"{data['input']['bytes']:,}; "
         f"{bps} bytes/s, {tps} tokens/s; sha256 {data['output']['sha256'][:16]}… checked"
     )
     for line in data["forced"]:

@@ -17,10 +17,10 @@ from infoeval.input.tokens import TokenStream
 from infoeval.input.windows import Window
 from infoeval.measure.infotheory import Workspace, compare, reference_stats
 from infoeval.measure.topk import top_k_probs
+from infoeval.models.objects import ModuleVariant
 from infoeval.quant.apply import QuantizedVariant, WithVariant
 from infoeval.quant.floor import FLOOR, FloorVariant
 from infoeval.quant.methods.variant import MethodVariant
-from infoeval.models.objects import ModuleVariant
 
 REFERENCE = "reference"
 REF_COLUMNS = {

@@ -11,11 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from infoeval import engine
-from infoeval.errors import RuntimeFailure, UsageError
 from infoeval.comparison.floor import floor_block, noise_floor
-from infoeval.measure.confidence import confidence_block
-from infoeval.measure.frontier import frontier_block
-from infoeval.measure.paired import PairedSettings, paired_block
+from infoeval.comparison.frames import compress_frame, summary_frame
 from infoeval.comparison.lockstep import (  # noqa: F401  (REFERENCE … VARIANT_COLUMNS, lockstep_reducer: re-exported)
     FLOOR_STATISTICS,
     REF_COLUMNS,
@@ -27,17 +24,20 @@ from infoeval.comparison.lockstep import (  # noqa: F401  (REFERENCE … VARIANT
     lockstep_reducer,
     run_lockstep,
 )
-from infoeval.comparison.frames import compress_frame, summary_frame
 from infoeval.comparison.until import UntilSettings, bpb_ses, budget_windows, check_protocol, evaluate_until, kl_ses
-from infoeval.measure.column_metrics import reference_metrics, variant_metrics
 from infoeval.comparison.variants import build_planned, plan_variants
-from infoeval.models.objects import ModuleVariant
+from infoeval.errors import RuntimeFailure, UsageError
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
-from infoeval.measure.protocol_metrics import protocol_figures
-from infoeval.quant.floor import FLOOR, FloorVariant
-from infoeval.output.results import Result
 from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.input.tokens import token_texts
+from infoeval.measure.column_metrics import reference_metrics, variant_metrics
+from infoeval.measure.confidence import confidence_block
+from infoeval.measure.frontier import frontier_block
+from infoeval.measure.paired import PairedSettings, paired_block
+from infoeval.measure.protocol_metrics import protocol_figures
+from infoeval.models.objects import ModuleVariant
+from infoeval.output.results import Result
+from infoeval.quant.floor import FLOOR, FloorVariant
 
 MAX_TOP_K = 100
 

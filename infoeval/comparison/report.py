@@ -6,9 +6,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from infoeval.measure.stats import MIN_BLOCKS
 from infoeval.output.llamacpp_report import print_block, scope_note
 from infoeval.output.report import fmt_num, fmt_pm, report_table, run_header
-from infoeval.measure.stats import MIN_BLOCKS
 
 
 def _layers(q: dict) -> str:
@@ -63,7 +63,8 @@ def floor_note(floor: dict) -> str:
         return "; the noise floor ran on no window of this run"
     return (
         f"; floor: the reference with its weights moved by one bfloat16 rounding step, on {len(floor['windows'])} of "
-        f"{floor['windows_of_run']} windows ({floor['mode']}); × floor: mean KL over the floor's; at floor: within 2 SE of it"
+        f"{floor['windows_of_run']} windows ({floor['mode']}); × floor: mean KL over the floor's; at floor: "
+        "within 2 SE of it"
     )
 
 
@@ -80,7 +81,8 @@ def _agreement_table(result: dict) -> Table:
     a = report_table(
         "Variants vs reference",
         ["scheme", "bits/w", "layers q/skip", "PPL", "PPL ratio", "Δ ln PPL", "top-1 agree", "Δ bits/byte"],
-        f"likelihood and agreement of each variant with the reference (± one standard error{se_note(result['reference'])})",
+        "likelihood and agreement of each variant with the reference (± one standard "
+        f"error{se_note(result['reference'])})",
         no_wrap=True,
     )
     for v in result["variants"]:
@@ -215,7 +217,8 @@ def floor_summary(floor: dict) -> str:
     m = floor["metrics"]
     times = ", ".join(f"{name} {floor_cell(v)}" for name, v in floor["variants"].items())
     return (
-        f"\nnoise floor ({len(floor['windows'])} of {floor['windows_of_run']} windows, {floor['mode']}): mean KL {fmt_pm(m['kl_mean'], m['kl_se'])}, "
+        f"\nnoise floor ({len(floor['windows'])} of {floor['windows_of_run']} windows, {floor['mode']}): mean "
+        f"KL {fmt_pm(m['kl_mean'], m['kl_se'])}, "
         f"P99 {fmt_num(m['kl_p99'], 3)}, top-1 disagreement {100 * m['top1_disagree']:.2f} %; × floor: {times}"
     )
 

@@ -8,9 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 from infoeval.measure.frontier import frontier_points
-from infoeval.output.report import ReportTable, fmt_num, fmt_pm, report_table, run_header
-
 from infoeval.measure.paired import LABELS as COLUMNS  # noqa: E402  (metric → its column's title)
+from infoeval.output.report import ReportTable, fmt_num, fmt_pm, report_table, run_header
 
 STYLE = {"better": "green", "worse": "red", "not distinguishable": "dim"}
 WORD = {"better": "better", "worse": "worse", "not distinguishable": "≈"}
@@ -42,7 +41,8 @@ def frontier_table(result: dict) -> Table:
     t = report_table(
         "Bits against KL",
         ["variant", "bits/weight", "mean KL", "KL P99.9", "on the frontier of"],
-        "stored bits per weight; a variant is on a figure's frontier when no other stores at most its bits with a lower value",
+        "stored bits per weight; a variant is on a figure's frontier when no other stores at most its bits "
+        "with a lower value",
     )
     for p in frontier_points(result):
         on = [{"kl_mean": "mean KL", "kl_p999": "P99.9"}[f] for f in p["on"]]

@@ -11,12 +11,13 @@
 The reducer is a command's own per-window reduction (``(step) → {column: (B·n,) tensor}``); it asks for each
 role's logits in turn through ``step.logits[role]``, so only the logits it holds at once are alive, and no
 (tokens × vocabulary) tensor outlives its batch. Columns are allocated once for every scored position.
-(*) by the engine, or by a reducer whose per-row numbers are finite exactly when the logits are (``run(check_logits=False)``).
+(*) by the engine, or by a reducer whose per-row numbers are finite exactly when the logits are
+(``run(check_logits=False)``).
 
 Sharding: ``plan`` numbers the batches and fixes the rows every batch fills; ``run`` takes any subset of them
 and fills only their rows. Under a launcher (torchrun, accelerate launch) each rank evaluates batches
-``rank::world`` and ``run`` gathers every rank's rows (``distributed``), so all ranks return the full columns. The other entry points, for sampling and single predictions, are
-``last_logits`` and ``CachedModel``.
+``rank::world`` and ``run`` gathers every rank's rows (``distributed``), so all ranks return the full columns. The other
+entry points, for sampling and single predictions, are ``last_logits`` and ``CachedModel``.
 
 Shared batches (``plan_shared``): windows of one length go through every role's decoder blocks together, once
 per batch, and each window then gets its own step, its logits made from the blocks' output by the role's head
@@ -33,13 +34,15 @@ import numpy as np
 import torch
 
 from infoeval import distributed, heap
+
+# plan, plan_shared: re-exported
+from infoeval.engine.batches import Batch, each_window, plan, plan_shared  # noqa: F401
 from infoeval.engine.clock import Clock
-from infoeval.engine.batches import Batch, each_window, plan, plan_shared  # noqa: F401  (plan, plan_shared: re-exported)
 from infoeval.engine.columns import IDENTITY, Columns, as_numpy, identity_columns
-from infoeval.errors import RuntimeFailure
 from infoeval.engine.kvcache import cache_kw, crop_to, new_cache  # noqa: F401  (crop_to, new_cache: re-exported)
 from infoeval.engine.roles import model_device, parts
 from infoeval.engine.shared import run_blocks, splits
+from infoeval.errors import RuntimeFailure
 from infoeval.input.windows import window_inputs, window_targets
 
 Reducer = Callable[["Step"], Mapping[str, "torch.Tensor | np.ndarray"]]

@@ -48,7 +48,8 @@ def load_candidate(gate_settings, model_settings: ModelSettings, ref):
     shipped = loaded.info.quantization if gate_settings.candidate else None
     if shipped and shipped["format"] != "gguf" and (gate_settings.scheme or gate_settings.recipe):
         raise UsageError(
-            f"--scheme and --recipe quantize a float model; '{spec}' is already a {shipped['format']} checkpoint: gate it without them"
+            f"--scheme and --recipe quantize a float model; '{spec}' is already a {shipped['format']} "
+            "checkpoint: gate it without them"
         )
     original = loaded.model
     sources = original_weights(original) if gate_settings.floor != "off" and gate_settings.candidate is None else None

@@ -2,8 +2,8 @@
 
 The weights are stored dequantized (ŵ = s·(q − z), in the model's dtype) as safetensors next to the config and
 tokenizer, so any transformers release loads them with ``from_pretrained`` and computes exactly what the in-memory
-fake quantization computes. The scheme and the per-layer report (SQNR of every layer, and the reason for every skipped one)
-go into ``infoeval-quantization.json``; ``config.json`` gets ``infoeval_quantization`` naming the scheme.
+fake quantization computes. The scheme and the per-layer report (SQNR of every layer, and the reason for every skipped
+one) go into ``infoeval-quantization.json``; ``config.json`` gets ``infoeval_quantization`` naming the scheme.
 
 ``fmt="pack-quantized"`` stores real int4 codes instead (see packed.py).
 """
@@ -16,14 +16,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from infoeval.input.settings import ModelSettings
 from infoeval.errors import UsageError
+from infoeval.input.provenance import provenance
+from infoeval.input.settings import ModelSettings
 from infoeval.models import load_model, resolve_device, resolve_dtype
-from infoeval.quant.packed import check_packable, save_pack_quantized
 from infoeval.quant.apply import quantize_variant, recipe_variant, swap_in
+from infoeval.quant.packed import check_packable, save_pack_quantized
 from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_scheme
-from infoeval.input.provenance import provenance
 
 REPORT_FILE = "infoeval-quantization.json"
 

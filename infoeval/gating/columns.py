@@ -12,9 +12,9 @@ from infoeval.errors import DataError
 from infoeval.gating.compact import CompactDist
 from infoeval.gating.positions import candidate_top
 from infoeval.gating.reference_file import Reference
+from infoeval.measure.column_metrics import reference_metrics, variant_metrics
 from infoeval.measure.compact_kl import compact_divergences
 from infoeval.measure.infotheory import by_rows, chunk_rows, log_softmax
-from infoeval.measure.column_metrics import reference_metrics, variant_metrics
 from infoeval.measure.stats import se
 from infoeval.quant.floor import FLOOR
 
@@ -45,7 +45,8 @@ def gate_reducer(ref: Reference, top_k: int = 0):
         z, a = step.logits[CANDIDATE][0], step.batch.rows.start
         if z.shape[1] != ref.meta["vocab_size"]:
             raise DataError(
-                f"the candidate has {z.shape[1]} output logits, the reference {ref.meta['vocab_size']}: different vocabularies"
+                f"the candidate has {z.shape[1]} output logits, the reference {ref.meta['vocab_size']}: "
+                "different vocabularies"
             )
         out = by_rows(z.shape[0], lambda r: _gate_rows(ref, z[r], slice(a + r.start, a + r.stop), top_k), chunk_rows(z))
         if (

@@ -113,7 +113,8 @@ def parse_limits(raw: dict) -> list[Limit]:
         if (side == "max") == bool(hib):
             other = "min" if side == "max" else "max"
             raise UsageError(
-                f"gate limit '{key}' bounds {metric} from the wrong side ({'higher' if hib else 'lower'} is better); use {other}_{metric}"
+                f"gate limit '{key}' bounds {metric} from the wrong side ({'higher' if hib else 'lower'} is "
+                f"better); use {other}_{metric}"
             )
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise UsageError(f"gate limit '{key}' = {value!r} is not a finite number")
@@ -192,8 +193,10 @@ def floor_line(verdict: dict) -> str | None:
     if not verdict.get("below_floor"):
         return None
     return (
-        f"{verdict['limit']} {verdict['threshold']:g} is below the noise floor ({verdict['metric']} {verdict['floor_value']:.4g} for a "
-        f"checkpoint no user could tell from the reference): this run cannot judge it, so it fails; raise the limit, or pass --floor off"
+        f"{verdict['limit']} {verdict['threshold']:g} is below the noise floor ({verdict['metric']} "
+        f"{verdict['floor_value']:.4g} for a "
+        "checkpoint no user could tell from the reference): this run cannot judge it, so it fails; raise the "
+        "limit, or pass --floor off"
     )
 
 

@@ -10,27 +10,25 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from infoeval.input.settings import CalibrationSettings, ModelSettings, TextSettings, WindowSettings
-from infoeval.errors import UsageError
 from infoeval import engine
-from infoeval.gating.compact import CompactDist, compact
-from infoeval.measure.infotheory import by_rows, chunk_rows, entropy, log_softmax
+from infoeval.errors import UsageError
 from infoeval.gating.baseline import judge_baseline, read_baseline
+from infoeval.gating.candidate import check_scheme, vocab_fingerprint
+from infoeval.gating.candidate import load_candidate as _load_candidate  # under this name the tests replace it
 from infoeval.gating.columns import GATE_COLUMNS, gate_metrics, gate_reducer, reference_columns
+from infoeval.gating.compact import CompactDist, compact
 from infoeval.gating.floor import floor_roles, gate_floor
 from infoeval.gating.limits import Limit, below_floor, judge
-from infoeval.input.settings import check_floor
-from infoeval.measure.floor import floor_windows
-from infoeval.quant.floor import FLOOR
 from infoeval.gating.positions import TOP_COLUMNS, check_top_k, row_columns
 from infoeval.gating.records import GateResult, ReferenceResult, gate_result
 from infoeval.gating.reference_file import Reference, read_reference, write_reference
-from infoeval.measure.column_metrics import reference_metrics
-from infoeval.gating.candidate import check_scheme, vocab_fingerprint
-from infoeval.gating.candidate import load_candidate as _load_candidate  # under this name the tests replace it
-from infoeval.output.results import SCHEMA_VERSION
 from infoeval.input.prepare import Reporter, prepare, progress
-
+from infoeval.input.settings import CalibrationSettings, ModelSettings, TextSettings, WindowSettings, check_floor
+from infoeval.measure.column_metrics import reference_metrics
+from infoeval.measure.floor import floor_windows
+from infoeval.measure.infotheory import by_rows, chunk_rows, entropy, log_softmax
+from infoeval.output.results import SCHEMA_VERSION
+from infoeval.quant.floor import FLOOR
 
 REFERENCE = "the reference model"
 COMPACT_FIELDS = tuple(CompactDist.__dataclass_fields__)
@@ -236,8 +234,8 @@ def run_gate(
 
 
 def open_gate(gate_settings: GateSettings, model_settings: ModelSettings, reporter: Reporter, check=None):
-    """The reference, the baseline's metrics and positions (or None), the loaded candidate (spec, loaded, quantization report)
-    and its load time; ``check(ref)`` runs before the candidate is loaded (bad options fail fast)."""
+    """The reference, the baseline's metrics and positions (or None), the loaded candidate (spec, loaded, quantization
+    report) and its load time; ``check(ref)`` runs before the candidate is loaded (bad options fail fast)."""
     ref = read_reference(gate_settings.reference)
     baseline = read_baseline(gate_settings.baseline) if gate_settings.baseline else None
     check_top_k(gate_settings.top_k, ref.meta["top_k"])

@@ -121,7 +121,8 @@ def read_reference(path: Path) -> Reference:
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except Exception as e:  # safetensors raises several types for truncated or garbled files
         raise DataError(
-            f"reference file '{path}' is corrupt or truncated ({type(e).__name__}); rebuild it with `infoeval reference`"
+            f"reference file '{path}' is corrupt or truncated ({type(e).__name__}); rebuild it with `infoeval "
+            "reference`"
         ) from None
     if raw_meta is None:
         raise DataError(f"'{path}' is a safetensors file but not an infoeval reference (no infoeval metadata)")

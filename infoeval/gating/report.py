@@ -174,7 +174,8 @@ def floor_lines(result: dict) -> list[str]:
             + (", at floor" if c["at_floor"] else "")
         )
         out = [
-            f"noise floor ({len(f['windows'])} windows, {f['mode']}): mean KL {_num(m['kl_mean'])} ± {_num(m['kl_se'])}, P99 {_num(m['kl_p99'])}, "
+            f"noise floor ({len(f['windows'])} windows, {f['mode']}): mean KL {_num(m['kl_mean'])} ± "
+            f"{_num(m['kl_se'])}, P99 {_num(m['kl_p99'])}, "
             f"top-1 disagreement {100 * m['top1_disagree']:.2f} %{x}"
         ]
     return out + [line for v in result["verdicts"] if (line := floor_line(v))]
@@ -210,7 +211,8 @@ def print_gate_llamacpp(console, result: dict) -> None:
     """--table llama.cpp: llama-perplexity --kl-divergence's block for the candidate, then the verdicts."""
     pv = result["provenance"]
     note = (
-        f"KLD per position is the tail-corrected estimate from the top-{pv['top_k']} + {pv['tail_samples']} tail samples "
+        f"KLD per position is the tail-corrected estimate from the top-{pv['top_k']} + {pv['tail_samples']} "
+        "tail samples "
         "(its mean is unbiased; its percentiles spread wider than the exact ones); PPL, Δp and same top p are exact."
     )
     print_block(
@@ -236,7 +238,8 @@ def reference_summary_table(info: dict) -> Table:
         str(info["top_k"]),
         str(info["tail_samples"]),
         f"{info['bytes_per_position']:.0f}",
-        f"{100 * info['bytes_per_position'] / info['llama_cpp_bytes_per_position']:.2f} % of {info['llama_cpp_bytes_per_position']:,} B",
+        f"{100 * info['bytes_per_position'] / info['llama_cpp_bytes_per_position']:.2f} % of "
+        f"{info['llama_cpp_bytes_per_position']:,} B",
         _num(r["ppl"], 3),
         _num(r["bits_per_byte"]),
     )

@@ -18,18 +18,18 @@ import torch
 
 from infoeval import distributed, engine
 from infoeval.errors import UsageError
-from infoeval.gating.limit_streams import Plan, limit_stream, window_columns
-from infoeval.gating.floor import floor_roles, gate_floor
 from infoeval.gating.baseline import judge_baseline
-from infoeval.gating.limits import below_floor, judge
-from infoeval.measure.floor import floor_windows
-from infoeval.quant.floor import FLOOR
-from infoeval.gating.positions import TOP_COLUMNS, row_columns
 from infoeval.gating.columns import GATE_COLUMNS, gate_metrics, gate_reducer, reference_columns
+from infoeval.gating.floor import floor_roles, gate_floor
+from infoeval.gating.limit_streams import Plan, limit_stream, window_columns
+from infoeval.gating.limits import below_floor, judge
 from infoeval.gating.pipeline import GateSettings, open_gate
+from infoeval.gating.positions import TOP_COLUMNS, row_columns
 from infoeval.gating.records import GateResult, gate_result
 from infoeval.gating.sequential_block import sequential_report
 from infoeval.input.prepare import Reporter, progress
+from infoeval.input.settings import ModelSettings
+from infoeval.measure.floor import floor_windows
 from infoeval.measure.sequential import PASS
 from infoeval.measure.stopping import (
     SequentialRule,
@@ -38,7 +38,7 @@ from infoeval.measure.stopping import (
     run_rounds,
     visit_order,
 )
-from infoeval.input.settings import ModelSettings
+from infoeval.quant.floor import FLOOR
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,14 @@ from types import MappingProxyType
 
 from infoeval import distributed
 from infoeval.errors import UsageError
-from infoeval.models import LoadedModel, load_model, resolve_device, resolve_dtype
+from infoeval.input.documents import gptq_text, load_documents
+from infoeval.input.protocols import Cut, DocumentLayout, gptq_cut, lmeval_cut, lmeval_prefix
 from infoeval.input.provenance import Provenance, provenance
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
-from infoeval.input.documents import gptq_text, load_documents
 from infoeval.input.text import Text, load_text, strip_one_trailing_newline
 from infoeval.input.tokens import TokenStream, encode, truncate
-from infoeval.input.protocols import Cut, DocumentLayout, gptq_cut, lmeval_cut, lmeval_prefix
 from infoeval.input.windows import Window, describe, llamacpp_windows, rolling_windows
+from infoeval.models import LoadedModel, load_model, resolve_device, resolve_dtype
 
 
 class Reporter:
@@ -125,8 +125,10 @@ def _windows(
             stream = truncate(stream, text_settings.max_tokens + 1)
         windows = rolling_windows(len(stream), window_settings.ctx, window_settings.stride)
         rule = (
-            f"rolling: windows of at most {window_settings.ctx} tokens every {window_settings.stride or window_settings.ctx} tokens; each window scores the "
-            f"targets not scored before (the last logit predicts the token after the window); stream token 0 is context only"
+            f"rolling: windows of at most {window_settings.ctx} tokens every "
+            f"{window_settings.stride or window_settings.ctx} tokens; each window scores the "
+            "targets not scored before (the last logit predicts the token after the window); stream token 0 "
+            "is context only"
         )
         return stream, windows, rule
     per_chunk = window_settings.ctx - 1 - window_settings.ctx // 2
@@ -135,12 +137,15 @@ def _windows(
         max_chunks = text_settings.max_tokens // per_chunk
         if max_chunks < 1:
             raise UsageError(
-                f"--max-tokens {text_settings.max_tokens} is fewer than the {per_chunk} tokens one llama.cpp chunk scores"
+                f"--max-tokens {text_settings.max_tokens} is fewer than the {per_chunk} tokens one llama.cpp "
+                "chunk scores"
             )
     windows = llamacpp_windows(len(stream), window_settings.ctx, stream.prefix_id is not None, max_chunks)
     rule = (
-        f"llama.cpp: {len(windows)} non-overlapping chunks of {window_settings.ctx} tokens (last partial chunk dropped), "
-        f"first token of each chunk replaced by BOS when BOS is added, tokens {window_settings.ctx // 2 + 1}…{window_settings.ctx - 1} of "
+        f"llama.cpp: {len(windows)} non-overlapping chunks of {window_settings.ctx} tokens (last partial chunk "
+        "dropped), "
+        "first token of each chunk replaced by BOS when BOS is added, tokens "
+        f"{window_settings.ctx // 2 + 1}…{window_settings.ctx - 1} of "
         f"each chunk scored; one trailing newline stripped from the text"
     )
     return stream, windows, rule

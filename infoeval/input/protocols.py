@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from infoeval.input.documents import Documents, count_words
 from infoeval.errors import UsageError
+from infoeval.input.documents import Documents, count_words
 from infoeval.input.tokens import TokenStream, default_special_tokens, text_tokens
 from infoeval.input.windows import Window, gptq_windows, lmeval_windows
 
@@ -50,7 +50,8 @@ def lmeval_prefix(policy: str, bos: int | None, eos: int | None) -> tuple[int, s
     """lm-eval's prefix token: BOS, else EOS (``--prefix auto``), or the one asked for."""
     if policy == "none":
         raise UsageError(
-            "--prefix none is not part of the lm-eval protocol (it always puts a prefix token first); use auto, bos or eos"
+            "--prefix none is not part of the lm-eval protocol (it always puts a prefix token first); use "
+            "auto, bos or eos"
         )
     tid = (bos if bos is not None else eos) if policy == "auto" else (bos if policy == "bos" else eos)
     if tid is None:
@@ -60,7 +61,8 @@ def lmeval_prefix(policy: str, bos: int | None, eos: int | None) -> tuple[int, s
     what = "BOS" if tid == bos else "EOS"
     return (
         tid,
-        f"{what} before every document ({'lm-eval prefix_token_id: BOS, else EOS' if policy == 'auto' else '--prefix ' + policy})",
+        f"{what} before every document "
+        f"({'lm-eval prefix_token_id: BOS, else EOS' if policy == 'auto' else '--prefix ' + policy})",
     )
 
 

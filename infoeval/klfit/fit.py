@@ -20,18 +20,17 @@ float64 and in log space (ln p by logsumexp), so a narrow bump never makes ln p 
 
 from __future__ import annotations
 
-import time
-
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from infoeval.klfit.report import klfit_frame
-from infoeval.input.provenance import provenance
-from infoeval.output.results import Result
 from infoeval.errors import UsageError
+from infoeval.input.provenance import provenance
+from infoeval.klfit.report import klfit_frame
+from infoeval.output.results import Result
 
 DIRECTIONS = ("forward", "reverse")
 

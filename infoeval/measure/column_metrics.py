@@ -22,9 +22,9 @@ def bits_per_byte_se(
     nll: np.ndarray, nbytes: np.ndarray, clusters: np.ndarray | None = None, windows: np.ndarray | None = None
 ) -> float:
     """SE of bits/byte R = Σ nll / (ln 2 · Σ bytes), a ratio of two means: by the delta method the SE of the mean
-    of the linearised series z = (nll/ln 2 − R·bytes) / mean bytes (batch means over whole ``windows``, ``stats.se``). With equal bytes
-    per position it is SE(nll)/(ln 2 · bytes). NaN without bytes. With ``clusters`` (a label per position, e.g.
-    its window) the SE over those clusters instead of batch means (``stats.cluster_se``).
+    of the linearised series z = (nll/ln 2 − R·bytes) / mean bytes (batch means over whole ``windows``, ``stats.se``).
+    With equal bytes per position it is SE(nll)/(ln 2 · bytes). NaN without bytes. With ``clusters`` (a label per
+    position, e.g. its window) the SE over those clusters instead of batch means (``stats.cluster_se``).
 
     >>> round(bits_per_byte_se(np.array([1.0, 2.0, 3.0, 4.0]) * LN2, np.full(4, 2)), 4)  # se 1.0 over 2 bytes
     0.5

@@ -183,8 +183,8 @@ def compare(
     """Per-position columns of a variant against the reference, in nats.
 
     Returns nll, kl (KL(p‖q)), rkl (KL(q‖p)), tv, entropy (of q), top1 (argmax p is a top token of q; ties count
-    as agreement) and max_logq (max log q, for ``topk``). Neither ``ref`` nor ``logits`` is modified. Computed a chunk of rows at a time in four chunk
-    buffers, each reused once spent; the reference's log p rebuilt per chunk."""
+    as agreement) and max_logq (max log q, for ``topk``). Neither ``ref`` nor ``logits`` is modified. Computed a chunk
+    of rows at a time in four chunk buffers, each reused once spent; the reference's log p rebuilt per chunk."""
     workspace = workspace if workspace is not None else Workspace()
     n, dev = logits.shape[0], logits.device
     qlogq, pd, qd, tv, top = torch.empty(

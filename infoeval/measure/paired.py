@@ -62,7 +62,8 @@ class PairedSettings:
             raise UsageError(f"--baseline '{self.baseline}' is not a variant of this run; its variants: {listed}")
         if len(names) < 2:
             raise UsageError(
-                f"--baseline '{self.baseline}' is the run's only variant; give at least one more scheme to compare with it"
+                f"--baseline '{self.baseline}' is the run's only variant; give at least one more scheme to "
+                "compare with it"
             )
 
 

@@ -55,10 +55,14 @@ def per_unit_kls(
     measured, swept = split_windows(p.windows, text_settings.max_tokens)
     if not swept or not measured:
         raise DataError(
-            f"the text has no tokens after the {text_settings.max_tokens:,} measured ones for the sweep; use a longer text or a smaller --max-tokens"
+            f"the text has no tokens after the {text_settings.max_tokens:,} measured ones for the sweep; use a "
+            "longer text or a smaller --max-tokens"
         )
     span = {"measured": _span(measured), "sweep": _span(swept)}
-    note = f"sweep on stream tokens {span['sweep']['first_target']}…{span['sweep']['last_target']}, after the measured ones"
+    note = (
+        f"sweep on stream tokens {span['sweep']['first_target']}…{span['sweep']['last_target']}, after the "
+        "measured ones"
+    )
     sens = sweep_prepared(
         _subset(p, swept, note, mix_settings.sweep_tokens),
         schemes,

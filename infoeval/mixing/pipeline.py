@@ -18,18 +18,18 @@ import torch
 
 from infoeval.comparison.pipeline import CompareColumns, run_lockstep
 from infoeval.errors import UsageError
+from infoeval.input.prepare import Prepared, Reporter, prepare, progress
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure.column_metrics import reference_metrics, variant_metrics
 from infoeval.mixing import export
 from infoeval.mixing.held_out import per_unit_kls
 from infoeval.mixing.problem import build_problem, parse_budget, parse_sweep
 from infoeval.mixing.result import MixResult, measured_row, solution_row, target_row, unit_rows
 from infoeval.mixing.solve import as_budget, check_budgets, solve
-from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.quant.apply import quantize_plan, quantize_variant
-from infoeval.quant.selection import decoder_prefix, plan_layers
 from infoeval.quant.recipe import Recipe, recipe_toml
 from infoeval.quant.schemes import SchemeError, parse_scheme, parse_schemes
-from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.quant.selection import decoder_prefix, plan_layers
 
 DEFAULT_MIX_SCHEMES = "int3-g128-asym,int4-g128,int4-g128-asym,int5-g128-asym,int8-channel"
 KINDS = ("linear", "block", "type")
@@ -95,7 +95,8 @@ def _check_coverage(problem, model) -> None:
     if default - covered:
         missing = sorted(default - covered)
         raise UsageError(
-            f"the sensitivity units cover {len(covered & default)} of {len(default)} quantized layers (not {missing[0]}); "
+            f"the sensitivity units cover {len(covered & default)} of {len(default)} quantized layers (not "
+            f"{missing[0]}); "
             f"sweep every unit (no --units) so the mix and the uniform schemes quantize the same layers"
         )
 
@@ -239,7 +240,8 @@ def _finish(p, problem, choices, budget_scheme, mix_settings, sweep_json, held, 
             "budget_fraction": str(main.budget_bits),
             "sweep": mix_settings.sweep,
             "sweep_tokens": mix_settings.sweep_tokens,
-            "bits_accounting": "stored bits per quantized weight: codes + fp16 scales (+ b-bit zero points); quant/bits.py",
+            "bits_accounting": "stored bits per quantized weight: codes + fp16 scales (+ b-bit zero points); "
+            "quant/bits.py",
         },
         held_out=held,
         reference=reference_metrics(cols.reference),

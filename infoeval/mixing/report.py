@@ -90,7 +90,8 @@ def target_line(result: dict) -> str:
     tg = result.get("target")
     if tg:
         line += (
-            f"; measured {tg['mix_kl']:.4f} vs uniform {tg['uniform']} {tg['uniform_kl']:.4f} at {tg['uniform_bits']:.4f} bits: "
+            f"; measured {tg['mix_kl']:.4f} vs uniform {tg['uniform']} {tg['uniform_kl']:.4f} at "
+            f"{tg['uniform_bits']:.4f} bits: "
             f"ratio [bold]{tg['ratio']:.3f}[/] (predicted {tg['predicted_ratio']:.3f})"
         )
     return line

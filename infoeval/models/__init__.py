@@ -19,6 +19,7 @@ import torch
 
 from infoeval import distributed
 from infoeval.errors import DeviceError, ModelLoadError, UsageError
+from infoeval.input.settings import DEFAULT_MODEL
 from infoeval.models.files import (
     cached_gguf_bits,
     cached_sha256,
@@ -26,7 +27,6 @@ from infoeval.models.files import (
     gguf_file,
 )
 from infoeval.models.sources import from_folder, from_hub, hub_quantization, load_folder
-from infoeval.input.settings import DEFAULT_MODEL
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 _DTYPES = {

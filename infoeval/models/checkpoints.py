@@ -42,7 +42,8 @@ def checkpoint_names(specs, taken: set[str]) -> list[str]:
         name = checkpoint_name(spec)
         if not name or name in taken or name in names or name == "reference":
             raise UsageError(
-                f"--checkpoints: '{spec}' would be named '{name}', which is taken; give checkpoints distinct folder or file names"
+                f"--checkpoints: '{spec}' would be named '{name}', which is taken; give checkpoints distinct "
+                "folder or file names"
             )
         names.append(name)
     return names

@@ -109,7 +109,8 @@ def load_object(obj: ModelObject, device: torch.device, dtype: torch.dtype, devi
         raise UsageError("device_map is for loading a model; a model object is used where its weights are")
     if own_device.type != device.type or (device.index is not None and own_device != device):
         raise UsageError(
-            f"device '{device}' was asked for but the model object's weights are on {own_device}; move the model or leave device='auto'"
+            f"device '{device}' was asked for but the model object's weights are on {own_device}; move the "
+            "model or leave device='auto'"
         )
     if own_dtype != dtype:
         raise UsageError(
@@ -213,5 +214,6 @@ def check_variants(loaded, variants) -> None:
             )
         if v.tokenizer is not None and ref_tokens is not None and v.tokenizer.get_vocab() != ref_tokens:
             raise UsageError(
-                f"variant '{v.name}''s tokenizer differs from the reference's; a variant must share the reference's tokenizer"
+                f"variant '{v.name}''s tokenizer differs from the reference's; a variant must share the "
+                "reference's tokenizer"
             )

@@ -100,7 +100,8 @@ def from_hub(repo_id: str, dtype: torch.dtype, device_map):
         pass
     if not _hub_reachable():
         raise ModelLoadError(
-            f"model '{repo_id}' is not a local folder and not in the Hugging Face cache, and the hub cannot be reached; "
+            f"model '{repo_id}' is not a local folder and not in the Hugging Face cache, and the hub cannot be "
+            "reached; "
             f"download it where there is internet (`hf download {repo_id}`) or pass a local folder"
         )
     try:

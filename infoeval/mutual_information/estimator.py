@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 
 from infoeval import engine
-from infoeval.measure.stats import LN2, iid_mean_se
 from infoeval.errors import DataError, UsageError
 from infoeval.input.windows import Window
+from infoeval.measure.stats import LN2, iid_mean_se
 
 MODEL = "the model"
 DEFAULT_LENGTHS = "16,32,64,128,256,512,1024,2048"
@@ -83,7 +83,8 @@ def check_blocks(counts: dict[int, int], n_tokens: int) -> None:
     short = [length for length, n in counts.items() if n < 2]
     if short:
         raise DataError(
-            f"--lengths {','.join(map(str, short))}: fewer than 2 blocks fit in the {n_tokens:,} text tokens available; "
+            f"--lengths {','.join(map(str, short))}: fewer than 2 blocks fit in the {n_tokens:,} text tokens "
+            "available; "
             f"use shorter lengths, a longer text or a larger --max-tokens"
         )
 

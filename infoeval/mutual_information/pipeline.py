@@ -9,6 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from infoeval.errors import DataError, UsageError
+from infoeval.input.prepare import Prepared, Reporter, prepare, progress
+from infoeval.input.provenance import provenance
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.mutual_information.estimator import (
     DEFAULT_BATCH_TOKENS,
     DEFAULT_BLOCKS,
@@ -24,10 +27,7 @@ from infoeval.mutual_information.estimator import (
 )
 from infoeval.mutual_information.powerlaw import fit_with_ci
 from infoeval.mutual_information.report import mi_summary_frame
-from infoeval.input.prepare import Prepared, Reporter, prepare, progress
-from infoeval.input.provenance import provenance
 from infoeval.output.results import Result
-from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
 
 @dataclass(frozen=True)

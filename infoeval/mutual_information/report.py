@@ -8,7 +8,6 @@ from rich.table import Table
 
 from infoeval.output.report import report_table
 
-
 MI_CSV_COLUMNS = [
     "length",
     "blocks",
@@ -98,8 +97,8 @@ def print_mutual_info(console: Console, result: dict) -> None:
     short = {k: v for k, v in pr["blocks"].items() if v < pr["blocks_requested"]}
     if short:
         console.print(
-            f"[yellow]note:[/] {pr['blocks_requested']} blocks were asked for, but the text (or --max-tokens) holds only "
-            + ", ".join(f"{v} of L = {k}" for k, v in short.items())
+            f"[yellow]note:[/] {pr['blocks_requested']} blocks were asked for, but the text (or --max-tokens) "
+            "holds only " + ", ".join(f"{v} of L = {k}" for k, v in short.items())
         )
     console.print(mi_table(result))
     console.print(fit_line(result))

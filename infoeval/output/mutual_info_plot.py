@@ -42,7 +42,8 @@ def plot_mutual_info(result: dict, path: Path) -> None:
             fit["a"] * grid ** fit["beta"],
             "-",
             color="tab:red",
-            label=f"fit I = {fit['a']:.3g}·L^{fit['beta']:.3f}, β 95% CI [{fit['beta_low']:.3f}, {fit['beta_high']:.3f}]",
+            label=f"fit I = {fit['a']:.3g}·L^{fit['beta']:.3f}, β 95% CI [{fit['beta_low']:.3f}, "
+            f"{fit['beta_high']:.3f}]",
         )
     ax.set_xscale("log", base=2)
     ax.set_xticks(L, [str(int(v)) for v in L])

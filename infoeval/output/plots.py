@@ -94,7 +94,8 @@ def plot_quantize_compare(result: dict, columns, path: Path) -> None:
     """Left: CDF of per-position KL(reference ‖ variant) per scheme, log x; middle: reference entropy histogram;
     right, with two variants or more that store bits: the bits-against-KL frontier (``plot_frontier``).
 
-    ``columns`` is what ``comparison.pipeline.quantize_compare`` returns (``.reference`` and ``.variants`` dicts of arrays).
+    ``columns`` is what ``comparison.pipeline.quantize_compare`` returns (``.reference`` and ``.variants`` dicts of
+    arrays).
     """
     front = result.get("frontier")
     fig, (ax, bx, *cx) = _figure(3 if front else 2)

@@ -128,7 +128,8 @@ def run_header(result: dict) -> str:
     m, t, pr = pv["model"], pv["text"], pv["protocol"]
     src = t["path"] or t["source"]
     return (
-        f"model [bold]{m['spec']}[/] ({m['architecture']}, {m['n_parameters'] / 1e6:.1f}M params, {pv['dtype']} on {pv['device']})  "
+        f"model [bold]{m['spec']}[/] ({m['architecture']}, {m['n_parameters'] / 1e6:.1f}M params, "
+        f"{pv['dtype']} on {pv['device']})  "
         f"text [bold]{t['source']}[/] ({src}, sha256 {t['sha256'][:12]})\n"
         f"protocol {pr['name']} ctx {pr['ctx']} stride {pr['stride']}, prefix {pr['prefix_token']}; "
         f"{pr['windows']} windows, {pr['scored_tokens']:,} tokens scored of {_text_size(result)}"

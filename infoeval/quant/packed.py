@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 
 from infoeval.errors import UsageError
-from infoeval.quant.selection import plan_layers
 from infoeval.quant.primitives import dequantize_codes, quantize_codes
 from infoeval.quant.schemes import Scheme
+from infoeval.quant.selection import plan_layers
 
 
 def check_packable(model: torch.nn.Module, scheme: Scheme, include=(), exclude=()) -> list[str]:
@@ -34,12 +34,14 @@ def check_packable(model: torch.nn.Module, scheme: Scheme, include=(), exclude=(
     for n in names:
         if len(shared.get(id(modules[n].weight), [])) > 1:
             raise UsageError(
-                f"layer {n} shares its weight with {shared[id(modules[n].weight)][0]}; pack-quantized cannot store a tied layer: --exclude it or use --format fake"
+                f"layer {n} shares its weight with {shared[id(modules[n].weight)][0]}; pack-quantized cannot "
+                "store a tied layer: --exclude it or use --format fake"
             )
         in_f = modules[n].weight.shape[1]
         if scheme.group_size is not None and in_f % scheme.group_size:
             raise UsageError(
-                f"{scheme.name}: layer {n} has {in_f} inputs, not a multiple of {scheme.group_size}, and pack-quantized "
+                f"{scheme.name}: layer {n} has {in_f} inputs, not a multiple of {scheme.group_size}, and "
+                "pack-quantized "
                 f"has no partial groups; use a group size dividing {in_f}, int4-channel, or --format fake"
             )
     return names

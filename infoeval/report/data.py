@@ -11,8 +11,8 @@ from pathlib import PurePath
 import numpy as np
 import pandas as pd
 
-from infoeval.report.packed import pack_floats, pack_ints
 from infoeval.measure.frontier import frontier_points
+from infoeval.report.packed import pack_floats, pack_ints
 
 WORST = 30  # positions listed per variant, by KL and by Δp (by the reference's NLL without variants)
 GATE_NAMES = {

@@ -172,7 +172,8 @@ def gate_limits(sec: dict, salt: str) -> str:
         ax.set_ylabel(v["limit"], rotation=0, ha="right", va="center", fontsize=9)
         side = "≤" if v.get("side") == "max" else "≥"
         ax.set_title(
-            f"{side} {threshold:g}: value {value:.4g}, bound {bound:.4g} ({v.get('judged', '')}) — {'PASS' if v['passed'] else 'FAIL'}",
+            f"{side} {threshold:g}: value {value:.4g}, bound {bound:.4g} ({v.get('judged', '')}) — "
+            f"{'PASS' if v['passed'] else 'FAIL'}",
             fontsize=8,
             loc="left",
             color=colour,

@@ -68,7 +68,8 @@ def read_run(run: Path) -> Run:
     table = positions_table(result_file.parent)
     if table is None:
         raise UsageError(
-            f"'{result_file.parent}' has no positions table ({' or '.join(POSITIONS)}); run with --positions or the run folder"
+            f"'{result_file.parent}' has no positions table ({' or '.join(POSITIONS)}); run with --positions "
+            "or the run folder"
         )
     frame = read_positions(table)
     vocab_file = tokens_path(table)

@@ -20,7 +20,8 @@ def shared_key(result: dict) -> dict[str, str]:
         "model": str(model.get("sha256") or f"{model.get('spec')}@{model.get('revision') or 'main'}"),
         "dtype": str(model.get("dtype") or prov.get("dtype")),
         "text": str(text.get("sha256")),
-        "protocol": f"{proto.get('name')} ctx {proto.get('ctx')} stride {proto.get('stride')} prefix {proto.get('prefix_id')}",
+        "protocol": f"{proto.get('name')} ctx {proto.get('ctx')} stride {proto.get('stride')} prefix "
+        f"{proto.get('prefix_id')}",
         "positions": str(result["reference"].get("tokens")),
     }
 
@@ -35,7 +36,8 @@ def check_comparable(results: list[dict], names: list[str]) -> None:
                 a, b = keys[0][k], key[k]
                 raise UsageError(
                     f"'{names[0]}' and '{name}' differ in the reference's {k} ({a[:24]} vs {b[:24]}), so their numbers "
-                    "are not comparable; give runs of one text, model and protocol, or --separate for sections without a table"
+                    "are not comparable; give runs of one text, model and protocol, or --separate for sections "
+                    "without a table"
                 )
 
 

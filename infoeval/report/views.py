@@ -7,7 +7,6 @@ from __future__ import annotations
 import html
 import math
 
-
 W, H, LEFT, BOTTOM, TOP, RIGHT = 520, 300, 64, 40, 16, 16  # the chart's size and margins, px
 SERIES = (("kl_mean", "mean KL", "#1f77b4", "circle"), ("kl_p999", "KL P99.9", "#ff7f0e", "cross"))
 VERDICT_CLASS = {"better": "better", "worse": "worse", "not distinguishable": "same"}
@@ -31,7 +30,8 @@ def frontier_svg(points: list[dict]) -> str:
     sy = _scale(lo, max(hi, lo + 1), H - BOTTOM, TOP)
     y = lambda v: sy(math.log10(max(v, 1e-9)))  # noqa: E731
     out = [
-        f'<svg class="frontier" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img">'
+        f'<svg class="frontier" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" '
+        f'height="{H}" role="img">'
     ]
     for e in range(lo, max(hi, lo + 1) + 1):
         out.append(
@@ -42,8 +42,10 @@ def frontier_svg(points: list[dict]) -> str:
     for b in range(x_lo, x_hi + 1, step):  # whole bits: the variants' own (4.22, 4.25, 4.5) would overlap
         out.append(f'<text x="{sx(b):.1f}" y="{H - BOTTOM + 16}" text-anchor="middle" font-size="11">{b}</text>')
     out.append(
-        f'<text x="{(LEFT + W - RIGHT) / 2}" y="{H - 6}" text-anchor="middle" font-size="12">stored bits per weight</text>'
-        f'<text x="14" y="{(TOP + H - BOTTOM) / 2}" text-anchor="middle" font-size="12" transform="rotate(-90 14 {(TOP + H - BOTTOM) / 2})">KL, nats</text>'
+        f'<text x="{(LEFT + W - RIGHT) / 2}" y="{H - 6}" text-anchor="middle" font-size="12">stored bits per '
+        "weight</text>"
+        f'<text x="14" y="{(TOP + H - BOTTOM) / 2}" text-anchor="middle" font-size="12" transform="rotate(-90 '
+        f'14 {(TOP + H - BOTTOM) / 2})">KL, nats</text>'
     )
     for figure, label, colour, shape in SERIES:
         on = sorted((p["bits"], p[figure]) for p in points if figure in p["on"])
@@ -65,10 +67,12 @@ def frontier_svg(points: list[dict]) -> str:
                 f'L{cx + 5:.1f},{cy - 5:.1f}" stroke="{colour}" stroke-width="2"/>'
             )
             out.append(
-                f'<g class="point" data-variant="{html.escape(p["name"])}" data-figure="{figure}"><title>{tip}</title>{mark}</g>'
+                f'<g class="point" data-variant="{html.escape(p["name"])}" '
+                f'data-figure="{figure}"><title>{tip}</title>{mark}</g>'
             )
         out.append(
-            f'<text x="{W - RIGHT - 4}" y="{TOP + 14 + 16 * SERIES.index((figure, label, colour, shape))}" text-anchor="end" font-size="11" fill="{colour}">{label}</text>'
+            f'<text x="{W - RIGHT - 4}" y="{TOP + 14 + 16 * SERIES.index((figure, label, colour, shape))}" '
+            f'text-anchor="end" font-size="11" fill="{colour}">{label}</text>'
         )
     return "".join(out) + "</svg>"
 
@@ -85,7 +89,8 @@ def verdict_table(paired: dict) -> str:
     rows = []
     for name, row in paired["variants"].items():
         cells = "".join(
-            f'<td class="{VERDICT_CLASS[row[m]["verdict"]]}" data-metric="{m}">{html.escape(_pm(row[m]["diff"], row[m]["se"]))} '
+            f'<td class="{VERDICT_CLASS[row[m]["verdict"]]}" '
+            f'data-metric="{m}">{html.escape(_pm(row[m]["diff"], row[m]["se"]))} '
             f"{WORD[row[m]['verdict']]}</td>"
             for m in COLUMNS
         )
@@ -93,8 +98,10 @@ def verdict_table(paired: dict) -> str:
         flips = f"<td>{f['baseline_only']:,} / {f['variant_only']:,}</td>"
         rows.append(f'<tr data-variant="{html.escape(name)}"><td>{html.escape(name)}</td>{cells}{flips}</tr>')
     note = (
-        f"variant − {html.escape(paired['baseline'])} on the same positions; ± batch-means SE; verdicts two-sided at α = "
-        f"{paired['alpha']:g}, Holm across the variants; ≈ not distinguishable; top-1 flips: positions where only the baseline / "
+        f"variant − {html.escape(paired['baseline'])} on the same positions; ± batch-means SE; verdicts "
+        "two-sided at α = "
+        f"{paired['alpha']:g}, Holm across the variants; ≈ not distinguishable; top-1 flips: positions where "
+        "only the baseline / "
         "only the variant agrees with the reference"
     )
     body = "".join(rows)

@@ -12,7 +12,7 @@ the optional ``jsonschema`` package).
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 SUFFIX = ".schema.json"
@@ -23,7 +23,7 @@ def commands() -> list[str]:
     return sorted(p.name[: -len(SUFFIX)] for p in resources.files(__name__).iterdir() if p.name.endswith(SUFFIX))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _text(command: str) -> str:
     path = resources.files(__name__) / f"{command}{SUFFIX}"
     if not path.is_file():

@@ -20,22 +20,21 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from infoeval import switches
+from infoeval import engine, switches
 from infoeval.engine import blocks
-from infoeval import engine
 from infoeval.errors import RuntimeFailure
-from infoeval.measure.infotheory import Workspace, compare, reference_stats
-from infoeval.measure.column_metrics import reference_metrics
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.measure.column_metrics import reference_metrics
+from infoeval.measure.infotheory import Workspace, compare, reference_stats
 from infoeval.quant import codes
 from infoeval.quant.apply import LayerReport, QuantizedVariant, WithVariant
-from infoeval.quant.selection import decoder_prefix
 from infoeval.quant.schemes import Scheme, parse_schemes
+from infoeval.quant.selection import decoder_prefix
 from infoeval.sensitivities import proxy as fisher
 from infoeval.sensitivities.ranking import spearman
 from infoeval.sensitivities.result import SensitivityResult, unit_metrics
 from infoeval.sensitivities.units import Unit, enumerate_units
-from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
 REFERENCE = "reference"
 CHECK = "check"  # the last block alone, from its captured input, on the first window: must equal the reference

@@ -23,11 +23,11 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from infoeval.engine import blocks
 from infoeval import engine
+from infoeval.engine import blocks
+from infoeval.input.windows import Window, window_inputs
 from infoeval.quant import codes
 from infoeval.quant.codes import PackedWeight
-from infoeval.input.windows import Window, window_inputs
 
 METHOD = (
     "diagonal Fisher: ½ · (1/n) Σ F_ii Δw_i² (nats/token), F_ii from the squared gradient of Σ −ln p(y) "

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
+from infoeval.input.prepare import Reporter, prepare, progress
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.measure.stats import LN2, mean_se, pearson, pinsker
 from infoeval.models import resolve_device, resolve_dtype
 from infoeval.output.results import Result
-from infoeval.input.prepare import Reporter, prepare, progress
 from infoeval.speculative.accept_columns import AcceptColumns, evaluate_windows, key
 from infoeval.speculative.drafts import DraftSettings, build_draft
 from infoeval.speculative.theory import entropy_quartiles, expected_tokens_table, run_length_table, run_lengths
-from infoeval.measure.stats import LN2, mean_se, pearson, pinsker
 
 GAMMAS = tuple(range(1, 9))
 

@@ -85,7 +85,8 @@ def _tokens_per_call_table(conds: list[dict]) -> Table:
         e.add_row(
             str(g),
             *[
-                f"{fmt_num(c['expected_tokens'][i]['e_mean_alpha'], 3)} / {fmt_num(c['expected_tokens'][i]['e_per_position'], 3)}"
+                f"{fmt_num(c['expected_tokens'][i]['e_mean_alpha'], 3)} / "
+                f"{fmt_num(c['expected_tokens'][i]['e_per_position'], 3)}"
                 for c in conds
             ],
         )

@@ -24,15 +24,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.errors import UsageError
-from infoeval.measure.infotheory import nll
+from infoeval.input.prepare import Reporter, prepare, progress
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.measure.infotheory import by_rows, chunk_rows, log_softmax_t, nll
+from infoeval.measure.stats import LN2, mean_se
 from infoeval.models import resolve_device, resolve_dtype
 from infoeval.output.results import Result
-from infoeval.input.prepare import Reporter, prepare, progress
 from infoeval.speculative.drafts import DraftSettings, build_draft
-from infoeval.measure.infotheory import by_rows, chunk_rows, log_softmax_t
-from infoeval.measure.stats import LN2, mean_se
 from infoeval.speculative.pairs import base_of, run_paired
 
 TERMS = (

@@ -19,8 +19,8 @@ import torch
 from infoeval.errors import ModelLoadError, UsageError
 from infoeval.models import LoadedModel, load_model
 from infoeval.quant.apply import QuantizedVariant, WithVariant, quantize_variant
-from infoeval.quant.selection import decoder_prefix
 from infoeval.quant.schemes import parse_scheme
+from infoeval.quant.selection import decoder_prefix
 
 KINDS = ("model", "scheme", "layers")
 _PROBE = "Speculative decoding: déjà vu — 1,234.5 tokens/s!\n\tdef f(x):\n        return x ** 2  # 你好"
@@ -181,6 +181,7 @@ def build_draft(
         "layers": draft_settings.layers,
         "of_layers": depth,
         "n_parameters": _count([model]),
-        "description": f"the target's first {draft_settings.layers} of {depth} decoder layers, then its final norm and head (shared weights)",
+        "description": f"the target's first {draft_settings.layers} of {depth} decoder layers, then its final "
+        "norm and head (shared weights)",
     }
     return Draft(model, None, info, target.tokenizer)

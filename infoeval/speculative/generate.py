@@ -5,17 +5,17 @@ optionally Theorem 1 checked by Monte Carlo on the prompt (``verify.py``)."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 import time
+from dataclasses import dataclass
 
 import torch
 
-from infoeval.input.settings import ModelSettings
 from infoeval.errors import UsageError
-from infoeval.models import load_model, resolve_device, resolve_dtype
-from infoeval.input.provenance import provenance
-from infoeval.output.results import Result
 from infoeval.input.prepare import Reporter, progress
+from infoeval.input.provenance import provenance
+from infoeval.input.settings import ModelSettings
+from infoeval.models import load_model, resolve_device, resolve_dtype
+from infoeval.output.results import Result
 from infoeval.speculative.decode import Generation, plain_sample, speculative_sample
 from infoeval.speculative.drafts import DraftSettings, build_draft
 from infoeval.speculative.theory import break_even_alpha, expected_tokens

@@ -20,7 +20,10 @@ def describe(info: dict) -> str:
     if info["kind"] == "scheme":
         q = info["quantization"]
         return f"target fake-quantized {info['scheme']} ({q['layers_quantized']} layers)"
-    return f"target's first {info['layers']}/{info['of_layers']} layers + final norm and head ({info['n_parameters'] / 1e6:.1f}M params)"
+    return (
+        f"target's first {info['layers']}/{info['of_layers']} layers + final norm and head "
+        f"({info['n_parameters'] / 1e6:.1f}M params)"
+    )
 
 
 def _draft_line(info: dict, role: str = "draft") -> str:
@@ -86,7 +89,8 @@ def print_spec_decode(console: Console, result: dict) -> None:
     console.print(
         f"target [bold]{m['spec']}[/] ({m['architecture']}, {m['n_parameters'] / 1e6:.1f}M params, {pv['dtype']} on "
         f"{pv['device']}, {pv['torch_threads']} threads)  {_draft_line(pv['draft'])}\n"
-        f"prompt {pv['prompt']['tokens']} tokens; γ = {s['gamma']}, {s['max_new_tokens']} new tokens, T = {s['temperature']:g}, "
+        f"prompt {pv['prompt']['tokens']} tokens; γ = {s['gamma']}, {s['max_new_tokens']} new tokens, T = "
+        f"{s['temperature']:g}, "
         f"seed {s['seed']}, best of {s['repeats']}; EOS does not stop either loop"
     )
     t = _table(
@@ -121,11 +125,15 @@ def print_spec_decode(console: Console, result: dict) -> None:
     console.print(t)
     mo = result["model_of_speedup"]
     console.print(
-        f"model: E(α̂ = {fmt_num(mo['alpha'], 3)}, γ = {s['gamma']}) = {fmt_num(mo['predicted_tokens_per_call'], 3)} tokens per target call; "
-        f"per call: target step {fmt_num(mo['target_step_s'] * 1e3, 3)} ms, draft step {fmt_num(mo['draft_step_s'] * 1e3, 3)} ms "
-        f"(c = {fmt_num(mo['cost_ratio'], 3)}), verifying call {fmt_num(mo['verify_call_s'] * 1e3, 3)} ms (v = {fmt_num(mo['verify_cost'], 3)}); "
+        f"model: E(α̂ = {fmt_num(mo['alpha'], 3)}, γ = {s['gamma']}) = "
+        f"{fmt_num(mo['predicted_tokens_per_call'], 3)} tokens per target call; "
+        f"per call: target step {fmt_num(mo['target_step_s'] * 1e3, 3)} ms, draft step "
+        f"{fmt_num(mo['draft_step_s'] * 1e3, 3)} ms "
+        f"(c = {fmt_num(mo['cost_ratio'], 3)}), verifying call {fmt_num(mo['verify_call_s'] * 1e3, 3)} ms (v = "
+        f"{fmt_num(mo['verify_cost'], 3)}); "
         f"predicted speed-up E/(γc + v) = {fmt_num(mo['predicted_speedup'], 3)}× (papers' E/(γc + 1) = "
-        f"{fmt_num(mo['predicted_speedup_papers'], 3)}×); this draft pays off only when α > {fmt_num(mo['break_even_alpha'], 3)}"
+        f"{fmt_num(mo['predicted_speedup_papers'], 3)}×); this draft pays off only when α > "
+        f"{fmt_num(mo['break_even_alpha'], 3)}"
     )
     console.print(f"[dim]speculative sample:[/] {result['speculative']['text'][:400]!r}")
     if result.get("verify"):

@@ -17,11 +17,10 @@ from dataclasses import dataclass
 import torch
 
 from infoeval.engine import last_logits
-
 from infoeval.errors import UsageError
 from infoeval.input.provenance import provenance
-from infoeval.output.results import Result
 from infoeval.measure.stats import LN2
+from infoeval.output.results import Result
 
 
 @dataclass(frozen=True)

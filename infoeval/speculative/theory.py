@@ -16,7 +16,6 @@ Worked example: p = (0.5, 0.5), q = (0.9, 0.1): β = 0.5 + 0.1 = 0.6, TV = 0.4, 
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from infoeval.measure.stats import mean_se

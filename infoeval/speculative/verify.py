@@ -17,14 +17,15 @@ should not be rejected against p and should be rejected against q (which shows t
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
 from infoeval.engine import last_logits
-
-from infoeval.speculative.decode import verify_drafts
 from infoeval.measure.infotheory import log_softmax_t
 from infoeval.measure.stats import chi_square
+from infoeval.speculative.decode import verify_drafts
 
 MIN_EXPECTED = 5.0
 MAX_CELLS = 60
@@ -172,7 +173,7 @@ def theorem1_check(
     pairs = cells(o, n)
     hyp = {"target": joint(o, pairs, "p"), "draft": joint(o, pairs, "q")}
     samplers = [("target", lambda g: sample_direct(o, "p", n, g))]
-    samplers += [(f"speculative γ={gm}", (lambda gm: lambda g: sample_speculative(o, gm, n, g))(gm)) for gm in gammas]
+    samplers += [(f"speculative γ={gm}", functools.partial(sample_speculative, o, gm, n)) for gm in gammas]
     samplers += [("draft", lambda g: sample_direct(o, "q", n, g))]
     rows = []
     for i, (name, draw) in enumerate(samplers):

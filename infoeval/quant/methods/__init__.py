@@ -134,7 +134,8 @@ def parse_method(text: str) -> MethodScheme:
     backend, spec = backend.lower(), spec.strip().lower()
     if backend not in BACKENDS:
         raise UsageError(
-            f"unknown quantization backend '{backend}' in '{text}'; backends: {', '.join(sorted(BACKENDS))} (or a plain scheme such as int4-g128)"
+            f"unknown quantization backend '{backend}' in '{text}'; backends: {', '.join(sorted(BACKENDS))} "
+            "(or a plain scheme such as int4-g128)"
         )
     b = BACKENDS[backend]
     if not installed(b.package):

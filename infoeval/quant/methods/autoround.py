@@ -43,8 +43,10 @@ def parse(spec: str, text: str) -> tuple[dict, int, int | None]:
     iters = int(m.group(5)) if m and m.group(5) else DEFAULT_ITERS
     if not m or bits not in BITS or (group is not None and (group < 8 or group % 8)):
         raise UsageError(
-            f"'{text}' is not an autoround scheme; give autoround:int<bits>[-g<N>|-channel][-asym][-iters<N>] with bits in "
-            f"{', '.join(map(str, BITS))}, N a multiple of 8 (autoround:int4-g128, autoround:int4-g128-iters50; -iters0 is its round-to-nearest)"
+            f"'{text}' is not an autoround scheme; give autoround:int<bits>[-g<N>|-channel][-asym][-iters<N>] "
+            "with bits in "
+            f"{', '.join(map(str, BITS))}, N a multiple of 8 (autoround:int4-g128, "
+            "autoround:int4-g128-iters50; -iters0 is its round-to-nearest)"
         )
     return (
         {"bits": bits, "group_size": group if group else -1, "sym": not m.group(4), "iters": iters, "amp": False},
@@ -96,7 +98,8 @@ def quantize_model(
     )
     if rows:
         raise UsageError(
-            f"AutoRound's kernels need each row's inputs to be a multiple of the group size: this model has rows of {rows[0]}, "
+            "AutoRound's kernels need each row's inputs to be a multiple of the group size: this model has "
+            f"rows of {rows[0]}, "
             f"not a multiple of {group}; give a group size that divides {rows[0]}"
         )
     device = next(model.parameters()).device

@@ -28,7 +28,8 @@ def parse(spec: str, text: str) -> tuple[dict, int, int | None]:
     block = int(m.group(3)) if m and m.group(3) else 64
     if not m or block not in BLOCKS:
         raise UsageError(
-            f"'{text}' is not a bnb scheme; give bnb:nf4, bnb:fp4, optionally -g<N> (N in {', '.join(map(str, BLOCKS))}) "
+            f"'{text}' is not a bnb scheme; give bnb:nf4, bnb:fp4, optionally -g<N> (N in "
+            f"{', '.join(map(str, BLOCKS))}) "
             "and -dq (double quantization), or bnb:int8 (bnb:nf4-g64-dq)"
         )
     if m.group(1):

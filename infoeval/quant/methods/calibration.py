@@ -89,7 +89,8 @@ def calibration_samples(
     ``evaluated_ids``: the token ids the evaluation reads, which cover the text's first ``evaluated_bytes``."""
     if settings.text is None and evaluated is None:
         raise UsageError(
-            "the evaluated text cannot be read again here to hold out its tokens; name the calibration text with --calibration"
+            "the evaluated text cannot be read again here to hold out its tokens; name the calibration text "
+            "with --calibration"
         )
     source = _calibration_text(settings, evaluated)
     own = evaluated is not None and source.sha256 == evaluated.sha256
@@ -102,7 +103,8 @@ def calibration_samples(
         starts = chunk_starts(len(ids), settings.seqlen, settings.samples, settings.seed)
     except ValueError:
         raise UsageError(
-            f"calibration needs {settings.samples} × {settings.seqlen} tokens and {where} hold {len(ids)}: give a smaller "
+            f"calibration needs {settings.samples} × {settings.seqlen} tokens and {where} hold {len(ids)}: "
+            "give a smaller "
             "--calibration-samples or --calibration-seqlen, fewer --max-tokens, or a larger --calibration text"
         ) from None
     chunks = np.stack([ids[s : s + settings.seqlen] for s in starts])

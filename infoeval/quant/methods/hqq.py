@@ -26,7 +26,8 @@ def parse(spec: str, text: str) -> tuple[dict, int, int | None]:
     group = None if m and m.group(2) == "channel" else int(m.group(3)) if m and m.group(3) else DEFAULT_GROUP
     if not m or bits not in BITS or (group is not None and (group < 8 or group % 8)):
         raise UsageError(
-            f"'{text}' is not an hqq scheme; give hqq:int<bits>[-g<N>|-channel] with bits in {', '.join(map(str, BITS))} "
+            f"'{text}' is not an hqq scheme; give hqq:int<bits>[-g<N>|-channel] with bits in "
+            f"{', '.join(map(str, BITS))} "
             "and N a multiple of 8 (hqq:int4-g64, hqq:int8-channel)"
         )
     return {"nbits": bits, "group_size": group}, bits, group

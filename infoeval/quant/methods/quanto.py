@@ -26,7 +26,8 @@ def parse(spec: str, text: str) -> tuple[dict, int, int | None]:
     """(quanto's settings, bits, nominal group size) of a spec such as ``int4``."""
     if spec not in QTYPES:
         raise UsageError(
-            f"'{text}' is not a quanto scheme; give quanto:{', quanto:'.join(QTYPES)} (quanto picks the group size itself)"
+            f"'{text}' is not a quanto scheme; give quanto:{', quanto:'.join(QTYPES)} (quanto picks the group "
+            "size itself)"
         )
     qtype, bits, group = QTYPES[spec]
     return {"weights": qtype}, bits, group

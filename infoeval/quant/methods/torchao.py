@@ -34,7 +34,8 @@ def parse(spec: str, text: str) -> tuple[dict, int, int | None]:
         or (bits < 8 and m.group(3) is None and not m.group(1))
     ):
         raise UsageError(
-            f"'{text}' is not a torchao scheme; give torchao:int8, torchao:int8-g<N>, torchao:int<1-7>-g<N>, torchao:int<1-7>-channel "
+            f"'{text}' is not a torchao scheme; give torchao:int8, torchao:int8-g<N>, torchao:int<1-7>-g<N>, "
+            "torchao:int<1-7>-channel "
             "or torchao:float8 (torchao:int4-g128)"
         )
     return (
@@ -67,7 +68,8 @@ def quantize_linear(linear: torch.nn.Linear, settings: dict) -> torch.nn.Module:
     group = settings["group_size"]
     if group and linear.in_features % group:
         raise UsageError(
-            f"torchao needs each row's inputs to be a multiple of the group size: this model has rows of {linear.in_features}, "
+            "torchao needs each row's inputs to be a multiple of the group size: this model has rows of "
+            f"{linear.in_features}, "
             f"not a multiple of {group}; give a group size that divides {linear.in_features}"
         )
     module = torch.nn.Linear(

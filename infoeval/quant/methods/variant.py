@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import torch
 
 from infoeval.errors import UsageError
-from infoeval.quant.selection import plan_layers
 from infoeval.quant.methods import MethodScheme, quiet_libraries
+from infoeval.quant.selection import plan_layers
 from infoeval.quant.variant import LayerReport
 
 
