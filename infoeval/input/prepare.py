@@ -17,12 +17,15 @@ from types import MappingProxyType
 from infoeval import distributed
 from infoeval.errors import UsageError
 from infoeval.input.documents import gptq_text, load_documents
-from infoeval.input.protocols import Cut, DocumentLayout, gptq_cut, lmeval_cut, lmeval_prefix
+from infoeval.input.protocols import registered
+from infoeval.input.protocols.base import Cut, resolve_prefix
+from infoeval.input.protocols.gptq import gptq_cut
+from infoeval.input.protocols.lmeval import DocumentLayout, lmeval_cut, lmeval_prefix
 from infoeval.input.provenance import Provenance, provenance
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.text import Text, load_text, strip_one_trailing_newline
-from infoeval.input.tokens import TokenStream, encode, truncate
-from infoeval.input.windows import Window, describe, llamacpp_windows, rolling_windows
+from infoeval.input.tokens import TokenStream, encode
+from infoeval.input.windows import Window, describe, llamacpp_windows
 from infoeval.models import LoadedModel, load_model, resolve_device, resolve_dtype
 
 
@@ -102,35 +105,17 @@ def _resolve_prefix(policy: str, protocol: str, loaded: LoadedModel) -> tuple[in
         if add and bos is None:
             raise UsageError("--prefix bos: the tokenizer has no BOS token; use --prefix none")
         return (bos if add else None), f"{'BOS' if add else 'no BOS'} ({rule})"
-    if policy == "auto":
-        if bos is not None:
-            return bos, "BOS (the tokenizer has one)"
-        if eos is not None:
-            return eos, "EOS (the tokenizer has no BOS, as with Qwen3; lm-evaluation-harness's convention)"
-        return None, "none (the tokenizer has neither BOS nor EOS): the first token is context only"
-    if policy == "none":
-        return None, "none: the first token is context only"
-    tid = bos if policy == "bos" else eos
-    if tid is None:
-        raise UsageError(f"--prefix {policy}: the tokenizer has no {policy.upper()} token; use auto or none")
-    return tid, f"{policy.upper()} (--prefix {policy})"
+    rules = registered(protocol)
+    return rules.prefix(policy, loaded) if rules is not None else resolve_prefix(policy, bos, eos)
 
 
 def _windows(
     stream: TokenStream, text_settings: TextSettings, window_settings: WindowSettings
 ) -> tuple[TokenStream, list[Window], str]:
     """Cut the stream by the protocol; returns the (possibly truncated) stream, the windows and the rule in words."""
-    if window_settings.protocol == "rolling":
-        if text_settings.max_tokens is not None:
-            stream = truncate(stream, text_settings.max_tokens + 1)
-        windows = rolling_windows(len(stream), window_settings.ctx, window_settings.stride)
-        rule = (
-            f"rolling: windows of at most {window_settings.ctx} tokens every "
-            f"{window_settings.stride or window_settings.ctx} tokens; each window scores the "
-            "targets not scored before (the last logit predicts the token after the window); stream token 0 "
-            "is context only"
-        )
-        return stream, windows, rule
+    rules = registered(window_settings.protocol)
+    if rules is not None:
+        return rules.windows(stream, text_settings, window_settings)
     per_chunk = window_settings.ctx - 1 - window_settings.ctx // 2
     max_chunks = None
     if text_settings.max_tokens is not None:
@@ -153,10 +138,11 @@ def _windows(
 
 def _tokens_needed(text_settings: TextSettings, window_settings: WindowSettings, has_prefix: bool) -> int | None:
     """How many text tokens (after the prefix token) the windows can use; None means all of them."""
+    rules = registered(window_settings.protocol)
+    if rules is not None:
+        return rules.tokens_needed(text_settings, window_settings, has_prefix)
     if text_settings.max_tokens is None:
         return None
-    if window_settings.protocol == "rolling":
-        return text_settings.max_tokens + 1 - has_prefix  # scored targets + the first token, which is context only
     per_chunk = window_settings.ctx - 1 - window_settings.ctx // 2
     chunks = max(2, text_settings.max_tokens // per_chunk)  # llama.cpp refuses texts shorter than two chunks
     return chunks * window_settings.ctx - has_prefix

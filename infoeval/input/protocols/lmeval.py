@@ -1,11 +1,9 @@
-"""The lm-eval and gptq protocols' token streams: documents (or the GPTQ string) → one stream and its windows.
+"""The lm-eval protocol's token stream: documents → one stream and its windows.
 
-lm-eval: every document is tokenized as lm-evaluation-harness's HF model does it for ``loglikelihood_rolling``
+Every document is tokenized as lm-evaluation-harness's HF model does it for ``loglikelihood_rolling``
 (``tok_encode``: ``tokenizer.encode(doc)`` with the tokenizer's default special tokens, none when the document
 starts with the prefix token's text), preceded by the prefix token (BOS, else EOS: ``prefix_token_id``); the
 documents' streams are concatenated and ``windows.lmeval_windows`` keeps every window inside its document.
-gptq: the string tokenized once with the tokenizer's default special tokens (``tokenizer(text)``), windows from
-``windows.gptq_windows``.
 """
 
 from __future__ import annotations
@@ -17,8 +15,9 @@ import torch
 
 from infoeval.errors import UsageError
 from infoeval.input.documents import Documents, count_words
+from infoeval.input.protocols.base import Cut
 from infoeval.input.tokens import TokenStream, default_special_tokens, text_tokens
-from infoeval.input.windows import Window, gptq_windows, lmeval_windows
+from infoeval.input.windows import lmeval_windows
 
 
 @dataclass(frozen=True)
@@ -30,20 +29,6 @@ class DocumentLayout:
     nbytes: np.ndarray  # (D,) int64
     complete: bool  # every document whole (no --max-tokens cut)
     total_documents: int
-
-
-@dataclass(frozen=True)
-class Cut:
-    """A protocol's stream, windows, prefix and rule in words; ``summary`` goes into the provenance."""
-
-    stream: TokenStream
-    windows: list[Window]
-    prefix_id: int | None
-    prefix_token: str
-    rule: str
-    text_tokens: int
-    summary: dict
-    layout: DocumentLayout | None = None
 
 
 def lmeval_prefix(policy: str, bos: int | None, eos: int | None) -> tuple[int, str]:
@@ -121,44 +106,3 @@ def lmeval_cut(docs: Documents, tokenizer, prefix: tuple[int, str], ctx: int, ma
         "special_tokens": {"before": specials[0], "after": specials[1]},
     }
     return Cut(stream, windows, prefix_id, prefix_desc, rule, int(sum(max(n - 1, 0) for n in lengths)), summary, layout)
-
-
-def gptq_specials(policy: str, tokenizer, bos: int | None, eos: int | None) -> tuple[list[int], list[int], str]:
-    """The special ids around the GPTQ string: the tokenizer's defaults (``--prefix auto``), BOS, EOS or none."""
-    if policy == "auto":
-        front, back = default_special_tokens(tokenizer)
-        return (
-            front,
-            back,
-            f"the tokenizer's default special tokens ({front or 'none'} before, {back or 'none'} after the text)",
-        )
-    if policy == "none":
-        return [], [], "none (--prefix none)"
-    tid = bos if policy == "bos" else eos
-    if tid is None:
-        raise UsageError(f"--prefix {policy}: the tokenizer has no {policy.upper()} token; use auto or none")
-    return [tid], [], f"{policy.upper()} once at the start (--prefix {policy})"
-
-
-def gptq_cut(
-    text: str, tokenizer, policy: str, bos: int | None, eos: int | None, ctx: int, max_tokens: int | None
-) -> Cut:
-    """The string tokenized once, ⌊N / ctx⌋ windows of ctx tokens (at most ⌊max_tokens / (ctx − 1)⌋, at least one)."""
-    front, back, desc = gptq_specials(policy, tokenizer, bos, eos)
-    ids, nbytes = text_tokens(text, tokenizer, front, back)
-    available = len(ids) // ctx
-    windows = gptq_windows(len(ids), ctx, None if max_tokens is None else max(1, max_tokens // (ctx - 1)))
-    used = len(windows) * ctx
-    stream = TokenStream(torch.from_numpy(ids[:used]), nbytes[:used], front[0] if front else None)
-    rule = (
-        f"gptq: the text tokenized once, {available} non-overlapping windows of {ctx} tokens (the remainder, "
-        f"{len(ids) - available * ctx} tokens, dropped), tokens 1…{ctx - 1} of each window scored; PPL = exp(mean "
-        f"over windows of each window's mean NLL)"
-    )
-    summary = {
-        "windows_available": available,
-        "windows_scored": len(windows),
-        "complete": len(windows) == available,
-        "special_tokens": {"before": front, "after": back},
-    }
-    return Cut(stream, windows, front[0] if front else None, desc, rule, len(ids), summary)

@@ -1,0 +1,81 @@
+"""What a window protocol is: which tokens each window holds and which of them it scores.
+
+A protocol answers, once, everything the rest of infoeval asks of it: its name and a one-line rule for the docs
+(``summary``), the context length it defaults to, whether it takes ``--stride``, whether it supports
+``--until-se`` and ``--sequential`` (``anytime``: windows visited in any order, each scoring its own targets), its
+prefix token for a ``--prefix`` policy, how many text tokens a ``--max-tokens`` budget needs, and how it cuts a
+token stream into windows and scored positions. One module per protocol (``rolling.py``, …) subclasses
+``WindowRules``; ``protocols/__init__.py`` registers one instance of each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from infoeval.errors import UsageError
+from infoeval.input.settings import DEFAULT_CTX
+from infoeval.input.tokens import TokenStream
+from infoeval.input.windows import Window
+
+if TYPE_CHECKING:
+    from infoeval.input.protocols.lmeval import DocumentLayout
+    from infoeval.input.settings import TextSettings, WindowSettings
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A protocol's stream, windows, prefix and rule in words; ``summary`` goes into the provenance."""
+
+    stream: TokenStream
+    windows: list[Window]
+    prefix_id: int | None
+    prefix_token: str
+    rule: str
+    text_tokens: int
+    summary: dict
+    layout: DocumentLayout | None = None
+
+
+def resolve_prefix(policy: str, bos: int | None, eos: int | None) -> tuple[int | None, str]:
+    """The token before the text for a ``--prefix`` policy (auto: BOS, else EOS, else none; or the one asked
+    for), and the choice in words."""
+    if policy == "auto":
+        if bos is not None:
+            return bos, "BOS (the tokenizer has one)"
+        if eos is not None:
+            return eos, "EOS (the tokenizer has no BOS, as with Qwen3; lm-evaluation-harness's convention)"
+        return None, "none (the tokenizer has neither BOS nor EOS): the first token is context only"
+    if policy == "none":
+        return None, "none: the first token is context only"
+    tid = bos if policy == "bos" else eos
+    if tid is None:
+        raise UsageError(f"--prefix {policy}: the tokenizer has no {policy.upper()} token; use auto or none")
+    return tid, f"{policy.upper()} (--prefix {policy})"
+
+
+class WindowRules:
+    """A window protocol: the class attributes describe it, the methods cut a stream by it."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]  # the rule in one line, for the docs and the CLI's help
+    default_ctx: ClassVar[int] = DEFAULT_CTX
+    takes_stride: ClassVar[bool] = False
+    anytime: ClassVar[bool] = False  # --until-se / --sequential: windows in any order, each scoring its own targets
+
+    def prefix(self, policy: str, loaded) -> tuple[int | None, str]:
+        """The prefix token id (or None) for ``policy`` and the model ``loaded``, and the choice in words."""
+        tok = loaded.info.tokenizer
+        return resolve_prefix(policy, tok.bos_id, tok.eos_id)
+
+    def tokens_needed(
+        self, text_settings: TextSettings, window_settings: WindowSettings, has_prefix: bool
+    ) -> int | None:
+        """How many text tokens (after the prefix token) the windows can use for the budget; None: all of them."""
+        raise NotImplementedError
+
+    def windows(
+        self, stream: TokenStream, text_settings: TextSettings, window_settings: WindowSettings
+    ) -> tuple[TokenStream, list[Window], str]:
+        """The (possibly truncated) stream, its windows and the rule in words."""
+        raise NotImplementedError
