@@ -56,3 +56,55 @@ def test_the_generic_prefix_policies():
     assert base.resolve_prefix("eos", 1, 2)[0] == 2
     with pytest.raises(UsageError, match="--prefix bos: the tokenizer has no BOS token"):
         base.resolve_prefix("bos", None, 2)
+
+
+def test_llamacpp_answers_and_cuts_llama_perplexitys_chunks():
+    from infoeval.input.protocols import llamacpp
+    from infoeval.input.windows import llamacpp_windows
+
+    r = registered("llama.cpp")
+    assert r.anytime and not r.takes_stride and doctest.testmod(llamacpp).failed == 0
+    window = WindowSettings(ctx=8, protocol="llama.cpp")
+    stream, windows, rule = r.windows(_stream(40), TextSettings(max_tokens=None), window)
+    assert len(stream) == 40 and windows == llamacpp_windows(40, 8, True) and len(windows) == 5
+    assert r.windows(_stream(40), TextSettings(max_tokens=9), window)[1] == llamacpp_windows(40, 8, True, 3)
+    with pytest.raises(UsageError, match="--max-tokens 2 is fewer than the 3 tokens one llama.cpp chunk scores"):
+        r.windows(_stream(40), TextSettings(max_tokens=2), window)
+    # a budget asks for whole chunks, two at least (llama-perplexity refuses fewer)
+    assert r.tokens_needed(TextSettings(max_tokens=3), window, True) == 2 * 8 - 1
+    assert r.tokens_needed(TextSettings(max_tokens=30), window, False) == 10 * 8
+    assert "one trailing newline stripped" in rule
+
+
+class _Tok:
+    def __init__(self, bos, eos, add_bos):
+        self.bos_id, self.eos_id, self.add_bos_token = bos, eos, add_bos
+
+
+class _Loaded:
+    def __init__(self, bos=1, eos=2, add_bos=True, gguf_add_bos=None):
+        self.info = type("Info", (), {"tokenizer": _Tok(bos, eos, add_bos), "gguf_add_bos": gguf_add_bos})()
+
+
+def test_llamacpp_prefix_follows_the_gguf_then_the_tokenizer():
+    r = registered("llama.cpp")
+    assert r.prefix("auto", _Loaded(add_bos=True)) == (1, "BOS (tokenizer add_bos_token)")
+    assert r.prefix("auto", _Loaded(add_bos=True, gguf_add_bos=False)) == (
+        None,
+        "no BOS (GGUF tokenizer.ggml.add_bos_token)",
+    )
+    assert r.prefix("none", _Loaded())[0] is None and r.prefix("bos", _Loaded(add_bos=False))[0] == 1
+    with pytest.raises(UsageError, match="--prefix eos is not part of the llama.cpp protocol"):
+        r.prefix("eos", _Loaded())
+    with pytest.raises(UsageError, match="the tokenizer has no BOS token"):
+        r.prefix("bos", _Loaded(bos=None))
+    assert registered("rolling").prefix("auto", _Loaded(bos=None))[0] == 2  # the generic policy: EOS without a BOS
+
+
+def test_until_accepts_the_anytime_protocols_only():
+    from infoeval.comparison.until import check_protocol
+
+    for name in ("rolling", "llama.cpp"):
+        check_protocol(name)
+    with pytest.raises(UsageError, match="--until-se works with --protocol rolling or llama.cpp, not gptq"):
+        check_protocol("gptq")

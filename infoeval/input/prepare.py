@@ -18,14 +18,14 @@ from infoeval import distributed
 from infoeval.errors import UsageError
 from infoeval.input.documents import gptq_text, load_documents
 from infoeval.input.protocols import registered
-from infoeval.input.protocols.base import Cut, resolve_prefix
+from infoeval.input.protocols.base import Cut
 from infoeval.input.protocols.gptq import gptq_cut
 from infoeval.input.protocols.lmeval import DocumentLayout, lmeval_cut, lmeval_prefix
 from infoeval.input.provenance import Provenance, provenance
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
-from infoeval.input.text import Text, load_text, strip_one_trailing_newline
+from infoeval.input.text import Text, load_text
 from infoeval.input.tokens import TokenStream, encode
-from infoeval.input.windows import Window, describe, llamacpp_windows
+from infoeval.input.windows import Window, describe
 from infoeval.models import LoadedModel, load_model, resolve_device, resolve_dtype
 
 
@@ -84,68 +84,6 @@ class Prepared:
 
     def provenance(self, command: str, **extra) -> Provenance:
         return provenance(command, model=self.loaded.info, text=self.text, protocol=self.protocol.to_json(), **extra)
-
-
-def _resolve_prefix(policy: str, protocol: str, loaded: LoadedModel) -> tuple[int | None, str]:
-    tok = loaded.info.tokenizer
-    bos, eos = tok.bos_id, tok.eos_id
-    if protocol == "llama.cpp":
-        if policy == "eos":
-            raise UsageError("--prefix eos is not part of the llama.cpp protocol; use auto, bos or none")
-        if policy == "auto":
-            add = loaded.info.gguf_add_bos
-            add = tok.add_bos_token if add is None else add
-            rule = (
-                "GGUF tokenizer.ggml.add_bos_token"
-                if loaded.info.gguf_add_bos is not None
-                else "tokenizer add_bos_token"
-            )
-        else:
-            add, rule = policy == "bos", f"--prefix {policy}"
-        if add and bos is None:
-            raise UsageError("--prefix bos: the tokenizer has no BOS token; use --prefix none")
-        return (bos if add else None), f"{'BOS' if add else 'no BOS'} ({rule})"
-    rules = registered(protocol)
-    return rules.prefix(policy, loaded) if rules is not None else resolve_prefix(policy, bos, eos)
-
-
-def _windows(
-    stream: TokenStream, text_settings: TextSettings, window_settings: WindowSettings
-) -> tuple[TokenStream, list[Window], str]:
-    """Cut the stream by the protocol; returns the (possibly truncated) stream, the windows and the rule in words."""
-    rules = registered(window_settings.protocol)
-    if rules is not None:
-        return rules.windows(stream, text_settings, window_settings)
-    per_chunk = window_settings.ctx - 1 - window_settings.ctx // 2
-    max_chunks = None
-    if text_settings.max_tokens is not None:
-        max_chunks = text_settings.max_tokens // per_chunk
-        if max_chunks < 1:
-            raise UsageError(
-                f"--max-tokens {text_settings.max_tokens} is fewer than the {per_chunk} tokens one llama.cpp "
-                "chunk scores"
-            )
-    windows = llamacpp_windows(len(stream), window_settings.ctx, stream.prefix_id is not None, max_chunks)
-    rule = (
-        f"llama.cpp: {len(windows)} non-overlapping chunks of {window_settings.ctx} tokens (last partial chunk "
-        "dropped), "
-        "first token of each chunk replaced by BOS when BOS is added, tokens "
-        f"{window_settings.ctx // 2 + 1}…{window_settings.ctx - 1} of "
-        f"each chunk scored; one trailing newline stripped from the text"
-    )
-    return stream, windows, rule
-
-
-def _tokens_needed(text_settings: TextSettings, window_settings: WindowSettings, has_prefix: bool) -> int | None:
-    """How many text tokens (after the prefix token) the windows can use; None means all of them."""
-    rules = registered(window_settings.protocol)
-    if rules is not None:
-        return rules.tokens_needed(text_settings, window_settings, has_prefix)
-    if text_settings.max_tokens is None:
-        return None
-    per_chunk = window_settings.ctx - 1 - window_settings.ctx // 2
-    chunks = max(2, text_settings.max_tokens // per_chunk)  # llama.cpp refuses texts shorter than two chunks
-    return chunks * window_settings.ctx - has_prefix
 
 
 def _protocol_cut(text, docs, loaded: LoadedModel, text_settings: TextSettings, window_settings: WindowSettings) -> Cut:
@@ -209,9 +147,10 @@ def _load(text_settings: TextSettings, window_settings: WindowSettings):
             text_settings.document_field,
         )
     text = load_text(text_settings.text, text_settings.dataset, text_settings.data_dir)
-    if window_settings.protocol == "llama.cpp":
-        text = strip_one_trailing_newline(text)
-    return (gptq_text(text) if window_settings.protocol == "gptq" else text), None
+    rules = registered(window_settings.protocol)
+    if rules is not None:
+        return rules.text(text), None
+    return gptq_text(text), None
 
 
 def prepare(
@@ -228,15 +167,16 @@ def prepare(
     timings["load_s"] = time.perf_counter() - t0
     if window_settings.protocol in ("lm-eval", "gptq"):
         return _prepare_cut(text, docs, loaded, text_settings, window_settings, reporter, timings)
-    prefix_id, prefix_desc = _resolve_prefix(window_settings.prefix, window_settings.protocol, loaded)
+    rules = registered(window_settings.protocol)  # a protocol that cuts one token stream: rolling, llama.cpp
+    prefix_id, prefix_desc = rules.prefix(window_settings.prefix, loaded)
     reporter.stage("tokenizing")
     t0 = time.perf_counter()
-    limit = _tokens_needed(text_settings, window_settings, prefix_id is not None)
+    limit = rules.tokens_needed(text_settings, window_settings, prefix_id is not None)
     stream = encode(text.text, loaded.tokenizer, prefix_id, limit)
     timings["tokenize_s"] = time.perf_counter() - t0
     n_text = len(stream) - (prefix_id is not None)
     whole = limit is None or n_text < limit  # otherwise only a prefix of the text was tokenized
-    stream, windows, rule = _windows(stream, text_settings, window_settings)
+    stream, windows, rule = rules.windows(stream, text_settings, window_settings)
     protocol = WindowProtocol(
         name=window_settings.protocol,
         ctx=window_settings.ctx,

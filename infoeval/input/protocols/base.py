@@ -21,6 +21,7 @@ from infoeval.input.windows import Window
 if TYPE_CHECKING:
     from infoeval.input.protocols.lmeval import DocumentLayout
     from infoeval.input.settings import TextSettings, WindowSettings
+    from infoeval.input.text import Text
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,10 @@ class WindowRules:
     default_ctx: ClassVar[int] = DEFAULT_CTX
     takes_stride: ClassVar[bool] = False
     anytime: ClassVar[bool] = False  # --until-se / --sequential: windows in any order, each scoring its own targets
+
+    def text(self, text: Text) -> Text:
+        """The text as the protocol reads it (the loaded text unchanged, by default)."""
+        return text
 
     def prefix(self, policy: str, loaded) -> tuple[int | None, str]:
         """The prefix token id (or None) for ``policy`` and the model ``loaded``, and the choice in words."""
