@@ -21,7 +21,8 @@ def test_every_registered_protocol_is_a_known_name_with_a_one_line_rule():
     for name, rules in protocols.REGISTRY.items():
         assert rules.name == name and isinstance(rules, base.WindowRules)
         assert rules.summary and "\n" not in rules.summary and len(rules.summary) <= 120
-    assert registered("rolling") is protocols.REGISTRY["rolling"] and registered("no such") is None
+    assert set(protocols.REGISTRY) == set(PROTOCOLS)
+    assert registered("rolling") is protocols.REGISTRY["rolling"]
 
 
 def test_rolling_answers():
@@ -108,3 +109,11 @@ def test_until_accepts_the_anytime_protocols_only():
         check_protocol(name)
     with pytest.raises(UsageError, match="--until-se works with --protocol rolling or llama.cpp, not gptq"):
         check_protocol("gptq")
+
+
+def test_lmeval_and_gptq_cut_the_text_themselves():
+    lm, gptq = registered("lm-eval"), registered("gptq")
+    assert lm.cuts_itself and lm.reads_documents and not lm.anytime and lm.default_ctx == 512
+    assert gptq.cuts_itself and not gptq.reads_documents and not gptq.anytime and gptq.default_ctx == 2048
+    assert not registered("rolling").cuts_itself and not registered("llama.cpp").reads_documents
+    assert gptq.tokenized_whole(None) is True

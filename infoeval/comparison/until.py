@@ -22,7 +22,7 @@ import numpy as np
 
 from infoeval import distributed
 from infoeval.errors import UsageError
-from infoeval.input.protocols import REGISTRY, registered
+from infoeval.input.protocols import REGISTRY
 from infoeval.measure.column_metrics import bits_per_byte_se
 from infoeval.measure.sequential import PASS
 from infoeval.measure.stats import cluster_se, se
@@ -56,7 +56,7 @@ class UntilSettings:
 def check_protocol(protocol: str) -> None:
     """A run to a precision visits windows in any order: only a protocol whose windows stand alone (``anytime``);
     lm-eval's and GPTQ's own figures need every document or window."""
-    rules = registered(protocol)
+    rules = REGISTRY.get(protocol)
     if rules is None or not rules.anytime:
         allowed = " or ".join(name for name, r in REGISTRY.items() if r.anytime)
         raise UsageError(

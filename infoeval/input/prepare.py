@@ -16,14 +16,12 @@ from types import MappingProxyType
 
 from infoeval import distributed
 from infoeval.errors import UsageError
-from infoeval.input.documents import gptq_text, load_documents
-from infoeval.input.protocols import registered
-from infoeval.input.protocols.base import Cut
-from infoeval.input.protocols.gptq import gptq_cut
-from infoeval.input.protocols.lmeval import DocumentLayout, lmeval_cut, lmeval_prefix
+from infoeval.input.protocols import REGISTRY, registered
+from infoeval.input.protocols.base import WindowRules
+from infoeval.input.protocols.lmeval import DocumentLayout
 from infoeval.input.provenance import Provenance, provenance
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
-from infoeval.input.text import Text, load_text
+from infoeval.input.text import Text
 from infoeval.input.tokens import TokenStream, encode
 from infoeval.input.windows import Window, describe
 from infoeval.models import LoadedModel, load_model, resolve_device, resolve_dtype
@@ -86,36 +84,23 @@ class Prepared:
         return provenance(command, model=self.loaded.info, text=self.text, protocol=self.protocol.to_json(), **extra)
 
 
-def _protocol_cut(text, docs, loaded: LoadedModel, text_settings: TextSettings, window_settings: WindowSettings) -> Cut:
-    tok, info = loaded.tokenizer, loaded.info.tokenizer
-    if window_settings.protocol == "lm-eval":
-        return lmeval_cut(
-            docs,
-            tok,
-            lmeval_prefix(window_settings.prefix, info.bos_id, info.eos_id),
-            window_settings.ctx,
-            text_settings.max_tokens,
-        )
-    return gptq_cut(
-        text.text, tok, window_settings.prefix, info.bos_id, info.eos_id, window_settings.ctx, text_settings.max_tokens
-    )
-
-
 def _prepare_cut(
     text,
     docs,
     loaded: LoadedModel,
     text_settings: TextSettings,
     window_settings: WindowSettings,
+    rules: WindowRules,
     reporter: Reporter,
     timings: dict,
 ) -> Prepared:
-    """The lm-eval and gptq protocols: the whole text tokenized (document by document for lm-eval)."""
+    """A protocol that cuts the text itself (lm-eval, gptq): the whole text tokenized (document by document for
+    lm-eval) and cut."""
     reporter.stage("tokenizing")
     t0 = time.perf_counter()
-    cut = _protocol_cut(text, docs, loaded, text_settings, window_settings)
+    cut = rules.cut(text, docs, loaded, text_settings, window_settings)
     timings["tokenize_s"] = time.perf_counter() - t0
-    whole = bool(cut.summary["complete"]) or window_settings.protocol == "gptq"
+    whole = rules.tokenized_whole(cut)
     protocol = WindowProtocol(
         name=window_settings.protocol,
         ctx=window_settings.ctx,
@@ -134,23 +119,12 @@ def _prepare_cut(
     return Prepared(loaded, text, cut.stream, tuple(cut.windows), protocol, MappingProxyType(timings), cut.layout)
 
 
-def _load(text_settings: TextSettings, window_settings: WindowSettings):
+def _load(text_settings: TextSettings, window_settings: WindowSettings, rules: WindowRules):
     """The text (and lm-eval's documents) as the protocol reads it."""
-    if text_settings.documents is not None and window_settings.protocol != "lm-eval":
-        raise UsageError(f"--documents works with --protocol lm-eval only (not {window_settings.protocol})")
-    if window_settings.protocol == "lm-eval":
-        return load_documents(
-            text_settings.text,
-            text_settings.dataset,
-            text_settings.data_dir,
-            text_settings.documents,
-            text_settings.document_field,
-        )
-    text = load_text(text_settings.text, text_settings.dataset, text_settings.data_dir)
-    rules = registered(window_settings.protocol)
-    if rules is not None:
-        return rules.text(text), None
-    return gptq_text(text), None
+    if text_settings.documents is not None and not rules.reads_documents:
+        allowed = ", ".join(name for name, r in REGISTRY.items() if r.reads_documents)
+        raise UsageError(f"--documents works with --protocol {allowed} only (not {window_settings.protocol})")
+    return rules.load(text_settings)
 
 
 def prepare(
@@ -158,16 +132,16 @@ def prepare(
 ) -> Prepared:
     """Load text and model, tokenize, and cut the stream into windows."""
     timings = {}
-    text, docs = _load(text_settings, window_settings)
+    rules = registered(window_settings.protocol)
+    text, docs = _load(text_settings, window_settings, rules)
     device = resolve_device(model_settings.device)
     dtype = resolve_dtype(model_settings.dtype, device)
     reporter.stage(f"loading {model_settings.model}")
     t0 = time.perf_counter()
     loaded = load_model(model_settings.model, device, dtype, model_settings.device_map)
     timings["load_s"] = time.perf_counter() - t0
-    if window_settings.protocol in ("lm-eval", "gptq"):
-        return _prepare_cut(text, docs, loaded, text_settings, window_settings, reporter, timings)
-    rules = registered(window_settings.protocol)  # a protocol that cuts one token stream: rolling, llama.cpp
+    if rules.cuts_itself:
+        return _prepare_cut(text, docs, loaded, text_settings, window_settings, rules, reporter, timings)
     prefix_id, prefix_desc = rules.prefix(window_settings.prefix, loaded)
     reporter.stage("tokenizing")
     t0 = time.perf_counter()

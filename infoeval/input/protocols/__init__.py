@@ -1,8 +1,8 @@
 """Window protocols, one module each, and the registry of them (``registered``).
 
-``base.py`` says what a protocol answers (``WindowRules``); ``rolling.py`` is the default and ``llamacpp.py``
-llama-perplexity's chunks. ``lmeval.py`` and ``gptq.py`` hold the lm-eval and GPTQ protocols' token streams,
-cut by ``input/prepare.py`` until each is a ``WindowRules`` of its own here.
+``base.py`` says what a protocol answers (``WindowRules``); ``rolling.py`` is the default, ``llamacpp.py``
+llama-perplexity's chunks, ``lmeval.py`` lm-evaluation-harness's rolling log-likelihood per document and
+``gptq.py`` the GPTQ papers' windows.
 
 Adding a protocol: a module with a ``WindowRules`` subclass (name, summary, its cut) and one entry in ``REGISTRY``.
 """
@@ -10,12 +10,14 @@ Adding a protocol: a module with a ``WindowRules`` subclass (name, summary, its 
 from __future__ import annotations
 
 from infoeval.input.protocols.base import WindowRules
+from infoeval.input.protocols.gptq import Gptq
 from infoeval.input.protocols.llamacpp import LlamaCpp
+from infoeval.input.protocols.lmeval import LmEval
 from infoeval.input.protocols.rolling import Rolling
 
-REGISTRY: dict[str, WindowRules] = {rules.name: rules for rules in (Rolling(), LlamaCpp())}
+REGISTRY: dict[str, WindowRules] = {rules.name: rules for rules in (Rolling(), LlamaCpp(), LmEval(), Gptq())}
 
 
-def registered(name: str) -> WindowRules | None:
-    """The protocol named ``name``, or None for one not yet in the registry."""
-    return REGISTRY.get(name)
+def registered(name: str) -> WindowRules:
+    """The protocol named ``name`` (a name the settings accepted: ``input.settings.PROTOCOLS``)."""
+    return REGISTRY[name]

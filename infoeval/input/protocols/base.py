@@ -63,6 +63,14 @@ class WindowRules:
     default_ctx: ClassVar[int] = DEFAULT_CTX
     takes_stride: ClassVar[bool] = False
     anytime: ClassVar[bool] = False  # --until-se / --sequential: windows in any order, each scoring its own targets
+    reads_documents: ClassVar[bool] = False  # --documents: the text as documents (lm-eval)
+    cuts_itself: ClassVar[bool] = False  # tokenizes the whole text (or its documents) and cuts it: ``cut``
+
+    def load(self, text_settings: TextSettings) -> tuple[Text, object | None]:
+        """The text as the protocol reads it, and its documents (None unless ``reads_documents``)."""
+        from infoeval.input.text import load_text
+
+        return self.text(load_text(text_settings.text, text_settings.dataset, text_settings.data_dir)), None
 
     def text(self, text: Text) -> Text:
         """The text as the protocol reads it (the loaded text unchanged, by default)."""
@@ -82,5 +90,13 @@ class WindowRules:
     def windows(
         self, stream: TokenStream, text_settings: TextSettings, window_settings: WindowSettings
     ) -> tuple[TokenStream, list[Window], str]:
-        """The (possibly truncated) stream, its windows and the rule in words."""
+        """One token stream's protocol: the (possibly truncated) stream, its windows and the rule in words."""
         raise NotImplementedError
+
+    def cut(self, text: Text, docs, loaded, text_settings: TextSettings, window_settings: WindowSettings) -> Cut:
+        """A protocol that ``cuts_itself``: the text (or its documents) tokenized and cut into windows."""
+        raise NotImplementedError
+
+    def tokenized_whole(self, cut: Cut) -> bool:
+        """Whether ``cut`` tokenized the whole text (its provenance then counts the text's tokens)."""
+        return bool(cut.summary["complete"])

@@ -7,7 +7,9 @@ from __future__ import annotations
 import torch
 
 from infoeval.errors import UsageError
-from infoeval.input.protocols.base import Cut
+from infoeval.input.documents import gptq_text
+from infoeval.input.protocols.base import Cut, WindowRules
+from infoeval.input.settings import GPTQ_CTX
 from infoeval.input.tokens import TokenStream, default_special_tokens, text_tokens
 from infoeval.input.windows import gptq_windows
 
@@ -51,3 +53,28 @@ def gptq_cut(
         "special_tokens": {"before": front, "after": back},
     }
     return Cut(stream, windows, front[0] if front else None, desc, rule, len(ids), summary)
+
+
+class Gptq(WindowRules):
+    name = "gptq"
+    summary = "the GPTQ papers' evaluation: the text tokenized once, non-overlapping windows of ctx tokens"
+    default_ctx = GPTQ_CTX
+    cuts_itself = True
+
+    def text(self, text):
+        return gptq_text(text)
+
+    def cut(self, text, docs, loaded, text_settings, window_settings) -> Cut:
+        info = loaded.info.tokenizer
+        return gptq_cut(
+            text.text,
+            loaded.tokenizer,
+            window_settings.prefix,
+            info.bos_id,
+            info.eos_id,
+            window_settings.ctx,
+            text_settings.max_tokens,
+        )
+
+    def tokenized_whole(self, cut: Cut) -> bool:
+        return True  # the string is tokenized whole, then cut to the budget

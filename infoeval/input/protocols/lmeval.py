@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from infoeval.errors import UsageError
-from infoeval.input.documents import Documents, count_words
-from infoeval.input.protocols.base import Cut
+from infoeval.input.documents import Documents, count_words, load_documents
+from infoeval.input.protocols.base import Cut, WindowRules
 from infoeval.input.tokens import TokenStream, default_special_tokens, text_tokens
 from infoeval.input.windows import lmeval_windows
 
@@ -106,3 +106,24 @@ def lmeval_cut(docs: Documents, tokenizer, prefix: tuple[int, str], ctx: int, ma
         "special_tokens": {"before": specials[0], "after": specials[1]},
     }
     return Cut(stream, windows, prefix_id, prefix_desc, rule, int(sum(max(n - 1, 0) for n in lengths)), summary, layout)
+
+
+class LmEval(WindowRules):
+    name = "lm-eval"
+    summary = "lm-evaluation-harness's loglikelihood_rolling: each document alone, a prefix token first"
+    reads_documents = True
+    cuts_itself = True
+
+    def load(self, text_settings) -> tuple[object, Documents]:
+        return load_documents(
+            text_settings.text,
+            text_settings.dataset,
+            text_settings.data_dir,
+            text_settings.documents,
+            text_settings.document_field,
+        )
+
+    def cut(self, text, docs, loaded, text_settings, window_settings) -> Cut:
+        info = loaded.info.tokenizer
+        prefix = lmeval_prefix(window_settings.prefix, info.bos_id, info.eos_id)
+        return lmeval_cut(docs, loaded.tokenizer, prefix, window_settings.ctx, text_settings.max_tokens)
