@@ -11,17 +11,21 @@ import torch
 from infoeval.errors import UsageError
 from infoeval.input import protocols
 from infoeval.input.protocols import base, registered, rolling
-from infoeval.input.settings import PROTOCOLS, TextSettings, WindowSettings
+from infoeval.input.settings import TextSettings, WindowSettings, default_ctx
 from infoeval.input.tokens import TokenStream
 from infoeval.input.windows import rolling_windows
 
 
 def test_every_registered_protocol_is_a_known_name_with_a_one_line_rule():
-    assert protocols.REGISTRY and set(protocols.REGISTRY) <= set(PROTOCOLS)
+    assert list(protocols.REGISTRY) == ["rolling", "llama.cpp", "lm-eval", "gptq"]
     for name, rules in protocols.REGISTRY.items():
         assert rules.name == name and isinstance(rules, base.WindowRules)
         assert rules.summary and "\n" not in rules.summary and len(rules.summary) <= 120
-    assert set(protocols.REGISTRY) == set(PROTOCOLS)
+    assert [default_ctx(name) for name in protocols.REGISTRY] == [512, 512, 512, 2048]
+    with pytest.raises(UsageError, match="unknown protocol 'x'; allowed: rolling, llama.cpp, lm-eval, gptq"):
+        WindowSettings(protocol="x")
+    with pytest.raises(UsageError, match=r"--stride cannot be set with --protocol gptq \(only rolling windows take"):
+        WindowSettings(ctx=8, stride=4, protocol="gptq")
     assert registered("rolling") is protocols.REGISTRY["rolling"]
 
 

@@ -14,6 +14,7 @@ from infoeval.cli.signatures import extend, option
 from infoeval.errors import UsageError
 
 # read_toml: re-exported for the commands' config and limits files
+from infoeval.input.protocols import REGISTRY as PROTOCOL_REGISTRY
 from infoeval.input.settings import DEFAULT_CTX, ModelSettings, max_tokens_of, read_toml  # noqa: F401
 from infoeval.input.text import DATASETS
 from infoeval.models import DEFAULT_MODEL
@@ -94,10 +95,7 @@ CtxOpt = Annotated[
 StrideOpt = Annotated[int | None, typer.Option(help="Tokens between window starts (default = ctx); ≤ ctx.")]
 ProtocolOpt = Annotated[
     str,
-    typer.Option(
-        help="rolling (every token scored once), llama.cpp (llama-perplexity's chunks), lm-eval "
-        "(lm-evaluation-harness's loglikelihood_rolling, per document) or gptq (GPTQ/AWQ's non-overlapping windows)."
-    ),
+    typer.Option(help=" · ".join(f"{name}: {rules.summary}" for name, rules in PROTOCOL_REGISTRY.items()) + "."),
 ]
 DocumentsOpt = Annotated[
     str | None,

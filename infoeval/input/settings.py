@@ -11,9 +11,7 @@ from infoeval.quant.schemes import DEFAULT_SCHEMES
 
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_CTX = 512
-GPTQ_CTX = 2048  # the GPTQ/AWQ papers' sequence length
 
-PROTOCOLS = ("rolling", "llama.cpp", "lm-eval", "gptq")
 PREFIXES = ("auto", "bos", "eos", "none")
 FLOOR_MODES = ("sampled", "full", "off")  # --floor: the noise floor on a seeded share of the windows, all, none
 
@@ -84,9 +82,17 @@ def max_tokens_of(value) -> int | None:
     return n
 
 
+def _protocols() -> dict:
+    """The window protocols' registry (``input/protocols``; imported when first asked, after this module)."""
+    from infoeval.input.protocols import REGISTRY
+
+    return REGISTRY
+
+
 def default_ctx(protocol: str) -> int:
-    """--ctx when not given: 2048 for the gptq protocol (the papers' length), 512 otherwise."""
-    return GPTQ_CTX if protocol == "gptq" else DEFAULT_CTX
+    """--ctx when not given: the protocol's own default (2048 for gptq, the papers' length; 512 otherwise)."""
+    rules = _protocols().get(protocol)
+    return rules.default_ctx if rules is not None else DEFAULT_CTX
 
 
 def check_window_options(ctx: int, stride: int | None) -> None:
@@ -105,14 +111,16 @@ class WindowSettings:
     prefix: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.protocol not in PROTOCOLS:
-            raise UsageError(f"unknown protocol '{self.protocol}'; allowed: {', '.join(PROTOCOLS)}")
+        registry = _protocols()
+        if self.protocol not in registry:
+            raise UsageError(f"unknown protocol '{self.protocol}'; allowed: {', '.join(registry)}")
         if self.prefix not in PREFIXES:
             raise UsageError(f"unknown prefix policy '{self.prefix}'; allowed: {', '.join(PREFIXES)}")
         check_window_options(self.ctx, self.stride)
-        if self.protocol != "rolling" and self.stride not in (None, self.ctx):
+        if not registry[self.protocol].takes_stride and self.stride not in (None, self.ctx):
+            takes = " and ".join(name for name, rules in registry.items() if rules.takes_stride)
             raise UsageError(
-                f"--stride cannot be set with --protocol {self.protocol} (only rolling windows take a stride)"
+                f"--stride cannot be set with --protocol {self.protocol} (only {takes} windows take a stride)"
             )
 
 

@@ -19,5 +19,5 @@ REGISTRY: dict[str, WindowRules] = {rules.name: rules for rules in (Rolling(), L
 
 
 def registered(name: str) -> WindowRules:
-    """The protocol named ``name`` (a name the settings accepted: ``input.settings.PROTOCOLS``)."""
+    """The protocol named ``name`` (a name ``WindowSettings`` accepted)."""
     return REGISTRY[name]

@@ -9,7 +9,6 @@ import torch
 from infoeval.errors import UsageError
 from infoeval.input.documents import gptq_text
 from infoeval.input.protocols.base import Cut, WindowRules
-from infoeval.input.settings import GPTQ_CTX
 from infoeval.input.tokens import TokenStream, default_special_tokens, text_tokens
 from infoeval.input.windows import gptq_windows
 
@@ -58,7 +57,7 @@ def gptq_cut(
 class Gptq(WindowRules):
     name = "gptq"
     summary = "the GPTQ papers' evaluation: the text tokenized once, non-overlapping windows of ctx tokens"
-    default_ctx = GPTQ_CTX
+    default_ctx = 2048  # the GPTQ/AWQ papers' sequence length
     cuts_itself = True
 
     def text(self, text):
