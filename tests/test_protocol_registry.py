@@ -121,3 +121,20 @@ def test_lmeval_and_gptq_cut_the_text_themselves():
     assert gptq.cuts_itself and not gptq.reads_documents and not gptq.anytime and gptq.default_ctx == 2048
     assert not registered("rolling").cuts_itself and not registered("llama.cpp").reads_documents
     assert gptq.tokenized_whole(None) is True
+
+
+def test_the_architecture_pages_example_protocol_works():
+    """docs/architecture.md shows how to add a protocol; its example runs and scores each target at most once."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    code = re.search(r"\*\*Adding a window protocol\*\*.*?```python\n(.*?)```", page, re.S).group(1)
+    space: dict = {}
+    exec(compile(code, "architecture.md", "exec"), space)
+    halves = space["Halves"]()
+    assert isinstance(halves, base.WindowRules) and halves.name == "halves"
+    stream, windows, rule = halves.windows(_stream(40), TextSettings(max_tokens=None), WindowSettings(ctx=8))
+    targets = [w.start + w.first_scored + 1 + i for w in windows for i in range(w.n_scored)]
+    assert targets == list(range(5, 5 + len(targets))) and targets[-1] <= 39  # the last halves, each once
+    assert all(w.n_scored == 4 and w.length == 8 for w in windows) and rule.startswith("halves:")
