@@ -114,9 +114,9 @@ def _prepare_cut(
         tokenized="the whole text" if whole else f"documents up to the first {text_settings.max_tokens:,} tokens",
         tokenizer=loaded.info.tokenizer.source,
         **describe(cut.windows, len(cut.stream)),
-        layout=cut.summary,
+        layout=cut.layout,
     )
-    return Prepared(loaded, text, cut.stream, tuple(cut.windows), protocol, MappingProxyType(timings), cut.layout)
+    return Prepared(loaded, text, cut.stream, tuple(cut.windows), protocol, MappingProxyType(timings), cut.documents)
 
 
 def _load(text_settings: TextSettings, window_settings: WindowSettings, rules: WindowRules):

@@ -50,7 +50,7 @@ def gptq_figures(nll: np.ndarray, window: np.ndarray) -> dict:
 
 
 def protocol_figures(
-    name: str, summary: dict | None, layout, identity: dict, nll_by_model: dict[str, np.ndarray]
+    name: str, layout: dict | None, documents, identity: dict, nll_by_model: dict[str, np.ndarray]
 ) -> dict | None:
     """The protocol's figures for each model (``nll_by_model``: name → per-position NLL, in the columns' order),
     with whether the whole protocol was run; None for protocols without figures of their own."""
@@ -58,7 +58,7 @@ def protocol_figures(
 
         def one(nll):
             return lmeval_figures(
-                document_loglikelihoods(nll, identity["position"], layout.starts), layout.words, layout.nbytes
+                document_loglikelihoods(nll, identity["position"], documents.starts), documents.words, documents.nbytes
             )
     elif name == "gptq":
 
@@ -67,4 +67,4 @@ def protocol_figures(
     else:
         return None
     figures = {model: one(nll) for model, nll in nll_by_model.items()}
-    return {"protocol": name, "complete": bool((summary or {}).get("complete", True)), "figures": figures}
+    return {"protocol": name, "complete": bool((layout or {}).get("complete", True)), "figures": figures}

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Cut:
-    """A protocol's stream, windows, prefix and rule in words; ``summary`` goes into the provenance."""
+    """A protocol's stream, windows, prefix and rule in words; ``layout`` goes into the provenance."""
 
     stream: TokenStream
     windows: list[Window]
@@ -34,8 +34,8 @@ class Cut:
     prefix_token: str
     rule: str
     text_tokens: int
-    summary: dict
-    layout: DocumentLayout | None = None
+    layout: dict  # the windows' layout for the provenance (``WindowProtocol.layout``): counts, completeness
+    documents: DocumentLayout | None = None  # lm-eval: where each document sits (``Prepared.documents``)
 
 
 def resolve_prefix(policy: str, bos: int | None, eos: int | None) -> tuple[int | None, str]:
@@ -99,4 +99,4 @@ class WindowRules:
 
     def tokenized_whole(self, cut: Cut) -> bool:
         """Whether ``cut`` tokenized the whole text (its provenance then counts the text's tokens)."""
-        return bool(cut.summary["complete"])
+        return bool(cut.layout["complete"])
