@@ -3,9 +3,11 @@
 A protocol answers, once, everything the rest of infoeval asks of it: its name and a one-line rule for the docs
 (``summary``), the context length it defaults to, whether it takes ``--stride``, whether it supports
 ``--until-se`` and ``--sequential`` (``anytime``: windows visited in any order, each scoring its own targets), its
-prefix token for a ``--prefix`` policy, how many text tokens a ``--max-tokens`` budget needs, and how it cuts a
-token stream into windows and scored positions. One module per protocol (``rolling.py``, …) subclasses
-``WindowRules``; ``protocols/__init__.py`` registers one instance of each.
+prefix token for a ``--prefix`` policy, how it reads the text (``load``, ``text``; lm-eval's documents:
+``reads_documents``), and how it cuts it into windows and scored positions: one token stream, tokenized to what a
+``--max-tokens`` budget needs (``tokens_needed``, ``windows``), or the whole text by itself (``cuts_itself``,
+``cut``). One module per protocol (``rolling.py``, …) subclasses ``WindowRules``; ``protocols/__init__.py``
+registers one instance of each.
 """
 
 from __future__ import annotations
