@@ -46,6 +46,21 @@ def run_child(cmd: list[str], cwd: Path = ROOT, env: dict | None = None) -> tupl
     return os.waitstatus_to_exitcode(status), time.perf_counter() - t0, usage.ru_maxrss / 1024, err
 
 
+VOLATILE = ("timings", "provenance", "memory", "block_cache", "layers_run_fraction")
+
+
+def _stable(x):
+    if isinstance(x, dict):
+        return {k: _stable(v) for k, v in x.items() if not k.endswith("_s") and k not in VOLATILE}
+    return [_stable(v) for v in x] if isinstance(x, list) else x
+
+
+def result_numbers(path: Path) -> str:
+    """A result JSON's numbers as one comparable string: without what differs between runs of the same settings
+    (timings and every ``*_s``, provenance, memory, the block cache's bookkeeping)."""
+    return json.dumps(_stable(json.loads(Path(path).read_text())), sort_keys=True)
+
+
 def measure_child(cmd: list[str], cwd: Path = ROOT) -> tuple[float, float]:
     """``run_child``'s wall seconds and peak RSS; a failing command ends the benchmark with its stderr."""
     code, wall, rss, err = run_child(cmd, cwd)

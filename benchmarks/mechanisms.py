@@ -26,14 +26,13 @@ Prints one JSON object (``--save``: benchmarks/results/mechanisms.json).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from _record import add_save, emit, run_child  # benchmarks/_record.py
+from _record import add_save, emit, result_numbers, run_child  # benchmarks/_record.py
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVES = {"compare": ("heap", "shared_batches"), "sensitivity": ("blocks",)}
@@ -59,29 +58,13 @@ def _command(name: str, args, out: Path) -> list[str]:
     ]
 
 
-def _strip(x):
-    """``x`` without what differs between runs of the same settings: timings (``*_s``), provenance, memory."""
-    if isinstance(x, dict):
-        return {
-            k: _strip(v)
-            for k, v in x.items()
-            if not k.endswith("_s")
-            and k not in ("timings", "provenance", "memory", "block_cache", "layers_run_fraction")
-        }
-    return [_strip(v) for v in x] if isinstance(x, list) else x
-
-
-def _numbers(path: Path) -> str:
-    return json.dumps(_strip(json.loads(path.read_text())), sort_keys=True)
-
-
 def _run(name: str, off: str | None, args, work: Path) -> dict:
     out = work / f"{name}-{off or 'all-on'}.json"
     env = {k: v for k, v in os.environ.items() if k != "INFOEVAL_OFF"} | ({"INFOEVAL_OFF": off} if off else {})
     code, wall, rss, err = run_child(_command(name, args, out), env=env)
     if code != 0:
         raise SystemExit(f"{name} with {off or 'all on'} failed ({code}): {err[-1500:]}")
-    return {"wall_s": wall, "peak_rss_mib": rss, "numbers": _numbers(out)}
+    return {"wall_s": wall, "peak_rss_mib": rss, "numbers": result_numbers(out)}
 
 
 def _spread(xs: list[float]) -> list[float]:

@@ -26,17 +26,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _record import add_save, emit, run_child  # benchmarks/_record.py
+from _record import add_save, emit, result_numbers, run_child  # benchmarks/_record.py
 
 ROOT = Path(__file__).resolve().parents[1]
-VOLATILE = ("timings", "provenance", "memory", "block_cache", "layers_run_fraction")
-
-
-def _strip(x):
-    """``x`` without what differs between runs of the same settings: timings (``*_s``), provenance, memory."""
-    if isinstance(x, dict):
-        return {k: _strip(v) for k, v in x.items() if not k.endswith("_s") and k not in VOLATILE}
-    return [_strip(v) for v in x] if isinstance(x, list) else x
 
 
 def _tree(rev: str, work: Path) -> tuple[str, Path]:
@@ -85,7 +77,7 @@ def _run(tree: Path, args, out: Path) -> dict:
     return {
         "wall_s": wall,
         "peak_rss_mib": rss,
-        "numbers": json.dumps(_strip(json.loads(out.read_text())), sort_keys=True),
+        "numbers": result_numbers(out),
     }
 
 
