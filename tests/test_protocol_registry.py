@@ -138,3 +138,10 @@ def test_the_architecture_pages_example_protocol_works():
     targets = [w.start + w.first_scored + 1 + i for w in windows for i in range(w.n_scored)]
     assert targets == list(range(5, 5 + len(targets))) and targets[-1] <= 39  # the last halves, each once
     assert all(w.n_scored == 4 and w.length == 8 for w in windows) and rule.startswith("halves:")
+
+
+def test_with_flag_names_the_protocols_an_error_allows():
+    assert protocols.with_flag("anytime") == ["rolling", "llama.cpp"]
+    assert protocols.with_flag("takes_stride") == ["rolling"]
+    assert protocols.with_flag("reads_documents") == ["lm-eval"]
+    assert protocols.with_flag("cuts_itself") == ["lm-eval", "gptq"]

@@ -22,7 +22,7 @@ import numpy as np
 
 from infoeval import distributed
 from infoeval.errors import UsageError
-from infoeval.input.protocols import REGISTRY
+from infoeval.input.protocols import REGISTRY, with_flag
 from infoeval.measure.column_metrics import bits_per_byte_se
 from infoeval.measure.sequential import PASS
 from infoeval.measure.stats import cluster_se, se
@@ -58,7 +58,7 @@ def check_protocol(protocol: str) -> None:
     lm-eval's and GPTQ's own figures need every document or window."""
     rules = REGISTRY.get(protocol)
     if rules is None or not rules.anytime:
-        allowed = " or ".join(name for name, r in REGISTRY.items() if r.anytime)
+        allowed = " or ".join(with_flag("anytime"))
         raise UsageError(
             f"--until-se works with --protocol {allowed}, not {protocol} (whose figures need every window)"
         )

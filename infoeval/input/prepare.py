@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 from infoeval import distributed
 from infoeval.errors import UsageError
-from infoeval.input.protocols import REGISTRY, registered
+from infoeval.input.protocols import registered, with_flag
 from infoeval.input.protocols.base import WindowRules
 from infoeval.input.protocols.lmeval import DocumentLayout
 from infoeval.input.provenance import Provenance, provenance
@@ -122,7 +122,7 @@ def _prepare_cut(
 def _load(text_settings: TextSettings, window_settings: WindowSettings, rules: WindowRules):
     """The text (and lm-eval's documents) as the protocol reads it."""
     if text_settings.documents is not None and not rules.reads_documents:
-        allowed = ", ".join(name for name, r in REGISTRY.items() if r.reads_documents)
+        allowed = ", ".join(with_flag("reads_documents"))
         raise UsageError(f"--documents works with --protocol {allowed} only (not {window_settings.protocol})")
     return rules.load(text_settings)
 

@@ -118,7 +118,9 @@ class WindowSettings:
             raise UsageError(f"unknown prefix policy '{self.prefix}'; allowed: {', '.join(PREFIXES)}")
         check_window_options(self.ctx, self.stride)
         if not registry[self.protocol].takes_stride and self.stride not in (None, self.ctx):
-            takes = " and ".join(name for name, rules in registry.items() if rules.takes_stride)
+            from infoeval.input.protocols import with_flag
+
+            takes = " and ".join(with_flag("takes_stride"))
             raise UsageError(
                 f"--stride cannot be set with --protocol {self.protocol} (only {takes} windows take a stride)"
             )

@@ -21,3 +21,9 @@ REGISTRY: dict[str, WindowRules] = {rules.name: rules for rules in (Rolling(), L
 def registered(name: str) -> WindowRules:
     """The protocol named ``name`` (a name ``WindowSettings`` accepted)."""
     return REGISTRY[name]
+
+
+def with_flag(flag: str) -> list[str]:
+    """The registered protocols whose class attribute ``flag`` is set (``anytime``, ``takes_stride``, …), in
+    registry order: what an error message names as allowed."""
+    return [name for name, rules in REGISTRY.items() if getattr(rules, flag)]
