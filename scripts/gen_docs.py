@@ -230,7 +230,7 @@ def metric_groups() -> list[tuple[str, str, dict]]:
 
     from infoeval.measure import metrics as m
     from infoeval.measure.column_metrics import reference_metrics
-    from infoeval.measure.llamacpp_stats import kld_statistics
+    from infoeval.measure.llamacpp_table_stats import kld_statistics
     from infoeval.sensitivities.result import UNIT_METRICS
 
     one = np.array([1.0, 2.0, 3.0])

@@ -27,7 +27,7 @@ from infoeval.gating.sequential_gate import SequentialSettings, run_sequential_g
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure import stopping as st
 from infoeval.measure.column_metrics import variant_metrics
-from infoeval.measure.llamacpp_stats import delta_p
+from infoeval.measure.llamacpp_table_stats import delta_p
 from infoeval.measure.sequential import FAIL, PASS
 
 ENV = {k: v for k, v in os.environ.items() if k not in ("INFOEVAL_DEBUG", "WORLD_SIZE", "RANK", "LOCAL_RANK")}

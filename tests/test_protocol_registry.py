@@ -145,3 +145,49 @@ def test_with_flag_names_the_protocols_an_error_allows():
     assert protocols.with_flag("takes_stride") == ["rolling"]
     assert protocols.with_flag("reads_documents") == ["lm-eval"]
     assert protocols.with_flag("cuts_itself") == ["lm-eval", "gptq"]
+    assert protocols.with_flag("llamacpp_positions") == ["llama.cpp"]
+
+
+def test_the_protocols_with_figures_answer_them_from_the_nll_columns():
+    """lm-eval's figures per document and GPTQ's per window, against brute force on a hand-made layout."""
+    import math
+
+    import numpy as np
+
+    from infoeval.input.protocols.lmeval import DocumentLayout
+    from infoeval.measure.protocol_metrics import protocol_figures
+
+    nll = np.array([0.5, 1.0, 1.5, 2.0, 0.25, 0.75])
+    identity = {"position": np.array([1, 2, 3, 5, 6, 7]), "window": np.array([0, 0, 0, 1, 1, 1])}
+    docs = DocumentLayout(np.array([0, 4]), np.array([2, 3]), np.array([10, 20]), True, 2)
+    lm = registered("lm-eval").figures(nll, identity, docs)
+    ll = -(0.5 + 1.0 + 1.5) - (2.0 + 0.25 + 0.75)
+    assert lm["loglikelihood"] == pytest.approx(ll) and lm["documents"] == 2
+    assert lm["word_perplexity"] == pytest.approx(math.exp(-ll / 5))
+    assert lm["bits_per_byte"] == pytest.approx(-ll / 30 / math.log(2))
+    gptq = registered("gptq").figures(nll, identity, None)
+    assert gptq["ppl"] == pytest.approx(math.exp((1.0 + 1.0) / 2)) and gptq["windows"] == 2
+    for name in ("rolling", "llama.cpp"):
+        rules = registered(name)
+        assert rules.figure_table is None and protocol_figures(rules, None, None, identity, {"m": nll}) is None
+        with pytest.raises(NotImplementedError):
+            rules.figures(nll, identity, None)
+    block = protocol_figures(registered("gptq"), {"complete": False}, None, identity, {"a": nll, "b": nll * 2})
+    assert block["protocol"] == "gptq" and block["complete"] is False and set(block["figures"]) == {"a", "b"}
+    keys = {key for _, key, _ in registered("lm-eval").figure_table.columns}
+    assert keys <= set(lm) and {key for _, key, _ in registered("gptq").figure_table.columns} <= set(gptq)
+
+
+def test_the_figure_table_is_laid_out_by_the_protocol(capsys):
+    from rich.console import Console
+
+    from infoeval.comparison.report import print_protocol_figures
+
+    figures = {"ppl": 12.3456789, "windows": 3, "nll_mean": 2.5}
+    result = {"protocol_metrics": {"protocol": "gptq", "complete": False, "figures": {"reference": figures}}}
+    console = Console(width=200, record=True)
+    print_protocol_figures(console, result)
+    text = console.export_text()
+    assert "gptq figures" in text and "PPL" in text and "12.3457" in text and "NOT the whole protocol" in text
+    print_protocol_figures(console, {"protocol_metrics": None})
+    assert console.export_text() == ""

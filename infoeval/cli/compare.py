@@ -14,7 +14,8 @@ from infoeval.cli.signatures import extend, option
 from infoeval.cli.variant_options import ExcludeOpt, FloorOpt, FloorSeedOpt, IncludeOpt, RecipeOpt, SchemesOpt
 from infoeval.quant.schemes import DEFAULT_SCHEMES
 
-GATE_TABLES = ("default", "llama.cpp")  # the layouts of every command with --table
+LLAMACPP_TABLE = "llama.cpp"  # --table llama.cpp: llama-perplexity --kl-divergence's block (output/llamacpp_table.py)
+GATE_TABLES = ("default", LLAMACPP_TABLE)  # the layouts of every command with --table
 TABLES = (*GATE_TABLES, "confidence")  # quantize-compare's: also KL by confidence
 TableOpt = Annotated[
     str,
@@ -171,7 +172,7 @@ def quantize_compare(
     outputs.check()  # before the long run
     from infoeval.comparison.views import print_quantize_compare_confidence
 
-    tables = {"llama.cpp": print_quantize_compare_llamacpp, "confidence": print_quantize_compare_confidence}.get(
+    tables = {LLAMACPP_TABLE: print_quantize_compare_llamacpp, "confidence": print_quantize_compare_confidence}.get(
         check_table(table), print_quantize_compare
     )
     result = compare(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from infoeval.cli.compare import GATE_TABLES, TableOpt, check_table
+from infoeval.cli.compare import GATE_TABLES, LLAMACPP_TABLE, TableOpt, check_table
 from infoeval.cli.gate_options import (
     BaselineOpt,
     BaselineToleranceOpt,
@@ -119,7 +119,7 @@ def gate(
     """Run only the candidate on the reference's token ids and check it against limits: exit 0 pass, 1 fail."""
     from infoeval.api.gates import gate as run_gate
 
-    llama = check_table(table, GATE_TABLES) == "llama.cpp"
+    llama = check_table(table, GATE_TABLES) == LLAMACPP_TABLE
     result = run_gate(
         model,
         reference=reference,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from infoeval.measure.llamacpp_stats import DP_PERCENTILES, KLD_PERCENTILES, delta_p
+from infoeval.measure.llamacpp_table_stats import DP_PERCENTILES, KLD_PERCENTILES, delta_p
 
 CSV_COLUMNS = [
     "variant",
@@ -39,7 +39,7 @@ CSV_COLUMNS = [
     "layers_skipped",
     "sqnr_db_min",
     "sqnr_db_mean",
-    # llama-perplexity --kl-divergence's statistics (llamacpp_stats)
+    # llama-perplexity --kl-divergence's statistics (llamacpp_table_stats)
     "ppl_ratio_se",
     "ppl_diff",
     "ppl_diff_se",

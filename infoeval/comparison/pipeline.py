@@ -28,6 +28,7 @@ from infoeval.comparison.until import UntilSettings, bpb_ses, budget_windows, ch
 from infoeval.comparison.variants import build_planned, plan_variants
 from infoeval.errors import RuntimeFailure, UsageError
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
+from infoeval.input.protocols import registered
 from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
 from infoeval.input.tokens import token_texts
 from infoeval.measure.column_metrics import reference_metrics, variant_metrics
@@ -88,7 +89,7 @@ class CompressResult(Result):
 def _protocol_metrics(p: Prepared, cols: CompareColumns) -> dict | None:
     """lm-eval's or GPTQ's figures for the reference and each variant (None for rolling and llama.cpp)."""
     nll = {REFERENCE: cols.reference["nll"], **{name: v["nll"] for name, v in cols.variants.items()}}
-    return protocol_figures(p.protocol.name, p.protocol.layout, p.documents, cols.reference, nll)
+    return protocol_figures(registered(p.protocol.name), p.protocol.layout, p.documents, cols.reference, nll)
 
 
 def _evaluate(

@@ -6,8 +6,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from infoeval.input.protocols import registered
 from infoeval.measure.stats import MIN_BLOCKS
-from infoeval.output.llamacpp_report import print_block, scope_note
+from infoeval.output.llamacpp_table import print_block, scope_note
 from infoeval.output.report import fmt_num, fmt_pm, report_table, run_header
 
 
@@ -233,7 +234,8 @@ def print_compress_bits(console: Console, result: dict) -> None:
 
 
 def print_protocol_figures(console: Console, result: dict) -> None:
-    """The lm-eval or gptq protocol's own figures (``protocol_metrics``), one row per model; nothing for others."""
+    """The protocol's own figures (``protocol_metrics``, laid out by its ``figure_table``), one row per model;
+    nothing for a protocol without figures of its own."""
     pm = result.get("protocol_metrics")
     if not pm:
         return
@@ -242,29 +244,8 @@ def print_protocol_figures(console: Console, result: dict) -> None:
         if pm["complete"]
         else "; NOT the whole protocol (--max-tokens cut it): use --max-tokens all to compare with published figures"
     )
-    if pm["protocol"] == "lm-eval":
-        t = report_table(
-            "lm-eval figures",
-            ["model", "word_perplexity", "byte_perplexity", "bits_per_byte", "docs", "words", "bytes", "log-lik"],
-            f"lm-evaluation-harness's loglikelihood_rolling metrics, summed over documents{note}",
-        )
-        for name, f in pm["figures"].items():
-            t.add_row(
-                name,
-                fmt_num(f["word_perplexity"]),
-                fmt_num(f["byte_perplexity"]),
-                fmt_num(f["bits_per_byte"]),
-                fmt_num(f["documents"]),
-                fmt_num(f["words"]),
-                fmt_num(f["bytes"]),
-                fmt_num(f["loglikelihood"], 2),
-            )
-    else:
-        t = report_table(
-            "gptq figures",
-            ["model", "PPL", "windows"],
-            f"GPTQ/AWQ: exp(mean over windows of each window's mean NLL){note}",
-        )
-        for name, f in pm["figures"].items():
-            t.add_row(name, fmt_num(f["ppl"]), fmt_num(f["windows"]))
+    spec = registered(pm["protocol"]).figure_table
+    t = report_table(spec.title, ["model", *(header for header, _, _ in spec.columns)], spec.caption + note)
+    for name, f in pm["figures"].items():
+        t.add_row(name, *(fmt_num(f[key], digits) for _, key, digits in spec.columns))
     console.print(t)

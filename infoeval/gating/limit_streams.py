@@ -32,7 +32,7 @@ import numpy as np
 
 from infoeval.errors import UsageError
 from infoeval.gating.limits import Limit
-from infoeval.measure.llamacpp_stats import delta_p
+from infoeval.measure.llamacpp_table_stats import delta_p
 from infoeval.measure.stats import LN2
 from infoeval.measure.stopping import Stream
 

@@ -14,7 +14,7 @@ from infoeval.comparison.frames import top_k_columns
 from infoeval.engine.columns import identity_columns
 from infoeval.errors import UsageError
 from infoeval.input.tokens import token_texts
-from infoeval.measure.llamacpp_stats import delta_p
+from infoeval.measure.llamacpp_table_stats import delta_p
 from infoeval.measure.topk import top_k_probs
 
 TOP_COLUMNS = {"top_ids": np.int32, "top_p": np.float32}  # the candidate's, (n, k) each, with --topk K

@@ -10,7 +10,7 @@ import pandas as pd
 from rich.table import Table
 
 from infoeval.gating.limits import floor_line
-from infoeval.output.llamacpp_report import print_block, scope_note
+from infoeval.output.llamacpp_table import print_block, scope_note
 from infoeval.output.report import report_table
 from infoeval.output.results import atomic_write_bytes
 

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from infoeval.measure.llamacpp_stats import kld_statistics
+from infoeval.measure.llamacpp_table_stats import kld_statistics
 from infoeval.measure.stats import LN2, cluster_se, quantile, se, se_blocks
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infoeval.measure.llamacpp_stats import DP_PERCENTILES, KLD_PERCENTILES
+from infoeval.measure.llamacpp_table_stats import DP_PERCENTILES, KLD_PERCENTILES
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,8 @@ METRICS: dict[str, Metric] = {
 }
 
 
-# llama-perplexity --kl-divergence's final block (definitions: infoeval/measure/llamacpp_stats.py)
-_LLAMA = " (llama.cpp's definition; see llamacpp_stats)"
+# llama-perplexity --kl-divergence's final block (definitions: infoeval/measure/llamacpp_table_stats.py)
+_LLAMA = " (llama.cpp's definition; see llamacpp_table_stats)"
 _RANK = {"max": "largest", "median": "median", "min": "smallest"}  # the others: percentiles
 
 

@@ -6,14 +6,18 @@ A protocol answers, once, everything the rest of infoeval asks of it: its name a
 prefix token for a ``--prefix`` policy, how it reads the text (``load``, ``text``; lm-eval's documents:
 ``reads_documents``), and how it cuts it into windows and scored positions: one token stream, tokenized to what a
 ``--max-tokens`` budget needs (``tokens_needed``, ``windows``), or the whole text by itself (``cuts_itself``,
-``cut``). One module per protocol (``rolling.py``, …) subclasses ``WindowRules``; ``protocols/__init__.py``
-registers one instance of each.
+``cut``). It also says which figures of its own it publishes beside infoeval's (``figures``, shown by
+``figure_table``: lm-eval's perplexities per word and byte, GPTQ's PPL) and whether llama.cpp's table scores the
+same positions (``llamacpp_positions``). One module per protocol (``rolling.py``, …) subclasses ``WindowRules``;
+``protocols/__init__.py`` registers one instance of each.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
 
 from infoeval.errors import UsageError
 from infoeval.input.settings import DEFAULT_CTX
@@ -38,6 +42,16 @@ class Cut:
     text_tokens: int
     layout: dict  # the windows' layout for the provenance (``WindowProtocol.layout``): counts, completeness
     documents: DocumentLayout | None = None  # lm-eval: where each document sits (``Prepared.documents``)
+
+
+@dataclass(frozen=True)
+class FigureTable:
+    """How the report shows a protocol's own figures: a title, a caption and its columns (header, the figure's
+    key, digits)."""
+
+    title: str
+    caption: str
+    columns: tuple[tuple[str, str, int], ...]
 
 
 def resolve_prefix(policy: str, bos: int | None, eos: int | None) -> tuple[int | None, str]:
@@ -67,6 +81,8 @@ class WindowRules:
     anytime: ClassVar[bool] = False  # --until-se / --sequential: windows in any order, each scoring its own targets
     reads_documents: ClassVar[bool] = False  # --documents: the text as documents (lm-eval)
     cuts_itself: ClassVar[bool] = False  # tokenizes the whole text (or its documents) and cuts it: ``cut``
+    llamacpp_positions: ClassVar[bool] = False  # scores what llama.cpp's table is over: each chunk's second half
+    figure_table: ClassVar[FigureTable | None] = None  # its own published figures (``figures``), if it has any
 
     def load(self, text_settings: TextSettings) -> tuple[Text, object | None]:
         """The text as the protocol reads it, and its documents (None unless ``reads_documents``)."""
@@ -102,3 +118,8 @@ class WindowRules:
     def tokenized_whole(self, cut: Cut) -> bool:
         """Whether ``cut`` tokenized the whole text (its provenance then counts the text's tokens)."""
         return bool(cut.layout["complete"])
+
+    def figures(self, nll: np.ndarray, identity: dict, documents: DocumentLayout | None) -> dict:
+        """The protocol's own published figures for one model, from its per-position NLL (in the columns' order)
+        and the columns' identity (``window``, ``position``); only for a protocol with a ``figure_table``."""
+        raise NotImplementedError

@@ -1,14 +1,20 @@
 """The gptq protocol's token stream: the GPTQ string tokenized once with the tokenizer's default special tokens
 (``tokenizer(text)``), windows from ``windows.gptq_windows``.
+
+Its figure (GPTQ's ``llama_eval``, AutoAWQ's ``evaluate_perplexity``): ``ppl`` = exp(mean over windows of each
+window's mean NLL), which equals exp(mean NLL) since every window scores ctx − 1 tokens.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
 from infoeval.errors import UsageError
 from infoeval.input.documents import gptq_text
-from infoeval.input.protocols.base import Cut, WindowRules
+from infoeval.input.protocols.base import Cut, FigureTable, WindowRules
 from infoeval.input.tokens import TokenStream, default_special_tokens, text_tokens
 from infoeval.input.windows import gptq_windows
 
@@ -54,10 +60,23 @@ def gptq_cut(
     return Cut(stream, windows, front[0] if front else None, desc, rule, len(ids), summary)
 
 
+def gptq_figures(nll: np.ndarray, window: np.ndarray) -> dict:
+    """GPTQ's PPL: exp of the mean over windows of each window's mean NLL."""
+    _, inverse = np.unique(window, return_inverse=True)
+    sums = np.bincount(inverse, weights=np.asarray(nll, np.float64))
+    means = sums / np.bincount(inverse)
+    return {"ppl": math.exp(float(means.mean())), "windows": int(means.size), "nll_mean": float(means.mean())}
+
+
 class Gptq(WindowRules):
     name = "gptq"
     summary = "the GPTQ papers' evaluation: the text tokenized once, non-overlapping windows of ctx tokens"
     default_ctx = 2048  # the GPTQ/AWQ papers' sequence length
+    figure_table = FigureTable(
+        "gptq figures",
+        "GPTQ/AWQ: exp(mean over windows of each window's mean NLL)",
+        (("PPL", "ppl", 4), ("windows", "windows", 4)),
+    )
     cuts_itself = True
 
     def text(self, text):
@@ -77,3 +96,6 @@ class Gptq(WindowRules):
 
     def tokenized_whole(self, cut: Cut) -> bool:
         return True  # the string is tokenized whole, then cut to the budget
+
+    def figures(self, nll, identity, documents) -> dict:
+        return gptq_figures(nll, identity["window"])

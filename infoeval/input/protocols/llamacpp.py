@@ -32,6 +32,7 @@ class LlamaCpp(WindowRules):
     name = "llama.cpp"
     summary = "llama-perplexity's chunks of ctx tokens, BOS first when added, each scoring its second half"
     anytime = True
+    llamacpp_positions = True
 
     def text(self, text: Text) -> Text:
         return strip_one_trailing_newline(text)

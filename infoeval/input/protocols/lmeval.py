@@ -4,10 +4,16 @@ Every document is tokenized as lm-evaluation-harness's HF model does it for ``lo
 (``tok_encode``: ``tokenizer.encode(doc)`` with the tokenizer's default special tokens, none when the document
 starts with the prefix token's text), preceded by the prefix token (BOS, else EOS: ``prefix_token_id``); the
 documents' streams are concatenated and ``windows.lmeval_windows`` keeps every window inside its document.
+
+Its figures (``lm_eval/api/metrics.py``): per document the log-likelihood ℓ_d = −Σ NLL of its tokens; then
+``word_perplexity`` = exp(−Σ ℓ_d / Σ words_d), ``byte_perplexity`` = exp(−Σ ℓ_d / Σ bytes_d), ``bits_per_byte`` =
+−Σ ℓ_d / Σ bytes_d / ln 2 (the ``weighted_perplexity`` and ``bits_per_byte`` aggregations: sums over documents,
+not means of per-document figures).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,7 +21,7 @@ import torch
 
 from infoeval.errors import UsageError
 from infoeval.input.documents import Documents, count_words, load_documents
-from infoeval.input.protocols.base import Cut, WindowRules
+from infoeval.input.protocols.base import Cut, FigureTable, WindowRules
 from infoeval.input.tokens import TokenStream, default_special_tokens, text_tokens
 from infoeval.input.windows import lmeval_windows
 
@@ -108,11 +114,49 @@ def lmeval_cut(docs: Documents, tokenizer, prefix: tuple[int, str], ctx: int, ma
     return Cut(stream, windows, prefix_id, prefix_desc, rule, int(sum(max(n - 1, 0) for n in lengths)), summary, layout)
 
 
+def document_loglikelihoods(nll: np.ndarray, position: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """ℓ_d = −Σ NLL over the scored positions of each document; ``starts`` the documents' first stream positions."""
+    doc = np.searchsorted(starts, position, side="right") - 1  # an empty document shares its start with the next
+    return -np.bincount(doc, weights=np.asarray(nll, np.float64), minlength=len(starts))
+
+
+def lmeval_figures(loglikelihoods: np.ndarray, words: np.ndarray, nbytes: np.ndarray) -> dict:
+    """lm-eval's three figures from per-document log-likelihoods, word and byte counts."""
+    ll = float(sum(float(x) for x in loglikelihoods))  # lm-eval sums Python floats, document by document
+    w, b = int(np.sum(words)), int(np.sum(nbytes))
+    return {
+        "loglikelihood": ll,
+        "documents": int(len(loglikelihoods)),
+        "words": w,
+        "bytes": b,
+        "word_perplexity": math.exp(-ll / w) if w else math.nan,
+        "byte_perplexity": math.exp(-ll / b) if b else math.nan,
+        "bits_per_byte": -ll / b / math.log(2.0) if b else math.nan,  # lm-eval's own expression
+    }
+
+
 class LmEval(WindowRules):
     name = "lm-eval"
     summary = "lm-evaluation-harness's loglikelihood_rolling: each document alone, a prefix token first"
     reads_documents = True
     cuts_itself = True
+    figure_table = FigureTable(
+        "lm-eval figures",
+        "lm-evaluation-harness's loglikelihood_rolling metrics, summed over documents",
+        (
+            ("word_perplexity", "word_perplexity", 4),
+            ("byte_perplexity", "byte_perplexity", 4),
+            ("bits_per_byte", "bits_per_byte", 4),
+            ("docs", "documents", 4),
+            ("words", "words", 4),
+            ("bytes", "bytes", 4),
+            ("log-lik", "loglikelihood", 2),
+        ),
+    )
+
+    def figures(self, nll, identity, documents) -> dict:
+        ll = document_loglikelihoods(nll, identity["position"], documents.starts)
+        return lmeval_figures(ll, documents.words, documents.nbytes)
 
     def load(self, text_settings) -> tuple[object, Documents]:
         return load_documents(

@@ -1,5 +1,6 @@
-"""llama.cpp's --kl-divergence statistics (infoeval/measure/llamacpp_stats.py) against brute force, NumPy and a literal
-transcription of llama.cpp's running sums; the `--table llama.cpp` block printed by the CLI on a tiny model."""
+"""llama.cpp's --kl-divergence statistics (infoeval/measure/llamacpp_table_stats.py) against brute force, NumPy and
+a literal transcription of llama.cpp's running sums; the `--table llama.cpp` block printed by the CLI on a tiny
+model."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import numpy as np
 import pytest
 from cli_run import run_cli
 
-from infoeval.measure import llamacpp_stats as ls
+from infoeval.measure import llamacpp_table_stats as ls
 from infoeval.measure.column_metrics import variant_metrics
 from infoeval.measure.metrics import METRICS
 from infoeval.measure.stats import mean_cov
-from infoeval.output.llamacpp_report import block_lines
+from infoeval.output.llamacpp_table import block_lines
 
 FRACTIONS = [f for _, _, f in ls.DP_PERCENTILES]
 

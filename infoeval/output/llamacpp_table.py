@@ -1,7 +1,7 @@
 """``--table llama.cpp``: the statistics block of ``llama-perplexity --kl-divergence``, line for line and in its
 printf formats, from a result's metrics (Q = the variant or candidate, base = the reference). No torch.
 
-Lines llama.cpp prints and where they come from (``llamacpp_stats`` has the definitions). The ± are
+Lines llama.cpp prints and where they come from (``llamacpp_table_stats`` has the definitions). The ± are
 llama.cpp's own SEs, positions treated as independent (the ``llamacpp_*`` keys, from the variant's metrics):
 infoeval's other tables print batch-means SEs, which allow for correlated neighbouring positions.
 
@@ -22,7 +22,8 @@ import math
 
 from rich.console import Console
 
-from infoeval.measure.llamacpp_stats import DP_PERCENTILES, KLD_PERCENTILES
+from infoeval.input.protocols import registered
+from infoeval.measure.llamacpp_table_stats import DP_PERCENTILES, KLD_PERCENTILES
 
 
 def _f(fmt: str, *values) -> str:
@@ -68,7 +69,7 @@ def print_block(console: Console, title: str, m: dict, ref: dict, notes: tuple[s
 def scope_note(result: dict) -> str:
     """Which positions the statistics are over, against llama.cpp's (the second half of each chunk)."""
     pr = result["provenance"].get("protocol") or result["provenance"]["reference_provenance"]["protocol"]
-    same = pr["name"] == "llama.cpp"
+    same = registered(pr["name"]).llamacpp_positions
     return f"Statistics over {pr['scored_tokens']:,} positions of protocol {pr['name']} (ctx {pr['ctx']})" + (
         "." if same else "; llama.cpp scores the second half of each chunk (--protocol llama.cpp for its tokens)."
     )
