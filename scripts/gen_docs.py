@@ -42,6 +42,7 @@ import checkpoints_table  # noqa: E402  (scripts/checkpoints_table.py)
 import compare_example  # noqa: E402  (scripts/compare_example.py)
 import methods_table  # noqa: E402  (scripts/methods_table.py)
 import performance_page  # noqa: E402  (scripts/performance_page.py)
+import protocols_table  # noqa: E402  (scripts/protocols_table.py)
 
 CLI_PAGE = Path("docs/reference/cli.md")
 METRICS_PAGE = Path("docs/reference/metrics.md")
@@ -366,13 +367,13 @@ _COMMON_NOTES = {
     "standard_errors": "how the result's standard errors were made: the estimator, its blocks, the small-sample rule, "
     "which keys keep llama.cpp's own (see the metrics page)",
 }
+PROTOCOL_FIGURES_NOTE = protocols_table.figures_note()
 # What a field holds, where its type alone does not say (hand annotations; command → field → text).
 FIELD_NOTES: dict[str, dict[str, str]] = {
     "quantize-compare": {
         "reference": "the reference model's metrics (metric name → value)",
         "variants": "one entry per quantized variant: its name, metrics and quantization report",
-        "protocol_metrics": "lm-eval's or GPTQ's own figures per model (`null` for the rolling and llama.cpp "
-        "protocols)",
+        "protocol_metrics": PROTOCOL_FIGURES_NOTE,
         "until_se": "`--until-se` only: the target SE, whether it was reached, the SEs at the stop, windows "
         "and tokens used of the budget",
         "floor": "the noise floor (absent with `--floor off`): its definition, mode, seed, windows, metrics "
@@ -385,7 +386,7 @@ FIELD_NOTES: dict[str, dict[str, str]] = {
         "model_over_xz": "the model's total bits / xz's (`null` without xz)",
         "until_se": "`--until-se` only: the target SE, whether it was reached, the SEs at the stop, windows "
         "and tokens used of the budget",
-        "protocol_metrics": "lm-eval's or GPTQ's own figures (`null` for rolling and llama.cpp)",
+        "protocol_metrics": PROTOCOL_FIGURES_NOTE,
     },
     "gate": {
         "passed": "whether every limit (and the baseline comparison) holds; the exit code is 0 or 1 accordingly",
@@ -784,6 +785,7 @@ def outputs() -> dict[Path, str]:
     out[performance_page.PAGE] = performance_page.render(ROOT)
     out[methods_table.PAGE] = methods_table.render(ROOT)
     out[compare_example.PAGE] = compare_example.render(ROOT)
+    out[protocols_table.PAGE] = protocols_table.render(ROOT)
     out |= checkpoints_table.render(ROOT, out)
     return out
 

@@ -356,3 +356,19 @@ def test_the_methods_table_is_the_benchmark_record(tmp_path):
     (tmp_path / mt.PAGE).write_text("# No markers\n", encoding="utf-8")
     with pytest.raises(SystemExit, match="lacks the markers"):
         mt.render(tmp_path)
+
+
+def test_the_protocols_table_is_the_registry():
+    """docs/protocols.md's generated part: one row per registered protocol, in the registry's order, with its
+    rule, default context and flags as the protocol answers them."""
+    from infoeval.input.protocols import REGISTRY
+
+    pt = gen_docs.protocols_table
+    page = (ROOT / pt.PAGE).read_text(encoding="utf-8").split(pt.BEGIN, 1)[1].split(pt.END, 1)[0]
+    rows = [line.split(" | ") for line in page.splitlines() if line.startswith("| `") and "`--protocol`" not in line]
+    assert [r[0].strip("| `") for r in rows] == list(REGISTRY)
+    for row, rules in zip(rows, REGISTRY.values(), strict=True):
+        assert row[1] == rules.summary and row[2] == str(rules.default_ctx)
+        assert row[3] == ("yes" if rules.takes_stride else "no") and row[4] == ("yes" if rules.anytime else "no")
+        assert (row[6] == "—") == (rules.figure_table is None)
+    assert gen_docs.PROTOCOL_FIGURES_NOTE.endswith("(lm-eval, gptq; `null` for rolling, llama.cpp)")
