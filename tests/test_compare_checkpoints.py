@@ -53,6 +53,14 @@ def test_each_checkpoint_has_the_numbers_of_a_run_of_it_alone(both, tiny_llama_d
         assert _variant(alone, name)["metrics"] == _variant(both, name)["metrics"]
 
 
+def test_the_checkpoints_loading_has_its_own_seconds(both, tiny_llama_dir, kw):
+    """Loading the checkpoints is timed apart from quantizing the schemes (``checkpoints_load_s``)."""
+    t = both["timings"]
+    assert t["checkpoints_load_s"] > 0 and t["quantize_s"] > 0
+    plain = infoeval.compare(str(tiny_llama_dir), schemes=("int4-g64",), **kw).to_json()["timings"]
+    assert "checkpoints_load_s" not in plain and plain["quantize_s"] > 0
+
+
 def test_a_checkpoint_records_its_format_and_stored_bits(both):
     q = _variant(both, "bnb-nf4")["quantization"]
     assert q["scheme"]["kind"] == "checkpoint" and q["scheme"]["format"] == "bitsandbytes" and q["scheme"]["bits"] == 4

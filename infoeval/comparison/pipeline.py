@@ -193,14 +193,14 @@ def quantize_compare(
     text_settings = _checked_text(text_settings, window_settings, until, top_k)
     plan = plan_variants(variant_settings, modules, paired)  # fail on a bad scheme, name or baseline before loading
     p = prepare(model_settings, text_settings, window_settings, reporter)
-    variants, calibration, quantize_s = build_planned(
+    variants, calibration, build_s = build_planned(
         p, plan, variant_settings, modules, model_settings.device_map, reporter
     )
     floor, floor_at = noise_floor(p, variant_settings, 1 + len(variants), until)
     cols, eval_timings, p, block = _evaluate(p, variants, reporter, until, kl_ses, top_k, floor, floor_at)
     if top_k:
         cols.vocab = _vocab(p, cols)
-    timings = {**p.timings, "quantize_s": quantize_s, **eval_timings}
+    timings = {**p.timings, **build_s, **eval_timings}
     records = tuple(
         VariantResult(v.name, variant_metrics(cols.reference, cols.variants[v.name]), v.summary()) for v in variants
     )

@@ -57,10 +57,11 @@ def build_planned(
     modules: Sequence[ModuleVariant],
     device_map,
     reporter: Reporter,
-) -> tuple[list, Calibration | None, float]:
+) -> tuple[list, Calibration | None, dict[str, float]]:
     """The variants in the result's order: the schemes' and recipes', the methods' (calibrated on their own text
     where they learn from one), the caller's ``modules`` (checked against the reference before any forward pass),
-    then the checkpoints, loaded; with the calibration and the seconds the quantizing took."""
+    then the checkpoints, loaded; with the calibration and the seconds the quantizing took (``quantize_s``) and,
+    with checkpoints, their loading (``checkpoints_load_s``)."""
     reporter.stage("quantizing")
     t0 = time.perf_counter()
     variants = build_variants(p.loaded.model, plan.schemes, plan.recipes, settings.include, settings.exclude)
@@ -72,7 +73,10 @@ def build_planned(
     quantize_s = time.perf_counter() - t0
     check_variants(p.loaded, modules)  # before any forward pass
     variants += list(modules)
+    seconds = {"quantize_s": quantize_s}
     if plan.checkpoints:
         reporter.stage("loading checkpoints")
+        t0 = time.perf_counter()
         variants += load_checkpoints(settings.checkpoints, plan.checkpoints, p.loaded, device_map)
-    return variants, calibration, quantize_s
+        seconds["checkpoints_load_s"] = time.perf_counter() - t0
+    return variants, calibration, seconds
