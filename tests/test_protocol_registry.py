@@ -11,7 +11,7 @@ import torch
 from infoeval.errors import UsageError
 from infoeval.input import protocols
 from infoeval.input.protocols import base, registered, rolling
-from infoeval.input.settings import TextSettings, WindowSettings, default_ctx
+from infoeval.input.settings import DEFAULT_PROTOCOL, TextSettings, WindowSettings, default_ctx
 from infoeval.input.tokens import TokenStream
 from infoeval.input.windows import rolling_windows
 
@@ -27,6 +27,7 @@ def test_every_registered_protocol_is_a_known_name_with_a_one_line_rule():
     with pytest.raises(UsageError, match=r"--stride cannot be set with --protocol gptq \(only rolling windows take"):
         WindowSettings(ctx=8, stride=4, protocol="gptq")
     assert registered("rolling") is protocols.REGISTRY["rolling"]
+    assert WindowSettings().protocol == DEFAULT_PROTOCOL == next(iter(protocols.REGISTRY)) == "rolling"
 
 
 def test_rolling_answers():

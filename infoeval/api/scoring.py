@@ -20,6 +20,7 @@ from infoeval.api.checks import RUN_TYPES, checked
 from infoeval.errors import UsageError, keyword_errors
 from infoeval.input.settings import (
     DEFAULT_MODEL,
+    DEFAULT_PROTOCOL,
     CalibrationSettings,
     ModelSettings,
     TextSettings,
@@ -43,7 +44,7 @@ def run_settings(
     max_tokens=MAX_TOKENS,
     ctx=None,
     stride=None,
-    protocol="rolling",
+    protocol=DEFAULT_PROTOCOL,
     prefix="auto",
     documents=None,
     document_field="text",

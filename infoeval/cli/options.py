@@ -15,7 +15,7 @@ from infoeval.errors import UsageError
 
 # read_toml: re-exported for the commands' config and limits files
 from infoeval.input.protocols import REGISTRY as PROTOCOL_REGISTRY
-from infoeval.input.settings import DEFAULT_CTX, ModelSettings, max_tokens_of, read_toml  # noqa: F401
+from infoeval.input.settings import DEFAULT_CTX, DEFAULT_PROTOCOL, ModelSettings, max_tokens_of, read_toml  # noqa: F401
 from infoeval.input.text import DATASETS
 from infoeval.models import DEFAULT_MODEL
 
@@ -23,7 +23,7 @@ from infoeval.models import DEFAULT_MODEL
 MODEL_DEFAULT = DEFAULT_MODEL
 MAX_TOKENS_DEFAULT = str(MAX_TOKENS)  # the API's default (api/scoring.py), as the option's text
 CTX_DEFAULT = DEFAULT_CTX  # 2048 with --protocol gptq (settings.default_ctx)
-PROTOCOL_DEFAULT = "rolling"
+PROTOCOL_DEFAULT = DEFAULT_PROTOCOL
 PREFIX_DEFAULT = "auto"
 DEVICE_DEFAULT = "auto"
 DTYPE_DEFAULT = "auto"

@@ -11,6 +11,7 @@ from infoeval.quant.schemes import DEFAULT_SCHEMES
 
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_CTX = 512
+DEFAULT_PROTOCOL = "rolling"  # --protocol's default: a name in input/protocols' REGISTRY
 
 PREFIXES = ("auto", "bos", "eos", "none")
 FLOOR_MODES = ("sampled", "full", "off")  # --floor: the noise floor on a seeded share of the windows, all, none
@@ -107,7 +108,7 @@ def check_window_options(ctx: int, stride: int | None) -> None:
 class WindowSettings:
     ctx: int = DEFAULT_CTX
     stride: int | None = None  # None: = ctx
-    protocol: str = "rolling"
+    protocol: str = DEFAULT_PROTOCOL
     prefix: str = "auto"
 
     def __post_init__(self) -> None:
