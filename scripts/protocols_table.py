@@ -1,5 +1,5 @@
 """The registry's table on docs/protocols.md: what each registered window protocol answers (its rule, default
-context, ``--stride``, ``--until-se``/``--sequential``, ``--documents``, its own figures, whether llama.cpp's table
+context, ``--stride``, ``--until-se``, ``--documents``, its own figures, whether llama.cpp's table
 scores its positions), generated from ``infoeval.input.protocols.REGISTRY``. The page's hand-written text stays
 as it is; only the part between the two markers below is rewritten."""
 
@@ -23,7 +23,7 @@ def _yes(flag: bool) -> str:
 def rows() -> list[str]:
     """One row per registered protocol, in the registry's order."""
     out = [
-        "| `--protocol` | rule | `--ctx` default | `--stride` | `--until-se`, `--sequential` | `--documents` | "
+        "| `--protocol` | rule | `--ctx` default | `--stride` | `--until-se` | `--documents` | "
         "its own figures | llama.cpp's table scores the same positions |",
         "|---|---|---:|---|---|---|---|---|",
     ]

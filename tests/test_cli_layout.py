@@ -259,3 +259,13 @@ def test_report_modules_build_tables_through_report_table():
     root = Path(cli.__file__).resolve().parents[1]
     for rel in ("output/report.py", "speculative/report.py", "gating/report.py", "mutual_information/report.py"):
         assert not re.search(r"(?<![A-Za-z])Table\(title", (root / rel).read_text(encoding="utf-8")), rel
+
+
+def test_a_report_tables_row_fills_every_column():
+    from infoeval.output.report import report_table
+
+    t = report_table("T", ["a", "b", "c"])
+    t.add_row("1", "2", "3")
+    with pytest.raises(ValueError, match="a row of 2 cells for 3 columns"):
+        t.add_row("1", "2")  # rich would pad it and shift "2" under "b" of a row meant otherwise
+    assert [len(c._cells) for c in t.columns] == [1, 1, 1]

@@ -163,3 +163,19 @@ def test_the_llama_cpp_layout_ends_with_the_floor_line():
     line = floor_summary(FLOOR)
     assert "noise floor (2 of 8 windows, sampled): mean KL 3.000e-05" in line and "int8-channel 100×" in line
     assert "bf16 1.02× at floor" in line and "top-1 disagreement 0.30 %" in line
+
+
+def _column(table, header: str) -> list[str]:
+    """One column's cells, as added, by its header."""
+    (column,) = [c for c in table.columns if c.header == header]
+    return [str(cell) for cell in column._cells]
+
+
+def test_the_floor_lines_cells_sit_under_their_headers():
+    agreement, kl = variants_tables(_result(FLOOR))
+    assert _column(agreement, "layers q/skip")[-1] == "210/–" and _column(agreement, "bits/w")[-1] == ""
+    assert _column(agreement, "top-1 agree")[-1].startswith("99.70 ± ") and _column(agreement, "Δ ln PPL")[-1] == ""
+    assert _column(kl, "mean KL")[-1].startswith("3.000e-05") and _column(kl, "× floor")[-1] == "1×"
+    assert _column(kl, "P99")[-1] == "1.80e-04" and _column(kl, "P90")[-1] == ""
+    for table in (agreement, kl):  # every row fills every column: no cell shifted under another header
+        assert len({len(c._cells) for c in table.columns}) == 1

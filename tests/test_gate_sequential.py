@@ -448,3 +448,29 @@ def test_several_limits_pass_at_alpha_and_fail_at_alpha_over_k():
             obs = rng.lognormal(0.0, 0.3, (n, 3)) / mu * np.array(means)
             hits += first_decision(rule.decisions(obs, tokens))[0] == wrong
         assert hits / runs <= a + slack, (means, hits / runs)
+
+
+@pytest.mark.parametrize("protocol", ["lm-eval", "gptq"])
+def test_a_reference_of_any_protocol_gates_sequentially(protocol, tmp_path, tiny_llama_dir, tiny_text):
+    """--until-se needs an ``anytime`` protocol (lm-eval's and GPTQ's own figures need every window), but the gate
+    publishes no protocol figure: --sequential takes a reference of any protocol, and at the full budget it is the
+    fixed gate on that reference's windows."""
+    (tmp_path / "text.txt").write_text(tiny_text * 3, encoding="utf-8")
+    out = tmp_path / "ref.safetensors"
+    build_reference(
+        ModelSettings(str(tiny_llama_dir), "cpu", "float32"),
+        TextSettings(text=tmp_path / "text.txt", max_tokens=1600),
+        WindowSettings(ctx=32, protocol=protocol),
+        out,
+        top_k=16,
+        tail_samples=16,
+        seed=0,
+    )
+    limits = {"max_kl_mean": 10.0, "max_kl_max": 50.0}
+    gs = GateSettings(out, None, "int4-g32", tuple(parse_limits(limits)))
+    fixed, _ = as_json(run_gate(gs, ModelSettings("", "cpu", "float32")))
+    seq, _ = _seq(out, limits, max_tokens=10**6)
+    q = seq["sequential"]
+    assert q["decision"] == "pass" and q["windows_used"] == q["windows_total"] > 1
+    assert seq["metrics"] == fixed["metrics"] and seq["verdicts"] == fixed["verdicts"]
+    assert seq["provenance"]["reference_provenance"]["protocol"]["name"] == protocol

@@ -15,6 +15,7 @@ from infoeval.errors import UsageError
 
 # read_toml: re-exported for the commands' config and limits files
 from infoeval.input.protocols import REGISTRY as PROTOCOL_REGISTRY
+from infoeval.input.protocols import with_flag
 from infoeval.input.settings import DEFAULT_CTX, DEFAULT_PROTOCOL, ModelSettings, max_tokens_of, read_toml  # noqa: F401
 from infoeval.input.text import DATASETS
 from infoeval.models import DEFAULT_MODEL
@@ -88,9 +89,21 @@ MaxTokensOpt = Annotated[
         help="Score at most this many tokens, or 'all' for the whole text (the default keeps a first run to minutes)."
     ),
 ]
+
+
+def _ctx_defaults() -> str:
+    """``--ctx``'s default in words, from the registry: the common one, then each protocol's own."""
+    own = [
+        f"{rules.default_ctx} with --protocol {name}"
+        for name, rules in PROTOCOL_REGISTRY.items()
+        if rules.default_ctx != DEFAULT_CTX
+    ]
+    return ", ".join([str(DEFAULT_CTX), *own])
+
+
 CtxOpt = Annotated[
     int | None,
-    typer.Option(help="Window length in tokens (n_ctx); default 512, 2048 with --protocol gptq.", show_default=False),
+    typer.Option(help=f"Window length in tokens (n_ctx); default {_ctx_defaults()}.", show_default=False),
 ]
 StrideOpt = Annotated[int | None, typer.Option(help="Tokens between window starts (default = ctx); ≤ ctx.")]
 ProtocolOpt = Annotated[
@@ -100,8 +113,8 @@ ProtocolOpt = Annotated[
 DocumentsOpt = Annotated[
     str | None,
     typer.Option(
-        help="With --protocol lm-eval: a JSONL file of documents, or 'articles' (the WikiText file split into "
-        "articles, lm-eval's wikitext task)."
+        help=f"With --protocol {' or '.join(with_flag('reads_documents'))}: a JSONL file of documents, or 'articles' "
+        "(the WikiText file split into articles, lm-eval's wikitext task)."
     ),
 ]
 DocumentFieldOpt = Annotated[str, typer.Option(help="The field of each JSONL line that holds the document.")]

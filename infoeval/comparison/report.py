@@ -102,6 +102,7 @@ def _agreement_table(result: dict) -> Table:
         f = floor["metrics"]
         a.add_row(
             "floor",
+            "",
             f"{floor['layers']}/–",
             "",
             "",

@@ -8,8 +8,8 @@ import dataclasses
 import torch
 
 from infoeval.errors import DataError, InfoevalError, UsageError
-from infoeval.input.settings import CalibrationSettings, ModelSettings
-from infoeval.input.text import reload_text
+from infoeval.input.protocols import reread_text
+from infoeval.input.settings import DEFAULT_PROTOCOL, CalibrationSettings, ModelSettings
 from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.models.checkpoints import vocab_fingerprint
 from infoeval.models.files import BUILTIN
@@ -95,7 +95,8 @@ def _reference_floor(gate_settings, ref, candidate):
 def _calibration(settings, ref, tokenizer):
     """A calibrated method's chunks, held out from the reference's tokens (the reference file's text is read again
     where it is here unchanged; else a --calibration text is needed)."""
-    evaluated = reload_text(ref.meta["provenance"]["text"])
+    provenance = ref.meta["provenance"]
+    evaluated = reread_text(provenance["text"], (provenance.get("protocol") or {}).get("name", DEFAULT_PROTOCOL))
     return calibration_samples(
         settings or CalibrationSettings(), evaluated, ref.stream_ids.numpy(), int(ref.nbytes.sum()), tokenizer
     )

@@ -163,6 +163,22 @@ def load_documents(
     return text, Documents(tuple(docs), tuple(count_words(d) for d in docs), tuple(count_bytes(d) for d in docs), rule)
 
 
+def documents_spec(info: dict) -> tuple[str | None, str]:
+    """The ``--documents`` and ``--document-field`` a text provenance (``Text.provenance()``) was loaded with, read
+    back from what ``load_documents`` records: a JSONL path, "articles", or None (one document, the whole text).
+
+    >>> documents_spec({"source": "jsonl", "path": "/d.jsonl", "transform": "documents: 2 documents, field 'body' …"})
+    ('/d.jsonl', 'body')
+    >>> documents_spec({"source": "wikitext-2", "transform": "articles: 62 WikiText articles …"})
+    ('articles', 'text')
+    """
+    transform = info.get("transform") or ""
+    if info.get("source") == "jsonl":
+        field = re.search(r"field '(.*?)'", transform)
+        return info.get("path"), field.group(1) if field else "text"
+    return ("articles" if transform.startswith("articles:") else None), "text"
+
+
 def hf_wikitext_rows(raw: str) -> list[str]:
     """The rows of the Hugging Face ``wikitext`` dataset built from a raw file (``for row in open(file)``: lines
     split at "\\n" after universal newlines, each kept with its "\\n"), a row of only whitespace as "".

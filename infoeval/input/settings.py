@@ -1,5 +1,6 @@
 """Frozen settings, one per stage, built by the CLI by keyword and validated on construction (``__post_init__``),
-so that a bad option fails with one line before anything slow happens. No torch import."""
+so that a bad option fails with one line before anything slow happens. The module imports no torch; a window
+setting's protocol is checked against the registry (``input/protocols/``), which does."""
 
 from __future__ import annotations
 

@@ -122,16 +122,13 @@ def strip_one_trailing_newline(text: Text) -> Text:
     return text
 
 
-def reload_text(info: dict) -> Text | None:
-    """The text a run's provenance (``Text.provenance()``) names, read again, if it is here unchanged; else None."""
+def reread_source(info: dict) -> Text | None:
+    """The file or corpus a run's text provenance (``Text.provenance()``) names, read again as it was read (before
+    any protocol's change), or None where it cannot be read here. The protocol that scored it redoes its change
+    and checks the hash (``protocols.reread_text``)."""
     try:
-        text = (
-            load_text(dataset=info["source"])
-            if info.get("source") != "file"
-            else load_text(text_path=Path(info["path"]))
-        )
+        if info.get("source") == "file":
+            return load_text(text_path=Path(info["path"]))
+        return load_text(dataset=info["source"])
     except (UsageError, DataError, KeyError, TypeError):
         return None
-    if info.get("transform"):
-        text = strip_one_trailing_newline(text)
-    return text if text.sha256 == info.get("sha256") else None

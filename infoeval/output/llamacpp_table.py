@@ -22,7 +22,7 @@ import math
 
 from rich.console import Console
 
-from infoeval.input.protocols import registered
+from infoeval.input.protocols import registered, with_flag
 from infoeval.measure.llamacpp_table_stats import DP_PERCENTILES, KLD_PERCENTILES
 
 
@@ -71,5 +71,8 @@ def scope_note(result: dict) -> str:
     pr = result["provenance"].get("protocol") or result["provenance"]["reference_provenance"]["protocol"]
     same = registered(pr["name"]).llamacpp_positions
     return f"Statistics over {pr['scored_tokens']:,} positions of protocol {pr['name']} (ctx {pr['ctx']})" + (
-        "." if same else "; llama.cpp scores the second half of each chunk (--protocol llama.cpp for its tokens)."
+        "."
+        if same
+        else "; llama.cpp scores the second half of each chunk "
+        f"(--protocol {' or '.join(with_flag('llamacpp_positions'))} for its tokens)."
     )

@@ -33,6 +33,13 @@ class ReportTable(Table):
         elif self.caption is not None:
             yield self.caption
 
+    def add_row(self, *cells, **kwargs) -> None:
+        """One row, a cell for every column: rich would pad a short row at its end and so shift every cell after a
+        missing one under the wrong header."""
+        if len(cells) != len(self.columns):
+            raise ValueError(f"table {self.title!r}: a row of {len(cells)} cells for {len(self.columns)} columns")
+        super().add_row(*cells, **kwargs)
+
 
 def report_table(
     title: str, columns: list[str], caption: str | None = None, left: int = 1, no_wrap: bool = False

@@ -2,7 +2,8 @@
 
 A protocol answers, once, everything the rest of infoeval asks of it: its name and a one-line rule for the docs
 (``summary``), the context length it defaults to, whether it takes ``--stride``, whether it supports
-``--until-se`` and ``--sequential`` (``anytime``: windows visited in any order, each scoring its own targets), its
+``--until-se`` (``anytime``: windows visited in any order, each scoring its own targets, and no figure of its own
+that needs every window; ``gate --sequential`` needs no figure and takes a reference of any protocol), its
 prefix token for a ``--prefix`` policy, how it reads the text (``load``, ``text``; lm-eval's documents:
 ``reads_documents``), and how it cuts it into windows and scored positions: one token stream, tokenized to what a
 ``--max-tokens`` budget needs (``tokens_needed``, ``windows``), or the whole text by itself (``cuts_itself``,
@@ -78,7 +79,7 @@ class WindowRules:
     summary: ClassVar[str]  # the rule in one line, for the docs and the CLI's help
     default_ctx: ClassVar[int] = DEFAULT_CTX
     takes_stride: ClassVar[bool] = False
-    anytime: ClassVar[bool] = False  # --until-se / --sequential: windows in any order, each scoring its own targets
+    anytime: ClassVar[bool] = False  # --until-se: windows in any order, each scoring its own targets
     reads_documents: ClassVar[bool] = False  # --documents: the text as documents (lm-eval)
     cuts_itself: ClassVar[bool] = False  # tokenizes the whole text (or its documents) and cuts it: ``cut``
     llamacpp_positions: ClassVar[bool] = False  # scores what llama.cpp's table is over: each chunk's second half
@@ -93,6 +94,14 @@ class WindowRules:
     def text(self, text: Text) -> Text:
         """The text as the protocol reads it (the loaded text unchanged, by default)."""
         return text
+
+    def reread(self, info: dict) -> Text | None:
+        """The text this protocol scored, read again from its provenance (``Text.provenance()``) and changed as
+        ``load`` changes it; None where its source cannot be read here."""
+        from infoeval.input.text import reread_source
+
+        raw = reread_source(info)
+        return None if raw is None else self.text(raw)
 
     def prefix(self, policy: str, loaded) -> tuple[int | None, str]:
         """The prefix token id (or None) for ``policy`` and the model ``loaded``, and the choice in words."""

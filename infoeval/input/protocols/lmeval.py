@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from infoeval.errors import UsageError
-from infoeval.input.documents import Documents, count_words, load_documents
+from infoeval.errors import DataError, UsageError
+from infoeval.input.documents import Documents, count_words, documents_spec, load_documents
 from infoeval.input.protocols.base import Cut, FigureTable, WindowRules
 from infoeval.input.tokens import TokenStream, default_special_tokens, text_tokens
 from infoeval.input.windows import lmeval_windows
@@ -166,6 +167,15 @@ class LmEval(WindowRules):
             text_settings.documents,
             text_settings.document_field,
         )
+
+    def reread(self, info: dict):
+        documents, field = documents_spec(info)
+        source = info.get("source")
+        path = Path(info["path"]) if source == "file" and info.get("path") else None
+        try:
+            return load_documents(path, None if source in ("file", "jsonl") else source, None, documents, field)[0]
+        except (UsageError, DataError, TypeError):
+            return None
 
     def cut(self, text, docs, loaded, text_settings, window_settings) -> Cut:
         info = loaded.info.tokenizer
