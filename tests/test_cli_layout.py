@@ -269,3 +269,33 @@ def test_a_report_tables_row_fills_every_column():
     with pytest.raises(ValueError, match="a row of 2 cells for 3 columns"):
         t.add_row("1", "2")  # rich would pad it and shift "2" under "b" of a row meant otherwise
     assert [len(c._cells) for c in t.columns] == [1, 1, 1]
+
+
+@pytest.mark.parametrize(
+    ("argv", "words", "command"),
+    [
+        (["quantize-compare", "--ctx", "abc"], "Invalid value for '--ctx'", "quantize-compare"),
+        (["quantize-compare", "--ctx"], "Option '--ctx' requires an argument.", "quantize-compare"),
+        (["gate", "--max-kl-mean", "abc"], "Invalid value for '--max-kl-mean'", "gate"),
+        (["compress-bits", "--bogus-opt", "3"], "No such option: --bogus-opt", "compress-bits"),
+        (["temperature", "--top", "0"], "Invalid value for '--top'", "temperature"),
+        (["bogus-command"], "No such command 'bogus-command'.", None),
+    ],
+)
+def test_what_the_option_parser_refuses_is_one_line_exit_2(argv, words, command, capsys):
+    """Typer's boxed usage block becomes the one `infoeval: error:` line, naming the --help that lists the options."""
+    from infoeval.cli import main
+
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert out == "" and len(lines) == 1 and lines[0].startswith("infoeval: error: " + words), err
+    assert lines[0].endswith(f"(`infoeval{' ' + command if command else ''} --help` lists what is allowed)")
+
+
+def test_help_and_a_bare_infoeval_keep_their_codes(capsys):
+    from infoeval.cli import main
+
+    assert main(["--help"]) == 0 and "quantize-compare" in capsys.readouterr().out
+    assert main(["gate", "--help"]) == 0 and "--reference" in capsys.readouterr().out
+    assert main([]) == 2 and "Usage" in capsys.readouterr().out

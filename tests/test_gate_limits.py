@@ -70,6 +70,10 @@ def test_quantiles_are_point_estimates_and_confidence_changes_z():
         ({"max_kl_mean": "0.1"}, "not a finite number"),
         ({"max_kl_mean": float("nan")}, "not a finite number"),
         ({}, "no gate limits"),
+        ({"max_kl_mean": -1}, "'max_kl_mean' = -1 can never be met (kl_mean lies in [0, ∞)); give at least 0"),
+        ({"min_top1": 1.5}, "'min_top1' = 1.5 can never be met (top1 lies in [0, 1]); give at most 1"),
+        ({"max_ppl": 0.5}, "can never be met (ppl lies in [1, ∞))"),
+        ({"max_kl_p99": 0.1, "max_tv_mean": -0.01}, "'max_tv_mean' = -0.01 can never be met"),
     ],
 )
 def test_bad_limits_fail_closed(raw, words):
@@ -129,3 +133,15 @@ def test_markdown_table_lists_every_check():
     assert md.startswith("### infoeval gate: ")
     assert md.count("\n| ") == len(DEFAULT_LIMITS) + 1  # header + one row per limit
     assert ("✅ PASS" in md) == all(v.passed for v in verdicts)
+
+
+def test_every_gate_metric_has_its_range_and_the_edges_are_allowed():
+    from infoeval.gating.limits import GATE_METRICS, GATE_RANGES
+
+    assert set(GATE_RANGES) == set(GATE_METRICS)
+    for metric, (lo, hi) in GATE_RANGES.items():
+        side = "min" if metric in ("top1",) else "max"
+        edge = lo if side == "max" else hi
+        if abs(edge) != float("inf"):
+            assert parse_limits({f"{side}_{metric}": edge})[0].value == edge  # a limit at the edge can be met
+    assert parse_limits({"max_bpb_increase": -0.1})[0].value == -0.1  # a variant may beat the reference

@@ -21,6 +21,7 @@ def test_every_registered_protocol_is_a_known_name_with_a_one_line_rule():
     for name, rules in protocols.REGISTRY.items():
         assert rules.name == name and isinstance(rules, base.WindowRules)
         assert rules.summary and "\n" not in rules.summary and len(rules.summary) <= 120
+        assert rules.cuts_itself or not rules.reads_documents  # only ``cut`` receives the documents
     assert [default_ctx(name) for name in protocols.REGISTRY] == [512, 512, 512, 2048]
     with pytest.raises(UsageError, match="unknown protocol 'x'; allowed: rolling, llama.cpp, lm-eval, gptq"):
         WindowSettings(protocol="x")

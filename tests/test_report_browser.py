@@ -193,7 +193,9 @@ def test_in_the_browser(run, driver):
     assert len(set(image.getdata())) > 50
 
 
-@pytest.mark.parametrize("case", ["empty folder", "missing", "schema version", "other command", "no positions"])
+@pytest.mark.parametrize(
+    "case", ["empty folder", "missing", "schema version", "other command", "no positions", "cut row", "not a table"]
+)
 def test_bad_input_exits_2_and_writes_nothing(run, tmp_path, case):
     target = tmp_path / "bad"
     if case == "empty folder":
@@ -208,10 +210,19 @@ def test_bad_input_exits_2_and_writes_nothing(run, tmp_path, case):
         (target / "result.json").write_text(json.dumps(data))
         if case == "no positions":
             (target / "positions.csv").unlink()
+        if case == "cut row":  # the last line cut short, as a copy stopped half-way leaves it
+            raw = (target / "positions.csv").read_bytes()
+            (target / "positions.csv").write_bytes(raw[: raw.rstrip(b"\n").rfind(b",") - 3])
+        if case == "not a table":
+            (target / "positions.csv").write_bytes(b'"unclosed\x00\xff\n1,2\n')
     r = _cli(["report", run / "run", target, "-o", tmp_path / "out.html"], tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert len([line for line in r.stderr.splitlines() if line.strip()]) == 1, r.stderr
     assert not (tmp_path / "out.html").exists()
+    if case in ("cut row", "not a table"):
+        assert (
+            "is truncated: its last row lacks" if case == "cut row" else "cannot be read as a positions"
+        ) in r.stderr
 
 
 def test_several_runs_in_the_browser(report_runs, driver, tmp_path):

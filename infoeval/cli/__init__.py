@@ -38,6 +38,12 @@ mix_cli.register(app)
 report.register(app)
 
 
+# Click's exceptions as this Typer raises them (Typer ≥ 0.29 carries its own copy of Click): what the option parser
+# refuses, and a bare `infoeval` (NoArgsIsHelpError, Click ≥ 8.2).
+_CLICK = sys.modules[typer.BadParameter.__module__]
+_PARSER_ERROR = _CLICK.UsageError
+_NO_ARGS = getattr(_CLICK, "NoArgsIsHelpError", ())
+
 PARALLEL_COMMANDS = ("quantize-compare", "compress-bits", "reference", "gate", "spec-accept", "distill", "mutual-info")
 
 
@@ -73,6 +79,19 @@ def _say(e: BaseException, line: str) -> None:
         print(prefix + line, file=sys.stderr)
 
 
+def app_commands() -> set[str]:
+    """The names of infoeval's commands."""
+    return {c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands}
+
+
+def parser_error(e: Exception, argv: list[str]) -> str:
+    """The option parser's refusal in one line, and where the allowed options are listed."""
+    words = " ".join(e.format_message().split())
+    command = next((a for a in argv if not a.startswith("-") and a in app_commands()), None)
+    path = e.ctx.command_path if e.ctx is not None else " ".join(["infoeval", *([command] if command else [])])
+    return f"{words} (`{path} --help` lists what is allowed)"
+
+
 def main(argv: list | None = None) -> int:
     """Entry point: run the command ``argv`` (default: the process's arguments) and return its exit code; known
     errors become one line on stderr and their code; tracebacks only with INFOEVAL_DEBUG=1. Tests call it
@@ -86,9 +105,19 @@ def main(argv: list | None = None) -> int:
         _check_launch(argv)
         _check_floor(argv)
         with flag_spelling():  # the API's errors name the options as typed (--max-tokens), not as keywords
-            app(args=argv, prog_name="infoeval")
-    except SystemExit as e:  # Typer's own ending: 0, a usage error (2) or a failed gate (typer.Exit(1))
+            code = app(args=argv, prog_name="infoeval", standalone_mode=False)
+        return code if isinstance(code, int) else 0  # Typer's own ending: 0, or a failed gate (typer.Exit(1))
+    except SystemExit as e:
         return e.code if isinstance(e.code, int) else int(e.code is not None)
+    except _NO_ARGS as e:  # bare `infoeval`: the help, as Typer prints it
+        e.show()
+        return EXIT_USAGE
+    except _PARSER_ERROR as e:  # what the option parser refuses: one line, not Typer's box
+        _say(e, f"infoeval: error: {parser_error(e, argv)}")
+        return EXIT_USAGE
+    except typer.Abort:  # Ctrl-C inside the command (Typer turns KeyboardInterrupt into Abort)
+        print("infoeval: interrupted", file=sys.stderr)
+        return 130
     except InfoevalError as e:
         if debug:
             raise

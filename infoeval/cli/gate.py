@@ -118,8 +118,11 @@ def gate(
 ) -> None:
     """Run only the candidate on the reference's token ids and check it against limits: exit 0 pass, 1 fail."""
     from infoeval.api.gates import gate as run_gate
+    from infoeval.output.results import check_file_option
 
     llama = check_table(table, GATE_TABLES) == LLAMACPP_TABLE
+    check_file_option(junit, "--junit")
+    check_file_option(markdown, "--markdown")
     result = run_gate(
         model,
         reference=reference,

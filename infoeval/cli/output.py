@@ -45,6 +45,11 @@ class PageOptions:
     topk: int = 0
     html: Path | None = None
 
+    def __post_init__(self) -> None:
+        from infoeval.output.results import check_file_option
+
+        check_file_option(self.html, "--html")
+
     @property
     def top_k(self) -> int:
         """Top tokens kept per position: --topk, or 5 for the page's hover when only --html is given."""

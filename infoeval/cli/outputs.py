@@ -40,6 +40,15 @@ class Outputs:
     kinds: tuple[str, ...] = ("csv", "json", "positions")  # the tables this command writes
     folder: bool = True  # whether, no file being named, the tables go to a run folder
 
+    def __post_init__(self) -> None:
+        """The paths named, checked before anything runs: a file option that names a folder, a folder that is a
+        file (one line, exit 2)."""
+        from infoeval.output.results import check_file_option, check_folder_option
+
+        for name in ("csv", "json", "positions", "plot"):
+            check_file_option(getattr(self, name), f"--{name}")
+        check_folder_option(self.out_dir, "--out-dir")
+
     def check(self) -> None:
         """Before the long run: a plot that cannot be drawn, a .parquet table without pyarrow (one line, exit 2)."""
         from infoeval.cli.output import check_plot

@@ -30,12 +30,13 @@ def report(
     coloured by KL (or Δp, NLL, entropy), each token's values and both models' top tokens on hover, the largest KLs
     in context, a gate's verdicts; several runs of one text and model get a comparison table. Nothing is fetched
     when the page opens."""
-    from infoeval.output.results import atomic_write_bytes
+    from infoeval.output.results import atomic_write_bytes, check_file_option
     from infoeval.report.data import run_data
     from infoeval.report.page import render
     from infoeval.report.runs import read_run
     from infoeval.report.table import check_comparable, comparison_rows
 
+    check_file_option(out, "--out")
     read = [read_run(path) for path in runs]  # every run is read (and checked) before anything is written
     names = [str(path) for path in runs]
     if len(read) > 1 and not separate:

@@ -23,7 +23,7 @@ from infoeval.input.provenance import provenance
 from infoeval.input.settings import DEFAULT_MODEL
 from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.models.files import BUILTIN
-from infoeval.output.results import Result, atomic_write_bytes
+from infoeval.output.results import Result, atomic_write_bytes, check_file_option
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,7 @@ def read_input(path: Path) -> bytes:
 def refuse_overwrite(src: Path, dst: Path, force: bool) -> None:
     if Path(dst).resolve() == Path(src).resolve():
         raise UsageError(f"the output '{dst}' is the input file; give another -o")
+    check_file_option(dst, "-o")
     if Path(dst).exists() and not force:
         raise UsageError(f"'{dst}' exists; --force overwrites it")
 

@@ -20,6 +20,7 @@ from infoeval.errors import UsageError
 from infoeval.input.provenance import provenance
 from infoeval.input.settings import ModelSettings
 from infoeval.models import load_model, resolve_device, resolve_dtype
+from infoeval.output.results import check_folder_option
 from infoeval.quant.apply import quantize_variant, recipe_variant, swap_in
 from infoeval.quant.packed import check_packable, save_pack_quantized
 from infoeval.quant.recipe import read_recipe
@@ -57,6 +58,11 @@ def quantize_checkpoint(
     else:
         variant = recipe_variant(loaded.model, mix, include, exclude)
     summary = variant.summary()
+    if not summary["layers_quantized"]:  # before anything is written: a copy of the model is no checkpoint
+        raise UsageError(
+            f"no layer left to quantize: --include {list(include) or 'default'} and --exclude {list(exclude)} leave "
+            f"none of the model's {summary['layers_skipped']} linear layers; loosen --exclude or widen --include"
+        )
     report = {
         "format": "infoeval fake-quantized checkpoint (dequantized weights)",
         "provenance": provenance(
@@ -88,6 +94,7 @@ def _checked_out(fmt: str, mix, out: Path, force: bool) -> Path:
     if mix is not None and fmt != "fake":
         raise UsageError("--recipe checkpoints are written with --format fake (pack-quantized holds one int4 scheme)")
     out = Path(out)
+    check_folder_option(out, "--out")
     if out.exists() and not force:
         raise UsageError(f"output folder '{out}' already exists; choose another --out or pass --force")
     return out

@@ -43,6 +43,16 @@ GATE_METRICS: dict[str, tuple[str | None, str]] = {
     "kld_p95": (None, "point"),  # llama.cpp's percentile rule
     "dp_rms": ("dp_rms_se", "mean"),  # llama.cpp's RMS Δp
 }
+# where each metric can lie: a max limit under its floor or a min limit over its ceiling can never be met
+_KL = (0.0, math.inf)
+GATE_RANGES: dict[str, tuple[float, float]] = {
+    **{m: _KL for m in ("kl_mean", "kl_lower_mean", "kl_p90", "kl_p99", "kl_p999", "kl_max", "rkl_mean", "kld_p95")},
+    **{m: (0.0, 1.0) for m in ("top1", "tv_mean", "dp_rms")},
+    "ppl_ratio": (0.0, math.inf),
+    "ppl": (1.0, math.inf),
+    "bits_per_byte": (0.0, math.inf),
+    "bits_per_byte_delta": (-math.inf, math.inf),
+}
 ALIASES = {"max_bpb_increase": "max_bits_per_byte_delta"}
 DEFAULT_LIMITS = {
     "max_kl_mean": 0.05,
@@ -118,10 +128,23 @@ def parse_limits(raw: dict) -> list[Limit]:
             )
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise UsageError(f"gate limit '{key}' = {value!r} is not a finite number")
+        _check_reachable(key, metric, side, float(value))
         out.append(Limit(key, metric, side, float(value)))
     if not out:
         raise UsageError("no gate limits given; set some in --limits FILE.toml or with --max-kl-mean and friends")
     return out
+
+
+def _check_reachable(key: str, metric: str, side: str, value: float) -> None:
+    """A limit no run can meet (a KL below 0, an agreement above 1) is a usage error, not a failed gate."""
+    lo, hi = GATE_RANGES[metric]
+    if (side == "max" and value < lo) or (side == "min" and value > hi):
+        need = f"at least {lo:g}" if side == "max" else f"at most {hi:g}"
+        raise UsageError(
+            f"gate limit '{key}' = {value:g} can never be met ({metric} lies in [{lo:g}, "
+            + ("∞)" if hi == math.inf else f"{hi:g}]")
+            + f"); give {need}"
+        )
 
 
 def z_value(confidence: float) -> float:

@@ -27,7 +27,7 @@ from infoeval.input.settings import CalibrationSettings, ModelSettings, TextSett
 from infoeval.measure.column_metrics import reference_metrics
 from infoeval.measure.floor import floor_windows
 from infoeval.measure.infotheory import by_rows, chunk_rows, entropy, log_softmax
-from infoeval.output.results import SCHEMA_VERSION
+from infoeval.output.results import SCHEMA_VERSION, check_file_option
 from infoeval.quant.floor import FLOOR
 
 REFERENCE = "the reference model"
@@ -79,6 +79,7 @@ def build_reference(
     """One pass of the reference model over the windows → the compact reference file at ``out``."""
     if top_k < 1 or tail_samples < 0:
         raise UsageError(f"--top-k {top_k} / --tail-samples {tail_samples} not allowed; top-k ≥ 1 and tail-samples ≥ 0")
+    check_file_option(out, "--out")
     reporter = reporter or Reporter()
     p = prepare(model_settings, text_settings, window_settings, reporter)
     model = p.loaded.model

@@ -119,6 +119,16 @@ def _prepare_cut(
     return Prepared(loaded, text, cut.stream, tuple(cut.windows), protocol, MappingProxyType(timings), cut.documents)
 
 
+def check_positions(loaded, ctx: int) -> None:
+    """Windows no longer than the positions the model was trained on (``max_position_embeddings``): past them the
+    numbers measure the position encoding's extrapolation, not the model (one line, exit 2)."""
+    limit = getattr(loaded.model.config, "max_position_embeddings", None)
+    if isinstance(limit, int) and 0 < limit < ctx:
+        raise UsageError(
+            f"--ctx {ctx} is longer than the model's {limit} positions (max_position_embeddings); give --ctx ≤ {limit}"
+        )
+
+
 def _load(text_settings: TextSettings, window_settings: WindowSettings, rules: WindowRules):
     """The text (and lm-eval's documents) as the protocol reads it."""
     if text_settings.documents is not None and not rules.reads_documents:
@@ -128,9 +138,14 @@ def _load(text_settings: TextSettings, window_settings: WindowSettings, rules: W
 
 
 def prepare(
-    model_settings: ModelSettings, text_settings: TextSettings, window_settings: WindowSettings, reporter: Reporter
+    model_settings: ModelSettings,
+    text_settings: TextSettings,
+    window_settings: WindowSettings,
+    reporter: Reporter,
+    check_ctx: bool = True,
 ) -> Prepared:
-    """Load text and model, tokenize, and cut the stream into windows."""
+    """Load text and model, tokenize, and cut the stream into windows (no longer than the model's positions unless
+    ``check_ctx`` is False: a caller whose own option sets the length checks it in its own words)."""
     timings = {}
     rules = registered(window_settings.protocol)
     text, docs = _load(text_settings, window_settings, rules)
@@ -140,6 +155,8 @@ def prepare(
     t0 = time.perf_counter()
     loaded = load_model(model_settings.model, device, dtype, model_settings.device_map)
     timings["load_s"] = time.perf_counter() - t0
+    if check_ctx:
+        check_positions(loaded, window_settings.ctx)
     if rules.cuts_itself:
         return _prepare_cut(text, docs, loaded, text_settings, window_settings, rules, reporter, timings)
     prefix_id, prefix_desc = rules.prefix(window_settings.prefix, loaded)

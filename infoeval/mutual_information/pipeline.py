@@ -146,6 +146,7 @@ def run_mutual_info(
         dataclasses.replace(text_settings, max_tokens=cap),
         WindowSettings(ctx=max(s.lengths), prefix=s.prefix),
         reporter,
+        check_ctx=False,  # --lengths sets the length: check_max_positions says so below
     )
     start_id = p.protocol.prefix_id
     if start_id is None:

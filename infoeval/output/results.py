@@ -166,6 +166,8 @@ def atomic_path(path: Path) -> Iterator[Path]:
     removed when it raises: never a half-written file. It gets the mode a plain ``open`` would give ``path``
     (0o666 less the umask), not mkstemp's private 0o600."""
     path = Path(path)
+    if path.is_dir():  # a rename onto a folder fails only after the work; say it in words
+        raise UsageError(f"{path} is a folder; give the path of a file to write")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -177,6 +179,27 @@ def atomic_path(path: Path) -> Iterator[Path]:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def check_file_option(path: Path | None, flag: str) -> None:
+    """Before a run: an option that names a file to write must not name a folder, nor lie under a file (one line,
+    exit 2, rather than a failed rename after the work)."""
+    if path is not None and Path(path).is_dir():
+        raise UsageError(f"{flag} {path} is a folder; give the path of a file to write")
+    _check_not_under_a_file(path, flag)
+
+
+def check_folder_option(path: Path | None, flag: str) -> None:
+    """Before a run: an option that names a folder to write into must not name a file (one line, exit 2)."""
+    if path is not None and Path(path).exists() and not Path(path).is_dir():
+        raise UsageError(f"{flag} {path} is a file; give a folder")
+    _check_not_under_a_file(path, flag)
+
+
+def _check_not_under_a_file(path: Path | None, flag: str) -> None:
+    above = None if path is None else next((a for a in Path(path).parents if a.exists()), None)
+    if above is not None and not above.is_dir():
+        raise UsageError(f"{flag} {path} cannot be written: {above} is a file, not a folder")
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

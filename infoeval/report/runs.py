@@ -61,6 +61,25 @@ def read_result(path: Path) -> dict:
     return data
 
 
+def _positions(table: Path):
+    """The positions table, or one line (exit 2) when it cannot be read or its last row was cut short."""
+    try:
+        frame = read_positions(table)
+    except Exception as e:  # pandas' and pyarrow's parse errors have no common base
+        words = " ".join(str(e).split())[:200]
+        raise UsageError(
+            f"'{table}' cannot be read as a positions table ({words}); write it again with --positions"
+        ) from None
+    if len(frame) > 1:
+        cut = frame.iloc[-1].isna() & frame.iloc[:-1].notna().all()
+        if cut.any():
+            raise UsageError(
+                f"'{table}' is truncated: its last row lacks {', '.join(map(str, frame.columns[cut]))}; write it "
+                "again with --positions"
+            )
+    return frame
+
+
 def read_run(run: Path) -> Run:
     """The run at ``run`` (a folder or a result JSON) with its positions and token texts."""
     result_file = _result_file(run)
@@ -71,7 +90,7 @@ def read_run(run: Path) -> Run:
             f"'{result_file.parent}' has no positions table ({' or '.join(POSITIONS)}); run with --positions "
             "or the run folder"
         )
-    frame = read_positions(table)
+    frame = _positions(table)
     vocab_file = tokens_path(table)
     if not vocab_file.exists():
         raise UsageError(

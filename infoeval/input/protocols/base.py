@@ -80,7 +80,7 @@ class WindowRules:
     default_ctx: ClassVar[int] = DEFAULT_CTX
     takes_stride: ClassVar[bool] = False
     anytime: ClassVar[bool] = False  # --until-se: windows in any order, each scoring its own targets
-    reads_documents: ClassVar[bool] = False  # --documents: the text as documents (lm-eval)
+    reads_documents: ClassVar[bool] = False  # --documents: the text as documents (lm-eval); needs cuts_itself
     cuts_itself: ClassVar[bool] = False  # tokenizes the whole text (or its documents) and cuts it: ``cut``
     llamacpp_positions: ClassVar[bool] = False  # scores what llama.cpp's table is over: each chunk's second half
     figure_table: ClassVar[FigureTable | None] = None  # its own published figures (``figures``), if it has any
