@@ -299,3 +299,14 @@ def test_help_and_a_bare_infoeval_keep_their_codes(capsys):
     assert main(["--help"]) == 0 and "quantize-compare" in capsys.readouterr().out
     assert main(["gate", "--help"]) == 0 and "--reference" in capsys.readouterr().out
     assert main([]) == 2 and "Usage" in capsys.readouterr().out
+
+
+def test_a_bad_value_from_a_config_file_names_the_file_key(tmp_path, capsys):
+    from infoeval.cli import main
+
+    (tmp_path / "c.toml").write_text('ctx = "abc"\n', encoding="utf-8")
+    assert main(["quantize-compare", "--config", str(tmp_path / "c.toml")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "Invalid value for '--ctx'" in line and "(from the --config file's key 'ctx')" in line
+    assert main(["quantize-compare", "--ctx", "abc"]) == 2  # typed: no word of a config file
+    assert "--config" not in capsys.readouterr().err

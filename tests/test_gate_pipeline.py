@@ -298,3 +298,22 @@ def test_pack_quantized_roundtrip_same_logits(tiny_llama_dir, tmp_path):
     ]:
         with pytest.raises(UsageError, match=words):
             quantize_checkpoint(model_settings, scheme, tmp_path / scheme, fmt="pack-quantized")
+
+
+def test_a_reference_without_tail_samples_gates(tiny_llama_dir, tiny_text, tmp_path):
+    """--tail-samples 0 (allowed: the tail is then its mass alone) writes a reference the gate reads."""
+    (tmp_path / "t.txt").write_text(tiny_text, encoding="utf-8")
+    out = tmp_path / "ref.safetensors"
+    build_reference(
+        ModelSettings(str(tiny_llama_dir), "cpu", "float32"),
+        TextSettings(text=tmp_path / "t.txt", max_tokens=200),
+        WindowSettings(ctx=32),
+        out,
+        top_k=8,
+        tail_samples=0,
+        seed=0,
+    )
+    assert read_reference(out).dist.tail_ids.shape[-1] == 0
+    gs = GateSettings(out, None, "int8-channel", tuple(parse_limits({"max_kl_mean": 1.0})))
+    result, _ = as_json(run_gate(gs, ModelSettings("", "cpu", "float32")))
+    assert result["passed"] and result["metrics"]["kl_mean"] >= 0

@@ -11,8 +11,9 @@ from infoeval.errors import UsageError
 from infoeval.input.prepare import check_positions
 
 
-def _loaded(limit):
-    return SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=limit)))
+def _loaded(limit, rope_scaling=None):
+    config = SimpleNamespace(max_position_embeddings=limit, rope_scaling=rope_scaling)
+    return SimpleNamespace(model=SimpleNamespace(config=config))
 
 
 def test_check_positions_at_and_past_the_limit():
@@ -20,6 +21,15 @@ def test_check_positions_at_and_past_the_limit():
     check_positions(_loaded(None), 10**6)  # a model that does not say: nothing to check
     with pytest.raises(UsageError, match=r"^--ctx 513 is longer than the model's 512 positions .*give --ctx ≤ 512$"):
         check_positions(_loaded(512), 513)
+    check_positions(SimpleNamespace(model=object()), 10**6)  # an in-memory model without a config
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
+    check_positions(_loaded(512, yarn), 2048)  # RoPE scaling stretches the positions
+    with pytest.raises(
+        UsageError, match=r"2049 is longer than the model's 2048 positions \(max_position_embeddings × its"
+    ):
+        check_positions(_loaded(512, yarn), 2049)
+    with pytest.raises(UsageError, match=r"^--ctx 2048 \(--protocol gptq's default\) is longer than the model's 512"):
+        check_positions(_loaded(512), 2048, "--protocol gptq's default")
 
 
 @pytest.mark.parametrize("command", ["quantize-compare", "compress-bits", "reference"])

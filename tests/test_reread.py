@@ -6,7 +6,6 @@ missing source gives None."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,19 @@ from infoeval.input.documents import documents_spec
 from infoeval.input.protocols import REGISTRY, registered, reread_text
 from infoeval.input.settings import TextSettings
 
-WIKITEXT = Path("../shared/data/wikitext-2-raw/wiki.test.raw")
-needs_wikitext = pytest.mark.skipif(not WIKITEXT.is_file(), reason="WikiText-2 not available")
+
+def _has_wikitext() -> bool:
+    """WikiText-2 where infoeval looks for it (--data-dir, INFOEVAL_DATA_DIR, ../shared/data)."""
+    from infoeval.input.text import load_text
+
+    try:
+        load_text(dataset="wikitext-2")
+    except DataError:
+        return False
+    return True
+
+
+needs_wikitext = pytest.mark.skipif(not _has_wikitext(), reason="WikiText-2 not available")
 
 
 @pytest.fixture
@@ -73,3 +83,33 @@ def test_unknown_or_unreadable_gives_none_and_registered_says_what_it_knows(text
     assert reread_text({"source": "no-such-dataset", "sha256": "0"}, "gptq") is None
     with pytest.raises(DataError, match="unknown window protocol 'x'.*knows rolling, llama.cpp, lm-eval, gptq"):
         registered("x")
+
+
+@pytest.mark.parametrize("protocol", ["rolling", "llama.cpp", "gptq"])
+def test_the_gate_holds_out_every_byte_the_references_windows_read(protocol, tiny_llama_dir, tiny_text, tmp_path):
+    """The gate's calibration starts after the bytes the reference's windows read, context included: what
+    quantize-compare holds out on the same text (its stream's bytes), not only the scored tokens' bytes (short by
+    llama.cpp's first halves and GPTQ's first tokens)."""
+    import torch
+
+    from infoeval.gating.candidate import bytes_read
+    from infoeval.gating.pipeline import build_reference
+    from infoeval.gating.reference_file import read_reference
+    from infoeval.input.prepare import Reporter, prepare
+    from infoeval.input.settings import ModelSettings, WindowSettings
+
+    (tmp_path / "t.txt").write_text(tiny_text * 4, encoding="utf-8")
+    settings = (
+        ModelSettings(str(tiny_llama_dir), "cpu", "float32"),
+        TextSettings(text=tmp_path / "t.txt", max_tokens=300),
+        WindowSettings(ctx=32, protocol=protocol),
+    )
+    build_reference(*settings, tmp_path / "r.safetensors", top_k=4, tail_samples=4, seed=0)
+    ref = read_reference(tmp_path / "r.safetensors")
+    p = prepare(*settings, Reporter())
+    text = reread_text(ref.meta["provenance"]["text"], protocol)
+    assert torch.equal(ref.stream_ids, p.stream.ids.to(ref.stream_ids.dtype))
+    held = bytes_read(ref, text, p.loaded.tokenizer)
+    assert held == int(p.stream.nbytes.sum()) >= int(ref.nbytes.sum())
+    if protocol != "rolling":  # context that is read but not scored
+        assert held > int(ref.nbytes.sum())

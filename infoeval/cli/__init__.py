@@ -87,6 +87,11 @@ def app_commands() -> set[str]:
 def parser_error(e: Exception, argv: list[str]) -> str:
     """The option parser's refusal in one line, and where the allowed options are listed."""
     words = " ".join(e.format_message().split())
+    param = getattr(e, "param", None)
+    if e.ctx is not None and param is not None and param.name:
+        source = e.ctx.get_parameter_source(param.name)
+        if getattr(source, "name", "") == "DEFAULT_MAP":  # the value came from --config, not the command line
+            words += f" (from the --config file's key '{param.name}')"
     command = next((a for a in argv if not a.startswith("-") and a in app_commands()), None)
     path = e.ctx.command_path if e.ctx is not None else " ".join(["infoeval", *([command] if command else [])])
     return f"{words} (`{path} --help` lists what is allowed)"
@@ -106,7 +111,10 @@ def main(argv: list | None = None) -> int:
         _check_floor(argv)
         with flag_spelling():  # the API's errors name the options as typed (--max-tokens), not as keywords
             code = app(args=argv, prog_name="infoeval", standalone_mode=False)
-        return code if isinstance(code, int) else 0  # Typer's own ending: 0, or a failed gate (typer.Exit(1))
+        code = code if isinstance(code, int) else 0  # Typer's own ending: 0, or a failed gate (typer.Exit(1))
+        if code == 130:  # Ctrl-C inside the command (Typer ≥ 0.29 ends it with Exit(130))
+            print("infoeval: interrupted", file=sys.stderr)
+        return code
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else int(e.code is not None)
     except _NO_ARGS as e:  # bare `infoeval`: the help, as Typer prints it
@@ -115,7 +123,7 @@ def main(argv: list | None = None) -> int:
     except _PARSER_ERROR as e:  # what the option parser refuses: one line, not Typer's box
         _say(e, f"infoeval: error: {parser_error(e, argv)}")
         return EXIT_USAGE
-    except typer.Abort:  # Ctrl-C inside the command (Typer turns KeyboardInterrupt into Abort)
+    except typer.Abort:  # Ctrl-C (older Typer) or the end of input at a prompt
         print("infoeval: interrupted", file=sys.stderr)
         return 130
     except InfoevalError as e:

@@ -70,7 +70,9 @@ def _windows_list(t: torch.Tensor) -> list[Window]:
 
 
 def _digest(t: torch.Tensor) -> str:
-    return hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+    """sha256 of a tensor's bytes (an empty one, e.g. --tail-samples 0's, has none: a view of it would fail)."""
+    t = t.contiguous()
+    return hashlib.sha256(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"").hexdigest()
 
 
 def to_tensors(ref: Reference, vocab_size: int) -> dict[str, torch.Tensor]:

@@ -119,13 +119,22 @@ def _prepare_cut(
     return Prepared(loaded, text, cut.stream, tuple(cut.windows), protocol, MappingProxyType(timings), cut.documents)
 
 
-def check_positions(loaded, ctx: int) -> None:
-    """Windows no longer than the positions the model was trained on (``max_position_embeddings``): past them the
-    numbers measure the position encoding's extrapolation, not the model (one line, exit 2)."""
-    limit = getattr(loaded.model.config, "max_position_embeddings", None)
+def check_positions(loaded, ctx: int, default: str = "") -> None:
+    """Windows no longer than the positions the model was trained on (``max_position_embeddings``, times a RoPE
+    scaling factor): past them the numbers measure the position encoding's extrapolation, not the model (one line,
+    exit 2). ``default``: whose default ``ctx`` is, when it is one."""
+    config = getattr(loaded.model, "config", None)  # an in-memory model may have none: nothing to check
+    limit = getattr(config, "max_position_embeddings", None)
+    scaling = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None) or {}
+    factor = scaling.get("factor") if isinstance(scaling, dict) else None
+    scaled = isinstance(limit, int) and isinstance(factor, (int, float)) and factor > 1
+    if scaled:
+        limit = int(limit * factor)  # RoPE scaling (YaRN, linear, dynamic) stretches the trained positions
     if isinstance(limit, int) and 0 < limit < ctx:
+        what = "max_position_embeddings × its RoPE scaling factor" if scaled else "max_position_embeddings"
         raise UsageError(
-            f"--ctx {ctx} is longer than the model's {limit} positions (max_position_embeddings); give --ctx ≤ {limit}"
+            f"--ctx {ctx}{f' ({default})' if default else ''} is longer than the model's {limit} positions ({what}); "
+            f"give --ctx ≤ {limit}"
         )
 
 
@@ -156,7 +165,8 @@ def prepare(
     loaded = load_model(model_settings.model, device, dtype, model_settings.device_map)
     timings["load_s"] = time.perf_counter() - t0
     if check_ctx:
-        check_positions(loaded, window_settings.ctx)
+        default = f"--protocol {rules.name}'s default" if window_settings.ctx == rules.default_ctx else ""
+        check_positions(loaded, window_settings.ctx, default)
     if rules.cuts_itself:
         return _prepare_cut(text, docs, loaded, text_settings, window_settings, rules, reporter, timings)
     prefix_id, prefix_desc = rules.prefix(window_settings.prefix, loaded)
