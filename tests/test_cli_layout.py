@@ -310,3 +310,18 @@ def test_a_bad_value_from_a_config_file_names_the_file_key(tmp_path, capsys):
     assert "Invalid value for '--ctx'" in line and "(from the --config file's key 'ctx')" in line
     assert main(["quantize-compare", "--ctx", "abc"]) == 2  # typed: no word of a config file
     assert "--config" not in capsys.readouterr().err
+
+
+def test_missing_files_say_what_to_give(tmp_path):
+    from infoeval.errors import DataError, UsageError
+    from infoeval.gating.baseline import read_baseline
+    from infoeval.input.settings import read_toml
+    from infoeval.mixing.problem import load_sensitivity
+
+    gone = tmp_path / "gone"
+    with pytest.raises(UsageError, match=r"^limits file '.*gone' does not exist; give an existing \.toml file$"):
+        read_toml(gone, "limits file")
+    with pytest.raises(DataError, match=r"does not exist; give an earlier gate's result JSON \(--json\) or its run"):
+        read_baseline(gone)
+    with pytest.raises(UsageError, match=r"does not exist; give the JSON `infoeval sensitivity --json` wrote$"):
+        load_sensitivity([gone])

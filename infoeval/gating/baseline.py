@@ -42,7 +42,9 @@ def read_baseline(path: Path) -> tuple[dict, object]:
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise DataError(f"baseline file '{path}' does not exist") from None
+        raise DataError(
+            f"baseline file '{path}' does not exist; give an earlier gate's result JSON (--json) or its run folder"
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise DataError(f"baseline file '{path}' is not valid JSON") from None
     if not str(data.get("schema", "")).startswith("infoeval/gate/"):

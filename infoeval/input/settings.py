@@ -60,7 +60,7 @@ def read_toml(path: Path, what: str) -> dict:
     try:
         return tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UsageError(f"{what} '{path}' does not exist") from None
+        raise UsageError(f"{what} '{path}' does not exist; give an existing .toml file") from None
     except IsADirectoryError:
         raise UsageError(f"{what} '{path}' is a folder; give a .toml file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:

@@ -72,7 +72,9 @@ def load_sensitivity(paths: Sequence[Path]) -> tuple[list[dict], list[dict]]:
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise UsageError(f"sensitivity file '{path}' does not exist") from None
+            raise UsageError(
+                f"sensitivity file '{path}' does not exist; give the JSON `infoeval sensitivity --json` wrote"
+            ) from None
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise DataError(f"sensitivity file '{path}' is not valid JSON") from None
         if not str(data.get("schema", "")).startswith("infoeval/sensitivity/") or not isinstance(
