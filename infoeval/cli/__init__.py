@@ -47,9 +47,14 @@ _NO_ARGS = getattr(_CLICK, "NoArgsIsHelpError", ())
 PARALLEL_COMMANDS = ("quantize-compare", "compress-bits", "reference", "gate", "spec-accept", "distill", "mutual-info")
 
 
+def _command(argv: list[str]) -> str | None:
+    """The command word of ``argv``: its first word that is not an option (None when there is none)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def _check_launch(argv: list[str]) -> None:
     """Under a launcher (WORLD_SIZE > 1) only the window-based commands run, one shard per rank."""
-    command = next((a for a in argv if not a.startswith("-")), None)
+    command = _command(argv)
     if distributed.launched() and command is not None and command not in PARALLEL_COMMANDS:
         raise UsageError(
             f"'{command}' runs as one process; launch it without torchrun/accelerate (WORLD_SIZE="
@@ -62,7 +67,7 @@ FLOOR_COMMANDS = ("quantize-compare", "gate")  # the commands whose runs have va
 
 def _check_floor(argv: list[str]) -> None:
     """--floor on a command without variants: one line, not Typer's unknown-option box."""
-    command = next((a for a in argv if not a.startswith("-")), None)
+    command = _command(argv)
     if (
         command is not None
         and command not in FLOOR_COMMANDS
@@ -92,8 +97,9 @@ def parser_error(e: Exception, argv: list[str]) -> str:
         source = e.ctx.get_parameter_source(param.name)
         if getattr(source, "name", "") == "DEFAULT_MAP":  # the value came from --config, not the command line
             words += f" (from the --config file's key '{param.name}')"
-    command = next((a for a in argv if not a.startswith("-") and a in app_commands()), None)
-    path = e.ctx.command_path if e.ctx is not None else " ".join(["infoeval", *([command] if command else [])])
+    command = _command(argv)
+    named = [command] if command in app_commands() else []
+    path = e.ctx.command_path if e.ctx is not None else " ".join(["infoeval", *named])
     return f"{words} (`{path} --help` lists what is allowed)"
 
 

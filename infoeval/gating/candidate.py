@@ -11,7 +11,7 @@ import torch
 from infoeval.errors import DataError, InfoevalError, UsageError
 from infoeval.input.protocols import reread_text
 from infoeval.input.settings import DEFAULT_PROTOCOL, CalibrationSettings, ModelSettings
-from infoeval.input.tokens import text_tokens
+from infoeval.input.tokens import encode
 from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.models.checkpoints import vocab_fingerprint
 from infoeval.models.files import BUILTIN
@@ -110,17 +110,17 @@ def _calibration(settings, ref, tokenizer):
 
 def bytes_read(ref, evaluated, tokenizer) -> int:
     """The UTF-8 bytes of ``evaluated`` (from its start) that the reference's windows read, context included: its
-    stream's text tokens (the stream less its prefix tokens), counted on the text tokenized again. The scored
-    tokens' bytes alone fall short wherever context is not scored (llama.cpp's first halves, GPTQ's first tokens),
-    and the calibration held out after them would start inside the evaluated text."""
+    stream's text tokens (the stream less its prefix tokens), counted by ``encode`` as the evaluation counted them,
+    tokenizing only the part of the text they need. The scored tokens' bytes alone fall short wherever context is
+    not scored (llama.cpp's first halves, GPTQ's first tokens): a calibration held out after them would start
+    inside the evaluated text."""
     scored = int(ref.nbytes.sum())
     if evaluated is None:
         return scored
     ids = ref.stream_ids.numpy()
     prefix = (ref.meta["provenance"].get("protocol") or {}).get("prefix_id")
     n_text = ids.size - (int(np.count_nonzero(ids == prefix)) if prefix is not None else 0)
-    _, nbytes = text_tokens(evaluated.text, tokenizer)
-    return max(scored, int(nbytes[:n_text].sum()))
+    return max(scored, int(encode(evaluated.text, tokenizer, None, n_text).nbytes.sum()))
 
 
 def reference_model_spec(info: dict) -> str:
