@@ -22,6 +22,12 @@ import torch
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")  # a digest of bits (tensors, files): compared only on the same arithmetic
 OTHER_REL, OTHER_ABS = 1e-4, 1e-6  # another CPU's rounding: |got − want| ≤ OTHER_REL·|want| + OTHER_ABS
+# One position's value (a maximum, a quantile), not an average: its rounding does not average out. A per-position KL
+# of two near-equal distributions is a difference of float32 log-probabilities (|ln p| up to ~20, one ulp ~2e-6) and
+# keeps their absolute rounding: seen on 2026-12-05, a CI machine's SmolLM2 int8 kl_max 5.7e-6 and kl_p90 1.8e-6 off
+# the records (1.5e-4, 2.8e-4 relative) while every mean was within OTHER_REL.
+OTHER_POSITION_ABS = 1e-5
+ORDER_STATISTIC = re.compile(r"_(max|min|p\d+)$")  # a leaf naming one position's value: kl_max, kl_p99, entropy_p10
 
 
 def fingerprint() -> str:
@@ -43,9 +49,11 @@ def fingerprint() -> str:
         torch.set_num_threads(threads)
 
 
-def within_rounding(want: float, got: float) -> bool:
-    """Whether ``got`` is ``want`` up to another CPU's float32 rounding (``OTHER_REL``, ``OTHER_ABS``)."""
-    return abs(got - want) <= OTHER_REL * abs(want) + OTHER_ABS
+def within_rounding(want: float, got: float, one_position: bool = False) -> bool:
+    """Whether ``got`` is ``want`` up to another CPU's float32 rounding (``OTHER_REL``, ``OTHER_ABS``; plus
+    ``OTHER_POSITION_ABS`` for ``one_position``: an order statistic of per-position values)."""
+    slack = OTHER_ABS + (OTHER_POSITION_ABS if one_position else 0.0)
+    return abs(got - want) <= OTHER_REL * abs(want) + slack
 
 
 if __name__ == "__main__":
