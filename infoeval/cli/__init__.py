@@ -123,8 +123,10 @@ def main(argv: list | None = None) -> int:
         return code
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else int(e.code is not None)
-    except _NO_ARGS as e:  # bare `infoeval`: the help, as Typer prints it
-        e.show()
+    except _NO_ARGS as e:  # bare `infoeval`: the help on stdout, as `--help` prints it, and nothing on stderr
+        text = e.ctx.get_help()  # Typer's rich help prints itself and returns ""; Click's returns the text
+        if text:
+            print(text)
         return EXIT_USAGE
     except _PARSER_ERROR as e:  # what the option parser refuses: one line, not Typer's box
         _say(e, f"infoeval: error: {parser_error(e, argv)}")
