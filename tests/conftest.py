@@ -100,3 +100,18 @@ def report_runs(tmp_path_factory, tiny_llama_dir, tiny_text) -> Path:
         r = run_cli([*job, "-q"], cwd=d)  # in this process (tests/cli_run.py)
         assert r.returncode in (0, 1), r.stderr  # a gate may fail its limits (exit 1)
     return d
+
+
+@pytest.fixture(autouse=True)
+def _no_progress_bar_passes_its_total(monkeypatch):
+    """Every progress bar any test draws stops at or before its total: a step past it (a bar reading 6/4) fails
+    the test that drew it."""
+    from infoeval.input.prepare import Bar
+
+    real = Bar.step
+
+    def step(self) -> None:
+        real(self)
+        assert self.steps <= self.total, f"a progress bar went past its total: {self.steps}/{self.total}"
+
+    monkeypatch.setattr(Bar, "step", step)

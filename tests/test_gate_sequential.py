@@ -24,6 +24,7 @@ from infoeval.gating.limits import parse_limits
 from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
 from infoeval.gating.report import gate_table
 from infoeval.gating.sequential_gate import SequentialSettings, run_sequential_gate
+from infoeval.input.prepare import Reporter
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure import stopping as st
 from infoeval.measure.column_metrics import variant_metrics
@@ -260,6 +261,32 @@ def test_undecided_at_budget_and_the_full_budget_is_the_fixed_gate(ref_file):
         assert r["sequential"]["tokens_used"] <= 600 and r["sequential"]["saving"] == 0.0
     assert not fail["passed"] and ok["passed"]
     assert "undecided" in junit_xml(fail).decode()
+
+
+class _Bars(Reporter):
+    """The progress bars a run draws: [total, steps] each."""
+
+    def __init__(self):
+        self.bars: list = []
+
+    def start(self, total: int, text: str) -> None:
+        self.bars.append([total, 0, text])
+
+    def advance(self) -> None:
+        self.bars[-1][1] += 1
+
+
+def test_the_progress_bar_counts_the_floors_forwards_and_no_more(ref_file):
+    """Spending the whole budget fills the bar exactly: a step per candidate window and per floor window (the bar
+    read 6/4 when it counted the candidate's windows only)."""
+    bars = _Bars()
+    gs = GateSettings(ref_file, None, "int4-g32", tuple(parse_limits({"max_kl_mean": 10.0, "max_kl_max": 50.0})))
+    run = run_sequential_gate(gs, SequentialSettings(max_tokens=600), ModelSettings("", "cpu", "float32"), bars)
+    r, _ = as_json(run)
+    assert r["sequential"]["decision"] == "undecided at budget" and r["floor"] is not None
+    total, steps, text = bars.bars[-1]
+    assert steps == total == r["sequential"]["windows_used"] + len(r["floor"]["windows"]), (steps, total, text)
+    assert total > r["sequential"]["windows_used"] and "floor" in text
 
 
 def test_bad_settings_are_usage_errors(ref_file, monkeypatch):

@@ -96,7 +96,12 @@ def run_sequential_gate(
     )
     rule = sequential_rule(streams, seq, len(batches))
     floor_at = _floor_at(gate_settings, candidate, batches, order[:budget])
-    with progress(reporter, budget, f"candidate: up to {budget} of {len(batches)} windows, sequential") as bar:
+    with progress(  # a step per forward: the candidate's, and the noise floor's on its windows
+        reporter,
+        budget + len(floor_at),
+        f"candidate: up to {budget} of {len(batches)} windows, sequential"
+        + (f", floor: {len(floor_at)}" if floor_at else ""),
+    ) as bar:
         evaluate, var, floors = _evaluator(
             ref, batches, ref_cols, streams, candidate, floor_at, gate_settings.top_k, bar.step
         )

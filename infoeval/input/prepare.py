@@ -196,18 +196,23 @@ def prepare(
 
 
 class Bar:
-    """The step callback of a progress bar, and the wall time of the loop it was around (after the loop)."""
+    """The step callback of a progress bar (``step``), its ``total`` and the ``steps`` taken, and the wall time of
+    the loop it was around (``seconds``, after the loop)."""
 
-    def __init__(self, step):
-        self.step, self.seconds = step, 0.0
+    def __init__(self, advance, total: int):
+        self._advance, self.total, self.steps, self.seconds = advance, total, 0, 0.0
+
+    def step(self) -> None:
+        self.steps += 1
+        self._advance()
 
 
 @contextlib.contextmanager
 def progress(reporter: Reporter, total: int, text: str):
     """A progress bar of ``total`` steps around an evaluation loop; yields a ``Bar`` whose ``seconds`` is the
     loop's wall time once the block ends."""
-    bar = Bar(reporter.advance)
-    reporter.start(distributed.share(total), text)  # under a launcher rank 0's bar counts its own share
+    bar = Bar(reporter.advance, distributed.share(total))  # under a launcher rank 0's bar counts its own share
+    reporter.start(bar.total, text)
     t0 = time.perf_counter()
     try:
         yield bar
