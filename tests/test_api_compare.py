@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from cli_run import run_cli
@@ -138,3 +139,11 @@ def test_the_default_run_api_equals_cli(tmp_path, monkeypatch):
     )
     written = json.loads((tmp_path / "default.json").read_text(encoding="utf-8"))
     assert _numbers(written) == _numbers(json.loads(json.dumps(result.to_json())))
+    page = (Path(__file__).resolve().parents[1] / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    assert _headers(page) == _headers(proc.stdout)  # the page shows the default run's tables, each column of each
+
+
+def _headers(text: str) -> list[list[str]]:
+    """The column names of each table header in ``text`` (rich's ┃-separated header lines, as printed or as a page
+    quotes them without the outer border)."""
+    return [[c.strip() for c in line.split("┃") if c.strip()] for line in text.splitlines() if "┃" in line]

@@ -327,3 +327,22 @@ def test_missing_files_say_what_to_give(tmp_path):
         read_baseline(gone)
     with pytest.raises(UsageError, match=r"does not exist; give the JSON `infoeval sensitivity --json` wrote$"):
         load_sensitivity([gone])
+
+
+def test_limits_reach_the_gate_as_typed(tmp_path, monkeypatch):
+    """--limits is taken as typed: ``strict`` names the built-in set, ``./strict`` a file (a Path would read both as
+    ``strict``)."""
+    from infoeval.cli import main
+    from infoeval.gating import limits
+
+    seen = []
+
+    def spy(limits_file, overrides):
+        seen.append(limits_file)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(limits, "limits_from", spy)
+    (tmp_path / "ref.safetensors").write_bytes(b"")
+    for typed in ("strict", "./strict"):
+        main(["gate", "--scheme", "int8-channel", "-r", str(tmp_path / "ref.safetensors"), "--limits", typed])
+    assert seen == ["strict", "./strict"]

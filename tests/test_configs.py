@@ -171,6 +171,33 @@ def test_limits_file_loads_through_the_gate(path):
     assert all(lim.side == lim.key.partition("_")[0] for lim in limits)
 
 
+@pytest.mark.parametrize("name", ["default", "strict"])
+def test_each_built_in_set_of_limits_is_its_file_in_configs(name, tmp_path, monkeypatch):
+    """``--limits strict`` needs no file (a pip-installed infoeval has no configs/ folder); configs/gates/NAME.toml
+    shows the same set as a file, and a file of that name in the working folder is read only as ./NAME."""
+    from infoeval.gating.limits import LIMIT_SETS
+
+    assert set(LIMIT_SETS) == {p.stem for p in GATES.glob("*.toml")}
+    assert limits_from(name, {}) == limits_from(GATES / f"{name}.toml", {}) == limits_from(Path(name).name, {})
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / name).write_text("[limits]\nmax_kl_mean = 0.5\n", encoding="utf-8")
+    assert limits_from(name, {}) == limits_from(GATES / f"{name}.toml", {})
+    assert [lim.value for lim in limits_from(f"./{name}", {})] == [0.5]
+    assert [lim.value for lim in limits_from(name, {"max_kl_mean": 0.25}) if lim.key == "max_kl_mean"] == [0.25]
+
+
+def test_an_unknown_limits_name_says_what_is_allowed(tmp_path, monkeypatch):
+    from infoeval.errors import UsageError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        UsageError,
+        match=r"^limits file 'lenient' does not exist; give an existing \.toml file or a "
+        r"built-in set: default, strict$",
+    ):
+        limits_from("lenient", {})
+
+
 def test_default_limits_file_is_the_built_in_default():
     """configs/gates/default.toml says it holds the built-in limits: it does."""
     from infoeval.gating.limits import DEFAULT_LIMITS

@@ -100,3 +100,20 @@ def test_the_readme_is_a_short_front_door():
     assert not re.search(r"20[0-9]{2}-[0-9]{2}-[0-9]{2}|\b[0-9a-f]{7,40}\b", readme)  # no dates, no commit hashes
     assert "](docs/images/default-run.png)" in readme and (DOCS / "images" / "default-run.png").is_file()
     assert "mkdocs serve" in readme
+
+
+def test_the_docs_name_the_schema_versions_infoeval_reads():
+    """Wherever the docs say which result schemas `infoeval.load` reads ("schema versions 1 to N"), N is today's
+    (python-api.md and architecture.md still said 1 to 3 after version 4)."""
+    from infoeval.output.results import SCHEMA_VERSION
+
+    said = re.compile(r"schemas?(?: versions?)?[^.]{0,60}?\b1 to (\d+)", re.S)
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    found = {
+        (page.name, int(m[1]))
+        for page in pages
+        if page.name != "design-notes.md"
+        for m in said.finditer(page.read_text())
+    }
+    assert {"python-api.md", "architecture.md", "metrics.md"} <= {name for name, _ in found}
+    assert all(n == SCHEMA_VERSION for _, n in found), sorted(found)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -217,6 +218,10 @@ def test_cli_until_se(tiny_llama_dir, text_file, tmp_path):
         tmp_path,
     )
     assert r.returncode == 0 and "SE ≤ 10 reached" in r.stdout, r.stderr
+    out = " ".join(r.stdout.split())  # the header names the windows and tokens used, as the until line does
+    head = re.search(r"(\d+) of (\d+) windows used \(--until-se\), ([\d,]+) tokens scored of the text", out)
+    tail = re.search(r"after (\d+) of (\d+) windows in seeded order \(([\d,]+) of [\d,]+ positions", out)
+    assert head and tail and head.groups() == tail.groups() and int(head[1]) < int(head[2]), out
 
 
 @pytest.mark.slow  # torchrun: two processes

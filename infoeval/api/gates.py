@@ -130,10 +130,11 @@ def gate(
     **options,
 ):
     """gate: the candidate (a spec, a loaded model with its ``tokenizer``, or None: the reference's own model, with
-    ``scheme`` or ``recipe``) on the reference file's token ids, checked against the limits (the defaults, a TOML
-    ``limits`` file, and ``max_kl_mean=`` … ``max_bpb_increase=`` on top); ``sequential=True`` visits windows in a
-    seeded order and stops when the verdict is certain (``alpha``, ``min_tokens``, ``max_tokens``, ``order``,
-    ``order_seed``, ``undecided``, ``round_windows``). Returns the ``GateResult`` (``passed``) with its positions."""
+    ``scheme`` or ``recipe``) on the reference file's token ids, checked against the limits (the defaults, a built-in
+    set's name: ``limits="strict"``, or a TOML ``limits`` file; and ``max_kl_mean=`` … ``max_bpb_increase=`` on
+    top); ``sequential=True`` visits windows in a seeded order and stops when the verdict is certain (``alpha``,
+    ``min_tokens``, ``max_tokens``, ``order``, ``order_seed``, ``undecided``, ``round_windows``). Returns the
+    ``GateResult`` (``passed``) with its positions."""
     from infoeval.gating.limits import limits_from
     from infoeval.gating.pipeline import GateSettings
     from infoeval.gating.positions import positions_frame

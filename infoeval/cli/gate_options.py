@@ -40,7 +40,12 @@ GateSchemeOpt = Annotated[
     ),
 ]
 LimitsOpt = Annotated[
-    Path | None, typer.Option(help="TOML file with a \\[limits] table (see configs/gates/default.toml).")
+    str | None,  # not a Path: that would read ./strict as the set strict
+    typer.Option(
+        metavar="NAME|FILE",
+        help="A built-in set of limits (default, strict) or a TOML file with a \\[limits] table "
+        "(configs/gates/*.toml in the repository show the sets as files).",
+    ),
 ]
 ConfidenceOpt = Annotated[float, typer.Option(help="One-sided confidence at which limits on means must hold.")]
 PointOpt = Annotated[bool, typer.Option("--point", help="Compare point estimates instead of confidence bounds.")]

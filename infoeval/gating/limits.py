@@ -20,6 +20,7 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
 from infoeval.errors import UsageError
 from infoeval.measure.metrics import METRICS
@@ -61,6 +62,15 @@ DEFAULT_LIMITS = {
     "max_ppl_ratio": 1.05,
     "max_bpb_increase": 0.05,
 }
+STRICT_LIMITS = {  # for a checkpoint that should be nearly lossless (int8)
+    "max_kl_mean": 0.01,
+    "max_kl_p99": 0.1,
+    "min_top1": 0.95,
+    "max_ppl_ratio": 1.01,
+    "max_bpb_increase": 0.01,
+}
+# --limits NAME: sets that ship with infoeval (configs/gates/NAME.toml holds each as a file to start one's own from)
+LIMIT_SETS = {"default": DEFAULT_LIMITS, "strict": STRICT_LIMITS}
 DEFAULT_CONFIDENCE = 0.95
 
 
@@ -97,12 +107,20 @@ class Verdict:
 
 
 def limits_from(limits_file, overrides: dict) -> tuple[Limit, ...]:
-    """The limits of a gate: the defaults, or a TOML file's [limits] table (``limits_file``), with ``overrides``
-    (name → number, None: not given) on top."""
+    """The limits of a gate: the defaults, a built-in set's name (``LIMIT_SETS``: default, strict) or a TOML file's
+    [limits] table (``limits_file``), with ``overrides`` (name → number, None: not given) on top. A set's name wins
+    over a file of that name in the working folder (give that one as ./strict)."""
     raw = dict(DEFAULT_LIMITS)
-    if limits_file is not None:
+    if limits_file is not None and str(limits_file) in LIMIT_SETS:
+        raw = dict(LIMIT_SETS[str(limits_file)])
+    elif limits_file is not None:
         from infoeval.input.settings import read_toml
 
+        if not Path(limits_file).exists():
+            raise UsageError(
+                f"limits file '{limits_file}' does not exist; give an existing .toml file or a built-in set: "
+                + ", ".join(LIMIT_SETS)
+            )
         data = read_toml(limits_file, "limits file")
         raw = data.get("limits", data)
         if not isinstance(raw, dict):

@@ -115,7 +115,8 @@ def plot_quantize_compare(result: dict, columns, path: Path) -> None:
     ax.set_ylabel("fraction of positions with KL ≤ x")
     ax.set_title("CDF of per-position KL by scheme")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="best", title="scheme")
+    # below the panel: inside it, the legend's three long labels covered the top of a curve wherever it stood
+    ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.16), borderaxespad=0.0, frameon=False, title="scheme")
     ent = np.asarray(columns.reference["entropy"], dtype=float) / math.log(2)
     bx.hist(ent, bins=50, color="tab:gray", label=f"{ent.size:,} positions, median {np.median(ent):.2f} bits")
     bx.set_xlabel(

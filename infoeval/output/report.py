@@ -130,6 +130,15 @@ def _text_size(result: dict) -> str:
     return f"the text's {pv['text']['bytes']:,} bytes (only the part needed was tokenized)"
 
 
+def _scored(result: dict) -> str:
+    """The windows and tokens scored: with --until-se, those used of the planned ones."""
+    pr, until = result["provenance"]["protocol"], result.get("until_se")
+    if until:
+        used = f"{until['windows_used']} of {pr['windows']} windows used (--until-se)"
+        return f"{used}, {until['tokens_used']:,} tokens scored"
+    return f"{pr['windows']} windows, {pr['scored_tokens']:,} tokens scored"
+
+
 def run_header(result: dict) -> str:
     pv = result["provenance"]
     m, t, pr = pv["model"], pv["text"], pv["protocol"]
@@ -139,7 +148,7 @@ def run_header(result: dict) -> str:
         f"{pv['dtype']} on {pv['device']})  "
         f"text [bold]{t['source']}[/] ({src}, sha256 {t['sha256'][:12]})\n"
         f"protocol {pr['name']} ctx {pr['ctx']} stride {pr['stride']}, prefix {pr['prefix_token']}; "
-        f"{pr['windows']} windows, {pr['scored_tokens']:,} tokens scored of {_text_size(result)}"
+        f"{_scored(result)} of {_text_size(result)}"
         f"{' (--max-tokens ' + str(pr['max_tokens']) + '; all for the whole text)' if pr['max_tokens'] else ''}, "
         f"{pr['context_only_tokens']:,} context-only in the stream "
         f"(context per scored token {pr['min_context']}–{pr['max_context']}, mean {pr['mean_context']:.0f})"
