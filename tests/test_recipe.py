@@ -254,6 +254,7 @@ def test_bad_recipes_exit_2_with_one_line(command, text, message, tiny_llama_dir
     lines = err.strip().splitlines()
     assert code == 2, err
     assert len(lines) == 1 and lines[0].startswith("infoeval: error: ") and message in lines[0], err
+    assert f"recipe '{recipe}'" in lines[0], err  # the file, as given
     assert not (tmp_path / "o").exists() and not (tmp_path / "q").exists()
 
 

@@ -38,13 +38,15 @@ TABLES = ("recipe", "units", "metadata")
 
 @dataclass(frozen=True)
 class Recipe:
-    """Units (glob → scheme) in file order, an optional default scheme, free-form metadata and the recipe's name
-    (the file's stem: the variant's name in quantize-compare)."""
+    """Units (glob → scheme) in file order, an optional default scheme, free-form metadata, the recipe's name
+    (the file's stem: the variant's name in quantize-compare) and where it came from (``source``: the file, for
+    messages; not part of the recipe's identity)."""
 
     units: tuple[tuple[str, Scheme], ...]
     default: Scheme | None = None
     metadata: dict = field(default_factory=dict)
     name: str = "recipe"
+    source: str = field(default="", compare=False)
 
     def schemes(self) -> list[Scheme]:
         """Every scheme the recipe names, once, in order of first appearance."""
@@ -83,7 +85,7 @@ def parse_recipe(data: dict, source: str = "recipe", name: str = "recipe") -> Re
         raise UsageError(f"recipe '{source}' names no unit and no default scheme; add [units] or [recipe] default")
     if any(not k.strip() for k, _ in parsed):
         raise UsageError(f"recipe '{source}': a unit name is empty; units are globs on module names")
-    return Recipe(parsed, default, dict(meta), name)
+    return Recipe(parsed, default, dict(meta), name, source)
 
 
 def read_recipe(path: Path) -> Recipe:
@@ -105,13 +107,15 @@ def assign(
         if not matched:
             example = linears[0] if linears else "model.layers.0.mlp.down_proj"
             raise UsageError(
-                f"recipe '{recipe.name}': unit '{pattern}' matches no Linear layer; names look like {example}"
+                f"recipe '{recipe.source or recipe.name}': unit '{pattern}' matches no Linear layer; names look like "
+                f"{example}"
             )
         for n in matched:
             prev = hits.setdefault(n, (pattern, scheme))
             if prev[1] != scheme:
                 raise UsageError(
-                    f"recipe '{recipe.name}': units '{prev[0]}' ({prev[1].name}) and '{pattern}' ({scheme.name}) "
+                    f"recipe '{recipe.source or recipe.name}': units '{prev[0]}' ({prev[1].name}) and '{pattern}' "
+                    f"({scheme.name}) "
                     f"overlap on {n}; give each layer one scheme"
                 )
     plan = []
