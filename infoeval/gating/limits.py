@@ -20,7 +20,6 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
-from pathlib import Path
 
 from infoeval.errors import UsageError
 from infoeval.measure.metrics import METRICS
@@ -116,12 +115,9 @@ def limits_from(limits_file, overrides: dict) -> tuple[Limit, ...]:
     elif limits_file is not None:
         from infoeval.input.settings import read_toml
 
-        if not Path(limits_file).exists():
-            raise UsageError(
-                f"limits file '{limits_file}' does not exist; give an existing .toml file or a built-in set: "
-                + ", ".join(LIMIT_SETS)
-            )
-        data = read_toml(limits_file, "limits file")
+        data = read_toml(
+            limits_file, "limits file", "an existing .toml file or a built-in set: " + ", ".join(LIMIT_SETS)
+        )
         raw = data.get("limits", data)
         if not isinstance(raw, dict):
             raise UsageError(f"limits file '{limits_file}': [limits] must be a table of name = number")

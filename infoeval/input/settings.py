@@ -53,14 +53,15 @@ class TextSettings:
             raise UsageError("--documents FILE.jsonl is the text: do not give --text or --dataset with it")
 
 
-def read_toml(path: Path, what: str) -> dict:
-    """A TOML file as a dict; a missing, folder or invalid file is a usage error naming it (``what``: "config file")."""
+def read_toml(path: Path, what: str, give: str = "an existing .toml file") -> dict:
+    """A TOML file as a dict; a missing, folder or invalid file is a usage error naming it (``what``: "config file";
+    ``give``: what a missing one's message asks for instead)."""
     import tomllib
 
     try:
         return tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UsageError(f"{what} '{path}' does not exist; give an existing .toml file") from None
+        raise UsageError(f"{what} '{path}' does not exist; give {give}") from None
     except IsADirectoryError:
         raise UsageError(f"{what} '{path}' is a folder; give a .toml file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
