@@ -38,11 +38,14 @@ def reference(
     top_k: int = 64,
     tail_samples: int = 128,
     seed: int = 0,
+    format: str = "topk",
+    head: str = "stored",
     progress: bool = False,
     **run,
 ):
-    """reference: one pass of the reference model writes the compact reference file ``out`` that ``gate`` reads
-    (top-K log-probs, tail mass and samples per scored position, the windows' token ids, provenance); returns its
+    """reference: one pass of the reference model writes the reference file ``out`` that ``gate`` reads (``format``
+    "topk": top-K log-probs, tail mass and samples per scored position; "hidden": the last hidden states and the
+    head, or with ``head="candidate"`` only its sha256; the windows' token ids, provenance); returns its
     ``ReferenceResult``. ``run``: the text, window and device keywords (as ``compare``'s)."""
     from infoeval.gating.pipeline import build_reference
     from infoeval.models.objects import evaluating
@@ -50,7 +53,16 @@ def reference(
     model, (model_settings, text_settings, window_settings) = prepared(model, tokenizer, run)
     with evaluating(model):
         return build_reference(
-            model_settings, text_settings, window_settings, Path(out), top_k, tail_samples, seed, _reporter(progress)
+            model_settings,
+            text_settings,
+            window_settings,
+            Path(out),
+            top_k,
+            tail_samples,
+            seed,
+            _reporter(progress),
+            format,
+            head,
         )
 
 

@@ -17,6 +17,7 @@ from infoeval.cli.gate_options import (
     ForceOpt,
     FormatOpt,
     GateSchemeOpt,
+    HeadOpt,
     JunitOpt,
     LimitsOpt,
     MarkdownOpt,
@@ -25,6 +26,7 @@ from infoeval.cli.gate_options import (
     OutRefOpt,
     PointOpt,
     QuantSchemeOpt,
+    ReferenceFormatOpt,
     ReferenceOpt,
     SeedOpt,
     SequentialOpt,
@@ -55,11 +57,14 @@ def reference(
     top_k: TopKOpt = 64,
     tail_samples: TailSamplesOpt = 128,
     seed: SeedOpt = 0,
+    format: ReferenceFormatOpt = "topk",
+    head: HeadOpt = "stored",
     run: RunOptions = None,  # the shared text, window and device options (see run_options)
     outputs: Outputs = None,  # the output options (see output_options)
 ) -> None:
-    """One pass of the reference model writes a compact, self-validating reference file for `gate`: top-K
-    log-probs, tail mass and tail samples per scored position, the token ids of every window, provenance."""
+    """One pass of the reference model writes a self-validating reference file for `gate`: top-K log-probs, tail
+    mass and tail samples per scored position (--format topk), or the last hidden states and the head (--format
+    hidden: exact), the token ids of every window, provenance."""
     from infoeval.api.gates import reference as build_reference
     from infoeval.gating.report import reference_summary_table
 
@@ -70,6 +75,8 @@ def reference(
             top_k=top_k,
             tail_samples=tail_samples,
             seed=seed,
+            format=format,
+            head=head,
             progress=not outputs.quiet,
             **run.keywords(),
         )

@@ -95,6 +95,22 @@ OneRecipeOpt = Annotated[
         "--recipe", help="Recipe TOML (unit → scheme, as `infoeval mix` writes) applied instead of one --scheme."
     ),
 ]
+ReferenceFormatOpt = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        help="topk (compact: top-K log-probs and tail samples; KL estimated) or hidden (the last hidden states and "
+        "the head: the reference's logits exactly, 4·hidden bytes a position).",
+    ),
+]
+HeadOpt = Annotated[
+    str,
+    typer.Option(
+        "--head",
+        help="With --format hidden: stored (the head in the file) or candidate (only its sha256: a gate takes the "
+        "candidate's head, which must be the reference's bit for bit).",
+    ),
+]
 FormatOpt = Annotated[
     str,
     typer.Option(

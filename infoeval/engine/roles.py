@@ -38,6 +38,29 @@ def headless(model: torch.nn.Module):
         model.set_output_embeddings(head)
 
 
+class Headless:
+    """A role whose "logits" are its model's last hidden states (the head's inputs, after the final norm): ``role``
+    (a model or a wrapper such as a quantized variant) with an identity in place of its head, in a whole forward
+    pass (``__call__``) and in the engine's shared batches (``active``: the blocks, then the "head")."""
+
+    def __init__(self, role):
+        self.role = role
+        self.model, self._active = parts(role)
+
+    def __call__(self, **kwargs):
+        with headless(self.model):
+            return self.role(**kwargs)
+
+    @contextlib.contextmanager
+    def active(self):
+        with self._active(), headless(self.model):
+            yield
+
+    @property
+    def config(self):
+        return self.model.config
+
+
 def linear_into(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
     """``nn.functional.linear`` of a 2-D ``rows`` written into ``out``: the very call at::linear makes for it (``mm``
     with the transposed weight, ``addmm`` with a bias), hence its bits."""

@@ -10,6 +10,7 @@ import torch
 from infoeval import engine
 from infoeval.errors import DataError
 from infoeval.gating.compact import CompactDist
+from infoeval.gating.hidden import exact_gate_reducer
 from infoeval.gating.positions import candidate_top
 from infoeval.gating.reference_file import Reference
 from infoeval.measure.column_metrics import reference_metrics, variant_metrics
@@ -39,7 +40,10 @@ def _gate_rows(ref: Reference, z: torch.Tensor, rows: slice, top_k: int = 0) -> 
 
 
 def gate_reducer(ref: Reference, top_k: int = 0):
-    """The engine's reducer of a gate: the candidate's per-position columns against the reference's rows."""
+    """The engine's reducer of a gate: the candidate's per-position columns against the reference's rows (a
+    hidden-state reference's exact columns: ``gating/hidden.py``; its head resolved by ``open_gate``)."""
+    if ref.hidden is not None:
+        return exact_gate_reducer(ref, ref.head, CANDIDATE, top_k)
 
     def reduce(step: engine.Step) -> dict:
         z, a = step.logits[CANDIDATE][0], step.batch.rows.start

@@ -3,6 +3,7 @@ runs only the candidate, on exactly the reference's token ids, and judges it aga
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +19,11 @@ from infoeval.gating.candidate import load_candidate as _load_candidate  # under
 from infoeval.gating.columns import GATE_COLUMNS, gate_metrics, gate_reducer, reference_columns
 from infoeval.gating.compact import CompactDist, compact
 from infoeval.gating.floor import floor_roles, gate_floor
+from infoeval.gating.hidden import HEAD_SOURCES, HIDDEN_KEYS, candidate_head, hidden_meta, hidden_pass
 from infoeval.gating.limits import Limit, below_floor, judge
-from infoeval.gating.positions import TOP_COLUMNS, check_top_k, row_columns
+from infoeval.gating.positions import REFERENCE_TOP_COLUMNS, TOP_COLUMNS, check_top_k, row_columns
 from infoeval.gating.records import GateResult, ReferenceResult, gate_result
-from infoeval.gating.reference_file import Reference, read_reference, write_reference
+from infoeval.gating.reference_file import KINDS, Reference, read_reference, write_reference
 from infoeval.input.prepare import Reporter, prepare, progress
 from infoeval.input.settings import CalibrationSettings, ModelSettings, TextSettings, WindowSettings, check_floor
 from infoeval.measure.column_metrics import reference_metrics
@@ -75,31 +77,37 @@ def build_reference(
     tail_samples: int,
     seed: int = 0,
     reporter: Reporter | None = None,
+    fmt: str = "topk",
+    head: str = "stored",
 ) -> ReferenceResult:
-    """One pass of the reference model over the windows → the compact reference file at ``out``."""
+    """One pass of the reference model over the windows → the reference file at ``out``: compact (``fmt`` "topk":
+    top-K log-probs and tail samples) or exact (``fmt`` "hidden": the last hidden states, and the head unless
+    ``head`` is "candidate": ``gating/hidden.py``)."""
+    if fmt not in KINDS:
+        raise UsageError(f"--format {fmt} is not allowed; give one of {', '.join(KINDS)}")
     if top_k < 1 or tail_samples < 0:
         raise UsageError(f"--top-k {top_k} / --tail-samples {tail_samples} not allowed; top-k ≥ 1 and tail-samples ≥ 0")
+    if head not in HEAD_SOURCES or (head != "stored" and fmt != "hidden"):
+        raise UsageError(f"--head {head} is not allowed; give one of {', '.join(HEAD_SOURCES)} (with --format hidden)")
     check_file_option(out, "--out")
     reporter = reporter or Reporter()
     p = prepare(model_settings, text_settings, window_settings, reporter)
-    model = p.loaded.model
-    gen = torch.Generator(device=engine.model_device(model)).manual_seed(seed)
-    seen = {}
-    reduce = _reference_reducer(gen, seed, top_k, tail_samples, seen)
-    with progress(reporter, len(p.windows), f"reference: {len(p.windows)} windows") as bar:
-        cols = engine.run(
-            {REFERENCE: model},
-            p.stream.ids,
-            engine.plan(p.windows),
-            p.protocol.prefix_id,
-            reduce,
-            REFERENCE_SCHEMA,
-            p.stream.nbytes,
-            bar.step,
-        )
-    vocab = seen.get("vocab") or model.get_output_embeddings().weight.shape[0]  # a rank may have had no window
+    # a hidden-state reference's first window also runs whole: its head's check (gating/hidden.py)
+    forwards = len(p.windows) + (fmt == "hidden")
+    with progress(reporter, forwards, f"reference: {len(p.windows)} windows") as bar:
+        if fmt == "hidden":
+            cols, out_head = hidden_pass(p, bar.step)
+            vocab, extra = out_head.vocab, hidden_meta(out_head, head, cols["hidden"])
+            top_k, tail_samples = vocab, 0
+        else:
+            cols, vocab = _topk_pass(p, seed, top_k, tail_samples, bar.step)
+            extra = {}
     prov = p.provenance("reference")
-    ref = _reference(p, cols, prov, vocab, top_k, tail_samples, seed)
+    ref = _reference(p, cols, prov, vocab, top_k, tail_samples, seed, extra)
+    if fmt == "hidden":
+        ref = dataclasses.replace(
+            ref, hidden=torch.from_numpy(cols["hidden"]), head=out_head if head == "stored" else None
+        )
     size = write_reference(out, ref, vocab)
     meta = ref.meta
     return ReferenceResult(
@@ -115,7 +123,25 @@ def build_reference(
         tail_samples=tail_samples,
         seed=seed,
         reference=meta["reference"],
+        hidden=None if fmt == "topk" else {k: meta[k] for k in HIDDEN_KEYS},
     )
+
+
+def _topk_pass(p, seed: int, top_k: int, tail_samples: int, on_forward) -> tuple[dict, int]:
+    """The reference pass of a top-K reference: its columns (``REFERENCE_SCHEMA``) and the vocabulary's size."""
+    model, seen = p.loaded.model, {}
+    gen = torch.Generator(device=engine.model_device(model)).manual_seed(seed)
+    cols = engine.run(
+        {REFERENCE: model},
+        p.stream.ids,
+        engine.plan(p.windows),
+        p.protocol.prefix_id,
+        _reference_reducer(gen, seed, top_k, tail_samples, seen),
+        REFERENCE_SCHEMA,
+        p.stream.nbytes,
+        on_forward,
+    )
+    return cols, seen.get("vocab") or model.get_output_embeddings().weight.shape[0]  # a rank may have seen no window
 
 
 def _reference_reducer(gen: torch.Generator, seed: int, top_k: int, tail_samples: int, seen: dict):
@@ -135,7 +161,7 @@ def _reference_reducer(gen: torch.Generator, seed: int, top_k: int, tail_samples
     return reduce
 
 
-def _reference(p, cols: dict, prov, vocab: int, top_k: int, tail_samples: int, seed: int) -> Reference:
+def _reference(p, cols: dict, prov, vocab: int, top_k: int, tail_samples: int, seed: int, extra: dict) -> Reference:
     """The reference to write from the pass's columns ``cols``: its metadata (provenance, the tokenizer's
     fingerprint, the sampling, the reference's own metrics) and the columns as tensors."""
     meta = {
@@ -149,9 +175,10 @@ def _reference(p, cols: dict, prov, vocab: int, top_k: int, tail_samples: int, s
         "reference": reference_metrics(
             {"nll": -cols["target_logp"], "bytes": cols["bytes"], "entropy": cols["entropy"]}
         ),
+        **extra,
     }
-    t = {k: torch.from_numpy(v) for k, v in cols.items()}
-    dist = CompactDist(*(t[f] for f in COMPACT_FIELDS))
+    t = {k: torch.from_numpy(v) for k, v in cols.items() if k != "hidden"}
+    dist = CompactDist(*(t[f] for f in COMPACT_FIELDS)) if not extra else None
     return Reference(dist, t["token_id"], t["target_logp"], t["entropy"], t["bytes"], p.stream.ids, p.windows, meta)
 
 
@@ -202,11 +229,11 @@ def run_gate(
             engine.plan(ref.windows),
             ref.meta["provenance"]["protocol"]["prefix_id"],
             gate_reducer(ref, gate_settings.top_k),
-            {"top1": np.bool_, f"{FLOOR}/top1": np.bool_, **TOP_COLUMNS},
+            {"top1": np.bool_, f"{FLOOR}/top1": np.bool_, **TOP_COLUMNS, **REFERENCE_TOP_COLUMNS},
             on_forward=bar.step,
             only=only,
         )
-    var = {k: cols[k] for k in ("nll", *GATE_COLUMNS, *TOP_COLUMNS) if k in cols}
+    var = {k: cols[k] for k in ("nll", *GATE_COLUMNS, *TOP_COLUMNS, *REFERENCE_TOP_COLUMNS) if k in cols}
     ref_cols = reference_columns(ref)
     metrics = gate_metrics(ref_cols, var)
     verdicts = judge(list(gate_settings.limits), metrics, gate_settings.confidence, gate_settings.point)
@@ -245,4 +272,6 @@ def open_gate(gate_settings: GateSettings, model_settings: ModelSettings, report
     reporter.stage("loading candidate")
     t0 = time.perf_counter()
     candidate = _load_candidate(gate_settings, model_settings, ref)
+    if ref.hidden is not None:  # the head its logits are made with: the file's, or the candidate's if the same
+        ref = dataclasses.replace(ref, head=candidate_head(ref, candidate[1].model))
     return ref, baseline, candidate, time.perf_counter() - t0

@@ -18,6 +18,8 @@ from infoeval.measure.llamacpp_table_stats import delta_p
 from infoeval.measure.topk import top_k_probs
 
 TOP_COLUMNS = {"top_ids": np.int32, "top_p": np.float32}  # the candidate's, (n, k) each, with --topk K
+# the reference's, from a hidden-state reference's logits (a top-K reference's are in its file)
+REFERENCE_TOP_COLUMNS = {"ref_top_ids": np.int32, "ref_top_p": np.float32}
 
 
 def check_top_k(k: int, ref_top_k: int) -> None:
@@ -41,9 +43,13 @@ def row_columns(ref, rows: np.ndarray, var: dict, k: int, tokenizer) -> dict:
     the reference's top-k (``reference_top``) and the text of every token named (``vocab``)."""
     whole = identity_columns(SimpleNamespace(windows=ref.windows), ref.stream_ids)  # every row, in the file's order
     out = {"identity": {c: whole[c][rows] for c in ("window", "token_id", "context")}}
-    if k:
+    if k and "ref_top_ids" in var:  # ``var``'s rows are ``rows``
+        ids = var["ref_top_ids"]
+        out["reference_top"] = {"top_ids": ids, "top_p": var["ref_top_p"]}
+    elif k:
         ids = ref.dist.top_ids[rows, :k].numpy().astype(np.int32)
         out["reference_top"] = {"top_ids": ids, "top_p": np.exp(ref.dist.top_logp[rows, :k].numpy()).astype(np.float32)}
+    if k:
         named = np.concatenate([out["identity"]["token_id"], ids.ravel(), var["top_ids"].ravel()])
         out["vocab"] = token_texts(tokenizer, named)
     return out

@@ -29,7 +29,10 @@ class ReferenceResult(Result):
     tail_samples: int
     seed: int
     reference: dict[str, float]
+    # a hidden-state reference's: the states' dtype and width, the head's settings and sha256, whether it is stored
+    hidden: dict | None = None
     FAMILY = "reference"
+    OMITTED_WHEN_NONE = ("hidden",)  # a top-K reference's record as before
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,7 @@ def gate_result(
             confidence=gate_settings.confidence,
             point=gate_settings.point,
             positions_top_k=gate_settings.top_k,
+            **({"reference_kind": "hidden"} if ref.kind == "hidden" else {}),
         ),
         timings,
         passed=passed,

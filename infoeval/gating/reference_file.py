@@ -19,6 +19,18 @@ Tensors (n = scored positions, K = top-K, S = tail samples, L = stream tokens, W
 Ids are uint16 when the vocabulary has at most 65,536 entries. For SmolLM2 (V = 49,152) one position costs
 64·(2+2) + 128·(2+2) + 16 = 784 bytes, 0.8 % of llama.cpp's 2·V = 98,304 bytes.
 
+A hidden-state reference (``kind`` "hidden" in the metadata; ``gating/hidden.py``) holds instead of the five
+compact tensors the states, and the head unless the candidate's is to be used (d = the head's input width):
+
+| name          | shape   | dtype                      | content                                            |
+|---------------|---------|----------------------------|----------------------------------------------------|
+| hidden        | (n, d)  | float32, or the model's 16-bit dtype | the last hidden state (after the final norm) |
+| head_weight   | (V, d)  | the model's dtype          | the output head's weight (with --head stored)      |
+| head_bias     | (V,)    | the model's dtype          | its bias, where the head has one                   |
+
+4·d + 16 bytes a position in float32 (SmolLM2: 2,320), plus the stream's 4 bytes a token; the head's settings
+(scale, soft-cap) and sha256 are in the metadata.
+
 The metadata (safetensors' string map) holds ``infoeval`` = JSON with the schema version, the model's
 identity, the tokenizer fingerprint, the text's sha256, the window protocol and the sha256 of every tensor's
 bytes; reading checks all of them, so a truncated, edited or foreign file fails closed with one line.
@@ -37,16 +49,18 @@ from infoeval import distributed
 from infoeval.errors import DataError
 from infoeval.gating.compact import CompactDist
 from infoeval.input.windows import Window
+from infoeval.models.head import OutputHead
 from infoeval.output.results import atomic_path
 
 FORMAT = "infoeval/reference"
 FORMAT_VERSION = 1
 _ID_TENSORS = ("top_ids", "tail_ids")
+KINDS = ("topk", "hidden")
 
 
 @dataclass(frozen=True)
 class Reference:
-    dist: CompactDist
+    dist: CompactDist | None  # a top-K reference's; None in a hidden-state one
     target_ids: torch.Tensor  # (n,) int64
     target_logp: torch.Tensor  # (n,) float32
     entropy: torch.Tensor  # (n,) float32
@@ -54,10 +68,16 @@ class Reference:
     stream_ids: torch.Tensor  # (L,) int64
     windows: list[Window]
     meta: dict
+    hidden: torch.Tensor | None = None  # (n, d) a hidden-state reference's last hidden states
+    head: OutputHead | None = None  # its head, where the file holds one (else the candidate's: ``gating.hidden``)
 
     @property
     def n(self) -> int:
         return int(self.target_ids.shape[0])
+
+    @property
+    def kind(self) -> str:
+        return "hidden" if self.hidden is not None else "topk"
 
 
 def _windows_tensor(windows: list[Window]) -> torch.Tensor:
@@ -77,6 +97,17 @@ def _digest(t: torch.Tensor) -> str:
 
 def to_tensors(ref: Reference, vocab_size: int) -> dict[str, torch.Tensor]:
     id_dtype = torch.uint16 if vocab_size <= 65536 else torch.int32
+    common = {
+        "target_ids": ref.target_ids.to(torch.int32).contiguous(),
+        "target_logp": ref.target_logp.to(torch.float32).contiguous(),
+        "entropy": ref.entropy.to(torch.float32).contiguous(),
+        "nbytes": ref.nbytes.to(torch.int32).contiguous(),
+        "stream_ids": ref.stream_ids.to(torch.int32).contiguous(),
+        "windows": _windows_tensor(ref.windows),
+    }
+    if ref.hidden is not None:
+        dtype = getattr(torch, ref.meta["hidden_dtype"])
+        return {"hidden": ref.hidden.to(dtype).contiguous(), **(ref.head.tensors() if ref.head else {}), **common}
     d = ref.dist
     return {
         "top_ids": d.top_ids.to(id_dtype).contiguous(),
@@ -84,12 +115,7 @@ def to_tensors(ref: Reference, vocab_size: int) -> dict[str, torch.Tensor]:
         "tail_logmass": d.tail_logmass.to(torch.float32).contiguous(),
         "tail_ids": d.tail_ids.to(id_dtype).contiguous(),
         "tail_logp": d.tail_logp.to(torch.float16).contiguous(),
-        "target_ids": ref.target_ids.to(torch.int32).contiguous(),
-        "target_logp": ref.target_logp.to(torch.float32).contiguous(),
-        "entropy": ref.entropy.to(torch.float32).contiguous(),
-        "nbytes": ref.nbytes.to(torch.int32).contiguous(),
-        "stream_ids": ref.stream_ids.to(torch.int32).contiguous(),
-        "windows": _windows_tensor(ref.windows),
+        **common,
     }
 
 
@@ -150,13 +176,18 @@ def _from_tensors(t: dict[str, torch.Tensor], meta: dict) -> Reference:
     def ids(x: torch.Tensor) -> torch.Tensor:
         return x.to(torch.int64)
 
-    dist = CompactDist(
-        top_ids=ids(t["top_ids"]),
-        top_logp=t["top_logp"].float(),
-        tail_logmass=t["tail_logmass"].float(),
-        tail_ids=ids(t["tail_ids"]),
-        tail_logp=t["tail_logp"].float(),
-    )
+    hidden = head = dist = None
+    if meta.get("kind", "topk") == "hidden":
+        hidden = t["hidden"]
+        head = OutputHead.from_tensors(t, meta["head"]) if "head_weight" in t else None
+    else:
+        dist = CompactDist(
+            top_ids=ids(t["top_ids"]),
+            top_logp=t["top_logp"].float(),
+            tail_logmass=t["tail_logmass"].float(),
+            tail_ids=ids(t["tail_ids"]),
+            tail_logp=t["tail_logp"].float(),
+        )
     return Reference(
         dist=dist,
         target_ids=ids(t["target_ids"]),
@@ -166,4 +197,6 @@ def _from_tensors(t: dict[str, torch.Tensor], meta: dict) -> Reference:
         stream_ids=ids(t["stream_ids"]),
         windows=_windows_list(t["windows"]),
         meta=meta,
+        hidden=hidden,
+        head=head,
     )

@@ -186,19 +186,27 @@ def verdicts_frame(result: dict) -> pd.DataFrame:
     return pd.DataFrame(result["verdicts"])
 
 
+def exact(result: dict) -> bool:
+    """Whether the gate ran against a hidden-state reference (exact columns, no lower bound)."""
+    return result["provenance"].get("reference_kind") == "hidden"
+
+
 def summary_table(result: dict) -> Table:
-    m, r = result["metrics"], result["reference"]
+    m, r, hidden = result["metrics"], result["reference"], exact(result)
+    columns = ["PPL ref", "PPL cand", "KL mean (nats)", "KL lower bound", "KL P99", "top-1 agree", "TV mean"]
     t = report_table(
         "Candidate vs reference",
-        ["PPL ref", "PPL cand", "KL mean (nats)", "KL lower bound", "KL P99", "top-1 agree", "TV mean", "Δ bits/byte"],
-        "the candidate against the compact reference",
+        [c for c in columns if not (hidden and c == "KL lower bound")] + ["Δ bits/byte"],
+        "the candidate against the hidden-state reference (exact)"
+        if hidden
+        else "the candidate against the compact reference",
         left=0,
     )
     t.add_row(
         _num(r["ppl"], 3),
         _num(m["ppl"], 3),
         f"{_num(m['kl_mean'])} ± {_num(m['kl_se'])}",
-        _num(m["kl_lower_mean"]),
+        *(() if hidden else (_num(m["kl_lower_mean"]),)),
         _num(m["kl_p99"]),
         f"{100 * m['top1']:.2f} ± {100 * m['top1_se']:.2f} %",
         _num(m["tv_mean"]),
@@ -211,13 +219,15 @@ def print_gate_llamacpp(console, result: dict) -> None:
     """--table llama.cpp: llama-perplexity --kl-divergence's block for the candidate, then the verdicts."""
     pv = result["provenance"]
     note = (
-        f"KLD per position is the tail-corrected estimate from the top-{pv['top_k']} + {pv['tail_samples']} "
+        "every figure is exact: the reference's logits from its stored last hidden states and head"
+        if exact(result)
+        else f"KLD per position is the tail-corrected estimate from the top-{pv['top_k']} + {pv['tail_samples']} "
         "tail samples "
         "(its mean is unbiased; its percentiles spread wider than the exact ones); PPL, Δp and same top p are exact."
     )
     print_block(
         console,
-        "### the candidate (Q) vs the compact reference (base)",
+        f"### the candidate (Q) vs the {'hidden-state' if exact(result) else 'compact'} reference (base)",
         result["metrics"],
         result["reference"],
         (scope_note(result), note),
@@ -226,17 +236,21 @@ def print_gate_llamacpp(console, result: dict) -> None:
 
 
 def reference_summary_table(info: dict) -> Table:
-    r = info["reference"]
+    r, hidden = info["reference"], info.get("hidden")
+    kind = ["hidden size", "head"] if hidden else ["top-K", "tail samples"]
     t = report_table(
-        "Compact reference",
-        ["positions", "top-K", "tail samples", "bytes/position", "vs llama.cpp", "PPL", "bits/byte"],
+        "Hidden-state reference" if hidden else "Compact reference",
+        ["positions", *kind, "bytes/position", "vs llama.cpp", "PPL", "bits/byte"],
         f"written to {info['file']}",
         left=0,
     )
     t.add_row(
         f"{r['tokens']:,}",
-        str(info["top_k"]),
-        str(info["tail_samples"]),
+        *(
+            (str(hidden["hidden_size"]), "in the file" if hidden["head_stored"] else "the candidate's (sha256)")
+            if hidden
+            else (str(info["top_k"]), str(info["tail_samples"]))
+        ),
         f"{info['bytes_per_position']:.0f}",
         f"{100 * info['bytes_per_position'] / info['llama_cpp_bytes_per_position']:.2f} % of "
         f"{info['llama_cpp_bytes_per_position']:,} B",

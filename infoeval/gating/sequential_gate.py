@@ -24,7 +24,7 @@ from infoeval.gating.floor import floor_roles, gate_floor
 from infoeval.gating.limit_streams import Plan, limit_stream, window_columns
 from infoeval.gating.limits import below_floor, judge
 from infoeval.gating.pipeline import GateSettings, open_gate
-from infoeval.gating.positions import TOP_COLUMNS, row_columns
+from infoeval.gating.positions import REFERENCE_TOP_COLUMNS, TOP_COLUMNS, row_columns
 from infoeval.gating.records import GateResult, gate_result
 from infoeval.gating.sequential_block import sequential_report
 from infoeval.input.prepare import Reporter, progress
@@ -164,12 +164,16 @@ def _evaluator(ref, batches: list, ref_cols: dict, streams: list, candidate: tup
             [batches[i] for i in idx],
             prefix_id,
             reduce,
-            {"top1": np.bool_, f"{FLOOR}/top1": np.bool_, **TOP_COLUMNS},
+            {"top1": np.bool_, f"{FLOOR}/top1": np.bool_, **TOP_COLUMNS, **REFERENCE_TOP_COLUMNS},
             on_forward=on_forward,
             n_rows=ref.n,
             only=only,
         )
-        for k in (k for k in part if k in ("nll", *GATE_COLUMNS, *TOP_COLUMNS) or k.startswith(f"{FLOOR}/")):
+        for k in (
+            k
+            for k in part
+            if k in ("nll", *GATE_COLUMNS, *TOP_COLUMNS, *REFERENCE_TOP_COLUMNS) or k.startswith(f"{FLOOR}/")
+        ):
             into = floors if k.startswith(f"{FLOOR}/") else var
             into.setdefault(k, np.zeros_like(part[k]))
             for i in idx:

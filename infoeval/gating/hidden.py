@@ -1,0 +1,140 @@
+"""The hidden-state reference (``reference --format hidden``): per scored position the reference model's last hidden
+state (after the final norm), and its head (``models.head``) stored once in the file, or only the head's sha256
+when the candidate's own head is to be used. The reference's logits are then that head applied to those states,
+exactly the logits the model gave, so a gate against it computes every column as quantize-compare does
+(``infotheory.reference_stats`` and ``compare``): KL, reverse KL, TV, top-1 and NLL, exact, not bounds.
+
+Writing it: the reference model runs headless (``engine.Headless``: its "logits" are the states); on the first
+window it also runs whole, and the stored head applied to the states must give its logits within MAX_HEAD_ERROR,
+else the architecture does more after its head than ``OutputHead`` knows and the file is refused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from infoeval import engine
+from infoeval.engine.roles import Headless
+from infoeval.errors import DataError, UsageError
+from infoeval.measure.infotheory import Workspace, compare, reference_stats
+from infoeval.measure.topk import top_k_probs
+from infoeval.models.head import OutputHead, head_of
+from infoeval.quant.floor import FLOOR
+
+STATES = "the reference model's last hidden states"
+WHOLE = "the reference model"
+MAX_HEAD_ERROR = 1e-4  # max |head(states) − logits| on the first window (float32 logits)
+HIDDEN_SCHEMA = {"hidden": np.float32, "target_logp": np.float32, "entropy": np.float32}
+HEAD_SOURCES = ("stored", "candidate")
+EXACT_COLUMNS = ("kl", "tv", "rkl", "top1")
+HIDDEN_KEYS = ("hidden_dtype", "hidden_size", "head", "head_sha256", "head_stored")  # the metadata it adds
+
+
+def hidden_roles(model: torch.nn.Module, first_window: int) -> tuple[dict, dict]:
+    """The reference pass's roles: the model headless on every window, whole on the first (the head's check)."""
+    return {STATES: Headless(model), WHOLE: model}, {WHOLE: {first_window}}
+
+
+def hidden_reducer(head: OutputHead, architecture: str):
+    """The reference pass's reducer: each window's states (float32), and the reference's log p(target) and entropy
+    from the head's logits; on the window where the whole model ran, the head's logits checked against its own."""
+    workspace = Workspace()
+
+    def reduce(step: engine.Step) -> dict:
+        h, targets = step.logits[STATES][0], step.targets[0]
+        z = head(h)
+        if WHOLE in step.logits:
+            err = float((z.float() - step.logits[WHOLE][0].float()).abs().max())
+            if not err <= MAX_HEAD_ERROR:
+                raise UsageError(
+                    f"--format hidden cannot be written for {architecture}: its head applied to its last hidden "
+                    f"states misses its logits by up to {err:.2g} (allowed {MAX_HEAD_ERROR:g}); use --format topk"
+                )
+        ref = reference_stats(z, targets, workspace)
+        engine.require_finite(ref.entropy, STATES, step.batch)
+        return {"hidden": h.float(), "target_logp": -ref.nll, "entropy": ref.entropy}
+
+    return reduce
+
+
+def hidden_pass(p, on_forward) -> tuple[dict, OutputHead]:
+    """The reference pass of a hidden-state reference over ``p``'s windows: its columns (``HIDDEN_SCHEMA``) and the
+    reference's head (its tensors, not a copy)."""
+    model = p.loaded.model
+    roles, only = hidden_roles(model, p.windows[0].index)
+    head = head_of(model)
+    reduce = hidden_reducer(head, p.loaded.info.architecture)
+    cols = engine.run(
+        roles,
+        p.stream.ids,
+        engine.plan(p.windows),
+        p.protocol.prefix_id,
+        reduce,
+        HIDDEN_SCHEMA,
+        p.stream.nbytes,
+        on_forward,
+        only=only,
+    )
+    return cols, head
+
+
+def hidden_meta(head: OutputHead, head_source: str, hidden: np.ndarray) -> dict:
+    """The metadata a hidden-state reference adds: its kind, the states' stored dtype (the model's 16-bit dtype,
+    which holds them exactly, else float32), the head's settings and sha256, whether the file holds it."""
+    dtype = head.weight.dtype if head.weight.dtype in (torch.bfloat16, torch.float16) else torch.float32
+    return {
+        "kind": "hidden",
+        "hidden_dtype": str(dtype).replace("torch.", ""),
+        "hidden_size": int(hidden.shape[1]),
+        "head": head.settings(),
+        "head_sha256": head.digest(),
+        "head_stored": head_source == "stored",
+    }
+
+
+def candidate_head(ref, model: torch.nn.Module) -> OutputHead:
+    """The head a hidden-state reference's logits are made with: the file's own, else the candidate's, which must
+    be the reference's bit for bit (its sha256); a candidate whose head differs is a usage error."""
+    if ref.head is not None:
+        return ref.head
+    head = head_of(model)
+    if head.digest() != ref.meta["head_sha256"]:
+        raise UsageError(
+            "the candidate's output head differs from the reference's, and the reference file carries no head: "
+            "write one that does with `infoeval reference MODEL --format hidden --head stored`"
+        )
+    return head
+
+
+def _exact(z: torch.Tensor, zq: torch.Tensor, targets: torch.Tensor, workspace: Workspace, top_k: int) -> dict:
+    """The candidate's columns against the reference's logits ``z``, as quantize-compare computes them."""
+    ref = reference_stats(z, targets, workspace)
+    cols = compare(ref, zq, targets, workspace)
+    out = {"nll": cols["nll"], "kl_lower": cols["kl"], **{k: cols[k] for k in EXACT_COLUMNS}}
+    if top_k:
+        out["top_ids"], out["top_p"] = top_k_probs(zq, top_k, max_log_prob=cols["max_logq"])
+        out["ref_top_ids"], out["ref_top_p"] = top_k_probs(z, top_k, log_normalizer=ref.max + ref.log_sum)
+    return out
+
+
+def exact_gate_reducer(ref, head: OutputHead, candidate: str, top_k: int = 0):
+    """The engine's reducer of a gate against a hidden-state reference: per window the reference's logits from its
+    states, then the candidate's (and the noise floor's, where it runs) columns against them."""
+    workspace = Workspace()
+
+    def reduce(step: engine.Step) -> dict:
+        zq, targets, rows = step.logits[candidate][0], step.targets[0], step.batch.rows
+        if zq.shape[1] != head.vocab:
+            raise DataError(
+                f"the candidate has {zq.shape[1]} output logits, the reference {head.vocab}: different vocabularies"
+            )
+        device = zq.device
+        z = head.to(device)(ref.hidden[rows].to(device))
+        out = _exact(z, zq, targets, workspace, top_k)
+        if FLOOR in step.logits:
+            floor = _exact(z, step.logits[FLOOR][0], targets, workspace, 0)
+            out |= {f"{FLOOR}/{k}": v for k, v in floor.items()}
+        return out
+
+    return reduce
