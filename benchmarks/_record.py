@@ -46,7 +46,7 @@ def run_child(cmd: list[str], cwd: Path = ROOT, env: dict | None = None) -> tupl
     return os.waitstatus_to_exitcode(status), time.perf_counter() - t0, usage.ru_maxrss / 1024, err
 
 
-VOLATILE = ("timings", "provenance", "memory", "block_cache", "layers_run_fraction")
+VOLATILE = ("timings", "provenance", "memory", "memory_plan", "block_cache", "layers_run_fraction")
 
 
 def _stable(x):

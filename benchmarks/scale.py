@@ -1,14 +1,16 @@
 """Benchmark: how quantize-compare's cost grows with the model, on seeded random-weight models of Qwen3's real
-shapes beside the real SmolLM2-135M. Each case is a fresh ``python -m infoeval quantize-compare`` process (the
-default three schemes, 1,024 tokens, ctx 512, the noise floor on) whose wall time and peak RSS come from the
-kernel's accounting of that child (``os.wait4``); beside each, the memory plan's estimate of that peak
-(``comparison.memory_plan``, made from the model's config before any weight loads) and their ratio.
+shapes (0.6B, 1.7B, 4B in float32; 8B in bfloat16) beside the real SmolLM2-135M. Each run is a fresh
+``python -m infoeval quantize-compare --plan P`` process (the default three schemes, 1,024 tokens, ctx 512, the
+noise floor on, the default memory budget: 90 % of the memory available) whose wall time and peak RSS come from
+the kernel's accounting of that child (``os.wait4``); beside each, the plan it took and that plan's estimate of
+its peak (``comparison.memory_plan``, made from the config before any weight loads), or the line it was refused
+with. For the smaller models, the reference files' bytes per position in each format against llama.cpp's 2·V.
 
-    python benchmarks/scale.py [--models smollm2-135m,qwen3-0.6b,qwen3-1.7b] [--plans lockstep] [--save]
+    python benchmarks/scale.py [--models …] [--plans lockstep,reference-first,auto] [--save]
 
-The random models are written under ``--work`` (default: a temporary folder under /tmp), float32 safetensors in
-shards (bfloat16 for 8B), with the built-in model's tokenizer, and deleted when the case is done. A case whose
-estimate exceeds ``--budget-gib`` (default 20) is not started: it is reported as refused, with the estimate.
+The random models are written under ``--work`` (default: a temporary folder under /tmp), safetensors in shards,
+with the built-in model's tokenizer, and deleted when their row is done; with ``--save`` the record is written
+after every row.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _record import add_save, emit, run_child  # benchmarks/_record.py
+from _record import add_save, emit, run_child, save  # benchmarks/_record.py
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOL = "smollm2-135m"
@@ -32,6 +34,7 @@ QWEN3 = {
     "qwen3-8b": (4096, 12288, 36, 32, 8, False),
 }
 DTYPE = {"qwen3-8b": "bfloat16"}  # the others in float32
+PLANS_OF = {"qwen3-4b": ["lockstep", "auto"], "qwen3-8b": ["lockstep", "auto"]}  # lockstep refused, auto: the other
 SHARD_BYTES = 2 << 30
 TOKENS, CTX = 1024, 512
 
@@ -107,54 +110,69 @@ def write_random_model(name: str, folder: Path, seed: int = 0) -> Path:
     return folder
 
 
-def estimate(model: str, plan: str) -> dict:
-    """The memory plan's estimate of quantize-compare's peak on ``model`` (MiB, and its parts)."""
-    from infoeval.comparison.memory_plan import estimate_run
-    from infoeval.input.settings import ModelSettings, VariantSettings
-
-    est = estimate_run(ModelSettings(model=model, device="cpu"), VariantSettings(), CTX, plan)
-    return {"estimate_mib": round(est.total / 2**20, 1), "parts_mib": est.parts_mib()}
-
-
-def measure(model: str, plan: str, tokens: int) -> dict:
-    """One quantize-compare in a fresh process: wall, peak RSS, the mean KLs."""
+def measure(model: str, plan: str, dtype: str) -> dict:
+    """One quantize-compare in a fresh process under ``--plan plan``: the plan it took and its estimate, wall, peak
+    RSS, the mean KLs; or, where the plan was refused, the exit code and the line it said."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        cmd = [sys.executable, "-m", "infoeval", "quantize-compare", "--model", model]
-        cmd += ["--max-tokens", str(tokens), "--ctx", str(CTX), "--json", str(out), "-q"]
+        cmd = [sys.executable, "-m", "infoeval", "quantize-compare", "--model", model, "--plan", plan]
+        cmd += ["--dtype", dtype, "--max-tokens", str(TOKENS), "--ctx", str(CTX), "--json", str(out), "-q"]
         code, wall, peak, err = run_child(cmd)
         if code != 0:
-            return {"exit_code": code, "error": err.strip().splitlines()[-1:]}
+            return {"exit_code": code, "said": err.strip().splitlines()[-1] if err.strip() else ""}
         data = json.loads(out.read_text())
+    taken = data["memory_plan"]
+    est = taken["estimates"][taken["plan"]]
     return {
+        "plan_taken": taken["plan"],
+        "reason": taken["reason"],
+        "estimate_mib": round(est["peak_bytes"] / 2**20, 1),
+        "parts_mib": {k: round(v / 2**20, 1) for k, v in est["parts_bytes"].items()},
         "wall_s": round(wall, 1),
         "peak_rss_mib": round(peak, 1),
+        "estimate_over_measured": round(est["peak_bytes"] / 2**20 / peak, 3),
         "scored_tokens": data["reference"]["tokens"],
         "s_per_scored_token": round(wall / data["reference"]["tokens"], 4),
         "kl_mean": {v["name"]: round(v["metrics"]["kl_mean"], 6) for v in data["variants"]},
     }
 
 
-def case(name: str, plan: str, work: Path, budget_mib: float) -> dict:
-    folder = None
-    try:
-        if name == SMOL:
-            model = SMOL
-        else:
-            folder = write_random_model(name, work / name)
-            model = str(folder)
-        row = {"model": name, "plan": plan, **estimate(model, plan)}
-        from infoeval.models.shapes import model_shape
+def reference_bytes(model: str, dtype: str) -> dict:
+    """Bytes per scored position of each reference format on this model, beside llama.cpp's 2·V."""
+    import infoeval
 
-        shape = model_shape(model)
-        row["parameters"] = shape.n_parameters
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        run = {"max_tokens": TOKENS, "ctx": CTX, "device": "cpu", "dtype": dtype}
+        for label, kw in (("topk", {}), ("hidden", {"format": "hidden", "head": "candidate"})):
+            info = infoeval.reference(model, out=Path(tmp) / f"{label}.safetensors", **kw, **run).to_json()
+            out[label] = round(info["bytes_per_position"], 1)
+    out["llama_cpp"] = info["llama_cpp_bytes_per_position"]
+    out["hidden_over_llama_cpp"] = round(out["hidden"] / out["llama_cpp"], 4)
+    return out
+
+
+def case(name: str, plans: list[str], work: Path, references: bool) -> dict:
+    """Every plan on one model (written here, deleted after), and with ``references`` the reference files' bytes."""
+    from infoeval.models.shapes import model_shape
+
+    folder = None
+    dtype = DTYPE.get(name, "float32")
+    try:
+        folder = None if name == SMOL else write_random_model(name, work / name)
+        model = SMOL if folder is None else str(folder)
+        import torch
+
+        shape = model_shape(model, getattr(torch, dtype))
+        row = {"model": name, "dtype": dtype, "parameters": shape.n_parameters}
         row["parameter_mib"] = round(shape.parameter_bytes / 2**20, 1)
-        if row["estimate_mib"] > budget_mib:
-            return {**row, "refused": f"estimate {row['estimate_mib']:.0f} MiB > budget {budget_mib:.0f} MiB"}
-        got = measure(model, plan, TOKENS)
-        if "peak_rss_mib" in got:
-            got["estimate_over_measured"] = round(row["estimate_mib"] / got["peak_rss_mib"], 3)
-        return {**row, **got}
+        row["runs"] = {plan: measure(model, plan, dtype) for plan in plans}
+        walls = {p: r["wall_s"] for p, r in row["runs"].items() if "wall_s" in r}
+        if "lockstep" in walls and "reference-first" in walls:
+            row["reference_first_over_lockstep_wall"] = round(walls["reference-first"] / walls["lockstep"], 3)
+        if references:
+            row["reference_bytes_per_position"] = reference_bytes(model, dtype)
+        return row
     finally:
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
@@ -162,15 +180,23 @@ def case(name: str, plan: str, work: Path, budget_mib: float) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default=f"{SMOL},qwen3-0.6b,qwen3-1.7b")
-    ap.add_argument("--plans", default="lockstep")
-    ap.add_argument("--budget-gib", type=float, default=20.0)
+    ap.add_argument("--models", default=f"{SMOL},qwen3-0.6b,qwen3-1.7b,qwen3-4b,qwen3-8b")
+    ap.add_argument("--plans", default=None, help="default: lockstep,reference-first; lockstep,auto past 1.7B")
+    ap.add_argument(
+        "--references", default=f"{SMOL},qwen3-0.6b,qwen3-1.7b", help="models whose reference files are sized"
+    )
     ap.add_argument("--work", default=None, help="a scratch folder for the random models (default: under /tmp)")
     add_save(ap)
     a = ap.parse_args()
+    rows = []
     with tempfile.TemporaryDirectory(dir=a.work) as tmp:
-        rows = [case(m, p, Path(tmp), a.budget_gib * 1024) for m in a.models.split(",") for p in a.plans.split(",")]
-    emit(__file__, {"benchmark": "scale", "tokens": TOKENS, "ctx": CTX, "rows": rows}, a.save, args=a)
+        for m in a.models.split(","):
+            plans = a.plans.split(",") if a.plans else PLANS_OF.get(m, ["lockstep", "reference-first"])
+            rows.append(case(m, plans, Path(tmp), m in a.references.split(",")))
+            figures = {"benchmark": "scale", "tokens": TOKENS, "ctx": CTX, "rows": rows}
+            if a.save:  # each model's row as soon as it is measured: a long run keeps what it has
+                save(__file__, figures, args=a)
+    emit(__file__, figures, a.save, args=a)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import json
 import math
 from pathlib import Path
 
+from performance_scale import scale_section  # scripts/performance_scale.py
 from performance_targets import summary_rows  # scripts/performance_targets.py
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -402,6 +403,7 @@ def render(root: Path | None = None) -> str:
         "Each target a record is held to, what it measured and whether that meets it (– : not a pass/fail figure).",
         "",
         *_table(["record", "target", "measured", "met", "date"], summary_rows({r["benchmark"]: r for r in records})),
+        *scale_section(next((r for r in records if r["benchmark"] == "scale"), None)),
         "## Records",
         "",
         *_table(

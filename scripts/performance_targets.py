@@ -121,6 +121,14 @@ def _against_old(f: dict):
 
 
 Getter = Callable[[dict], tuple[str, bool | None]]
+
+
+def _hidden(f: dict):
+    worst = max(v["relative"] for v in f["gate_vs_compare"].values())
+    b = f["bytes_per_position"]
+    return f"relative ≤ {worst:.1e}; {b['hidden_head_shared']:,.0f} B/position (4·d = {b['four_d']:,})", worst <= 1e-6
+
+
 TARGETS: list[tuple[str, str, Getter]] = [
     (
         "quantize_compare",
@@ -150,6 +158,7 @@ TARGETS: list[tuple[str, str, Getter]] = [
     ("checkpoints", "every installed format gates from its folder within 2 SE of in-process", _checkpoints),
     ("floor", "the noise floor ≤ 10 % of the default run's wall", _floor),
     ("many_variants", "paired verdicts < 5 % of a 12-variant run", _many_variants),
+    ("hidden_reference", "the gate on hidden states = quantize-compare (≤ 1e-6 relative)", _hidden),
 ]
 
 

@@ -55,6 +55,7 @@ VOLATILE = {
     "sha256_file",
     "load_s",
     "eval_s",
+    "memory_plan",  # the plan taken against the memory available on the machine, and its estimates
 }
 # Renames of the result schema (old key path → new key path), applied to a golden record before comparing.
 # Schema 2: metric definitions moved to `metric_definitions` (from `metrics`, and `metrics_meta` in gate results,

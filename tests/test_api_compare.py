@@ -18,9 +18,12 @@ from infoeval.errors import UsageError
 
 
 def _numbers(data: dict) -> dict:
-    """A result without what differs between two runs of the same settings: when and how it was launched, timings."""
+    """A result without what differs between two runs of the same settings: when and how it was launched, timings,
+    the memory budget (a share of the memory available at the start: the plan's reason names it)."""
     data = json.loads(json.dumps(data))
     data.pop("timings", None)
+    for k in ("budget_bytes", "reason"):
+        data.get("memory_plan", {}).pop(k, None)
     for k in ("argv", "created"):
         data["provenance"].pop(k, None)
     return data

@@ -260,3 +260,16 @@ def test_without_a_launcher_nothing_is_sharded(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert not distributed.launched() and distributed.is_main()
     assert distributed.share(7) == 7
+
+
+def test_reference_first_two_ranks_equal_one_process_lockstep(work, tiny_llama_dir):
+    """Under torchrun each rank runs reference-first on its windows: the states gathered, the same numbers as one
+    process's lockstep."""
+    args = ["quantize-compare", tiny_llama_dir, "--schemes", "int8-channel,int4-g32", *COMMON[:-1], 800]
+    one, two = work / "rf-1.json", work / "rf-2.json"
+    _ok(_single([*args, "--plan", "lockstep", "--json", one, "-q"], work))
+    _ok(_ranks([*args, "--plan", "reference-first", "--json", two, "-q"], work))
+    a, b = (_without_ranks(json.loads(f.read_text())) for f in (one, two))
+    assert b["memory_plan"]["plan"] == "reference-first"
+    a.pop("memory_plan"), b.pop("memory_plan")
+    assert compare(a, b, "quantize-compare") == []

@@ -187,3 +187,41 @@ def test_the_cli_writes_and_gates_a_hidden_reference(tiny_llama_dir, tiny_text, 
     assert code in (0, 1) and "hidden-state reference (exact)" in out and "KL lower bound" not in out
     assert main(["reference", tiny_llama_dir, "-o", ref, "--format", "logits", *run]) == 2
     assert "--format logits is not allowed" in capsys.readouterr().err
+
+
+def _tiny_gemma2(folder):
+    """A 1-layer Gemma 2 with final logit soft-capping (cap 2: the cap moves every logit visibly)."""
+    from tiny_models import _save, make_tokenizer
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    tok = make_tokenizer(bos=True)
+    config = Gemma2Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        final_logit_softcapping=2.0,
+        max_position_embeddings=512,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(0)
+    return _save(Gemma2ForCausalLM(config), tok, folder)
+
+
+def test_gemmas_soft_capped_head_is_part_of_the_head(tiny_text, tmp_path, monkeypatch):
+    from infoeval.models import head as head_module
+
+    model_dir = _tiny_gemma2(tmp_path / "gemma2")
+    (tmp_path / "t.txt").write_text(tiny_text, encoding="utf-8")
+    info = _reference(model_dir, tmp_path / "t.txt", tmp_path / "ref.safetensors")
+    assert info["hidden"]["head"]["softcap"] == 2.0
+    m = _gate(tmp_path / "ref.safetensors", str(model_dir))[0]["metrics"]
+    assert m["kl_mean"] == 0.0 and m["top1"] == 1.0
+    monkeypatch.setattr(head_module, "SOFTCAP_KEYS", ())  # a head that ignores the cap misses the logits
+    with pytest.raises(UsageError, match="cannot be written for Gemma2ForCausalLM"):
+        _reference(model_dir, tmp_path / "t.txt", tmp_path / "ref2.safetensors")

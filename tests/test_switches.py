@@ -17,7 +17,8 @@ def _numbers(result) -> dict:
             return {
                 k: strip(v)
                 for k, v in x.items()
-                if not k.endswith("_s") and k not in ("timings", "provenance", "block_cache", "layers_run_fraction")
+                if not k.endswith("_s")
+                and k not in ("timings", "provenance", "memory_plan", "block_cache", "layers_run_fraction")
             }
         return [strip(v) for v in x] if isinstance(x, list) else x
 

@@ -174,6 +174,8 @@ def compare(
     top_k: int = 0,
     baseline: str | None = None,
     alpha: float | None = None,
+    plan: str = "auto",
+    memory_budget: float | None = None,
     progress: bool = False,
     **run,
 ):
@@ -185,12 +187,15 @@ def compare(
     ``run_settings`` (``text``, ``dataset``, ``max_tokens``, ``ctx``, ``protocol``, ``device``, ``dtype``, …); with
     ``until_se``, ``max_tokens`` is the budget of the run to a precision (None: the whole text). ``baseline``: one of
     the variants; every other is compared with it on the same positions, verdicts at ``alpha`` (default 0.05;
-    ``result.paired``)."""
+    ``result.paired``). ``plan``: "auto", "lockstep" or "reference-first", chosen against ``memory_budget`` (GiB;
+    None: 90 % of the memory available) before anything loads (``result.memory_plan``)."""
     from infoeval.comparison import pipeline
     from infoeval.comparison.frames import positions_frame
+    from infoeval.comparison.plans import PlanSettings
     from infoeval.models.objects import evaluating
 
     paired = _paired(baseline, alpha)
+    plan_settings = PlanSettings(plan, memory_budget)
     reference, (model_settings, text_settings, window_settings) = prepared(model, tokenizer, run)
     variant_settings, modules = _variants(
         schemes, variants, recipes, checkpoints, include, exclude, calibration, floor, floor_seed
@@ -206,6 +211,7 @@ def compare(
             top_k,
             modules,
             paired,
+            plan_settings,
         )
     return result.with_positions(lambda: positions_frame(cols.reference, cols.variants), cols)
 

@@ -122,6 +122,23 @@ PairedAlphaOpt = Annotated[
         show_default=False,
     ),
 ]
+PlanOpt = Annotated[
+    str,
+    typer.Option(
+        "--plan",
+        help="auto (lockstep where its estimated peak fits --memory-budget, else reference-first), lockstep (every "
+        "model at once) or reference-first (the reference's last hidden states first, then one model at a time).",
+    ),
+]
+MemoryBudgetOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--memory-budget",
+        help="GiB the run may take, checked against each plan's estimate before anything loads (default: 90 % of the "
+        "memory available: RAM, or the GPU's free memory).",
+        show_default=False,
+    ),
+]
 VerifyCodingOpt = Annotated[
     bool,
     typer.Option(
@@ -154,6 +171,8 @@ def quantize_compare(
     table: TableOpt = "default",
     baseline: BaselineOpt = None,
     alpha: PairedAlphaOpt = None,
+    plan: PlanOpt = "auto",
+    memory_budget: MemoryBudgetOpt = None,
     precision: Precision = None,  # --until-se and --order-seed (see precision_options)
     page: PageOptions = None,  # --topk and --html (see page_options)
     run: RunOptions = None,  # the shared text, window and device options (see run_options)
@@ -188,6 +207,8 @@ def quantize_compare(
         top_k=page.top_k,
         baseline=baseline,
         alpha=alpha,
+        plan=plan,
+        memory_budget=memory_budget,
         progress=not outputs.quiet,
         **precision.keywords(),
         **run.keywords(precision.whole_text),

@@ -10,6 +10,8 @@ import bz2
 import gzip
 import lzma
 
+import numpy as np
+
 COMPRESSORS = ("utf-8", "gzip -9", "bz2 -9", "xz -9", "zstd -19")
 
 
@@ -42,3 +44,16 @@ def compress_all(data: bytes) -> list[dict]:
             }
         )
     return rows
+
+
+def scored_bytes(p) -> bytes:
+    """The UTF-8 bytes covered by the scored tokens, in order (the whole scored span for rolling windows)."""
+    raw = p.text.text.encode("utf-8")
+    starts = np.cumsum(p.stream.nbytes) - p.stream.nbytes
+    pieces = []
+    for w in p.windows:
+        a, b = w.first_target, w.first_target + w.n_scored
+        lo = int(starts[a])
+        hi = int(starts[b - 1] + p.stream.nbytes[b - 1])
+        pieces.append(raw[lo:hi])
+    return b"".join(pieces)

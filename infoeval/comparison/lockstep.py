@@ -84,8 +84,12 @@ class CompareColumns:
         )
 
 
-def lockstep_reducer(variant_names: Sequence[str], top_k: int = 0, clock: engine.Clock | None = None) -> engine.Reducer:
+def lockstep_reducer(
+    variant_names: Sequence[str], top_k: int = 0, clock: engine.Clock | None = None, states=None
+) -> engine.Reducer:
     """Reference statistics, then each variant against them, window by window (buffers reused across windows);
+    the reference's logits its model's, or with ``states`` ((n, d) last hidden states of every row, and the head:
+    ``comparison/reference_first.py``) the head applied to the step's rows of them;
     the noise floor's columns where it runs (``FLOOR in step.logits``: the windows ``engine.run(only=…)`` gives it;
     its statistics' seconds go to ``clock.roles[FLOOR_STATISTICS]``).
     Each model's entropies are checked finite, which they are exactly when its logits are (``engine.run`` leaves
@@ -94,7 +98,8 @@ def lockstep_reducer(variant_names: Sequence[str], top_k: int = 0, clock: engine
     workspace = Workspace()
 
     def reduce(step: engine.Step) -> dict:
-        targets, z = step.targets[0], step.logits[REFERENCE][0]
+        targets = step.targets[0]
+        z = step.logits[REFERENCE][0] if states is None else stored_logits(states, step.batch.rows, targets.device)
         ref = reference_stats(z, targets, workspace)
         engine.require_finite(ref.entropy, REFERENCE, step.batch)
         out = {
@@ -125,6 +130,12 @@ def lockstep_reducer(variant_names: Sequence[str], top_k: int = 0, clock: engine
     return reduce
 
 
+def stored_logits(states, rows: slice, device: torch.device) -> torch.Tensor:
+    """The reference's logits of column rows ``rows`` from its stored last hidden states and its head."""
+    hidden, head = states
+    return head(torch.from_numpy(np.ascontiguousarray(hidden[rows])).to(device))
+
+
 def run_lockstep(
     model,
     stream: TokenStream,
@@ -136,12 +147,14 @@ def run_lockstep(
     top_k: int = 0,
     floor: FloorVariant | None = None,
     floor_at: Collection[int] = (),
+    states=None,
 ) -> CompareColumns:
     """Evaluate the reference and every variant on every window, window by window (``clock``: ``engine.run``'s;
     ``top_k``: also every model's k most likely tokens per position); with ``floor``, the noise floor too, in the
-    same lockstep, on the windows ``floor_at`` (indices) only."""
+    same lockstep, on the windows ``floor_at`` (indices) only. With ``states`` (``lockstep_reducer``'s) the
+    reference does not run: its logits come from them."""
     roles = {
-        REFERENCE: model,
+        **({} if states is not None else {REFERENCE: model}),
         **{
             v.name: v.model if isinstance(v, (MethodVariant, ModuleVariant)) else WithVariant(model, v)
             for v in variants
@@ -156,14 +169,14 @@ def run_lockstep(
         roles[FLOOR], only[FLOOR] = WithVariant(model, floor), at
         schema |= {f"{FLOOR}/{k}": t for k, t in FLOOR_COLUMNS.items()}
     # with SHARED_TOKENS > ctx the variants' blocks see several windows at a time and dequantize once per batch
-    shared = len(roles) > 1 and not switches.off("shared_batches")
+    shared = (len(roles) > 1 or states is not None) and not switches.off("shared_batches")
     batches = engine.plan_shared(windows, SHARED_TOKENS) if shared else engine.plan(windows)
     cols = engine.run(
         roles,
         stream.ids,
         batches,
         bos_id,
-        lockstep_reducer(names, top_k, clock),
+        lockstep_reducer(names, top_k, clock, states),
         schema,
         stream.nbytes,
         on_forward,

@@ -13,6 +13,13 @@ context. The lockstep holds every model at once:
                     variant, the variant's being compared, the next one being made; fitted, see below)
     activations     each role's decoder output for a shared batch (roles × batch tokens × hidden floats)
 
+reference-first (``comparison/reference_first.py``) holds no codes and one model of its own at a time:
+
+    peak ≈ process + weights + the largest model variant + quantization + logits + activations + states
+
+    quantization    the lazy variants' fake quantization of the largest quantized layer (QUANTIZE_COPIES floats)
+    states          the reference's last hidden states, tokens × hidden floats (past SPILL_BYTES: a file)
+
 PROCESS_BYTES and LOGIT_COPIES were fitted on two measured runs (``benchmarks/scale.py``: SmolLM2-135M, V = 49,152,
 and a Qwen3-0.6B-shaped model, V = 151,936; the three default schemes, 1,024 tokens, ctx 512, float32) and checked on
 a third (Qwen3-1.7B-shaped); the record holds each estimate beside the measured peak.
@@ -20,23 +27,26 @@ a third (Qwen3-1.7B-shaped); the record holds each estimate beside the measured 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from infoeval.comparison.lockstep import SHARED_TOKENS
+from infoeval.comparison.reference_first import SPILL_BYTES
 from infoeval.comparison.variants import plan_variants
 from infoeval.input.settings import ModelSettings, VariantSettings
 from infoeval.models import resolve_device, resolve_dtype
-from infoeval.models.shapes import ModelShape, model_shape
+from infoeval.models.shapes import ModelShape, model_shape, shape_of_module
 from infoeval.quant.footprint import plan_nbytes, scratch_nbytes
 from infoeval.quant.recipe import assign
+from infoeval.quant.schemes import Scheme
 from infoeval.quant.selection import plan_layers
 
 MIB = 2**20
 PROCESS_BYTES = 550 * MIB  # fitted (module docstring)
 LOGIT_COPIES = 3  # fitted (module docstring)
-PLANS = ("lockstep",)
+QUANTIZE_COPIES = 4  # float32 copies of a layer fake quantization holds at once (blocks, codes, scales, result)
 
 
 @dataclass(frozen=True)
@@ -57,55 +67,90 @@ class MemoryEstimate:
         return {"plan": self.plan, "peak_bytes": self.total, "parts_bytes": dict(self.parts)}
 
 
-def variant_bytes(shape: ModelShape, settings: VariantSettings) -> dict[str, int]:
-    """Bytes each variant the settings name keeps while the lockstep runs (the module docstring's ``variants``)."""
-    planned = plan_variants(settings)
+def variant_bytes(shape: ModelShape, settings: VariantSettings, modules: Sequence = ()) -> tuple[dict, dict]:
+    """Bytes of each variant the settings name: (the schemes' and recipes' codes, the models of their own: a library
+    method's as a copy of the model, a checkpoint as its parameters, a module passed in as its own)."""
+    planned = plan_variants(settings, modules)
     layers = plan_layers(shape.meta, list(settings.include), list(settings.exclude))
     linears = [n for n, m in shape.meta.named_modules() if isinstance(m, torch.nn.Linear)]
-    out = {
+    codes = {
         s.name: plan_nbytes(shape.meta, [(n, s if sel else None, r) for n, sel, r in layers], shape.dtype)
         for s in planned.schemes
     }
-    out |= {r.name: plan_nbytes(shape.meta, assign(r, linears, layers), shape.dtype) for r in planned.recipes}
-    out |= {m.name: shape.parameter_bytes for m in planned.methods}
-    out |= {
+    codes |= {r.name: plan_nbytes(shape.meta, assign(r, linears, layers), shape.dtype) for r in planned.recipes}
+    models = {m.name: shape.parameter_bytes for m in planned.methods}
+    models |= {m.name: shape_of_module(m.model).parameter_bytes for m in modules}
+    models |= {
         name: model_shape(spec, shape.dtype).parameter_bytes
         for name, spec in zip(planned.checkpoints, settings.checkpoints)
     }
-    return out
+    return codes, models
 
 
-def _scratch(shape: ModelShape, settings: VariantSettings) -> int:
+def _scratch(shape: ModelShape, settings: VariantSettings, modules: Sequence = ()) -> int:
     """The dequantization buffers: the largest any scheme's variant needs, over the quantized layers."""
-    planned = plan_variants(settings)
+    planned = plan_variants(settings, modules)
     schemes = list(planned.schemes) + [s for r in planned.recipes for s in r.schemes()]
     layers = plan_layers(shape.meta, list(settings.include), list(settings.exclude))
     return max((scratch_nbytes(shape.meta, s, shape.dtype, layers) for s in schemes), default=0)
 
 
-def estimate_lockstep(shape: ModelShape, settings: VariantSettings, ctx: int) -> MemoryEstimate:
-    """The lockstep's peak (module docstring) for windows of ``ctx`` tokens."""
-    variants = variant_bytes(shape, settings)
-    roles = 1 + len(variants) + (settings.floor != "off")
+def _common(shape: ModelShape, ctx: int, roles: int) -> dict[str, int]:
+    """The parts every plan has: the process, the reference's weights, the logits, the roles' shared-batch states."""
     batch_tokens = max(ctx, SHARED_TOKENS // ctx * ctx)
-    return MemoryEstimate(
-        "lockstep",
-        {
-            "process": PROCESS_BYTES,
-            "weights": shape.parameter_bytes,
-            "variants": sum(variants.values()),
-            "dequantization": _scratch(shape, settings),
-            "logits": int(LOGIT_COPIES * ctx * shape.vocab * 4),
-            "activations": roles * batch_tokens * shape.hidden * 4,
-        },
-    )
+    return {
+        "process": PROCESS_BYTES,
+        "weights": shape.parameter_bytes,
+        "logits": int(LOGIT_COPIES * ctx * shape.vocab * 4),
+        "activations": roles * batch_tokens * shape.hidden * 4,
+    }
+
+
+def estimate_lockstep(shape: ModelShape, settings: VariantSettings, ctx: int, modules: Sequence = ()) -> MemoryEstimate:
+    """The lockstep's peak (module docstring) for windows of ``ctx`` tokens."""
+    codes, models = variant_bytes(shape, settings, modules)
+    roles = 1 + len(codes) + len(models) + (settings.floor != "off")
+    parts = _common(shape, ctx, roles)
+    parts |= {
+        "variants": sum(codes.values()) + sum(models.values()),
+        "dequantization": _scratch(shape, settings, modules),
+    }
+    return MemoryEstimate("lockstep", parts)
+
+
+def estimate_reference_first(
+    shape: ModelShape, settings: VariantSettings, ctx: int, tokens: int | None, modules: Sequence = ()
+) -> MemoryEstimate:
+    """reference-first's peak (``comparison/reference_first.py``): no codes (the lazy variants make each layer when a
+    pass needs it: QUANTIZE_COPIES float32 copies of the largest quantized layer), the largest model of its own at
+    once, the stored states (``tokens`` × hidden floats, at most SPILL_BYTES in memory; None: the whole text)."""
+    codes, models = variant_bytes(shape, settings, modules)
+    roles = len(codes) + (settings.floor != "off")
+    layers = plan_layers(shape.meta, list(settings.include), list(settings.exclude))
+    largest = scratch_nbytes(shape.meta, Scheme(8, None), torch.float32, layers) if codes else 0
+    states = SPILL_BYTES if tokens is None else min(SPILL_BYTES, tokens * shape.hidden * 4)
+    parts = _common(shape, ctx, max(roles, 1))
+    parts |= {
+        "variants": max(models.values(), default=0),
+        "quantization": QUANTIZE_COPIES * largest,
+        "states": states,
+    }
+    return MemoryEstimate("reference-first", parts)
 
 
 def estimate_run(
-    model_settings: ModelSettings, variant_settings: VariantSettings, ctx: int, plan: str = "lockstep"
+    model_settings: ModelSettings,
+    variant_settings: VariantSettings,
+    ctx: int,
+    plan: str = "lockstep",
+    tokens: int | None = None,
+    modules: Sequence = (),
 ) -> MemoryEstimate:
-    """The estimated peak of quantize-compare on the settings' model and variants, loading no weight."""
-    plan_variants(variant_settings)  # a bad scheme, recipe or name fails before the model is read
+    """The estimated peak of quantize-compare under ``plan`` on the settings' model and variants (``tokens``: the
+    scored tokens, None: unknown), loading no weight."""
+    plan_variants(variant_settings, modules)  # a bad scheme, recipe or name fails before the model is read
     dtype = resolve_dtype(model_settings.dtype, resolve_device(model_settings.device))
     shape = model_shape(model_settings.model, dtype)
-    return estimate_lockstep(shape, variant_settings, ctx)
+    if plan == "reference-first":
+        return estimate_reference_first(shape, variant_settings, ctx, tokens, modules)
+    return estimate_lockstep(shape, variant_settings, ctx, modules)

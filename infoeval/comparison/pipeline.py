@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from infoeval import engine
+from infoeval.comparison.compressors import scored_bytes  # noqa: F401  (re-exported)
 from infoeval.comparison.floor import floor_block, noise_floor
 from infoeval.comparison.frames import compress_frame, summary_frame
 from infoeval.comparison.lockstep import (  # noqa: F401  (REFERENCE … VARIANT_COLUMNS, lockstep_reducer: re-exported)
@@ -24,6 +25,8 @@ from infoeval.comparison.lockstep import (  # noqa: F401  (REFERENCE … VARIANT
     lockstep_reducer,
     run_lockstep,
 )
+from infoeval.comparison.plans import PlanSettings, choose
+from infoeval.comparison.reference_first import evaluate_reference_first
 from infoeval.comparison.until import UntilSettings, bpb_ses, budget_windows, check_protocol, evaluate_until, kl_ses
 from infoeval.comparison.variants import build_planned, plan_variants
 from infoeval.errors import RuntimeFailure, UsageError
@@ -65,10 +68,12 @@ class CompareResult(Result):
     frontier: dict | None = None
     # each variant's mean KL and top-1 by the reference's top-1 probability (measure/confidence.py)
     by_confidence: dict | None = None
+    # the plan taken (lockstep or reference-first), why, the memory budget and each plan's estimate (plans.py)
+    memory_plan: dict | None = None
     FAMILY = "quantize-compare"
     SUMMARY = staticmethod(summary_frame)
     # without --until-se, with --floor off, without --baseline or a second variant
-    OMITTED_WHEN_NONE = ("until_se", "floor", "paired", "frontier", "by_confidence")
+    OMITTED_WHEN_NONE = ("until_se", "floor", "paired", "frontier", "by_confidence", "memory_plan")
 
 
 @dataclass(frozen=True)
@@ -102,10 +107,9 @@ def _evaluate(
     floor: FloorVariant | None = None,
     floor_at: tuple[int, ...] = (),
 ) -> tuple[CompareColumns, dict[str, float], Prepared, dict | None]:
-    """The lockstep run under a progress bar; returns the columns, its timings (eval_s, and on a CPU how much of
-    it the forward passes and the statistics took: ``engine.Clock``), and with ``until`` (a run to a precision:
-    ``se_of(columns)`` the watched SEs) ``p`` restricted to the windows used and the ``until_se`` block. With
-    ``floor`` the noise floor runs in the same lockstep on the windows ``floor_at``."""
+    """The lockstep under a progress bar: the columns, timings (eval_s; on a CPU the forwards' and statistics'),
+    with ``until`` (``se_of(columns)``: the watched SEs) ``p`` cut to the windows used and the ``until_se`` block;
+    with ``floor`` the noise floor in the same lockstep on the windows ``floor_at``."""
     clock, models = engine.Clock(), 1 + len(variants)
     windows = len(p.windows) if until is None else budget_windows(p, until)
     steps = windows * models + (len(floor_at) if floor is not None else 0)
@@ -173,6 +177,20 @@ def _paired_view(cols: CompareColumns, paired: PairedSettings | None, timings: d
     return view
 
 
+def _lockstep(p, plan, settings, modules, device_map, reporter, until, top_k) -> tuple:
+    """The lockstep's variants, built, and its evaluation: every model at once."""
+    variants, calibration, build_s = build_planned(p, plan, settings, modules, device_map, reporter)
+    floor, floor_at = noise_floor(p, settings, 1 + len(variants), until)
+    cols, eval_timings, p, block = _evaluate(p, variants, reporter, until, kl_ses, top_k, floor, floor_at)
+    return p, cols, variants, calibration, {**p.timings, **build_s, **eval_timings}, floor, floor_at, block
+
+
+def _reference_first(p, plan, settings, modules, device_map, reporter, until, top_k) -> tuple:
+    """reference-first's evaluation (``until``: refused before, by ``plans.choose``)."""
+    out = evaluate_reference_first(p, plan, settings, modules, device_map, reporter, top_k)
+    return p, *out[:3], {**p.timings, **out[3]}, *out[4:], None
+
+
 def quantize_compare(
     model_settings: ModelSettings,
     text_settings: TextSettings,
@@ -183,24 +201,27 @@ def quantize_compare(
     top_k: int = 0,
     modules: Sequence[ModuleVariant] = (),
     paired: PairedSettings | None = None,
+    plan_settings: PlanSettings | None = None,
 ) -> tuple[CompareResult, CompareColumns]:
-    """The reference and every variant on the text's windows (``until``: in a seeded order, until every variant's
-    mean-KL SE is ≤ the target; then ``text_settings.max_tokens`` is not used: the budget is ``until.max_tokens``;
-    ``top_k``: the columns also hold every model's k most likely tokens and their probabilities; ``modules``:
-    variants the caller built, run after the schemes' and recipes'; ``paired``: every other variant against the
-    baseline it names)."""
+    """The reference and every variant on the text's windows (``until``: in a seeded order until every variant's
+    mean-KL SE is ≤ the target, within ``until.max_tokens``; ``top_k``: also every model's k most likely tokens;
+    ``modules``: variants the caller built; ``paired``: every other variant against the baseline it names;
+    ``plan_settings``: lockstep or reference-first, chosen against a memory budget before loading: ``plans.py``)."""
     reporter = reporter or Reporter()
     text_settings = _checked_text(text_settings, window_settings, until, top_k)
     plan = plan_variants(variant_settings, modules, paired)  # fail on a bad scheme, name or baseline before loading
-    p = prepare(model_settings, text_settings, window_settings, reporter)
-    variants, calibration, build_s = build_planned(
-        p, plan, variant_settings, modules, model_settings.device_map, reporter
+    tokens = until.max_tokens if until is not None else text_settings.max_tokens
+    choice = choose(
+        plan_settings or PlanSettings(), model_settings, variant_settings, window_settings.ctx, tokens, until, modules
     )
-    floor, floor_at = noise_floor(p, variant_settings, 1 + len(variants), until)
-    cols, eval_timings, p, block = _evaluate(p, variants, reporter, until, kl_ses, top_k, floor, floor_at)
+    p = prepare(model_settings, text_settings, window_settings, reporter)
+    reporter.note(choice.line())
+    run = _reference_first if choice.plan == "reference-first" else _lockstep
+    p, cols, variants, calibration, timings, floor, floor_at, block = run(
+        p, plan, variant_settings, modules, model_settings.device_map, reporter, until, top_k
+    )
     if top_k:
         cols.vocab = _vocab(p, cols)
-    timings = {**p.timings, **build_s, **eval_timings}
     records = tuple(
         VariantResult(v.name, variant_metrics(cols.reference, cols.variants[v.name]), v.summary()) for v in variants
     )
@@ -222,21 +243,9 @@ def quantize_compare(
             [{"name": r.name, "metrics": r.metrics, "quantization": r.quantization} for r in records]
         ),
         by_confidence=confidence_block(cols.reference["p_top1"], cols.variants) if cols.variants else None,
+        memory_plan=choice.to_json(),
     )
     return result, cols
-
-
-def scored_bytes(p: Prepared) -> bytes:
-    """The UTF-8 bytes covered by the scored tokens, in order (the whole scored span for rolling windows)."""
-    raw = p.text.text.encode("utf-8")
-    starts = np.cumsum(p.stream.nbytes) - p.stream.nbytes
-    pieces = []
-    for w in p.windows:
-        a, b = w.first_target, w.first_target + w.n_scored
-        lo = int(starts[a])
-        hi = int(starts[b - 1] + p.stream.nbytes[b - 1])
-        pieces.append(raw[lo:hi])
-    return b"".join(pieces)
 
 
 def compress_bits(

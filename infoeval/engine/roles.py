@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import torch
 
@@ -38,18 +39,33 @@ def headless(model: torch.nn.Module):
         model.set_output_embeddings(head)
 
 
+class _Capture(torch.nn.Module):
+    """In place of a head: keeps its input (the last hidden states) and gives a one-wide "logits" that whatever the
+    architecture does after its head (a soft-cap, a scale) may change without touching the states."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.states = x
+        return x[..., :1]
+
+
 class Headless:
     """A role whose "logits" are its model's last hidden states (the head's inputs, after the final norm): ``role``
-    (a model or a wrapper such as a quantized variant) with an identity in place of its head, in a whole forward
-    pass (``__call__``) and in the engine's shared batches (``active``: the blocks, then the "head")."""
+    (a model or a wrapper such as a quantized variant) with its head's input captured in a whole forward pass
+    (``__call__``), and an identity in place of the head in the engine's shared batches (``active``: the blocks,
+    then the "head"; only models whose logits are their head's output, ``engine.shared.splits``, go there)."""
 
     def __init__(self, role):
         self.role = role
         self.model, self._active = parts(role)
 
     def __call__(self, **kwargs):
-        with headless(self.model):
-            return self.role(**kwargs)
+        head, capture = self.model.get_output_embeddings(), _Capture()
+        self.model.set_output_embeddings(capture)
+        try:
+            self.role(**kwargs)
+        finally:
+            self.model.set_output_embeddings(head)
+        return SimpleNamespace(logits=capture.states)
 
     @contextlib.contextmanager
     def active(self):

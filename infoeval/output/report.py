@@ -82,6 +82,12 @@ class RichReporter:
             self._status = self.console.status(text)
             self._status.start()
 
+    def note(self, text: str) -> None:
+        """One line that stays (a choice the run made), on stderr."""
+        if self.enabled:
+            self._stop_status()
+            self.console.print(text, highlight=False)
+
     def _stop_status(self) -> None:
         if self._status is not None:
             self._status.stop()

@@ -24,6 +24,7 @@ from infoeval import heap
 from infoeval.errors import UsageError
 from infoeval.quant import codes, storage
 from infoeval.quant.codes import PackedWeight
+from infoeval.quant.lazy import LazyWeight
 from infoeval.quant.primitives import signal_power, sqnr_db
 from infoeval.quant.recipe import Recipe, assign
 from infoeval.quant.schemes import Scheme
@@ -40,13 +41,16 @@ def _tied_names(model: torch.nn.Module) -> dict[int, list[str]]:
 
 
 @torch.no_grad()
-def quantize_variant(model: torch.nn.Module, scheme: Scheme, include=(), exclude=(), signals=None) -> QuantizedVariant:
-    """Quantize the selected layers' weights (on their own device and dtype) and report every Linear layer."""
+def quantize_variant(
+    model: torch.nn.Module, scheme: Scheme, include=(), exclude=(), signals=None, lazy: bool = False
+) -> QuantizedVariant:
+    """Quantize the selected layers' weights (on their own device and dtype) and report every Linear layer
+    (``lazy``: keep no codes, ``quantize_plan``)."""
     plan = [
         (name, scheme if selected else None, reason)
         for name, selected, reason in plan_layers(model, list(include), list(exclude))
     ]
-    return quantize_plan(model, plan, scheme, signals=signals)
+    return quantize_plan(model, plan, scheme, signals=signals, lazy=lazy)
 
 
 def encode_with_sqnr(w: torch.Tensor, scheme: Scheme, signal: float) -> tuple[PackedWeight, float]:
@@ -67,17 +71,24 @@ def _encode_layer(name: str, w: torch.Tensor, scheme: Scheme, signals: dict[str,
 
 @torch.no_grad()
 def quantize_plan(
-    model: torch.nn.Module, plan, scheme: Scheme, label: str | None = None, signals: dict[str, float] | None = None
+    model: torch.nn.Module,
+    plan,
+    scheme: Scheme,
+    label: str | None = None,
+    signals: dict[str, float] | None = None,
+    lazy: bool = False,
 ) -> QuantizedVariant:
     """Quantize each layer of ``plan`` ((name, its scheme or None to skip, reason) per Linear layer and embedding)
     with its own scheme. With ``label`` the variant is a mix named ``label`` (``scheme``: its most common scheme);
     a layer is encoded the same way whatever else the plan holds, so a one-scheme plan gives ``quantize_variant``'s
-    codes bit for bit. ``signals``: Σw² per layer name, filled and reused by the variants of one model (SQNR)."""
+    codes bit for bit. ``signals``: Σw² per layer name, filled and reused by the variants of one model (SQNR).
+    ``lazy``: each layer's codes are made for its report and let go; the variant holds ``lazy.LazyWeight``s, made
+    again at each forward pass (no stored bytes; its ``nbytes`` are the codes')."""
     modules = dict(model.named_modules())
     owners = _tied_names(model)
     signals = {} if signals is None else signals
     weights: dict[str, PackedWeight] = {}
-    reports, chosen = [], {}
+    reports, chosen, stored = [], {}, 0
     for name, layer_scheme, reason in plan:
         w = modules[name].weight
         others = [o for o in owners.get(id(w), []) if o != f"{name}.weight"]
@@ -86,6 +97,9 @@ def quantize_plan(
             reports.append(LayerReport(name, tuple(w.shape), False, reason, tied_to=tied))
             continue
         packed, sqnr = _encode_layer(name, w.data, layer_scheme, signals, len(weights))
+        if lazy:
+            stored += packed.nbytes if isinstance(packed, PackedWeight) else packed.numel() * packed.element_size()
+            packed = LazyWeight(w.data, layer_scheme)
         if layer_scheme.group_size is not None and layer_scheme.group_size >= w.shape[1]:
             reason += f"; group {layer_scheme.group_size} ≥ {w.shape[1]} inputs, so one group per row"
         elif layer_scheme.group_size is not None and w.shape[1] % layer_scheme.group_size:
@@ -96,12 +110,15 @@ def quantize_plan(
         reports.append(
             LayerReport(name, tuple(w.shape), True, reason, sqnr, tied, layer_scheme.name if label else None)
         )
-    weights = storage.gather(weights)  # the variant's codes in one allocation (storage.py)
+    if not lazy:
+        weights = storage.gather(weights)  # the variant's codes in one allocation (storage.py)
     heap.release_freed_memory()
-    return QuantizedVariant(scheme, weights, tuple(reports), label, chosen if label else None)
+    return QuantizedVariant(scheme, weights, tuple(reports), label, chosen if label else None, stored if lazy else None)
 
 
-def recipe_variant(model: torch.nn.Module, recipe: Recipe, include=(), exclude=(), signals=None) -> QuantizedVariant:
+def recipe_variant(
+    model: torch.nn.Module, recipe: Recipe, include=(), exclude=(), signals=None, lazy: bool = False
+) -> QuantizedVariant:
     """The mix a recipe describes (each Linear layer with its own scheme), named after the recipe; a unit that
     matches no Linear layer, or units that overlap with different schemes, are usage errors."""
     linears = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
@@ -113,11 +130,14 @@ def recipe_variant(model: torch.nn.Module, recipe: Recipe, include=(), exclude=(
     main = next(
         (s for _, s, _ in plan if s is not None and counts[s.name] == max(counts.values())), recipe.schemes()[0]
     )
-    return quantize_plan(model, plan, main, label=recipe.name, signals=signals)
+    return quantize_plan(model, plan, main, label=recipe.name, signals=signals, lazy=lazy)
 
 
-def build_variants(model: torch.nn.Module, schemes, recipes=(), include=(), exclude=()) -> list[QuantizedVariant]:
-    """One variant per scheme, then one per recipe; two variants of one name are a usage error."""
+def build_variants(
+    model: torch.nn.Module, schemes, recipes=(), include=(), exclude=(), lazy: bool = False
+) -> list[QuantizedVariant]:
+    """One variant per scheme, then one per recipe (``lazy``: holding no codes); two variants of one name are a usage
+    error."""
     names = [s.name for s in schemes] + [r.name for r in recipes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -125,8 +145,8 @@ def build_variants(model: torch.nn.Module, schemes, recipes=(), include=(), excl
             f"two variants are named '{dupes[0]}' (a recipe is named after its file); rename the recipe file"
         )
     signals: dict[str, float] = {}  # Σw² per layer, for every variant's SQNR
-    return [quantize_variant(model, s, include, exclude, signals) for s in schemes] + [
-        recipe_variant(model, r, include, exclude, signals) for r in recipes
+    return [quantize_variant(model, s, include, exclude, signals, lazy) for s in schemes] + [
+        recipe_variant(model, r, include, exclude, signals, lazy) for r in recipes
     ]
 
 

@@ -50,6 +50,7 @@ class QuantizedVariant:
     layers: tuple[LayerReport, ...]
     label: str | None = None
     layer_schemes: Mapping[str, Scheme] | None = None
+    stored_bytes: int | None = None  # a lazy variant's (``quant/lazy.py``): what its codes would store
 
     @functools.cached_property
     def scratch(self) -> dict[tuple[str, torch.device, torch.dtype], int]:
@@ -64,7 +65,9 @@ class QuantizedVariant:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the variant stores: codes + scales + zero points of every quantized layer."""
+        """Bytes the variant stores: codes + scales + zero points of every quantized layer (lazy: would store)."""
+        if self.stored_bytes is not None:
+            return self.stored_bytes
         return sum(
             w.nbytes if isinstance(w, PackedWeight) else w.numel() * w.element_size() for w in self.weights.values()
         )

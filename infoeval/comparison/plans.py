@@ -1,0 +1,117 @@
+"""Which plan a quantize-compare run takes (``--plan auto|lockstep|reference-first``), chosen before anything loads:
+each plan's peak estimated from the config (``memory_plan``) against the memory budget (``--memory-budget``,
+default BUDGET_SHARE of the memory available now: the host's RAM, or the GPU's free memory on CUDA).
+
+    auto             lockstep where its estimate fits the budget (it runs the reference once per window beside
+                     the variants, and takes --until-se), else reference-first where that fits, else refused
+    lockstep         every model at once; refused when its estimate is over the budget
+    reference-first  one model at a time (``reference_first``); refused when over the budget, and with --until-se
+
+A refusal is one line (exit 2) before any weight loads, naming the smallest budget that would do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infoeval.comparison.memory_plan import MemoryEstimate, estimate_run
+from infoeval.errors import ModelLoadError, UsageError
+
+PLANS = ("auto", "lockstep", "reference-first")
+BUDGET_SHARE = 0.9  # of the memory available when the run starts: the rest for the OS and what else runs
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    plan: str = "auto"
+    memory_budget_gib: float | None = None  # None: BUDGET_SHARE of the available memory
+
+    def __post_init__(self) -> None:
+        if self.plan not in PLANS:
+            raise UsageError(f"--plan {self.plan} is not allowed; give one of {', '.join(PLANS)}")
+        if self.memory_budget_gib is not None and not self.memory_budget_gib > 0:
+            raise UsageError(f"--memory-budget {self.memory_budget_gib} is not allowed; give a size in GiB above 0")
+
+
+@dataclass(frozen=True)
+class PlanChoice:
+    """The plan taken, why, the budget and every plan's estimate."""
+
+    plan: str
+    reason: str
+    budget: int
+    estimates: dict[str, MemoryEstimate]
+
+    def line(self) -> str:
+        return f"plan: {self.plan} ({self.reason})"
+
+    def to_json(self) -> dict:
+        return {
+            "plan": self.plan,
+            "reason": self.reason,
+            "budget_bytes": self.budget,
+            "estimates": {name: e.to_json() for name, e in self.estimates.items()},
+        }
+
+
+def available_memory(device: str) -> int:
+    """Bytes available now: the GPU's free memory for a CUDA device, else the host's MemAvailable."""
+    import torch
+
+    from infoeval.models import resolve_device
+
+    dev = resolve_device(device)
+    if dev.type == "cuda":
+        return int(torch.cuda.mem_get_info(dev)[0])
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        import os
+
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def _at_least(n: int) -> str:
+    """A budget in GiB rounded up to the tenth that holds ``n`` bytes."""
+    return f"{-(-n * 10 // GIB) / 10:.1f}"
+
+
+def choose(settings: PlanSettings, model_settings, variant_settings, ctx: int, tokens, until, modules=()) -> PlanChoice:
+    """The plan of a run (module docstring); a plan that cannot run within the budget is a usage error."""
+    if until is not None and settings.plan == "reference-first":
+        raise UsageError("--until-se runs with --plan lockstep or auto (reference-first needs every window up front)")
+    budget = (
+        int(settings.memory_budget_gib * GIB)
+        if settings.memory_budget_gib is not None
+        else int(BUDGET_SHARE * available_memory(model_settings.device))
+    )
+    plans = ["lockstep"] if until is not None else ["lockstep", "reference-first"]
+    if settings.plan != "auto":
+        plans = [settings.plan]
+    try:
+        est = {p: estimate_run(model_settings, variant_settings, ctx, p, tokens, modules) for p in plans}
+    except UsageError:  # a bad --include glob, before anything loads
+        raise
+    except (ModelLoadError, OSError, ValueError) as e:  # loading the model will say what is wrong with it
+        plan = "lockstep" if settings.plan == "auto" else settings.plan
+        return PlanChoice(plan, f"not estimated: {str(e).splitlines()[0][:160]}", budget, {})
+    where = "given" if settings.memory_budget_gib is not None else f"{BUDGET_SHARE:.0%} of the memory available"
+    for name, e in est.items():
+        if e.total <= budget:
+            why = f"estimated peak {_gib(e.total)} within the {_gib(budget)} budget, {where}"
+            if name != plans[0]:
+                why = f"lockstep's estimated {_gib(est['lockstep'].total)} is over the {_gib(budget)} budget; " + why
+            return PlanChoice(name, why, budget, est)
+    least = min(est.values(), key=lambda e: e.total)
+    raise UsageError(
+        f"{' and '.join(f'{n} (estimated {_gib(e.total)})' for n, e in est.items())} cannot run within the memory "
+        f"budget of {_gib(budget)} ({where}); the smallest that would do: --memory-budget {_at_least(least.total)}"
+        + (" (without --until-se, reference-first may fit)" if until is not None and settings.plan == "auto" else "")
+    )
