@@ -123,6 +123,38 @@ def _against_old(f: dict):
 Getter = Callable[[dict], tuple[str, bool | None]]
 
 
+def _scale_run(model: str, plan: str):
+    def get(f: dict) -> dict:
+        return {r["model"]: r for r in f["rows"]}[model]["runs"][plan]
+
+    return get
+
+
+def _scale_4b(f: dict):
+    lock, auto = _scale_run("qwen3-4b", "lockstep")(f), _scale_run("qwen3-4b", "auto")(f)
+    refused = lock.get("exit_code") == 2
+    peak = auto["peak_rss_mib"] / 1024
+    met = refused and auto["plan_taken"] == "reference-first" and peak <= 20
+    return f"lockstep {'refused' if refused else 'ran'}; {auto['plan_taken']} peak {peak:.1f} GiB", met
+
+
+def _scale_8b(f: dict):
+    auto = _scale_run("qwen3-8b", "auto")(f)
+    peak = auto["peak_rss_mib"] / 1024
+    return f"{auto['plan_taken']} peak {peak:.1f} GiB", peak <= 20
+
+
+def _scale_wall(f: dict):
+    x = {r["model"]: r for r in f["rows"]}["qwen3-0.6b"]["reference_first_over_lockstep_wall"]
+    return _ratio(x), x <= 1.15
+
+
+def _scale_estimates(f: dict):
+    ratios = [run["estimate_over_measured"] for r in f["rows"] for run in r["runs"].values() if "wall_s" in run]
+    worst = max(ratios, key=lambda x: abs(x - 1))
+    return f"{len(ratios)} runs, worst {_ratio(worst)}", all(0.85 <= x <= 1.15 for x in ratios)
+
+
 def _hidden(f: dict):
     worst = max(v["relative"] for v in f["gate_vs_compare"].values())
     b = f["bytes_per_position"]
@@ -158,6 +190,10 @@ TARGETS: list[tuple[str, str, Getter]] = [
     ("checkpoints", "every installed format gates from its folder within 2 SE of in-process", _checkpoints),
     ("floor", "the noise floor ≤ 10 % of the default run's wall", _floor),
     ("many_variants", "paired verdicts < 5 % of a 12-variant run", _many_variants),
+    ("scale", "Qwen3-4B float32: lockstep refused, auto runs reference-first, peak ≤ 20 GiB", _scale_4b),
+    ("scale", "Qwen3-8B bfloat16 runs, peak ≤ 20 GiB", _scale_8b),
+    ("scale", "reference-first at 0.6B ≤ 1.15 × the lockstep's wall", _scale_wall),
+    ("scale", "every estimate within 15 % of the measured peak", _scale_estimates),
     ("hidden_reference", "the gate on hidden states = quantize-compare (≤ 1e-6 relative)", _hidden),
 ]
 

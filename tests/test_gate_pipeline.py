@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import pytest
 import torch
 from cli_run import run_cli
-from tiny_models import as_json
+from tiny_models import as_json, scored_log_probs
 
 from infoeval.errors import DataError, UsageError
 from infoeval.gating.limits import parse_limits
@@ -86,17 +86,9 @@ def test_scheme_candidate_matches_brute_force(ref_file, tiny_llama_dir):
     base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
     fake_quantize_(model, parse_scheme("int4-g32"))
     nll, kl = [], []
-    prefix = ref.meta["provenance"]["protocol"]["prefix_id"]
-    with torch.no_grad():
-        for w in ref.windows:
-            ids = ref.stream_ids[w.start : w.start + w.length].clone()
-            if w.replace_first_with_bos:
-                ids[0] = prefix
-            sl = slice(w.first_scored, w.first_scored + w.n_scored)
-            lq = torch.log_softmax(model(ids[None]).logits[0, sl].double(), -1)
-            lp = torch.log_softmax(base(ids[None]).logits[0, sl].double(), -1)
-            nll.append(-lq.gather(-1, ref.stream_ids[w.target_slice, None])[:, 0])
-            kl.append((lp.exp() * (lp - lq)).sum(-1))
+    for (w, lq), (_, lp) in zip(scored_log_probs(model, ref), scored_log_probs(base, ref)):
+        nll.append(-lq.gather(-1, ref.stream_ids[w.target_slice, None])[:, 0])
+        kl.append((lp.exp() * (lp - lq)).sum(-1))
     nll, kl = torch.cat(nll), torch.cat(kl)
     torch.testing.assert_close(torch.from_numpy(cols["variant"]["nll"]).double(), nll, atol=1e-4, rtol=1e-4)
     m = result["metrics"]

@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from tiny_models import as_json, build_tiny_llama
+from tiny_models import as_json, build_tiny_llama, scored_log_probs
 
 import infoeval
 from infoeval.errors import UsageError
@@ -105,17 +105,10 @@ def test_a_quantized_candidate_matches_brute_force_kl(case):
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     quant = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     fake_quantize_(quant, parse_scheme("int8-channel"))
-    prefix = ref.meta["provenance"]["protocol"]["prefix_id"]
-    kl = []
-    with torch.no_grad():
-        for w in ref.windows:
-            ids = ref.stream_ids[w.start : w.start + w.length].clone()
-            if w.replace_first_with_bos:
-                ids[0] = prefix
-            sl = slice(w.first_scored, w.first_scored + w.n_scored)
-            lp = torch.log_softmax(base(ids[None]).logits[0, sl].double(), -1)
-            lq = torch.log_softmax(quant(ids[None]).logits[0, sl].double(), -1)
-            kl.append((lp.exp() * (lp - lq)).sum(-1))
+    kl = [
+        (lp.exp() * (lp - lq)).sum(-1)
+        for (_, lp), (_, lq) in zip(scored_log_probs(base, ref), scored_log_probs(quant, ref))
+    ]
     np.testing.assert_allclose(cols["variant"]["kl"], torch.cat(kl).numpy(), atol=2e-6, rtol=1e-4)
 
 
@@ -139,7 +132,7 @@ def test_a_head_that_misses_the_logits_is_refused(tiny_llama_dir, tiny_text, tmp
     (tmp_path / "text.txt").write_text(tiny_text, encoding="utf-8")
     scaled = lambda model: dataclasses.replace(head_of(model), scale=1.01)  # noqa: E731
     monkeypatch.setattr(hidden, "head_of", scaled)
-    with pytest.raises(UsageError, match="--format hidden cannot be written for LlamaForCausalLM.*--format topk"):
+    with pytest.raises(UsageError, match="--format hidden cannot run on LlamaForCausalLM.*use --format topk"):
         _reference(tiny_llama_dir, tmp_path / "text.txt", tmp_path / "ref.safetensors")
     assert not (tmp_path / "ref.safetensors").exists()
 
@@ -148,8 +141,8 @@ def test_bad_format_and_head_are_usage_errors(tiny_llama_dir, tiny_text, tmp_pat
     (tmp_path / "text.txt").write_text(tiny_text, encoding="utf-8")
     with pytest.raises(UsageError, match="--format logits is not allowed; give one of topk, hidden"):
         _reference(tiny_llama_dir, tmp_path / "text.txt", tmp_path / "r.safetensors", fmt="logits")
-    with pytest.raises(UsageError, match="--head candidate is not allowed"):
-        _reference(tiny_llama_dir, tmp_path / "text.txt", tmp_path / "r.safetensors", fmt="topk", head="candidate")
+    with pytest.raises(UsageError, match="--head shared is not allowed; give one of stored, candidate"):
+        _reference(tiny_llama_dir, tmp_path / "text.txt", tmp_path / "r.safetensors", head="shared")
 
 
 def test_positions_sequential_and_baseline_on_a_hidden_reference(case, tmp_path):
@@ -223,5 +216,37 @@ def test_gemmas_soft_capped_head_is_part_of_the_head(tiny_text, tmp_path, monkey
     m = _gate(tmp_path / "ref.safetensors", str(model_dir))[0]["metrics"]
     assert m["kl_mean"] == 0.0 and m["top1"] == 1.0
     monkeypatch.setattr(head_module, "SOFTCAP_KEYS", ())  # a head that ignores the cap misses the logits
-    with pytest.raises(UsageError, match="cannot be written for Gemma2ForCausalLM"):
+    with pytest.raises(UsageError, match="cannot run on Gemma2ForCausalLM"):
         _reference(model_dir, tmp_path / "t.txt", tmp_path / "ref2.safetensors")
+
+
+def test_a_head_left_to_a_candidate_of_another_dtype_names_both(tiny_llama_dir, tiny_text, tmp_path):
+    (tmp_path / "t.txt").write_text(tiny_text, encoding="utf-8")
+    _reference(tiny_llama_dir, tmp_path / "t.txt", tmp_path / "ref.safetensors", head="candidate")
+    settings = GateSettings(tmp_path / "ref.safetensors", None, None, tuple(parse_limits(LAX)))
+    with pytest.raises(UsageError, match="head is float32 and the candidate's bfloat16.*--dtype float32"):
+        run_gate(settings, ModelSettings("", "cpu", "bfloat16"))
+
+
+def test_head_candidate_needs_the_hidden_format(tiny_llama_dir, tiny_text, tmp_path):
+    (tmp_path / "t.txt").write_text(tiny_text, encoding="utf-8")
+    with pytest.raises(UsageError, match="--head candidate needs --format hidden"):
+        _reference(tiny_llama_dir, tmp_path / "t.txt", tmp_path / "r.safetensors", fmt="topk", head="candidate")
+
+
+def test_the_markdown_summary_says_the_kl_is_exact(case):
+    from infoeval.gating.ci_report import markdown
+
+    model_dir, d, info = case
+    text = markdown(_gate(d / "ref.safetensors", None, "int4-g32")[0])
+    assert "KL exact, from the reference's stored hidden states" in text and "tail samples" not in text
+
+
+def test_every_step_after_the_head_is_part_of_it():
+    from infoeval.models.head import OutputHead
+
+    w, h = torch.randn(5, 3, generator=torch.Generator().manual_seed(0)), torch.randn(2, 3)
+    z = h @ w.T
+    assert torch.equal(OutputHead(w, None, None, None, 8.0)(h), z / 8.0)  # Granite's logits_scaling
+    assert torch.equal(OutputHead(w, None, 0.5, None)(h), z * 0.5)  # Cohere's logit_scale
+    assert OutputHead(w, None, None, None, 8.0).digest() != OutputHead(w, None, None, None).digest()

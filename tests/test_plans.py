@@ -188,3 +188,26 @@ def test_reference_first_keeps_the_golden_numbers(tmp_path):
         assert record["memory_plan"]["plan"] == "reference-first"
         records[name] = record
     _check(golden_runs._scrub(records, str(tmp_path)))
+
+
+def test_reference_first_refuses_a_head_that_misses_the_logits(tiny_llama_dir, work, monkeypatch):
+    import dataclasses
+
+    from infoeval.models.head import head_of
+
+    monkeypatch.setattr(reference_first, "head_of", lambda m: dataclasses.replace(head_of(m), scale=1.01))
+    with pytest.raises(UsageError, match="plan reference-first cannot run on LlamaForCausalLM.*use plan lockstep"):
+        _run(tiny_llama_dir, work, "reference-first", schemes="int8-channel")
+
+
+def test_a_plan_not_estimated_is_left_to_loading(tiny_llama_dir, monkeypatch):
+    ms, vs = ModelSettings(str(tiny_llama_dir), "cpu"), VariantSettings(schemes="int8-channel")
+    mapped = plans.choose(PlanSettings(), ModelSettings(str(tiny_llama_dir), "cpu", "auto", "auto"), vs, 64, 300, None)
+    assert mapped.plan == "lockstep" and mapped.reason == "not estimated: --device-map places the model"
+
+    def broken(*a, **k):
+        raise RuntimeError("meta tensors are not supported here")
+
+    monkeypatch.setattr(plans, "estimate_run", broken)
+    choice = plans.choose(PlanSettings("reference-first"), ms, vs, 64, 300, None)
+    assert choice.plan == "reference-first" and choice.reason.startswith("not estimated: meta tensors")

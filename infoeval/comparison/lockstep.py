@@ -133,7 +133,7 @@ def lockstep_reducer(
 def stored_logits(states, rows: slice, device: torch.device) -> torch.Tensor:
     """The reference's logits of column rows ``rows`` from its stored last hidden states and its head."""
     hidden, head = states
-    return head(torch.from_numpy(np.ascontiguousarray(hidden[rows])).to(device))
+    return head(torch.from_numpy(np.ascontiguousarray(hidden[rows]))).to(device)
 
 
 def run_lockstep(

@@ -27,17 +27,20 @@ a third (Qwen3-1.7B-shaped); the record holds each estimate beside the measured 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+from infoeval import distributed
 from infoeval.comparison.lockstep import SHARED_TOKENS
 from infoeval.comparison.reference_first import SPILL_BYTES
 from infoeval.comparison.variants import plan_variants
 from infoeval.input.settings import ModelSettings, VariantSettings
 from infoeval.models import resolve_device, resolve_dtype
-from infoeval.models.shapes import ModelShape, model_shape, shape_of_module
+from infoeval.models.objects import ModelObject
+from infoeval.models.shapes import ModelShape, model_shape
 from infoeval.quant.footprint import plan_nbytes, scratch_nbytes
 from infoeval.quant.recipe import assign
 from infoeval.quant.schemes import Scheme
@@ -79,7 +82,7 @@ def variant_bytes(shape: ModelShape, settings: VariantSettings, modules: Sequenc
     }
     codes |= {r.name: plan_nbytes(shape.meta, assign(r, linears, layers), shape.dtype) for r in planned.recipes}
     models = {m.name: shape.parameter_bytes for m in planned.methods}
-    models |= {m.name: shape_of_module(m.model).parameter_bytes for m in modules}
+    models |= {m.name: 0 for m in modules}  # in memory already: the memory available excludes them
     models |= {
         name: model_shape(spec, shape.dtype).parameter_bytes
         for name, spec in zip(planned.checkpoints, settings.checkpoints)
@@ -129,6 +132,8 @@ def estimate_reference_first(
     layers = plan_layers(shape.meta, list(settings.include), list(settings.exclude))
     largest = scratch_nbytes(shape.meta, Scheme(8, None), torch.float32, layers) if codes else 0
     states = SPILL_BYTES if tokens is None else min(SPILL_BYTES, tokens * shape.hidden * 4)
+    if distributed.launched():  # every rank holds every rank's states, gathered (no file)
+        states = 2 * tokens * shape.hidden * 4 if tokens is not None else 2 * SPILL_BYTES
     parts = _common(shape, ctx, max(roles, 1))
     parts |= {
         "variants": max(models.values(), default=0),
@@ -151,6 +156,9 @@ def estimate_run(
     plan_variants(variant_settings, modules)  # a bad scheme, recipe or name fails before the model is read
     dtype = resolve_dtype(model_settings.dtype, resolve_device(model_settings.device))
     shape = model_shape(model_settings.model, dtype)
-    if plan == "reference-first":
-        return estimate_reference_first(shape, variant_settings, ctx, tokens, modules)
-    return estimate_lockstep(shape, variant_settings, ctx, modules)
+    est = (estimate_reference_first if plan == "reference-first" else estimate_lockstep)(
+        shape, variant_settings, ctx, *((tokens,) if plan == "reference-first" else ()), modules
+    )
+    if isinstance(model_settings.model, ModelObject):  # a model passed in is in memory already
+        return dataclasses.replace(est, parts={**est.parts, "weights": 0})
+    return est

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infoeval.comparison.memory_plan import MemoryEstimate, estimate_run
-from infoeval.errors import ModelLoadError, UsageError
+from infoeval.errors import UsageError
 
 PLANS = ("auto", "lockstep", "reference-first")
 BUDGET_SHARE = 0.9  # of the memory available when the run starts: the rest for the OS and what else runs
@@ -95,13 +95,17 @@ def choose(settings: PlanSettings, model_settings, variant_settings, ctx: int, t
     plans = ["lockstep"] if until is not None else ["lockstep", "reference-first"]
     if settings.plan != "auto":
         plans = [settings.plan]
+    unplanned = "lockstep" if settings.plan == "auto" else settings.plan
+    if model_settings.device_map:  # accelerate places the model over devices (and offloads) by its own budget
+        return PlanChoice(unplanned, "not estimated: --device-map places the model", budget, {})
     try:
         est = {p: estimate_run(model_settings, variant_settings, ctx, p, tokens, modules) for p in plans}
     except UsageError:  # a bad --include glob, before anything loads
         raise
-    except (ModelLoadError, OSError, ValueError) as e:  # loading the model will say what is wrong with it
-        plan = "lockstep" if settings.plan == "auto" else settings.plan
-        return PlanChoice(plan, f"not estimated: {str(e).splitlines()[0][:160]}", budget, {})
+    except Exception as e:  # the estimate is advice: loading the model will say what is wrong with it
+        return PlanChoice(
+            unplanned, f"not estimated: {(str(e).splitlines() or [type(e).__name__])[0][:160]}", budget, {}
+        )
     where = "given" if settings.memory_budget_gib is not None else f"{BUDGET_SHARE:.0%} of the memory available"
     for name, e in est.items():
         if e.total <= budget:

@@ -22,20 +22,23 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import torch
 
 from infoeval import distributed, engine, heap
 from infoeval.comparison.floor import noise_floor
 from infoeval.comparison.lockstep import CompareColumns, run_lockstep
-from infoeval.engine.roles import Headless
+from infoeval.engine.roles import Headless, model_device
 from infoeval.input.prepare import progress
+from infoeval.input.windows import window_inputs
 from infoeval.models.checkpoints import load_checkpoints
-from infoeval.models.head import head_of
+from infoeval.models.head import check, head_of
 from infoeval.models.objects import check_variants
 from infoeval.quant.apply import build_variants
 from infoeval.quant.methods.calibration import for_methods
 from infoeval.quant.methods.variant import build_method_variant
 
 STATES = "the reference's last hidden states"
+PROBE = 32  # tokens of the first window the head is checked on
 SPILL_BYTES = 2 << 30  # states past this size go to a temporary file (memory-mapped) instead of memory
 
 
@@ -46,23 +49,34 @@ def _store(n: int, d: int, folder: str) -> np.ndarray:
     return np.lib.format.open_memmap(f"{folder}/states.npy", "w+", np.float32, (n, d))
 
 
+@torch.inference_mode()
+def check_head(model, stream, window, bos_id: int | None) -> None:
+    """The head applied to the last hidden states of the first PROBE tokens of ``window`` must give the model's own
+    logits (``head.check``), else reference-first is refused: the architecture does more after its head."""
+    probe = window_inputs(stream.ids, window, bos_id)[:, :PROBE].to(model_device(model))
+    logits, states = engine.forward_logits(model, probe, 0), engine.forward_logits(Headless(model), probe, 0)
+    architecture = (getattr(model.config, "architectures", None) or [type(model).__name__])[0]
+    check(head_of(model)(states), logits, architecture, "--plan reference-first", "--plan lockstep")
+
+
 def reference_states(model, stream, windows, bos_id: int | None, on_forward, clock, folder: str) -> np.ndarray:
     """Step 1: the reference's last hidden state of every scored row, window by window (each rank its windows
-    under a launcher, then gathered: every rank holds them all)."""
+    under a launcher, then gathered: every rank holds them all), its head checked first (``check_head``)."""
+    check_head(model, stream, windows[0], bos_id)
     batches = engine.plan(windows)
     n, d = batches[-1].rows.stop if batches else 0, model.get_output_embeddings().weight.shape[1]
-    store = _store(n, d, folder)
-    if distributed.launched():  # the rows of every rank, through the engine's gather
-        reduce = lambda step: {"hidden": step.logits[STATES][0].float()}  # noqa: E731
-    else:
+    store, launched = _store(n, d, folder), distributed.launched()
 
-        def reduce(step):
-            store[step.batch.rows] = step.logits[STATES][0].float().cpu().numpy()
-            return {}
+    def reduce(step):
+        h = step.logits[STATES][0]
+        if launched:  # the rows of every rank, through the engine's gather
+            return {"hidden": h.float()}
+        store[step.batch.rows] = h.float().cpu().numpy()
+        return {}
 
     roles, schema = {STATES: Headless(model)}, {"hidden": np.float32}
     cols = engine.run(roles, stream.ids, batches, bos_id, reduce, schema, None, on_forward, clock=clock)
-    return cols["hidden"] if distributed.launched() else store
+    return cols["hidden"] if launched else store
 
 
 def run_reference_first(
@@ -110,6 +124,8 @@ def run_reference_first(
             del variant
             gc.collect()
             heap.release_freed_memory()
+            if torch.cuda.is_available():  # the next model's placement reads the free memory
+                torch.cuda.empty_cache()
     return merged(parts), done
 
 

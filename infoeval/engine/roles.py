@@ -9,6 +9,8 @@ from types import SimpleNamespace
 
 import torch
 
+from infoeval.errors import RuntimeFailure
+
 
 def model_device(model, default: torch.device | None = None) -> torch.device:
     """The device of a model's first parameter (a wrapper's inner ``.model`` is looked at too)."""
@@ -65,6 +67,11 @@ class Headless:
             self.role(**kwargs)
         finally:
             self.model.set_output_embeddings(head)
+        if not hasattr(capture, "states"):
+            raise RuntimeFailure(
+                f"{type(self.model).__name__}'s forward pass does not call its output head module, so its last hidden "
+                "states cannot be taken: use --format topk (reference) or --plan lockstep (quantize-compare)"
+            )
         return SimpleNamespace(logits=capture.states)
 
     @contextlib.contextmanager

@@ -69,8 +69,12 @@ def markdown(result: dict) -> str:
         f"### infoeval gate: {head}",
         "",
         f"Candidate **{cand}** against reference `{result['provenance']['reference_file']}` "
-        f"({m['tokens']:,} positions; KL from top-{result['provenance']['top_k']} + "
-        f"{result['provenance']['tail_samples']} tail samples).",
+        f"({m['tokens']:,} positions; "
+        + (
+            "KL exact, from the reference's stored hidden states)."
+            if result["provenance"].get("reference_kind") == "hidden"
+            else f"KL from top-{result['provenance']['top_k']} + {result['provenance']['tail_samples']} tail samples)."
+        ),
         "",
         "| check | value ± SE | judged | limit | verdict |",
         "|---|---:|---:|---:|:---:|",

@@ -5,8 +5,9 @@ exactly the logits the model gave, so a gate against it computes every column as
 (``infotheory.reference_stats`` and ``compare``): KL, reverse KL, TV, top-1 and NLL, exact, not bounds.
 
 Writing it: the reference model runs headless (``engine.Headless``: its "logits" are the states); on the first
-window it also runs whole, and the stored head applied to the states must give its logits within MAX_HEAD_ERROR,
-else the architecture does more after its head than ``OutputHead`` knows and the file is refused.
+window it also runs whole, and the stored head applied to the states must give its logits within
+``head.MAX_HEAD_ERROR``, else the architecture does more after its head than ``OutputHead`` knows and the file is
+refused.
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ from infoeval.engine.roles import Headless
 from infoeval.errors import DataError, UsageError
 from infoeval.measure.infotheory import Workspace, compare, reference_stats
 from infoeval.measure.topk import top_k_probs
-from infoeval.models.head import OutputHead, head_of
+from infoeval.models.head import OutputHead, check, head_of
 from infoeval.quant.floor import FLOOR
 
 STATES = "the reference model's last hidden states"
 WHOLE = "the reference model"
-MAX_HEAD_ERROR = 1e-4  # max |head(states) − logits| on the first window (float32 logits)
 HIDDEN_SCHEMA = {"hidden": np.float32, "target_logp": np.float32, "entropy": np.float32}
 HEAD_SOURCES = ("stored", "candidate")
 EXACT_COLUMNS = ("kl", "tv", "rkl", "top1")
@@ -43,14 +43,9 @@ def hidden_reducer(head: OutputHead, architecture: str):
 
     def reduce(step: engine.Step) -> dict:
         h, targets = step.logits[STATES][0], step.targets[0]
-        z = head(h)
+        z = head(h).to(targets.device)
         if WHOLE in step.logits:
-            err = float((z.float() - step.logits[WHOLE][0].float()).abs().max())
-            if not err <= MAX_HEAD_ERROR:
-                raise UsageError(
-                    f"--format hidden cannot be written for {architecture}: its head applied to its last hidden "
-                    f"states misses its logits by up to {err:.2g} (allowed {MAX_HEAD_ERROR:g}); use --format topk"
-                )
+            check(z, step.logits[WHOLE][0], architecture, "--format hidden", "--format topk")
         ref = reference_stats(z, targets, workspace)
         engine.require_finite(ref.entropy, STATES, step.batch)
         return {"hidden": h.float(), "target_logp": -ref.nll, "entropy": ref.entropy}
@@ -99,12 +94,18 @@ def candidate_head(ref, model: torch.nn.Module) -> OutputHead:
     if ref.head is not None:
         return ref.head
     head = head_of(model)
-    if head.digest() != ref.meta["head_sha256"]:
+    if head.digest() == ref.meta["head_sha256"]:
+        return head
+    want, got = ref.meta["head"]["dtype"], head.settings()["dtype"]
+    if want != got:
         raise UsageError(
-            "the candidate's output head differs from the reference's, and the reference file carries no head: "
-            "write one that does with `infoeval reference MODEL --format hidden --head stored`"
+            f"the reference's head is {want} and the candidate's {got}, and the reference file carries no head: "
+            f"give --dtype {want}, or write a reference that carries it with `--format hidden --head stored`"
         )
-    return head
+    raise UsageError(
+        "the candidate's output head differs from the reference's, and the reference file carries no head: "
+        "write one that does with `infoeval reference MODEL --format hidden --head stored`"
+    )
 
 
 def _exact(z: torch.Tensor, zq: torch.Tensor, targets: torch.Tensor, workspace: Workspace, top_k: int) -> dict:
@@ -121,7 +122,7 @@ def _exact(z: torch.Tensor, zq: torch.Tensor, targets: torch.Tensor, workspace: 
 def exact_gate_reducer(ref, head: OutputHead, candidate: str, top_k: int = 0):
     """The engine's reducer of a gate against a hidden-state reference: per window the reference's logits from its
     states, then the candidate's (and the noise floor's, where it runs) columns against them."""
-    workspace = Workspace()
+    workspace, placed = Workspace(), {}
 
     def reduce(step: engine.Step) -> dict:
         zq, targets, rows = step.logits[candidate][0], step.targets[0], step.batch.rows
@@ -130,7 +131,9 @@ def exact_gate_reducer(ref, head: OutputHead, candidate: str, top_k: int = 0):
                 f"the candidate has {zq.shape[1]} output logits, the reference {head.vocab}: different vocabularies"
             )
         device = zq.device
-        z = head.to(device)(ref.hidden[rows].to(device))
+        if device not in placed:  # the head moved once to the candidate's logits' device
+            placed[device] = head.to(device)
+        z = placed[device](ref.hidden[rows])
         out = _exact(z, zq, targets, workspace, top_k)
         if FLOOR in step.logits:
             floor = _exact(z, step.logits[FLOOR][0], targets, workspace, 0)

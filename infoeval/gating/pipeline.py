@@ -87,8 +87,10 @@ def build_reference(
         raise UsageError(f"--format {fmt} is not allowed; give one of {', '.join(KINDS)}")
     if top_k < 1 or tail_samples < 0:
         raise UsageError(f"--top-k {top_k} / --tail-samples {tail_samples} not allowed; top-k ≥ 1 and tail-samples ≥ 0")
-    if head not in HEAD_SOURCES or (head != "stored" and fmt != "hidden"):
-        raise UsageError(f"--head {head} is not allowed; give one of {', '.join(HEAD_SOURCES)} (with --format hidden)")
+    if head not in HEAD_SOURCES:
+        raise UsageError(f"--head {head} is not allowed; give one of {', '.join(HEAD_SOURCES)}")
+    if head != "stored" and fmt != "hidden":
+        raise UsageError(f"--head {head} needs --format hidden (a top-K reference holds no head)")
     check_file_option(out, "--out")
     reporter = reporter or Reporter()
     p = prepare(model_settings, text_settings, window_settings, reporter)
