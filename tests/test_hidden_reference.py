@@ -250,3 +250,13 @@ def test_every_step_after_the_head_is_part_of_it():
     assert torch.equal(OutputHead(w, None, None, None, 8.0)(h), z / 8.0)  # Granite's logits_scaling
     assert torch.equal(OutputHead(w, None, 0.5, None)(h), z * 0.5)  # Cohere's logit_scale
     assert OutputHead(w, None, None, None, 8.0).digest() != OutputHead(w, None, None, None).digest()
+
+
+def test_the_report_page_of_a_gate_on_a_hidden_reference(case, tmp_path):
+    from infoeval.cli import main
+
+    model_dir, d, info = case
+    page = tmp_path / "page.html"
+    args = ["gate", "--reference", d / "ref.safetensors", "--scheme", "int4-g32", "--max-kl-mean", "1"]
+    assert main([*args, "--device", "cpu", "--topk", "3", "--html", page, "-q"]) in (0, 1)
+    assert page.stat().st_size > 10_000 and "<html" in page.read_text(encoding="utf-8")[:500].lower()

@@ -122,3 +122,17 @@ def test_the_worked_examples_in_the_docstrings_hold():
 
     assert doctest.testmod(shapes).failed == 0 and doctest.testmod(footprint).failed == 0
     assert doctest.testmod(shapes).attempted and doctest.testmod(footprint).attempted
+
+
+def test_an_unknown_hub_id_offline_is_told_at_once(monkeypatch):
+    import time
+
+    from infoeval.errors import ModelLoadError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    t0 = time.perf_counter()
+    with pytest.raises(ModelLoadError, match="not in the Hugging Face cache and the hub cannot be reached"):
+        model_shape("nobody/no-such-model")
+    with pytest.raises(ModelLoadError, match="neither an existing file or folder nor a hub id"):
+        model_shape("no such model")
+    assert time.perf_counter() - t0 < 10  # no retries against an unreachable hub

@@ -86,9 +86,31 @@ def config_of(spec: str):
         if not gguf.is_file():
             raise ModelLoadError(f"GGUF file '{spec}' does not exist; pass an existing .gguf file")
         return AutoConfig.from_pretrained(gguf_cache_dir(gguf, cached_sha256(gguf)))
-    if Path(spec).exists() and not (Path(spec) / "config.json").is_file():
-        raise ModelLoadError(f"'{spec}' is not a Hugging Face model folder (no config.json)")
-    return AutoConfig.from_pretrained(spec)
+    if Path(spec).exists():
+        if not (Path(spec) / "config.json").is_file():
+            raise ModelLoadError(f"'{spec}' is not a Hugging Face model folder (no config.json)")
+        return AutoConfig.from_pretrained(spec)
+    return _hub_config(spec)
+
+
+def _hub_config(repo_id: str):
+    """A hub id's config: the local cache first, the hub only when it can be reached (as ``sources.from_hub``
+    loads the model), so an offline machine hears it at once rather than after huggingface_hub's retries."""
+    from transformers import AutoConfig
+
+    from infoeval.models import _HUB_ID
+    from infoeval.models.sources import _hub_reachable
+
+    if not _HUB_ID.match(repo_id):
+        raise ModelLoadError(f"model '{repo_id}' is neither an existing file or folder nor a hub id")
+    try:
+        return AutoConfig.from_pretrained(repo_id, local_files_only=True)
+    except OSError:
+        if not _hub_reachable():
+            raise ModelLoadError(
+                f"model '{repo_id}' is not in the Hugging Face cache and the hub cannot be reached"
+            ) from None
+    return AutoConfig.from_pretrained(repo_id)
 
 
 def model_shape(spec, dtype: torch.dtype = torch.float32) -> ModelShape:
