@@ -71,7 +71,7 @@ def _sequential(sequential: bool, options: dict):
     order_seed is its seed), or None; one of them given without ``sequential`` is a usage error."""
     import dataclasses
 
-    from infoeval.gating.sequential_gate import SequentialSettings
+    from infoeval.gating.settings import SequentialSettings
 
     given = [k for k in SEQUENTIAL if k in options]
     if not sequential:
@@ -148,8 +148,8 @@ def gate(
     ``min_tokens``, ``max_tokens``, ``order``, ``order_seed``, ``undecided``, ``round_windows``). Returns the
     ``GateResult`` (``passed``) with its positions."""
     from infoeval.gating.limits import limits_from
-    from infoeval.gating.pipeline import GateSettings
     from infoeval.gating.positions import positions_frame
+    from infoeval.gating.settings import GateSettings
 
     candidate = _candidate(candidate, tokenizer, scheme, recipe, options)
     seq = _sequential(sequential, options)

@@ -16,7 +16,7 @@ from infoeval.api.checks import checked
 from infoeval.api.scoring import _reporter, comma_list, prepared
 from infoeval.errors import UsageError, keyword_errors
 from infoeval.input.settings import DEFAULT_MODEL
-from infoeval.mixing.pipeline import DEFAULT_MIX_SCHEMES
+from infoeval.mixing.settings import DEFAULT_MIX_SCHEMES
 
 SENSITIVITY_MAX_TOKENS = 2048  # the sensitivity command's --max-tokens default
 
@@ -87,8 +87,8 @@ def mix(
     uniform scheme measured on held-out text; returns the ``MixResult`` (``exports``: the recipe, llama.cpp tensor
     types, compressed-tensors config; ``sweep``: the sweep's own result) with its positions."""
     from infoeval.comparison.frames import positions_frame
-    from infoeval.mixing.pipeline import MixSettings
     from infoeval.mixing.pipeline import mix as run_mix
+    from infoeval.mixing.settings import MixSettings
     from infoeval.models.objects import evaluating
 
     settings = MixSettings(

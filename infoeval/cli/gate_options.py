@@ -138,7 +138,7 @@ def sequential_options(command):
     import dataclasses
 
     from infoeval.api.gates import SEQUENTIAL
-    from infoeval.gating.sequential_gate import SequentialSettings
+    from infoeval.gating.settings import SequentialSettings
 
     fields = dict(zip(SEQUENTIAL, dataclasses.fields(SequentialSettings)))
     hints = typing.get_type_hints(SequentialSettings)

@@ -11,7 +11,7 @@ import typer
 
 from infoeval.cli.options import RunOptions
 from infoeval.cli.outputs import RUN_OUTPUTS, Outputs, scoring_options
-from infoeval.mixing.pipeline import DEFAULT_MIX_SCHEMES
+from infoeval.mixing.settings import DEFAULT_MIX_SCHEMES
 
 MixSchemesOpt = Annotated[str, typer.Option("--schemes", help="Schemes each unit may take, comma-separated.")]
 BudgetOpt = Annotated[

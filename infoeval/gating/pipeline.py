@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -14,18 +13,19 @@ import torch
 from infoeval import engine
 from infoeval.errors import UsageError
 from infoeval.gating.baseline import judge_baseline, read_baseline
-from infoeval.gating.candidate import check_scheme, vocab_fingerprint
 from infoeval.gating.candidate import load_candidate as _load_candidate  # under this name the tests replace it
+from infoeval.gating.candidate import vocab_fingerprint
 from infoeval.gating.columns import GATE_COLUMNS, gate_metrics, gate_reducer, reference_columns
 from infoeval.gating.compact import CompactDist, compact
 from infoeval.gating.floor import floor_roles, gate_floor
 from infoeval.gating.hidden import HEAD_SOURCES, HIDDEN_KEYS, candidate_head, hidden_meta, hidden_pass
-from infoeval.gating.limits import Limit, below_floor, judge
+from infoeval.gating.limits import below_floor, judge
 from infoeval.gating.positions import REFERENCE_TOP_COLUMNS, TOP_COLUMNS, check_top_k, row_columns
 from infoeval.gating.records import GateResult, ReferenceResult, gate_result
 from infoeval.gating.reference_file import KINDS, Reference, read_reference, write_reference
+from infoeval.gating.settings import GateSettings  # noqa: F401  (re-exported)
 from infoeval.input.prepare import Reporter, prepare, progress
-from infoeval.input.settings import CalibrationSettings, ModelSettings, TextSettings, WindowSettings, check_floor
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure.column_metrics import reference_metrics
 from infoeval.measure.floor import floor_windows
 from infoeval.measure.infotheory import by_rows, chunk_rows, entropy, log_softmax
@@ -182,29 +182,6 @@ def _reference(p, cols: dict, prov, vocab: int, top_k: int, tail_samples: int, s
     t = {k: torch.from_numpy(v) for k, v in cols.items() if k != "hidden"}
     dist = CompactDist(*(t[f] for f in COMPACT_FIELDS)) if not extra else None
     return Reference(dist, t["token_id"], t["target_logp"], t["entropy"], t["bytes"], p.stream.ids, p.windows, meta)
-
-
-@dataclass(frozen=True)
-class GateSettings:
-    reference: Path
-    candidate: str | None  # folder, hub id, .gguf; None: the reference's own model (with --scheme)
-    scheme: str | None
-    limits: tuple[Limit, ...]
-    confidence: float = 0.95
-    point: bool = False
-    baseline: Path | None = None
-    baseline_tolerance: float = 0.05
-    recipe: Path | None = None  # a recipe file (quant/recipe.py) applied to the candidate instead of a scheme
-    top_k: int = 0  # --topk: both models' k most likely tokens per position in the positions output
-    calibration: CalibrationSettings | None = None  # a calibrated --scheme's (autoround:…) calibration text
-    floor: str = "sampled"  # the noise floor beside the candidate: sampled, full or off (measure/floor.py)
-    floor_seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.scheme and self.recipe:
-            raise UsageError("--scheme and --recipe both quantize the candidate; give one")
-        check_scheme(self.scheme)
-        check_floor(self.floor)
 
 
 @torch.inference_mode()

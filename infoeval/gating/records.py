@@ -4,15 +4,12 @@ record built from its verdicts, the candidate and the reference file's provenanc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from infoeval.gating.reference_file import Reference
 from infoeval.gating.report import verdicts_frame
+from infoeval.gating.settings import GateSettings
 from infoeval.input.provenance import provenance
 from infoeval.output.results import Result
-
-if TYPE_CHECKING:
-    from infoeval.gating.pipeline import GateSettings
 
 
 @dataclass(frozen=True)

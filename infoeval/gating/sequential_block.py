@@ -5,15 +5,12 @@ failed it."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from infoeval.gating.settings import SequentialSettings
 from infoeval.measure.sequential import FAIL, PASS
 from infoeval.measure.stopping import SequentialRule
-
-if TYPE_CHECKING:
-    from infoeval.gating.sequential_gate import SequentialSettings
 
 DECISIONS = {PASS: "pass", FAIL: "fail", 0: "undecided"}
 METHOD = (

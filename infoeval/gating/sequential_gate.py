@@ -11,8 +11,6 @@ run alone, the columns in the reference's order)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
@@ -27,6 +25,7 @@ from infoeval.gating.pipeline import GateSettings, open_gate
 from infoeval.gating.positions import REFERENCE_TOP_COLUMNS, TOP_COLUMNS, row_columns
 from infoeval.gating.records import GateResult, gate_result
 from infoeval.gating.sequential_block import sequential_report
+from infoeval.gating.settings import SequentialSettings  # noqa: F401  (re-exported)
 from infoeval.input.prepare import Reporter, progress
 from infoeval.input.settings import ModelSettings
 from infoeval.measure.floor import floor_windows
@@ -34,35 +33,10 @@ from infoeval.measure.sequential import PASS
 from infoeval.measure.stopping import (
     SequentialRule,
     budget_count,
-    check_order,
     run_rounds,
     visit_order,
 )
 from infoeval.quant.floor import FLOOR
-
-
-@dataclass(frozen=True)
-class SequentialSettings:
-    alpha: float = 0.05
-    min_tokens: int = 0
-    max_tokens: int | None = None  # the budget; None: every position of the reference
-    order: str = "seeded"
-    seed: int = 0
-    undecided: str = "fail"  # the verdict when the budget runs out undecided: fail, or pass (the fixed verdict then)
-    round_windows: int = 1
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.alpha, (int, float)) and 0.0 < self.alpha < 0.5):
-            raise UsageError(f"--alpha {self.alpha} is not allowed; give an error level in (0, 0.5), e.g. 0.05")
-        if self.min_tokens < 0 or (self.max_tokens is not None and self.max_tokens < 1):
-            raise UsageError(f"--min-tokens {self.min_tokens} / --max-tokens {self.max_tokens}: min ≥ 0 and max ≥ 1")
-        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
-            raise UsageError(f"--min-tokens {self.min_tokens} is more than --max-tokens {self.max_tokens}")
-        check_order(self.order, self.seed)
-        if self.undecided not in ("fail", "pass"):
-            raise UsageError(f"--undecided {self.undecided!r} is not allowed; give fail or pass")
-        if self.round_windows < 1:
-            raise UsageError(f"--round-windows {self.round_windows} is not allowed; a round holds at least one window")
 
 
 def round_size(seq: SequentialSettings) -> int:

@@ -4,16 +4,13 @@ measured windows, or the ``--sensitivity`` files, with the held-out record sayin
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 from infoeval.errors import DataError
 from infoeval.input.prepare import Prepared, Reporter
 from infoeval.input.settings import TextSettings
 from infoeval.input.windows import describe
 from infoeval.mixing.problem import load_sensitivity, split_windows
-
-if TYPE_CHECKING:
-    from infoeval.mixing.pipeline import MixSettings
+from infoeval.mixing.settings import MixSettings
 
 
 def _subset(p: Prepared, windows, note: str, max_tokens: int) -> Prepared:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -25,49 +23,14 @@ from infoeval.mixing import export
 from infoeval.mixing.held_out import per_unit_kls
 from infoeval.mixing.problem import build_problem, parse_budget, parse_sweep
 from infoeval.mixing.result import MixResult, measured_row, solution_row, target_row, unit_rows
-from infoeval.mixing.solve import as_budget, check_budgets, solve
+from infoeval.mixing.settings import DEFAULT_MIX_SCHEMES, KINDS, MixSettings  # noqa: F401  (re-exported)
+from infoeval.mixing.solve import check_budgets, solve
 from infoeval.quant.apply import quantize_plan, quantize_variant
 from infoeval.quant.recipe import Recipe, recipe_toml
-from infoeval.quant.schemes import SchemeError, parse_scheme, parse_schemes
+from infoeval.quant.schemes import parse_schemes
 from infoeval.quant.selection import decoder_prefix, plan_layers
 
-DEFAULT_MIX_SCHEMES = "int3-g128-asym,int4-g128,int4-g128-asym,int5-g128-asym,int8-channel"
-KINDS = ("linear", "block", "type")
 VARIANTS_PER_PASS = 6  # variants measured per pass over the windows (bounds the quantized weights held at once)
-
-
-@dataclass(frozen=True)
-class MixSettings:
-    schemes: str = DEFAULT_MIX_SCHEMES
-    budget: str = "int4-g128"  # bits per weight, or a scheme of --schemes: its exact bits on this model
-    by: str = "type"
-    sensitivity: tuple[Path, ...] = ()
-    sweep: str | None = None  # "START:STOP:STEP" budgets for the KL-vs-bits curve
-    sweep_tokens: int = 2048
-    block_cache: bool = True
-
-    def __post_init__(self) -> None:
-        if self.by not in KINDS:
-            raise UsageError(f"--by '{self.by}' is not allowed; use one of {', '.join(KINDS)}")
-        if self.sweep_tokens < 1:
-            raise UsageError(f"--sweep-tokens {self.sweep_tokens} is not allowed; it must be at least 1")
-        names = [s.name for s in parse_schemes(self.schemes)]
-        check_budget_text(self.budget, names)
-        if self.sweep:
-            parse_sweep(self.sweep)
-
-
-def check_budget_text(text: str, schemes: list[str]) -> None:
-    """--budget-bits is bits per weight or a scheme of --schemes (checked before anything is loaded)."""
-    try:
-        scheme = parse_scheme(text)
-    except SchemeError:
-        as_budget(text)
-        return
-    if scheme.name not in schemes:
-        raise UsageError(
-            f"--budget-bits {scheme.name}: name one of --schemes ({', '.join(schemes)}) or give bits per weight"
-        )
 
 
 def _linear_shapes(model) -> dict[str, tuple[int, ...]]:

@@ -26,9 +26,19 @@ from infoeval.input.tokens import TokenStream
 from infoeval.input.windows import Window
 
 if TYPE_CHECKING:
-    from infoeval.input.protocols.lmeval import DocumentLayout
     from infoeval.input.settings import TextSettings, WindowSettings
     from infoeval.input.text import Text
+
+
+@dataclass(frozen=True)
+class DocumentLayout:
+    """Where each scored document starts in the stream (its prefix token), and lm-eval's words and bytes of it."""
+
+    starts: np.ndarray  # (D,) int64
+    words: np.ndarray  # (D,) int64
+    nbytes: np.ndarray  # (D,) int64
+    complete: bool  # every document whole (no --max-tokens cut)
+    total_documents: int
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ not means of per-document figures).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,20 +21,9 @@ import torch
 
 from infoeval.errors import DataError, UsageError
 from infoeval.input.documents import Documents, count_words, documents_spec, load_documents
-from infoeval.input.protocols.base import Cut, FigureTable, WindowRules
+from infoeval.input.protocols.base import Cut, DocumentLayout, FigureTable, WindowRules  # noqa: F401  (re-exported)
 from infoeval.input.tokens import TokenStream, default_special_tokens, text_tokens
 from infoeval.input.windows import lmeval_windows
-
-
-@dataclass(frozen=True)
-class DocumentLayout:
-    """Where each scored document starts in the stream (its prefix token), and lm-eval's words and bytes of it."""
-
-    starts: np.ndarray  # (D,) int64
-    words: np.ndarray  # (D,) int64
-    nbytes: np.ndarray  # (D,) int64
-    complete: bool  # every document whole (no --max-tokens cut)
-    total_documents: int
 
 
 def lmeval_prefix(policy: str, bos: int | None, eos: int | None) -> tuple[int, str]:
