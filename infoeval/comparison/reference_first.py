@@ -27,11 +27,12 @@ import torch
 from infoeval import distributed, engine, heap
 from infoeval.comparison.floor import noise_floor
 from infoeval.comparison.lockstep import CompareColumns, run_lockstep
-from infoeval.engine.roles import Headless, model_device
+from infoeval.engine.roles import Headless
+from infoeval.engine.states import check_head
 from infoeval.input.prepare import progress
 from infoeval.input.windows import window_inputs
 from infoeval.models.checkpoints import load_checkpoints
-from infoeval.models.head import check, head_of
+from infoeval.models.head import head_of
 from infoeval.models.objects import check_variants
 from infoeval.quant.apply import build_variants
 from infoeval.quant.methods.calibration import for_methods
@@ -49,20 +50,13 @@ def _store(n: int, d: int, folder: str) -> np.ndarray:
     return np.lib.format.open_memmap(f"{folder}/states.npy", "w+", np.float32, (n, d))
 
 
-@torch.inference_mode()
-def check_head(model, stream, window, bos_id: int | None) -> None:
-    """The head applied to the last hidden states of the first PROBE tokens of ``window`` must give the model's own
-    logits (``head.check``), else reference-first is refused: the architecture does more after its head."""
-    probe = window_inputs(stream.ids, window, bos_id)[:, :PROBE].to(model_device(model))
-    logits, states = engine.forward_logits(model, probe, 0), engine.forward_logits(Headless(model), probe, 0)
-    architecture = (getattr(model.config, "architectures", None) or [type(model).__name__])[0]
-    check(head_of(model)(states), logits, architecture, "--plan reference-first", "--plan lockstep")
-
-
-def reference_states(model, stream, windows, bos_id: int | None, on_forward, clock, folder: str) -> np.ndarray:
-    """Step 1: the reference's last hidden state of every scored row, window by window (each rank its windows
-    under a launcher, then gathered: every rank holds them all), its head checked first (``check_head``)."""
-    check_head(model, stream, windows[0], bos_id)
+def reference_states(p, on_forward, clock, folder: str) -> np.ndarray:
+    """Step 1: the reference's last hidden state of every scored row of ``p``, window by window (each rank its
+    windows under a launcher, then gathered: every rank holds them all), its head first checked on the first PROBE
+    tokens (``engine.states.check_head``)."""
+    model, windows, bos_id = p.loaded.model, p.windows, p.protocol.prefix_id
+    probe = window_inputs(p.stream.ids, windows[0], bos_id)[:, :PROBE]
+    check_head(model, head_of(model), probe, p.loaded.info.architecture, "--plan reference-first", "--plan lockstep")
     batches = engine.plan(windows)
     n, d = batches[-1].rows.stop if batches else 0, model.get_output_embeddings().weight.shape[1]
     store, launched = _store(n, d, folder), distributed.launched()
@@ -75,7 +69,7 @@ def reference_states(model, stream, windows, bos_id: int | None, on_forward, clo
         return {}
 
     roles, schema = {STATES: Headless(model)}, {"hidden": np.float32}
-    cols = engine.run(roles, stream.ids, batches, bos_id, reduce, schema, None, on_forward, clock=clock)
+    cols = engine.run(roles, p.stream.ids, batches, bos_id, reduce, schema, None, on_forward, clock=clock)
     return cols["hidden"] if launched else store
 
 
@@ -95,7 +89,7 @@ def run_reference_first(
     model = p.loaded.model
     with tempfile.TemporaryDirectory(prefix="infoeval-states-") as folder:
         states = (
-            reference_states(model, p.stream, p.windows, p.protocol.prefix_id, on_forward, clock, folder),
+            reference_states(p, on_forward, clock, folder),
             head_of(model),
         )
 

@@ -4,10 +4,10 @@ when the candidate's own head is to be used. The reference's logits are then tha
 exactly the logits the model gave, so a gate against it computes every column as quantize-compare does
 (``infotheory.reference_stats`` and ``compare``): KL, reverse KL, TV, top-1 and NLL, exact, not bounds.
 
-Writing it: the reference model runs headless (``engine.Headless``: its "logits" are the states); on the first
-window it also runs whole, and the stored head applied to the states must give its logits within
-``head.MAX_HEAD_ERROR``, else the architecture does more after its head than ``OutputHead`` knows and the file is
-refused.
+Writing it: on the first window the stored head applied to the model's states must give its logits within
+``head.MAX_HEAD_ERROR`` (``engine.states.check_head``), else the architecture does more after its head than
+``OutputHead`` knows and the file is refused; then the model runs headless (``engine.Headless``: its "logits" are
+the states) over every window.
 """
 
 from __future__ import annotations
@@ -17,35 +17,29 @@ import torch
 
 from infoeval import engine
 from infoeval.engine.roles import Headless
+from infoeval.engine.states import check_head
 from infoeval.errors import DataError, UsageError
+from infoeval.input.windows import window_inputs
 from infoeval.measure.infotheory import Workspace, compare, reference_stats
 from infoeval.measure.topk import top_k_probs
-from infoeval.models.head import OutputHead, check, head_of
+from infoeval.models.head import OutputHead, head_of
 from infoeval.quant.floor import FLOOR
 
 STATES = "the reference model's last hidden states"
-WHOLE = "the reference model"
 HIDDEN_SCHEMA = {"hidden": np.float32, "target_logp": np.float32, "entropy": np.float32}
 HEAD_SOURCES = ("stored", "candidate")
 EXACT_COLUMNS = ("kl", "tv", "rkl", "top1")
 HIDDEN_KEYS = ("hidden_dtype", "hidden_size", "head", "head_sha256", "head_stored")  # the metadata it adds
 
 
-def hidden_roles(model: torch.nn.Module, first_window: int) -> tuple[dict, dict]:
-    """The reference pass's roles: the model headless on every window, whole on the first (the head's check)."""
-    return {STATES: Headless(model), WHOLE: model}, {WHOLE: {first_window}}
-
-
-def hidden_reducer(head: OutputHead, architecture: str):
+def hidden_reducer(head: OutputHead):
     """The reference pass's reducer: each window's states (float32), and the reference's log p(target) and entropy
-    from the head's logits; on the window where the whole model ran, the head's logits checked against its own."""
+    from the head's logits."""
     workspace = Workspace()
 
     def reduce(step: engine.Step) -> dict:
         h, targets = step.logits[STATES][0], step.targets[0]
         z = head(h).to(targets.device)
-        if WHOLE in step.logits:
-            check(z, step.logits[WHOLE][0], architecture, "--format hidden", "--format topk")
         ref = reference_stats(z, targets, workspace)
         engine.require_finite(ref.entropy, STATES, step.batch)
         return {"hidden": h.float(), "target_logp": -ref.nll, "entropy": ref.entropy}
@@ -54,22 +48,21 @@ def hidden_reducer(head: OutputHead, architecture: str):
 
 
 def hidden_pass(p, on_forward) -> tuple[dict, OutputHead]:
-    """The reference pass of a hidden-state reference over ``p``'s windows: its columns (``HIDDEN_SCHEMA``) and the
-    reference's head (its tensors, not a copy)."""
-    model = p.loaded.model
-    roles, only = hidden_roles(model, p.windows[0].index)
-    head = head_of(model)
-    reduce = hidden_reducer(head, p.loaded.info.architecture)
+    """The reference pass of a hidden-state reference over ``p``'s windows, its head checked on the first window
+    first (``engine.states.check_head``): its columns (``HIDDEN_SCHEMA``) and the reference's head (its tensors,
+    not a copy)."""
+    model, head = p.loaded.model, head_of(p.loaded.model)
+    first = window_inputs(p.stream.ids, p.windows[0], p.protocol.prefix_id)
+    check_head(model, head, first, p.loaded.info.architecture, "--format hidden", "--format topk")
     cols = engine.run(
-        roles,
+        {STATES: Headless(model)},
         p.stream.ids,
         engine.plan(p.windows),
         p.protocol.prefix_id,
-        reduce,
+        hidden_reducer(head),
         HIDDEN_SCHEMA,
         p.stream.nbytes,
         on_forward,
-        only=only,
     )
     return cols, head
 

@@ -94,9 +94,7 @@ def build_reference(
     check_file_option(out, "--out")
     reporter = reporter or Reporter()
     p = prepare(model_settings, text_settings, window_settings, reporter)
-    # a hidden-state reference's first window also runs whole: its head's check (gating/hidden.py)
-    forwards = len(p.windows) + (fmt == "hidden")
-    with progress(reporter, forwards, f"reference: {len(p.windows)} windows") as bar:
+    with progress(reporter, len(p.windows), f"reference: {len(p.windows)} windows") as bar:
         if fmt == "hidden":
             cols, out_head = hidden_pass(p, bar.step)
             vocab, extra = out_head.vocab, hidden_meta(out_head, head, cols["hidden"])
