@@ -66,6 +66,22 @@ _FLAGS = contextvars.ContextVar("infoeval_flag_spelling", default=False)
 _FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
 
 
+_OWN_FLAGS: dict[str, str] = {}  # keyword → its option where that is not --<keyword with dashes> (top_k → --topk)
+
+
+def register_flag(keyword: str, flag: str) -> None:
+    """Say that ``keyword``'s option is spelled ``flag`` on the command line (``fields.entries`` does, per field)."""
+    _OWN_FLAGS[keyword] = flag
+
+
+def spell(keyword: str) -> str:
+    """A field's name as the front end in use spells it: ``--max-tokens`` on the command line (within
+    ``flag_spelling``), ``max_tokens`` in Python."""
+    if not _FLAGS.get():
+        return keyword
+    return _OWN_FLAGS.get(keyword, "--" + keyword.replace("_", "-"))
+
+
 def keyword_spelling(message: str) -> str:
     """A message written with the CLI's option names, in the Python API's keyword names (--max-tokens → max_tokens)."""
     return _FLAG.sub(lambda m: m.group(1).replace("-", "_"), message)

@@ -119,10 +119,15 @@ def test_too_little_held_out_text_is_one_line(docs, tokenizer):
 
 
 @pytest.mark.parametrize(
-    ("kw", "message"), [({"samples": 0}, "--calibration-samples 0"), ({"seqlen": 4}, "--calibration-seqlen 4")]
+    ("kw", "message"), [({"samples": 0}, "calibration_samples 0"), ({"seqlen": 4}, "calibration_seqlen 4")]
 )
 def test_bad_calibration_settings(kw, message):
-    with pytest.raises(UsageError, match=message):
+    """The field's name as each front end spells it: the keyword in Python, the option on the command line."""
+    from infoeval.errors import flag_spelling
+
+    with pytest.raises(UsageError, match=f"^{message}"):
+        CalibrationSettings(**kw)
+    with flag_spelling(), pytest.raises(UsageError, match="^--" + message.replace("_", "-")):
         CalibrationSettings(**kw)
 
 

@@ -216,7 +216,7 @@ def test_bad_baselines_are_one_line_usage_errors(tiny_llama_dir, tmp_path, args,
 
 
 def test_settings_refuse_a_bad_level():
-    with pytest.raises(UsageError, match="--alpha 0 is not allowed"):
+    with pytest.raises(UsageError, match="^alpha 0 is not allowed"):
         paired.PairedSettings("x", alpha=0)
 
 

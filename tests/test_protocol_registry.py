@@ -25,7 +25,7 @@ def test_every_registered_protocol_is_a_known_name_with_a_one_line_rule():
     assert [default_ctx(name) for name in protocols.REGISTRY] == [512, 512, 512, 2048]
     with pytest.raises(UsageError, match="unknown protocol 'x'; allowed: rolling, llama.cpp, lm-eval, gptq"):
         WindowSettings(protocol="x")
-    with pytest.raises(UsageError, match=r"--stride cannot be set with --protocol gptq \(only rolling windows take"):
+    with pytest.raises(UsageError, match=r"^stride cannot be set with protocol gptq \(only rolling windows take"):
         WindowSettings(ctx=8, stride=4, protocol="gptq")
     assert registered("rolling") is protocols.REGISTRY["rolling"]
     assert WindowSettings().protocol == DEFAULT_PROTOCOL == next(iter(protocols.REGISTRY)) == "rolling"

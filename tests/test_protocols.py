@@ -234,11 +234,11 @@ def test_gptq_default_ctx_and_option_errors():
         and window(protocol="gptq", ctx=128).ctx == 128
         and window(protocol="lm-eval").ctx == 512
     )
-    with pytest.raises(UsageError, match="--stride"):
+    with pytest.raises(UsageError, match="^stride"):
         WindowSettings(ctx=64, stride=32, protocol="lm-eval")
     with pytest.raises(UsageError, match="articles"):
         TextSettings(documents="articles")
-    with pytest.raises(UsageError, match="--documents FILE.jsonl"):
+    with pytest.raises(UsageError, match="^documents FILE.jsonl"):
         TextSettings(dataset="wikitext-2", documents="x.jsonl")
 
 

@@ -123,5 +123,5 @@ def test_positions_as_csv_and_parquet(tiny_llama_dir, text_file, tmp_path, monke
 
 
 def test_bad_top_k(tiny_llama_dir, text_file):
-    with pytest.raises(UsageError, match="--topk"):
+    with pytest.raises(UsageError, match="^top_k"):
         pipeline.quantize_compare(*_settings(tiny_llama_dir, text_file), VariantSettings("int8-channel"), top_k=-1)

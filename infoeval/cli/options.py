@@ -9,21 +9,22 @@ from typing import Annotated
 
 import typer
 
-from infoeval.api.scoring import MAX_TOKENS
 from infoeval.cli.signatures import extend, option
 from infoeval.errors import UsageError
 
 # read_toml: re-exported for the commands' config and limits files
-from infoeval.input.protocols import REGISTRY as PROTOCOL_REGISTRY
-from infoeval.input.protocols import with_flag
-from infoeval.input.settings import DEFAULT_CTX, DEFAULT_PROTOCOL, ModelSettings, max_tokens_of, read_toml  # noqa: F401
-from infoeval.input.text import DATASETS
+from infoeval.input.settings import (  # noqa: F401  (read_toml: re-exported)
+    DEFAULT_PROTOCOL,
+    ModelSettings,
+    TextSettings,
+    WindowSettings,
+    max_tokens_of,
+    read_toml,
+)
 from infoeval.models import DEFAULT_MODEL
 
 # ---- defaults of the shared options (each command's signature uses these) ---------------------------------
 MODEL_DEFAULT = DEFAULT_MODEL
-MAX_TOKENS_DEFAULT = str(MAX_TOKENS)  # the API's default (api/scoring.py), as the option's text
-CTX_DEFAULT = DEFAULT_CTX  # 2048 with --protocol gptq (settings.default_ctx)
 PROTOCOL_DEFAULT = DEFAULT_PROTOCOL
 PREFIX_DEFAULT = "auto"
 DEVICE_DEFAULT = "auto"
@@ -66,71 +67,6 @@ ModelOpt = Annotated[
 ModelArg = Annotated[
     str | None, typer.Argument(metavar="MODEL", help="The model; same as --model.", show_default=False)
 ]
-DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA when present), cpu, cuda or cuda:N.")]
-DtypeOpt = Annotated[
-    str,
-    typer.Option(
-        help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16, float16. On a CPU with native "
-        "bfloat16, bfloat16 is about 1.6× faster but its noise floor is about 60× float32's (docs/metrics.md, "
-        "Resolution)."
-    ),
-]
-DeviceMapOpt = Annotated[
-    str | None, typer.Option(help="accelerate device_map for models larger than one device, e.g. auto.")
-]
-TextOpt = Annotated[Path | None, typer.Option("--text", "-t", help="A UTF-8 text file to score.")]
-DatasetOpt = Annotated[str | None, typer.Option(help=f"Built-in text: {', '.join(DATASETS)} (default python-docs).")]
-DataDirOpt = Annotated[
-    Path | None, typer.Option(help="Folder holding wikitext-2-raw/ or tinyshakespeare/ (or set INFOEVAL_DATA_DIR).")
-]
-MaxTokensOpt = Annotated[
-    str,
-    typer.Option(
-        help="Score at most this many tokens, or 'all' for the whole text (the default keeps a first run to minutes)."
-    ),
-]
-
-
-def _ctx_defaults() -> str:
-    """``--ctx``'s default in words, from the registry: the common one, then each protocol's own."""
-    own = [
-        f"{rules.default_ctx} with --protocol {name}"
-        for name, rules in PROTOCOL_REGISTRY.items()
-        if rules.default_ctx != DEFAULT_CTX
-    ]
-    return ", ".join([str(DEFAULT_CTX), *own])
-
-
-CtxOpt = Annotated[
-    int | None,
-    typer.Option(help=f"Window length in tokens (n_ctx); default {_ctx_defaults()}.", show_default=False),
-]
-StrideOpt = Annotated[int | None, typer.Option(help="Tokens between window starts (default = ctx); ≤ ctx.")]
-ProtocolOpt = Annotated[
-    str,
-    typer.Option(help=" · ".join(f"{name}: {rules.summary}" for name, rules in PROTOCOL_REGISTRY.items()) + "."),
-]
-DocumentsOpt = Annotated[
-    str | None,
-    typer.Option(
-        help=f"With --protocol {' or '.join(with_flag('reads_documents'))}: a JSONL file of documents, or 'articles' "
-        "(the WikiText file split into articles, lm-eval's wikitext task)."
-    ),
-]
-DocumentFieldOpt = Annotated[str, typer.Option(help="The field of each JSONL line that holds the document.")]
-PrefixOpt = Annotated[str, typer.Option(help="Token put before the text: auto (BOS, else EOS), bos, eos or none.")]
-CsvOpt = Annotated[Path | None, typer.Option(help="Write the summary CSV here (a row per variant, or per compressor).")]
-JsonOpt = Annotated[Path | None, typer.Option(help="Write metrics and provenance as JSON here.")]
-PositionsOpt = Annotated[Path | None, typer.Option(help="Write per-position columns as CSV here.")]
-PlotOpt = Annotated[
-    Path | None,
-    typer.Option(help="Also draw the results into this .png (or .svg, .pdf); needs matplotlib, the 'plot' extra."),
-]
-OutDirOpt = Annotated[
-    Path | None,
-    typer.Option(help="Folder for summary.csv, result.json, positions.csv (default results/<run-name>/)."),
-]
-RunNameOpt = Annotated[str | None, typer.Option(help="Name of the run folder under results/.")]
 ConfigOpt = Annotated[
     Path | None,
     typer.Option("--config", is_eager=True, callback=_load_config, help="TOML file of option defaults (see configs/)."),
@@ -199,25 +135,19 @@ class RunOptions:
         }
 
 
-_TEXT = [
-    option("text", TextOpt, None),
-    option("dataset", DatasetOpt, None),
-    option("data_dir", DataDirOpt, None),
-    option("max_tokens", MaxTokensOpt, MAX_TOKENS_DEFAULT),
-]
-_WINDOW = [
-    option("ctx", CtxOpt, None),
-    option("stride", StrideOpt, None),
-    option("protocol", ProtocolOpt, PROTOCOL_DEFAULT),
-    option("prefix", PrefixOpt, PREFIX_DEFAULT),
-    option("documents", DocumentsOpt, None),
-    option("document_field", DocumentFieldOpt, "text"),
-]
-_DEVICE = [
-    option("device", DeviceOpt, DEVICE_DEFAULT),
-    option("dtype", DtypeOpt, DTYPE_DEFAULT),
-    option("device_map", DeviceMapOpt, None),
-]
+def _declared(cls, skip: tuple[str, ...] = ()) -> list:
+    """The options of a declared settings class (``infoeval.input.fields``) as parameters of a command's signature."""
+    from infoeval.cli.command import parameter
+    from infoeval.input.fields import entries
+
+    return [parameter(e) for k, e in entries(cls).items() if e.opt.command_line and k not in skip]
+
+
+_TEXT = _declared(TextSettings)
+_WINDOW = _declared(WindowSettings)
+_DEVICE = _declared(ModelSettings, skip=("model",))
+DeviceOpt, DtypeOpt, DeviceMapOpt = (p.annotation for p in _DEVICE)
+MaxTokensOpt = next(p.annotation for p in _TEXT if p.name == "max_tokens")
 
 
 def run_options(windows: bool = True):

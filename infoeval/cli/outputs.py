@@ -4,25 +4,16 @@ which checks them before the long run, names the files and writes them (``Output
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from infoeval.cli.options import (
-    ConfigOpt,
-    CsvOpt,
-    JsonOpt,
-    OutDirOpt,
-    PlotOpt,
-    PositionsOpt,
-    QuietOpt,
-    RunNameOpt,
-    run_folder,
-)
-from infoeval.cli.signatures import extend, option
+from infoeval.cli.command import output_keywords
+from infoeval.cli.options import ConfigOpt, run_folder
+from infoeval.cli.signatures import extend
+from infoeval.input.fields import entries, option
 
-# the output options a command may take; "folder" stands for --out-dir and --run-name (the default run folder)
-STANDARD = {"csv": CsvOpt, "json": JsonOpt, "positions": PositionsOpt, "plot": PlotOpt, "quiet": QuietOpt}
 RUN_OUTPUTS = ("csv", "json", "positions", "plot", "folder", "quiet")  # what a command that scores a text writes
 
 
@@ -30,22 +21,54 @@ RUN_OUTPUTS = ("csv", "json", "positions", "plot", "folder", "quiet")  # what a 
 class Outputs:
     """A command's output options (None: not given, or not an option of this command)."""
 
-    csv: Path | None = None
-    json: Path | None = None
-    positions: Path | None = None
-    plot: Path | None = None
-    out_dir: Path | None = None
-    run_name: str | None = None
-    quiet: bool = False
+    csv: Path | None = option(
+        None, help="Write the summary CSV here (a row per variant, or per compressor).", parse=Path, panel="Output"
+    )
+    json: Path | None = option(None, help="Write metrics and provenance as JSON here.", parse=Path, panel="Output")
+    positions: Path | None = option(None, help="Write per-position columns as CSV here.", parse=Path, panel="Output")
+    plot: Path | None = option(
+        None,
+        help="Also draw the results into this .png (or .svg, .pdf); needs matplotlib, the 'plot' extra.",
+        parse=Path,
+        panel="Output",
+    )
+    html: Path | None = option(
+        None,
+        flags=("--html",),
+        help="Also write the run's report page here: the text coloured by KL (or NLL, entropy), each token's values "
+        "and top-5 on hover (implies --topk 5).",
+        parse=Path,
+        panel="Output",
+    )
+    out_dir: Path | None = option(
+        None,
+        help="Folder for summary.csv, result.json, positions.csv (default results/<run-name>/).",
+        parse=Path,
+        panel="Output",
+    )
+    run_name: str | None = option(None, help="Name of the run folder under results/.", panel="Output")
+    quiet: bool = option(False, flags=("--quiet", "-q"), help="No progress bar.", panel="Output")
     kinds: tuple[str, ...] = ("csv", "json", "positions")  # the tables this command writes
     folder: bool = True  # whether, no file being named, the tables go to a run folder
+
+    def chosen(self, names: tuple[str, ...]) -> Outputs:
+        """These outputs for a command that takes the output options ``names``."""
+        return replace(
+            self, kinds=tuple(k for k in ("csv", "json", "positions") if k in names), folder="folder" in names
+        )
+
+    def running(self, request):
+        """``request`` as these outputs run it: a progress bar unless --quiet, and with --html the top tokens its
+        page shows on hover (--topk, or 5 when only --html is given)."""
+        top_k = request.top_k or (5 if self.html is not None else 0)
+        return replace(request, progress=not self.quiet, top_k=top_k)
 
     def __post_init__(self) -> None:
         """The paths named, checked before anything runs: a file option that names a folder, a folder that is a
         file (one line, exit 2)."""
         from infoeval.output.results import check_file_option, check_folder_option
 
-        for name in ("csv", "json", "positions", "plot"):
+        for name in ("csv", "json", "positions", "plot", "html"):
             check_file_option(getattr(self, name), f"--{name}")
         check_folder_option(self.out_dir, "--out-dir")
 
@@ -110,26 +133,24 @@ class Outputs:
 
 
 def output_options(*names: str, **own):
-    """Give a command the output options ``names`` (of csv, json, positions, plot, folder, quiet) with their standard
-    help, those in ``own`` (name → its own option type, e.g. a --csv that says what its rows are) and --config,
+    """Give a command the output options ``names`` (of csv, json, positions, plot, folder, quiet) as ``Outputs``
+    declares them, those in ``own`` (name → its own help, e.g. a --csv that says what its rows are) and --config,
     after its other options; they reach it as one ``outputs: Outputs`` argument."""
-    wanted = set(names) | set(own)
-    unknown = wanted - set(STANDARD) - {"folder"}
+    from infoeval.cli.command import parameter
+    from infoeval.cli.signatures import option as signature_option
+
+    declared = entries(Outputs)
+    wanted = output_keywords(tuple(names) + tuple(own))
+    unknown = set(wanted) - set(declared)
     if unknown:
         raise ValueError(f"unknown output options {sorted(unknown)}")
-    params = [
-        option(name, own.get(name, STANDARD[name]), False if name == "quiet" else None)
-        for name in STANDARD
-        if name in wanted
-    ]
-    if "folder" in wanted:
-        params += [option("out_dir", OutDirOpt, None), option("run_name", RunNameOpt, None)]
-    params.append(option("config", ConfigOpt, None))
-    kinds = tuple(k for k in ("csv", "json", "positions") if k in wanted)
+    helps = {k: v if isinstance(v, str) else typing.get_args(v)[1].help for k, v in own.items()}
+    params = [parameter(declared[k], helps.get(k)) for k in declared if k in wanted]
+    params.append(signature_option("config", ConfigOpt, None))
+    chosen = tuple(names) + tuple(own)
 
     def build(values: dict) -> Outputs:
-        given = {p.name: values[p.name] for p in params if p.name != "config"}
-        return Outputs(**given, kinds=kinds, folder="folder" in wanted)
+        return Outputs(**{p.name: values[p.name] for p in params if p.name != "config"}).chosen(chosen)
 
     return lambda command: extend(command, "outputs", params, build)
 

@@ -1,79 +1,30 @@
-"""The options that choose the variants measured against the reference: quantization schemes, module globs,
-recipes, the noise floor, and the calibration of calibrated methods (``@calibration_options``)."""
+"""The options that choose the variants measured against the reference, as ``VariantSettings`` declares them
+(schemes, module globs, recipes, the noise floor), and the calibration of calibrated methods
+(``@calibration_options``), for the commands not yet made from a request (``cli/command.py``)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
+from infoeval.cli.signatures import extend
+from infoeval.input.settings import CalibrationSettings, VariantSettings
 
-import typer
 
-from infoeval.cli.signatures import extend, option
+def _declared(cls) -> dict:
+    from infoeval.cli.command import parameter
+    from infoeval.input.fields import entries
 
-SchemesOpt = Annotated[
-    str,
-    typer.Option(
-        help="Comma-separated schemes: int<bits>-channel | int<bits>-g<N> [-asym] (infoeval's rounding), bf16 "
-        "| fp16 (the weights at 16 bits), or <library>:<spec> such as hqq:int4-g64 (the library's own "
-        "quantizer and kernels; docs/methods.md)."
-    ),
-]
-IncludeOpt = Annotated[
-    list[str] | None, typer.Option(help="Also quantize modules matching this glob (repeatable), e.g. lm_head.")
-]
-ExcludeOpt = Annotated[list[str] | None, typer.Option(help="Do not quantize modules matching this glob (repeatable).")]
-CalibrationOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--calibration",
-        help="Calibrated methods (autoround:…): the text they learn from, a dataset name or a UTF-8 file; "
-        "default: the evaluated text after the evaluated tokens (docs/methods.md).",
-        show_default=False,
-    ),
-]
-CalibrationSamplesOpt = Annotated[int, typer.Option(help="Calibrated methods: how many chunks of calibration text.")]
-CalibrationSeqlenOpt = Annotated[int, typer.Option(help="Calibrated methods: tokens per chunk.")]
-CalibrationSeedOpt = Annotated[
-    int, typer.Option(help="Calibrated methods: the seed that draws the chunks and seeds the method.")
-]
-CalibrationOverlapOpt = Annotated[
-    bool,
-    typer.Option(
-        "--calibration-overlap", help="Allow calibration chunks that repeat the evaluated tokens (refused by default)."
-    ),
-]
-FloorOpt = Annotated[
-    str,
-    typer.Option(
-        "--floor",
-        help="The noise floor (the reference with its weights moved by one bfloat16 rounding step) in the same "
-        "run: sampled (a seeded share of the windows, ≤ 8 % of the forward passes, ≤ 10 % of the wall time), "
-        "full (every window) or off.",
-    ),
-]
-FloorSeedOpt = Annotated[int, typer.Option(help="The noise floor's seed: its weights and its sampled windows.")]
-RecipeOpt = Annotated[
-    list[Path] | None,
-    typer.Option(
-        help="Recipe TOML (unit → scheme, as `infoeval mix` writes): one more variant, named after the file "
-        "(repeatable)."
-    ),
-]
+    return {k: parameter(e) for k, e in entries(cls).items() if e.opt.command_line}
 
-_CALIBRATION = [
-    option("calibration", CalibrationOpt, None),
-    option("calibration_samples", CalibrationSamplesOpt, 128),
-    option("calibration_seqlen", CalibrationSeqlenOpt, 512),
-    option("calibration_seed", CalibrationSeedOpt, 42),
-    option("calibration_overlap", CalibrationOverlapOpt, False),
-]
+
+_VARIANTS = _declared(VariantSettings)
+SchemesOpt, IncludeOpt, ExcludeOpt, RecipeOpt, FloorOpt, FloorSeedOpt = (
+    _VARIANTS[k].annotation for k in ("schemes", "include", "exclude", "recipes", "floor", "floor_seed")
+)
+_CALIBRATION = list(_declared(CalibrationSettings).values())
 
 
 def calibration_options(command):
-    """Give a command the calibration options of the calibrated methods (autoround:…), defined once here; they
-    reach it as one ``calibration_settings: CalibrationSettings`` argument."""
-    from infoeval.input.settings import CalibrationSettings
-
+    """Give a command the calibration options of the calibrated methods (autoround:…), as ``CalibrationSettings``
+    declares them; they reach it as one ``calibration_settings: CalibrationSettings`` argument."""
     return extend(
         command,
         "calibration_settings",

@@ -27,9 +27,10 @@ from infoeval.comparison.lockstep import (  # noqa: F401  (REFERENCE … VARIANT
 )
 from infoeval.comparison.plans import PlanSettings, choose
 from infoeval.comparison.reference_first import evaluate_reference_first
+from infoeval.comparison.request import MAX_TOP_K
 from infoeval.comparison.until import UntilSettings, bpb_ses, budget_windows, check_protocol, evaluate_until, kl_ses
 from infoeval.comparison.variants import build_planned, plan_variants
-from infoeval.errors import RuntimeFailure, UsageError
+from infoeval.errors import RuntimeFailure, UsageError, spell
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.input.protocols import registered
 from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
@@ -42,8 +43,6 @@ from infoeval.measure.protocol_metrics import protocol_figures
 from infoeval.models.objects import ModuleVariant
 from infoeval.output.results import Result
 from infoeval.quant.floor import FLOOR, FloorVariant
-
-MAX_TOP_K = 100
 
 
 @dataclass(frozen=True)
@@ -159,7 +158,7 @@ def _checked_text(
     """Before anything loads: --topk in range, and for a run to a precision a protocol that allows it and the
     whole text (its budget is ``until.max_tokens``, not the text's --max-tokens)."""
     if not 0 <= top_k <= MAX_TOP_K:
-        raise UsageError(f"--topk {top_k} is not allowed; give 0 (none) to {MAX_TOP_K} tokens per position")
+        raise UsageError(f"{spell('top_k')} {top_k} is not allowed; give 0 (none) to {MAX_TOP_K} tokens per position")
     if until is None:
         return text_settings
     check_protocol(window_settings.protocol)

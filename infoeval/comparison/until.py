@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from infoeval import distributed
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.input.protocols import REGISTRY, with_flag
 from infoeval.measure.column_metrics import bits_per_byte_se
 from infoeval.measure.sequential import PASS
@@ -47,9 +47,9 @@ class UntilSettings:
             or not isinstance(self.target, (int, float))
             or not (math.isfinite(self.target) and self.target > 0)
         ):
-            raise UsageError(f"--until-se {self.target} is not allowed; give a standard error > 0, e.g. 0.01")
+            raise UsageError(f"{spell('until_se')} {self.target} is not allowed; give a standard error > 0, e.g. 0.01")
         if self.max_tokens is not None and self.max_tokens < 1:
-            raise UsageError(f"--max-tokens {self.max_tokens} is not allowed; it must be at least 1")
+            raise UsageError(f"{spell('max_tokens')} {self.max_tokens} is not allowed; it must be at least 1")
         check_order(self.order, self.seed)
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.measure.metrics import METRICS as REGISTRY
 from infoeval.measure.stats import _t_cdf, block_labels, se, se_blocks
 
@@ -53,16 +53,18 @@ class PairedSettings:
 
     def __post_init__(self) -> None:
         if not (isinstance(self.alpha, (int, float)) and 0.0 < self.alpha < 0.5):
-            raise UsageError(f"--alpha {self.alpha} is not allowed; give a level in (0, 0.5), e.g. 0.05")
+            raise UsageError(f"{spell('alpha')} {self.alpha} is not allowed; give a level in (0, 0.5), e.g. 0.05")
 
     def check(self, names: list[str]) -> None:
         """The baseline is one of the run's variants, and there is another to compare with it."""
         listed = ", ".join(names) or "none"
         if self.baseline not in names:
-            raise UsageError(f"--baseline '{self.baseline}' is not a variant of this run; its variants: {listed}")
+            raise UsageError(
+                f"{spell('baseline')} '{self.baseline}' is not a variant of this run; its variants: {listed}"
+            )
         if len(names) < 2:
             raise UsageError(
-                f"--baseline '{self.baseline}' is the run's only variant; give at least one more scheme to "
+                f"{spell('baseline')} '{self.baseline}' is the run's only variant; give at least one more scheme to "
                 "compare with it"
             )
 

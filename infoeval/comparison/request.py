@@ -1,0 +1,144 @@
+"""What quantize-compare and compress-bits are asked, each option declared once (``input.fields``): the command
+line's options, the API's keywords and --config's keys are made from these classes. No torch import."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infoeval.errors import UsageError, spell
+from infoeval.input.fields import given_field, group, non_negative, option
+from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+
+PLANS = ("auto", "lockstep", "reference-first")
+MAX_TOP_K = 100  # --topk's ceiling: K tokens and probabilities per position per model are kept in memory
+
+
+@dataclass(frozen=True)
+class Precision:
+    """A run to a precision: windows of the whole text in a seeded order until the watched SE is small enough."""
+
+    until_se: float | None = option(
+        None,
+        help="Run to a precision: windows of the whole text in a seeded order until the watched standard error is ≤ "
+        "this; --max-tokens, when given, is then the budget.",
+    )
+    order_seed: int | None = option(  # None: 0
+        None,
+        help="--until-se: the seed of the windows' visiting order.",
+        parse=non_negative("order_seed"),
+        default_text="0",
+    )
+
+    def __post_init__(self) -> None:
+        if self.until_se is None and self.order_seed is not None:
+            raise UsageError(f"{spell('order_seed')} needs {spell('until_se')}")
+        if self.until_se is not None:
+            from infoeval.comparison.until import UntilSettings
+
+            UntilSettings(self.until_se, None, self.seed)
+
+    @property
+    def seed(self) -> int:
+        return self.order_seed or 0
+
+
+def _top_k(value: int) -> int:
+    if not 0 <= value <= MAX_TOP_K:
+        raise UsageError(f"{spell('top_k')} {value} is not allowed; give 0 (none) to {MAX_TOP_K} tokens per position")
+    return value
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """What every command that scores a text with a model is asked: the model, the text, its windows, how precise."""
+
+    model: ModelSettings = group(ModelSettings, panel="Model")
+    tokenizer: object = option(
+        None, help="The tokenizer of a model given as a loaded module (a spec brings its own).", command_line=False
+    )
+    text: TextSettings = group(TextSettings, panel="Text")
+    window: WindowSettings = group(WindowSettings, panel="Windows")
+    precision: Precision = group(Precision, panel="Precision")
+    top_k: int = option(
+        0,
+        flags=("--topk",),
+        help="Also store every model's K most likely tokens and their probabilities per position in the positions "
+        "output (0: none).",
+        parse=_top_k,
+        panel="Output",
+    )
+    progress: bool = option(False, help="A progress bar on stderr.", command_line=False)
+    given: frozenset = given_field()
+
+    def until(self):
+        """The run to a precision (``UntilSettings``), or None: its budget is --max-tokens where given, else the
+        whole text."""
+        from infoeval.comparison.until import UntilSettings
+
+        if self.precision.until_se is None:
+            return None
+        budget = self.text.max_tokens if "max_tokens" in self.given else None
+        return UntilSettings(self.precision.until_se, budget, self.precision.seed)
+
+
+@dataclass(frozen=True)
+class CompareRequest(Scoring):
+    """quantize-compare: the reference and each variant on the same windows."""
+
+    variants: VariantSettings = group(VariantSettings, panel="Variants")
+    baseline: str | None = option(
+        None,
+        help="A variant of the run (e.g. int4-g128): every other is compared with it on the same positions (mean KL, "
+        "P99 KL, top-1, Δ ln PPL: paired difference ± SE, better / worse / not distinguishable).",
+        panel="Variants",
+    )
+    alpha: float | None = option(  # None: 0.05
+        None,
+        help="--baseline: the verdicts' level, two-sided, Holm across the variants (default 0.05).",
+        panel="Variants",
+    )
+    plan: str = option(
+        "auto",
+        help="auto (lockstep where its estimated peak fits --memory-budget, else reference-first), lockstep (every "
+        "model at once) or reference-first (the reference's last hidden states first, then one model at a time).",
+        panel="Memory",
+    )
+    memory_budget: float | None = option(
+        None,
+        help="GiB the run may take, checked against each plan's estimate before anything loads (default: 90 % of the "
+        "memory available: RAM, or the GPU's free memory).",
+        panel="Memory",
+    )
+
+    def __post_init__(self) -> None:
+        self.paired()
+        self.plan_settings()
+
+    def paired(self):
+        """--baseline's paired verdicts (``PairedSettings``), or None without a baseline; --alpha alone is a usage
+        error."""
+        from infoeval.measure.paired import PairedSettings
+
+        if self.baseline is None and self.alpha is not None:
+            raise UsageError(f"{spell('alpha')} needs {spell('baseline')}: it is the level of the paired verdicts")
+        return (
+            None if self.baseline is None else PairedSettings(self.baseline, 0.05 if self.alpha is None else self.alpha)
+        )
+
+    def plan_settings(self):
+        from infoeval.comparison.plans import PlanSettings
+
+        return PlanSettings(self.plan, self.memory_budget)
+
+
+@dataclass(frozen=True)
+class CompressRequest(Scoring):
+    """compress-bits: the model's code length for the text beside general-purpose compressors."""
+
+    verify_coding: bool = option(
+        False,
+        flags=("--verify-coding",),
+        help="Also compress the scored bytes with the model and a range coder, decompress them, and report the real "
+        "file's size (an 'arithmetic-coded' row).",
+        panel="Coding",
+    )

@@ -1,0 +1,231 @@
+"""One declaration per option. A request is a frozen dataclass whose fields say, each once, an option's type,
+default, help and checks (``option``); fields that are themselves such dataclasses (``group``) add their options
+in place. From a request class come the API's keywords (``build``: keywords → request, checked), the command line's
+options (``cli/commands.py``) and --config's keys (``config_values``); an error names the field and each front end
+spells it its own way (``errors.spell``: ``--max-tokens`` on the command line, ``max_tokens`` in Python).
+
+    @dataclass(frozen=True)
+    class Window:
+        ctx: int = option(512, help="Window length in tokens.", check=at_least(2))
+
+    build(Window, {"ctx": "1"})   # UsageError: ctx '1' is not allowed; give an integer
+
+A leaf: imports neither torch nor typer."""
+
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from infoeval.errors import UsageError, register_flag, spell
+
+GIVEN = "given"  # a request's field holding the keywords its caller gave (the others are defaults)
+
+
+@dataclasses.dataclass(frozen=True)
+class Opt:
+    """What a field says about its option besides its name, type and default."""
+
+    help: str | Callable[[], str]  # a callable: help computed when first shown (e.g. from a registry)
+    flags: tuple[str, ...] = ()  # the command line's spellings; () is --<keyword with dashes>
+    keyword: str | None = None  # the keyword (and option name) where it is not the field's name
+    parse: Callable | None = None  # the value as given (typed text, a TOML value, a Python value) → the field's
+    accepts: object = None  # the types a caller may give (default: the field's annotation)
+    cli: object = None  # the option's type on the command line (default: from ``accepts``)
+    default_text: str | None = None  # --help's default where the field's default is not what a user types
+    panel: str | None = None  # --help's group (default: the group's)
+    aliases: tuple[str, ...] = ()  # other --config keys for it
+    positional: str | None = None  # also a positional argument with this metavar (MODEL, TARGET, ...)
+    command_line: bool = True  # an option of the command line
+    api: bool = True  # a keyword of the API
+
+    def text(self) -> str:
+        return self.help() if callable(self.help) else self.help
+
+
+def option(default=dataclasses.MISSING, *, help, factory=dataclasses.MISSING, **meta) -> dataclasses.Field:
+    """A request's field that is an option: its default (or ``factory``), help and what ``Opt`` says."""
+    return dataclasses.field(default=default, default_factory=factory, metadata={"option": Opt(help=help, **meta)})
+
+
+def group(cls, panel: str | None = None) -> dataclasses.Field:
+    """A request's field holding another declared dataclass, whose options are this request's too, in place."""
+    return dataclasses.field(default_factory=cls, metadata={"group": cls, "panel": panel})
+
+
+def given_field() -> dataclasses.Field:
+    """The field that records the keywords a caller gave (``GIVEN``), not compared and not shown."""
+    return dataclasses.field(default=frozenset(), compare=False, repr=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One keyword of a request: its declaration, the class and field holding it, and its panel."""
+
+    keyword: str
+    opt: Opt
+    owner: type
+    field: dataclasses.Field
+    panel: str | None
+
+    @property
+    def default(self):
+        f = self.field
+        return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+    @property
+    def hint(self):
+        return self.opt.accepts or typing.get_type_hints(self.owner)[self.field.name]
+
+    @property
+    def flag(self) -> str:
+        return self.opt.flags[0] if self.opt.flags else "--" + self.keyword.replace("_", "-")
+
+
+def entries(cls, panel: str | None = None) -> dict[str, Entry]:
+    """Every keyword of request class ``cls``, in declaration order, its groups' in place."""
+    found: dict[str, Entry] = {}
+    for f in dataclasses.fields(cls):
+        if "group" in f.metadata:
+            for key, entry in entries(f.metadata["group"], f.metadata["panel"] or panel).items():
+                if key in found:
+                    raise TypeError(f"{cls.__name__}: keyword '{key}' declared twice")
+                found[key] = entry
+        elif "option" in f.metadata:
+            opt = f.metadata["option"]
+            key = opt.keyword or f.name
+            if key in found:
+                raise TypeError(f"{cls.__name__}: keyword '{key}' declared twice")
+            found[key] = Entry(key, opt, cls, f, opt.panel or panel)
+            if opt.flags:
+                register_flag(key, opt.flags[0])
+    return found
+
+
+def build(cls, values: Mapping, *, also: tuple[str, ...] = ()):
+    """A request of class ``cls`` from keyword ``values`` (those not given keep their defaults): an unknown keyword,
+    or a value of a type its field does not take, is a usage error naming it; each value is then parsed by its
+    field's ``parse`` and the classes check themselves (``__post_init__``). ``also``: keywords the caller takes
+    beside the request's, named in the unknown keyword's message."""
+    known = {k: e for k, e in entries(cls).items() if e.opt.api or e.opt.command_line}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        allowed = ", ".join(spell(k) for k in [*known, *also])
+        raise UsageError(f"unknown keyword '{spell(unknown[0])}'; allowed: {allowed}")
+    for key, value in values.items():
+        hint = known[key].hint
+        if not fits(value, hint):
+            raise UsageError(f"{spell(key)} {value!r} is not allowed; give {describe(hint)}")
+    return _make(cls, values, top=True)
+
+
+def _make(cls, values: Mapping, top: bool = False):
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if "group" in f.metadata:
+            kwargs[f.name] = _make(f.metadata["group"], values)
+        elif "option" in f.metadata:
+            opt = f.metadata["option"]
+            key = opt.keyword or f.name
+            if key in values:
+                kwargs[f.name] = opt.parse(values[key]) if opt.parse is not None else values[key]
+        elif top and f.name == GIVEN:
+            kwargs[f.name] = frozenset(values)
+    return cls(**kwargs)
+
+
+def config_values(path: Path, section: str, known: dict[str, Entry], read_toml) -> dict:
+    """--config FILE.toml (or the API's ``config=``) as keyword values: its keys (option names, '-' or '_', or an
+    alias) at the top level or under a table named ``section`` (the command); a key not ``known`` is a usage
+    error."""
+    data = read_toml(Path(path), "config file")
+    table = data.get(section, {k: v for k, v in data.items() if not isinstance(v, dict)})
+    aliases = {a: k for k, e in known.items() for a in e.opt.aliases}
+    values = {}
+    for key, value in table.items():
+        name = key.replace("-", "_")
+        name = aliases.get(name, name)
+        if name not in known:
+            raise UsageError(
+                f"config file '{path}': unknown key '{key}' for {section}; allowed: {', '.join(sorted(known))}"
+            )
+        values[name] = value
+    return values
+
+
+# ---- types: what a keyword takes, and its name in a message ----------------------------------------------
+_NAMES = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bool: "True or False",
+    Path: "a path",
+    type(None): "None",
+    dict: "a dict",
+}
+
+
+def fits(value, hint) -> bool:
+    """Whether ``value`` is of the annotated type (unions, sequences of a type, paths; other classes by isinstance)."""
+    origin = typing.get_origin(hint)
+    if hint in (typing.Any, object):
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(fits(value, arg) for arg in typing.get_args(hint))
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is Path:
+        return isinstance(value, (str, os.PathLike))
+    if origin in (collections.abc.Sequence, list, tuple):
+        args = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        return isinstance(value, (list, tuple)) and (not args or all(fits(v, args[0]) for v in value))
+    if origin in (dict, collections.abc.Mapping):
+        return isinstance(value, dict)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def describe(hint) -> str:
+    """A type in words: 'an integer or None', 'a sequence of strings'."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(dict.fromkeys(describe(arg) for arg in typing.get_args(hint)))
+    if typing.get_origin(hint) in (collections.abc.Sequence, list, tuple):
+        args = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        return "a sequence" + (f" of {describe(args[0]).removeprefix('a ').removeprefix('an ')}s" if args else "")
+    return _NAMES.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+# ---- checks a field may name as its ``parse`` ----------------------------------------------------------------
+def one_of(keyword: str, allowed: tuple[str, ...] | Callable[[], tuple[str, ...]]):
+    """A parse that takes only the ``allowed`` values (or a function giving them)."""
+
+    def parse(value):
+        names = allowed() if callable(allowed) else allowed
+        if value not in names:
+            raise UsageError(f"{spell(keyword)} '{value}' is not allowed; give one of {', '.join(names)}")
+        return value
+
+    return parse
+
+
+def non_negative(keyword: str):
+    """A parse that takes an integer ≥ 0 (a seed)."""
+
+    def parse(value):
+        if int(value) < 0:
+            raise UsageError(f"{spell(keyword)} {value} is not allowed; give an integer ≥ 0")
+        return value
+
+    return parse
+
+
+def names(value) -> tuple[str, ...]:
+    """A list keyword as a tuple of names: comma-separated text (as typed) or a sequence; blanks dropped."""
+    items = value.split(",") if isinstance(value, str) else [str(v) for v in value]
+    return tuple(s.strip() for s in items if str(s).strip())
