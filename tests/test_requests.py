@@ -1,0 +1,144 @@
+"""Requests: each option declared once (``input/fields.py``) and read by every front end alike: the API's keywords
+(``infoeval.compare(**kw)``, a request, a --config file), the command line's options (``cli/command.py``) and
+their errors, spelled as each front end spells the field. No model is loaded."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from cli_run import run_cli
+
+import infoeval
+from infoeval.comparison.request import CompareRequest, CompressRequest
+from infoeval.errors import UsageError, flag_spelling, spell
+from infoeval.input.fields import build, entries, given_field, group, names, option
+from infoeval.input.settings import DEFAULT_SCHEMES, MAX_TOKENS
+
+
+@dataclass(frozen=True)
+class _Inner:
+    size: int = option(3, help="A size.", flags=("--sz",))
+
+
+@dataclass(frozen=True)
+class _Outer:
+    inner: _Inner = group(_Inner)
+    label: str | None = option(None, help="A label.", parse=str.upper)
+    given: frozenset = given_field()
+
+
+def test_groups_flatten_in_place_and_build_checks_types_and_names():
+    assert list(entries(_Outer)) == ["size", "label"]
+    made = build(_Outer, {"size": 5, "label": "x"})
+    assert made.inner.size == 5 and made.label == "X" and made.given == {"size", "label"}
+    assert build(_Outer, {}) == _Outer()
+    with pytest.raises(UsageError, match=r"^unknown keyword 'colour'; allowed: size, label"):
+        build(_Outer, {"colour": 1})
+    with pytest.raises(UsageError, match=r"^size '5' is not allowed; give an integer$"):
+        build(_Outer, {"size": "5"})
+    with flag_spelling(), pytest.raises(UsageError, match=r"^--sz '5' is not allowed"):
+        build(_Outer, {"size": "5"})
+
+
+def test_spell_names_a_field_as_each_front_end_does():
+    entries(CompareRequest)  # registers the options spelled otherwise than --<keyword>
+    assert spell("max_tokens") == "max_tokens" and spell("top_k") == "top_k"
+    with flag_spelling():
+        assert spell("max_tokens") == "--max-tokens" and spell("top_k") == "--topk"
+        assert spell("recipes") == "--recipe"
+
+
+def test_names_splits_text_once_and_keeps_sequences():
+    assert names("a, b,,c ") == ("a", "b", "c") == names(["a", "b", "c"])
+    assert names(()) == ()
+
+
+def test_request_defaults_are_the_commands():
+    r = CompareRequest()
+    assert r.text.max_tokens == MAX_TOKENS and r.window.ctx == 512 and r.variants.schemes == DEFAULT_SCHEMES
+    assert build(CompareRequest, {"protocol": "gptq"}).window.ctx == 2048
+    only = build(CompareRequest, {"recipes": ["r.toml"]})
+    assert only.variants.schemes == "" and only.variants.recipes == (Path("r.toml"),)
+    assert build(CompareRequest, {"schemes": ("int8-channel", "int4-g32")}).variants.schemes == "int8-channel,int4-g32"
+
+
+def test_precision_budget_is_max_tokens_only_where_given():
+    assert build(CompareRequest, {"until_se": 0.01}).until().max_tokens is None
+    assert build(CompareRequest, {"until_se": 0.01, "max_tokens": 512}).until().max_tokens == 512
+    assert build(CompareRequest, {}).until() is None
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"floor_seed": -1}, "floor_seed -1 is not allowed; give an integer ≥ 0"),
+        ({"order_seed": 2}, "order_seed needs until_se"),
+        ({"alpha": 0.1}, "alpha needs baseline"),
+        ({"top_k": 101}, "top_k 101 is not allowed"),
+        ({"plan": "eager"}, "plan eager is not allowed"),
+        ({"memory_budget": 0}, "memory_budget 0 is not allowed"),
+        ({"max_tokens": "lots"}, "max_tokens 'lots' is not allowed"),
+        ({"ctx": "64"}, "ctx '64' is not allowed; give an integer or None"),
+        ({"floor": "some"}, "floor 'some' is not allowed; give one of sampled, full, off"),
+        ({"schemas": "int8-channel"}, "unknown keyword 'schemas'"),
+    ],
+)
+def test_api_refuses_bad_values_naming_the_keyword(kw, message):
+    with pytest.raises(UsageError) as err:
+        infoeval.compare(**kw)
+    assert str(err.value).startswith(message), err.value
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--floor-seed", "-1"], "--floor-seed -1 is not allowed; give an integer ≥ 0"),
+        (["--order-seed", "2"], "--order-seed needs --until-se"),
+        (["--topk", "101"], "--topk 101 is not allowed"),
+    ],
+)
+def test_command_line_refuses_the_same_values_naming_the_option(tmp_path, args, message):
+    proc = run_cli(["quantize-compare", *args], cwd=tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"infoeval: error: {message}"), proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_api_takes_a_request_keywords_or_a_config_file(tmp_path):
+    params = inspect.signature(infoeval.compare).parameters
+    assert params["max_tokens"].default == MAX_TOKENS and params["plan"].default == "auto" and "config" in params
+    assert "verify_coding" in inspect.signature(infoeval.compress_bits).parameters
+    request = build(CompareRequest, {"floor_seed": 3})
+    with pytest.raises(UsageError, match="give a CompareRequest or keywords, not both"):
+        infoeval.compare(request, ctx=64)
+    config = tmp_path / "c.toml"
+    config.write_text('[quantize-compare]\nfloor-seed = -4\nschemes = ["int8-channel"]\n', encoding="utf-8")
+    with pytest.raises(UsageError, match="^floor_seed -4 is not allowed"):
+        infoeval.compare(config=config)
+    config.write_text("[quantize-compare]\nschemas = 1\n", encoding="utf-8")
+    with pytest.raises(UsageError, match="unknown key 'schemas' for quantize-compare"):
+        infoeval.compare(config=config)
+    with pytest.raises(UsageError, match="unknown keyword 'schemes'"):
+        infoeval.compress_bits(schemes="int8-channel")
+    assert build(CompressRequest, {"verify_coding": True}).verify_coding
+
+
+def test_every_option_of_a_request_command_has_one_declaration():
+    """Each option quantize-compare and compress-bits show is a field of their request or outputs, declared once."""
+    import typer
+
+    from infoeval.cli import app
+    from infoeval.cli.compare import CompareOutputs
+
+    group_ = typer.main.get_command(app)
+    for name, request in (("quantize-compare", CompareRequest), ("compress-bits", CompressRequest)):
+        declared = {**entries(request), **entries(CompareOutputs)}
+        for param in group_.commands[name].params:
+            if param.name in ("config", "help", "positional"):
+                continue
+            entry = declared[param.name]
+            assert entry.flag in param.opts, (name, param.name, param.opts)
+            assert param.help == entry.opt.text(), (name, param.name)
