@@ -138,8 +138,8 @@ def _paired(positions: Path, scheme: str, versus: str) -> dict:
 
 def _calibration(tokenizer):
     """A small calibration for the one-iteration variant of step 2 (python-docs chunks; its values do not matter)."""
-    from infoeval.input.settings import CalibrationSettings
     from infoeval.quant.methods.calibration import calibration_samples
+    from infoeval.quant.variant_settings import CalibrationSettings
 
     return calibration_samples(
         CalibrationSettings(text="python-docs", samples=8, seqlen=64), None, np.zeros(0, dtype=np.int64), 0, tokenizer

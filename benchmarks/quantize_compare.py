@@ -34,7 +34,8 @@ def child(mode: str, tokens: int, model: str, data_dir: str) -> dict:
 
     from infoeval.comparison.pipeline import quantize_compare
     from infoeval.input.prepare import Reporter, prepare
-    from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+    from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+    from infoeval.quant.variant_settings import VariantSettings
 
     model_settings = ModelSettings(model=model)
     text_settings = TextSettings(dataset="wikitext-2", data_dir=Path(data_dir), max_tokens=tokens)

@@ -17,7 +17,8 @@ from infoeval.errors import DataError, UsageError
 from infoeval.gating.limits import parse_limits
 from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
 from infoeval.gating.records import GateResult
-from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.quant.variant_settings import VariantSettings
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 RECORDS = sorted(p for p in GOLDEN.glob("*.json") if "schema" in json.loads(p.read_text(encoding="utf-8")))

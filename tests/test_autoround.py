@@ -13,10 +13,10 @@ import torch
 from cli_run import run_cli
 
 from infoeval.errors import UsageError
-from infoeval.input.settings import CalibrationSettings
 from infoeval.input.text import Text, python_docs
 from infoeval.input.tokens import encode
 from infoeval.quant.methods.calibration import OVERLAP_RUN, Calibration, calibration_samples, chunk_starts, shared_runs
+from infoeval.quant.variant_settings import CalibrationSettings
 
 HAS_AUTOROUND = importlib.util.find_spec("auto_round") is not None
 needs_autoround = pytest.mark.skipif(

@@ -15,7 +15,8 @@ from shipped_formats import SAVERS
 import infoeval
 from infoeval.errors import UsageError
 from infoeval.models import load_model
-from infoeval.models.checkpoints import checkpoint_name, share_equal
+from infoeval.models.checkpoints import share_equal
+from infoeval.quant.variant_settings import checkpoint_name
 
 pytest.importorskip("bitsandbytes")
 pytest.importorskip("compressed_tensors")

@@ -14,7 +14,7 @@ import infoeval
 from infoeval.codec import pipeline
 from infoeval.codec.environment import EnvironmentMismatch
 from infoeval.errors import DataError
-from infoeval.input.settings import CalibrationSettings
+from infoeval.quant.variant_settings import CalibrationSettings
 
 pytestmark = [*ON_GPU, pytest.mark.usefixtures("one_thread")]
 METHODS = {

@@ -25,10 +25,11 @@ from infoeval.comparison import pipeline as compare_pipeline
 from infoeval.comparison.compressors import COMPRESSORS, compress_all
 from infoeval.comparison.pipeline import REF_COLUMNS, VARIANT_COLUMNS, run_lockstep
 from infoeval.input import prepare as runs
-from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.models import load_model
 from infoeval.quant.apply import fake_quantize_, quantize_variant
 from infoeval.quant.schemes import parse_scheme
+from infoeval.quant.variant_settings import VariantSettings
 
 CPU = torch.device("cpu")
 LN2 = math.log(2.0)

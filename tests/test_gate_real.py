@@ -18,7 +18,8 @@ from tiny_models import as_json, requires_smollm2
 from infoeval.comparison import pipeline as compare_pipeline
 from infoeval.gating.limits import parse_limits
 from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
-from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.quant.variant_settings import VariantSettings
 
 pytestmark = [pytest.mark.slow, requires_smollm2]
 

@@ -529,6 +529,7 @@ def test_every_reducer_gives_the_whole_windows_columns_in_3_row_chunks(
     from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
     from infoeval.gating.reference_file import read_reference
     from infoeval.input import settings as st
+    from infoeval.quant.variant_settings import VariantSettings
     from infoeval.speculative import accept, distill
     from infoeval.speculative.drafts import DraftSettings
 
@@ -547,7 +548,7 @@ def test_every_reducer_gives_the_whole_windows_columns_in_3_row_chunks(
         return _arrays(
             {
                 "compare": quantize_compare(
-                    model_settings, text_settings, window_settings, st.VariantSettings("int4-g32,int8-channel")
+                    model_settings, text_settings, window_settings, VariantSettings("int4-g32,int8-channel")
                 )[1],
                 "reference": read_reference(ref).dist,
                 "gate": gate,

@@ -9,13 +9,14 @@ import torch
 
 from infoeval.comparison import memory_plan
 from infoeval.errors import UsageError
-from infoeval.input.settings import ModelSettings, VariantSettings
+from infoeval.input.settings import ModelSettings
 from infoeval.models import load_model
 from infoeval.models.shapes import model_shape, shape_of_module
 from infoeval.quant.apply import quantize_variant
 from infoeval.quant.footprint import packed_nbytes, plan_nbytes, scratch_nbytes
 from infoeval.quant.schemes import parse_scheme
 from infoeval.quant.selection import plan_layers
+from infoeval.quant.variant_settings import VariantSettings
 
 SCHEMES = (
     "int8-channel",

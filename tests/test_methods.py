@@ -13,8 +13,9 @@ import torch
 from cli_run import run_cli
 
 from infoeval.errors import UsageError
-from infoeval.quant.methods import BACKENDS, is_method, parse_method, split_schemes
+from infoeval.quant.methods import BACKENDS, is_method, parse_method
 from infoeval.quant.methods.variant import build_method_variant, effective_weight, sqnr_db, stored_bytes
+from infoeval.quant.variant_settings import parse_schemes
 
 HAS_HQQ = importlib.util.find_spec("hqq") is not None
 needs_hqq = pytest.mark.skipif(not HAS_HQQ, reason="hqq is not installed (pip install 'infoeval[hqq]')")
@@ -68,9 +69,11 @@ def test_a_missing_library_names_the_extra(monkeypatch):
 
 
 @needs_hqq
-def test_split_schemes_keeps_the_plain_ones_for_the_rounding_parser():
-    plain, methods = split_schemes(" int8-channel, hqq:int4-g64 ,int4-g128,HQQ:int8-channel")
-    assert plain == "int8-channel,int4-g128" and [m.name for m in methods] == ["hqq:int4-g64", "hqq:int8-channel"]
+def test_one_parse_takes_plain_schemes_and_methods_in_their_order():
+    parsed = parse_schemes(" int8-channel, hqq:int4-g64 ,int4-g128,HQQ:int8-channel")
+    names = ["int8-channel", "hqq:int4-g64", "int4-g128", "hqq:int8-channel"]
+    assert [s.name for s in parsed] == names and parse_schemes(parsed) == parse_schemes(names) == parsed
+    methods = [s for s in parsed if is_method(s.name)]
     assert (
         [(m.bits, m.group_size) for m in methods] == [(4, 64), (8, None)]
         and is_method("hqq:int4")
@@ -78,7 +81,7 @@ def test_split_schemes_keeps_the_plain_ones_for_the_rounding_parser():
     )
     assert parse_method("hqq:int3").settings == {"nbits": 3, "group_size": 64}
     with pytest.raises(UsageError, match="listed twice"):
-        split_schemes("hqq:int4-g64,hqq:int4-g64")
+        parse_schemes("hqq:int4-g64,hqq:int4-g64")
     assert set(BACKENDS) >= {"hqq"}
 
 

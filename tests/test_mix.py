@@ -174,7 +174,7 @@ def test_mix_measures_held_out_tokens_after_the_sweep(mixed):
 
 def test_mix_uniform_points_equal_quantize_compare(mixed):
     from infoeval.comparison.pipeline import quantize_compare
-    from infoeval.input.settings import VariantSettings
+    from infoeval.quant.variant_settings import VariantSettings
 
     settings, mx, data, _, _, _ = mixed
     qc, _ = quantize_compare(*settings, VariantSettings(schemes=mx.schemes))
@@ -204,7 +204,7 @@ def test_mix_rows_are_consistent(mixed):
 
 def test_recipe_round_trip_gives_the_measured_numbers_again(mixed):
     from infoeval.comparison.pipeline import quantize_compare
-    from infoeval.input.settings import VariantSettings
+    from infoeval.quant.variant_settings import VariantSettings
 
     settings, _, data, _, _, tmp = mixed
     main = data["solutions"][0]["variant"]

@@ -19,11 +19,12 @@ from infoeval.cli import main
 from infoeval.comparison import plans, reference_first
 from infoeval.comparison.plans import PlanSettings
 from infoeval.errors import UsageError
-from infoeval.input.settings import ModelSettings, VariantSettings
+from infoeval.input.settings import ModelSettings
 from infoeval.quant import codes
 from infoeval.quant.apply import quantize_variant
 from infoeval.quant.lazy import LazyWeight
 from infoeval.quant.schemes import parse_scheme
+from infoeval.quant.variant_settings import VariantSettings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SCHEMES = "int8-channel,int4-g32,int3-g64-asym,bf16"

@@ -22,9 +22,10 @@ from infoeval.input.documents import (
     wikitext_articles,
     wikitext_detokenizer,
 )
-from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.text import Text, load_text
 from infoeval.measure.protocol_metrics import document_loglikelihoods, gptq_figures, lmeval_figures
+from infoeval.quant.variant_settings import VariantSettings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -19,7 +19,8 @@ from tiny_models import as_json, requires_smollm2
 from infoeval.comparison import pipeline as compare_pipeline
 from infoeval.comparison.pipeline import run_lockstep
 from infoeval.input import prepare as runs
-from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.quant.variant_settings import VariantSettings
 
 pytestmark = [pytest.mark.slow, requires_smollm2]
 

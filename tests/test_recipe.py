@@ -332,7 +332,8 @@ def test_gate_recipe_judges_the_mix(tiny_llama_dir, tmp_path):
     from infoeval.comparison.pipeline import quantize_compare
     from infoeval.gating.limits import parse_limits
     from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
-    from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+    from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+    from infoeval.quant.variant_settings import VariantSettings
 
     model_settings, text_settings, window_settings = (
         ModelSettings(str(tiny_llama_dir), device="cpu"),
@@ -360,7 +361,8 @@ def test_gate_recipe_judges_the_mix(tiny_llama_dir, tmp_path):
 
 def test_one_scheme_recipe_gives_the_plain_schemes_numbers(tiny_qwen3_dir, tmp_path):
     from infoeval.comparison.pipeline import quantize_compare
-    from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+    from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+    from infoeval.quant.variant_settings import VariantSettings
 
     path = tmp_path / "same.toml"
     path.write_text('[recipe]\ndefault = "int4-g64"\n', encoding="utf-8")  # partial last groups on every Qwen3 layer

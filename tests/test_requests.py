@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from cli_run import run_cli
@@ -15,7 +14,8 @@ import infoeval
 from infoeval.comparison.request import CompareRequest, CompressRequest
 from infoeval.errors import UsageError, flag_spelling, spell
 from infoeval.input.fields import build, entries, given_field, group, names, option
-from infoeval.input.settings import DEFAULT_SCHEMES, MAX_TOKENS
+from infoeval.input.settings import MAX_TOKENS
+from infoeval.quant.schemes import DEFAULT_SCHEMES
 
 
 @dataclass(frozen=True)
@@ -58,11 +58,8 @@ def test_names_splits_text_once_and_keeps_sequences():
 
 def test_request_defaults_are_the_commands():
     r = CompareRequest()
-    assert r.text.max_tokens == MAX_TOKENS and r.window.ctx == 512 and r.variants.schemes == DEFAULT_SCHEMES
+    assert r.text.max_tokens == MAX_TOKENS and r.window.ctx == 512 and r.variants.names == DEFAULT_SCHEMES.split(",")
     assert build(CompareRequest, {"protocol": "gptq"}).window.ctx == 2048
-    only = build(CompareRequest, {"recipes": ["r.toml"]})
-    assert only.variants.schemes == "" and only.variants.recipes == (Path("r.toml"),)
-    assert build(CompareRequest, {"schemes": ("int8-channel", "int4-g32")}).variants.schemes == "int8-channel,int4-g32"
 
 
 def test_precision_budget_is_max_tokens_only_where_given():
@@ -142,3 +139,34 @@ def test_every_option_of_a_request_command_has_one_declaration():
             entry = declared[param.name]
             assert entry.flag in param.opts, (name, param.name, param.opts)
             assert param.help == entry.opt.text(), (name, param.name)
+
+
+def test_variants_are_typed_specs_parsed_once_at_the_edge(tmp_path):
+    """What a user types (comma text) and what a caller passes (sequences, paths, specs) give the same specs; the
+    names are checked once, each kind's clash named as that kind."""
+    from infoeval.quant.recipe import Recipe
+    from infoeval.quant.schemes import Scheme
+    from infoeval.quant.variant_settings import Checkpoint, VariantSettings
+
+    recipe = tmp_path / "mixed.toml"
+    recipe.write_text('[recipe]\ndefault = "int4-g64"\n', encoding="utf-8")
+    typed = build(
+        VariantSettings, {"schemes": "int8-channel, int4-g32", "recipes": [str(recipe)], "checkpoints": "a,b"}
+    )
+    passed = VariantSettings(schemes=("int8-channel", "int4-g32"), recipes=(recipe,), checkpoints=["a", "b"])
+    assert typed.specs == passed.specs and VariantSettings(schemes=typed.schemes).schemes == typed.schemes
+    assert all(isinstance(s, Scheme) for s in typed.schemes) and isinstance(typed.recipes[0], Recipe)
+    assert typed.checkpoints == (Checkpoint("a", "a"), Checkpoint("b", "b"))
+    assert typed.names == ["int8-channel", "int4-g32", "mixed", "a", "b"]
+    only = build(VariantSettings, {"recipes": [recipe]})
+    assert only.schemes == () and only.names == ["mixed"]
+    with pytest.raises(UsageError, match="scheme listed twice: int8-channel"):
+        VariantSettings(schemes="int8-channel,INT8-channel")
+    with pytest.raises(UsageError, match="two variants are named 'int4-g64' .a recipe is named after its file"):
+        clash = tmp_path / "int4-g64.toml"
+        clash.write_text('[recipe]\ndefault = "int4-g64"\n', encoding="utf-8")
+        VariantSettings(schemes="int4-g64", recipes=(clash,))
+    with pytest.raises(UsageError, match=r"^checkpoints: 'x/int8-channel.gguf' would be named 'int8-channel'"):
+        VariantSettings(schemes="int8-channel", checkpoints="x/int8-channel.gguf")
+    with pytest.raises(UsageError, match="^no quantization scheme given"):
+        VariantSettings(schemes="")

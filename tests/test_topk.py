@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 from infoeval import cli
 from infoeval.comparison import pipeline
 from infoeval.errors import UsageError
-from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure.topk import BLOCK, top_k_logits, top_k_probs
+from infoeval.quant.variant_settings import VariantSettings
 
 
 @pytest.mark.parametrize("vocab", [3, 100, BLOCK, BLOCK + 3, 5 * BLOCK, 49_152])

@@ -17,11 +17,12 @@ from tiny_models import as_json
 from infoeval.comparison import pipeline
 from infoeval.comparison.until import MIN_WINDOWS, UntilSettings
 from infoeval.errors import UsageError
-from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure import stopping as st
 from infoeval.measure.column_metrics import bits_per_byte_se, variant_metrics
 from infoeval.measure.sequential import CONTINUE, PASS
 from infoeval.measure.stats import LN2, cluster_se, mean_cov, se
+from infoeval.quant.variant_settings import VariantSettings
 
 ENV = {k: v for k, v in os.environ.items() if k not in ("INFOEVAL_DEBUG", "WORLD_SIZE", "RANK", "LOCAL_RANK")}
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from infoeval.api.checks import checked
 from infoeval.api.scoring import _reporter, prepared
 from infoeval.errors import UsageError, keyword_errors
-from infoeval.input.settings import DEFAULT_MODEL, CalibrationSettings, ModelSettings
+from infoeval.input.settings import DEFAULT_MODEL, ModelSettings
+from infoeval.quant.variant_settings import CalibrationSettings
 
 SEQUENTIAL = (
     "alpha",

@@ -133,13 +133,11 @@ def compare(request: CompareRequest):
     None: 90 % of the memory available) before anything loads (``result.memory_plan``)."""
     from infoeval.comparison import pipeline
     from infoeval.comparison.frames import positions_frame
-    from infoeval.models.objects import evaluating, module_variants
+    from infoeval.models.objects import evaluating
 
     reference, model_settings = _prepared(request)
     variants = request.variants
-    taken = {s.strip() for s in variants.schemes.split(",")} | {Path(r).stem for r in variants.recipes}
-    modules = module_variants(variants.modules, taken)
-    with evaluating(reference, *modules):
+    with evaluating(reference, *variants.modules):
         result, cols = pipeline.quantize_compare(
             model_settings,
             request.text,
@@ -148,7 +146,6 @@ def compare(request: CompareRequest):
             _reporter(request.progress),
             request.until(),
             request.top_k,
-            modules,
             request.paired(),
             request.plan_settings(),
         )

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from infoeval.cli.signatures import extend
-from infoeval.input.settings import CalibrationSettings, VariantSettings
+from infoeval.quant.variant_settings import CalibrationSettings, VariantSettings
 
 
 def _declared(cls) -> dict:

@@ -8,10 +8,10 @@ import numpy as np
 from infoeval.comparison.lockstep import CompareColumns
 from infoeval.comparison.until import UntilSettings, budget_windows
 from infoeval.input.prepare import Prepared
-from infoeval.input.settings import VariantSettings
 from infoeval.measure import floor as floor_measure
 from infoeval.measure.stopping import visit_order
 from infoeval.quant.floor import FloorVariant, build_floor
+from infoeval.quant.variant_settings import VariantSettings
 
 
 def floor_at(p: Prepared, n_models: int, until: UntilSettings | None, mode: str, seed: int) -> tuple[int, ...]:

@@ -28,7 +28,6 @@ a third (Qwen3-1.7B-shaped); the record holds each estimate beside the measured 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -36,8 +35,7 @@ import torch
 from infoeval import distributed
 from infoeval.comparison.lockstep import SHARED_TOKENS
 from infoeval.comparison.reference_first import SPILL_BYTES
-from infoeval.comparison.variants import plan_variants
-from infoeval.input.settings import ModelSettings, VariantSettings
+from infoeval.input.settings import ModelSettings
 from infoeval.models import resolve_device, resolve_dtype
 from infoeval.models.objects import ModelObject
 from infoeval.models.shapes import ModelShape, model_shape
@@ -45,6 +43,7 @@ from infoeval.quant.footprint import plan_nbytes, scratch_nbytes
 from infoeval.quant.recipe import assign
 from infoeval.quant.schemes import Scheme
 from infoeval.quant.selection import plan_layers
+from infoeval.quant.variant_settings import VariantSettings
 
 MIB = 2**20
 PROCESS_BYTES = 550 * MIB  # fitted (module docstring)
@@ -70,30 +69,25 @@ class MemoryEstimate:
         return {"plan": self.plan, "peak_bytes": self.total, "parts_bytes": dict(self.parts)}
 
 
-def variant_bytes(shape: ModelShape, settings: VariantSettings, modules: Sequence = ()) -> tuple[dict, dict]:
+def variant_bytes(shape: ModelShape, settings: VariantSettings) -> tuple[dict, dict]:
     """Bytes of each variant the settings name: (the schemes' and recipes' codes, the models of their own: a library
     method's as a copy of the model, a checkpoint as its parameters, a module passed in as its own)."""
-    planned = plan_variants(settings, modules)
     layers = plan_layers(shape.meta, list(settings.include), list(settings.exclude))
     linears = [n for n, m in shape.meta.named_modules() if isinstance(m, torch.nn.Linear)]
     codes = {
         s.name: plan_nbytes(shape.meta, [(n, s if sel else None, r) for n, sel, r in layers], shape.dtype)
-        for s in planned.schemes
+        for s in settings.plain
     }
-    codes |= {r.name: plan_nbytes(shape.meta, assign(r, linears, layers), shape.dtype) for r in planned.recipes}
-    models = {m.name: shape.parameter_bytes for m in planned.methods}
-    models |= {m.name: 0 for m in modules}  # in memory already: the memory available excludes them
-    models |= {
-        name: model_shape(spec, shape.dtype).parameter_bytes
-        for name, spec in zip(planned.checkpoints, settings.checkpoints)
-    }
+    codes |= {r.name: plan_nbytes(shape.meta, assign(r, linears, layers), shape.dtype) for r in settings.recipes}
+    models = {m.name: shape.parameter_bytes for m in settings.methods}
+    models |= {m.name: 0 for m in settings.modules}  # in memory already: the memory available excludes them
+    models |= {c.name: model_shape(c.source, shape.dtype).parameter_bytes for c in settings.checkpoints}
     return codes, models
 
 
-def _scratch(shape: ModelShape, settings: VariantSettings, modules: Sequence = ()) -> int:
+def _scratch(shape: ModelShape, settings: VariantSettings) -> int:
     """The dequantization buffers: the largest any scheme's variant needs, over the quantized layers."""
-    planned = plan_variants(settings, modules)
-    schemes = list(planned.schemes) + [s for r in planned.recipes for s in r.schemes()]
+    schemes = list(settings.plain) + [s for r in settings.recipes for s in r.schemes()]
     layers = plan_layers(shape.meta, list(settings.include), list(settings.exclude))
     return max((scratch_nbytes(shape.meta, s, shape.dtype, layers) for s in schemes), default=0)
 
@@ -109,25 +103,25 @@ def _common(shape: ModelShape, ctx: int, roles: int) -> dict[str, int]:
     }
 
 
-def estimate_lockstep(shape: ModelShape, settings: VariantSettings, ctx: int, modules: Sequence = ()) -> MemoryEstimate:
+def estimate_lockstep(shape: ModelShape, settings: VariantSettings, ctx: int) -> MemoryEstimate:
     """The lockstep's peak (module docstring) for windows of ``ctx`` tokens."""
-    codes, models = variant_bytes(shape, settings, modules)
+    codes, models = variant_bytes(shape, settings)
     roles = 1 + len(codes) + len(models) + (settings.floor != "off")
     parts = _common(shape, ctx, roles)
     parts |= {
         "variants": sum(codes.values()) + sum(models.values()),
-        "dequantization": _scratch(shape, settings, modules),
+        "dequantization": _scratch(shape, settings),
     }
     return MemoryEstimate("lockstep", parts)
 
 
 def estimate_reference_first(
-    shape: ModelShape, settings: VariantSettings, ctx: int, tokens: int | None, modules: Sequence = ()
+    shape: ModelShape, settings: VariantSettings, ctx: int, tokens: int | None
 ) -> MemoryEstimate:
     """reference-first's peak (``comparison/reference_first.py``): no codes (the lazy variants make each layer when a
     pass needs it: QUANTIZE_COPIES float32 copies of the largest quantized layer), the largest model of its own at
     once, the stored states (``tokens`` × hidden floats, at most SPILL_BYTES in memory; None: the whole text)."""
-    codes, models = variant_bytes(shape, settings, modules)
+    codes, models = variant_bytes(shape, settings)
     roles = len(codes) + (settings.floor != "off")
     layers = plan_layers(shape.meta, list(settings.include), list(settings.exclude))
     largest = scratch_nbytes(shape.meta, Scheme(8, None), torch.float32, layers) if codes else 0
@@ -149,15 +143,13 @@ def estimate_run(
     ctx: int,
     plan: str = "lockstep",
     tokens: int | None = None,
-    modules: Sequence = (),
 ) -> MemoryEstimate:
     """The estimated peak of quantize-compare under ``plan`` on the settings' model and variants (``tokens``: the
     scored tokens, None: unknown), loading no weight."""
-    plan_variants(variant_settings, modules)  # a bad scheme, recipe or name fails before the model is read
     dtype = resolve_dtype(model_settings.dtype, resolve_device(model_settings.device))
     shape = model_shape(model_settings.model, dtype)
     est = (estimate_reference_first if plan == "reference-first" else estimate_lockstep)(
-        shape, variant_settings, ctx, *((tokens,) if plan == "reference-first" else ()), modules
+        shape, variant_settings, ctx, *((tokens,) if plan == "reference-first" else ())
     )
     if isinstance(model_settings.model, ModelObject):  # a model passed in is in memory already
         return dataclasses.replace(est, parts={**est.parts, "weights": 0})

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,16 +32,16 @@ from infoeval.comparison.variants import build_planned, plan_variants
 from infoeval.errors import RuntimeFailure, UsageError, spell
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.input.protocols import registered
-from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.tokens import token_texts
 from infoeval.measure.column_metrics import reference_metrics, variant_metrics
 from infoeval.measure.confidence import confidence_block
 from infoeval.measure.frontier import frontier_block
 from infoeval.measure.paired import PairedSettings, paired_block
 from infoeval.measure.protocol_metrics import protocol_figures
-from infoeval.models.objects import ModuleVariant
 from infoeval.output.results import Result
 from infoeval.quant.floor import FLOOR, FloorVariant
+from infoeval.quant.variant_settings import VariantSettings
 
 
 @dataclass(frozen=True)
@@ -176,17 +175,17 @@ def _paired_view(cols: CompareColumns, paired: PairedSettings | None, timings: d
     return view
 
 
-def _lockstep(p, plan, settings, modules, device_map, reporter, until, top_k) -> tuple:
+def _lockstep(p, plan, settings, device_map, reporter, until, top_k) -> tuple:
     """The lockstep's variants, built, and its evaluation: every model at once."""
-    variants, calibration, build_s = build_planned(p, plan, settings, modules, device_map, reporter)
+    variants, calibration, build_s = build_planned(p, plan, settings, device_map, reporter)
     floor, floor_at = noise_floor(p, settings, 1 + len(variants), until)
     cols, eval_timings, p, block = _evaluate(p, variants, reporter, until, kl_ses, top_k, floor, floor_at)
     return p, cols, variants, calibration, {**p.timings, **build_s, **eval_timings}, floor, floor_at, block
 
 
-def _reference_first(p, plan, settings, modules, device_map, reporter, until, top_k) -> tuple:
+def _reference_first(p, plan, settings, device_map, reporter, until, top_k) -> tuple:
     """reference-first's evaluation (``until``: refused before, by ``plans.choose``)."""
-    out = evaluate_reference_first(p, plan, settings, modules, device_map, reporter, top_k)
+    out = evaluate_reference_first(p, plan, settings, device_map, reporter, top_k)
     return p, *out[:3], {**p.timings, **out[3]}, *out[4:], None
 
 
@@ -198,26 +197,25 @@ def quantize_compare(
     reporter: Reporter | None = None,
     until: UntilSettings | None = None,
     top_k: int = 0,
-    modules: Sequence[ModuleVariant] = (),
     paired: PairedSettings | None = None,
     plan_settings: PlanSettings | None = None,
 ) -> tuple[CompareResult, CompareColumns]:
     """The reference and every variant on the text's windows (``until``: in a seeded order until every variant's
     mean-KL SE is ≤ the target, within ``until.max_tokens``; ``top_k``: also every model's k most likely tokens;
-    ``modules``: variants the caller built; ``paired``: every other variant against the baseline it names;
+    ``paired``: every other variant against the baseline it names;
     ``plan_settings``: lockstep or reference-first, chosen against a memory budget before loading: ``plans.py``)."""
     reporter = reporter or Reporter()
     text_settings = _checked_text(text_settings, window_settings, until, top_k)
-    plan = plan_variants(variant_settings, modules, paired)  # fail on a bad scheme, name or baseline before loading
+    plan = plan_variants(variant_settings, paired)  # fail on a baseline that names no variant before loading
     tokens = until.max_tokens if until is not None else text_settings.max_tokens
     choice = choose(
-        plan_settings or PlanSettings(), model_settings, variant_settings, window_settings.ctx, tokens, until, modules
+        plan_settings or PlanSettings(), model_settings, variant_settings, window_settings.ctx, tokens, until
     )
     p = prepare(model_settings, text_settings, window_settings, reporter)
     reporter.note(choice.line())
     run = _reference_first if choice.plan == "reference-first" else _lockstep
     p, cols, variants, calibration, timings, floor, floor_at, block = run(
-        p, plan, variant_settings, modules, model_settings.device_map, reporter, until, top_k
+        p, plan, variant_settings, model_settings.device_map, reporter, until, top_k
     )
     if top_k:
         cols.vocab = _vocab(p, cols)

@@ -85,7 +85,7 @@ def _at_least(n: int) -> str:
     return f"{-(-n * 10 // GIB) / 10:.1f}"
 
 
-def choose(settings: PlanSettings, model_settings, variant_settings, ctx: int, tokens, until, modules=()) -> PlanChoice:
+def choose(settings: PlanSettings, model_settings, variant_settings, ctx: int, tokens, until) -> PlanChoice:
     """The plan of a run (module docstring); a plan that cannot run within the budget is a usage error."""
     if until is not None and settings.plan == "reference-first":
         raise UsageError("--until-se runs with --plan lockstep or auto (reference-first needs every window up front)")
@@ -101,7 +101,7 @@ def choose(settings: PlanSettings, model_settings, variant_settings, ctx: int, t
     if model_settings.device_map:  # accelerate places the model over devices (and offloads) by its own budget
         return PlanChoice(unplanned, "not estimated: --device-map places the model", budget, {})
     try:
-        est = {p: estimate_run(model_settings, variant_settings, ctx, p, tokens, modules) for p in plans}
+        est = {p: estimate_run(model_settings, variant_settings, ctx, p, tokens) for p in plans}
     except UsageError:  # a bad --include glob, before anything loads
         raise
     except Exception as e:  # the estimate is advice: loading the model will say what is wrong with it

@@ -140,7 +140,7 @@ def merged(parts: Sequence[CompareColumns]) -> CompareColumns:
     return CompareColumns(first.reference, variants, floor=first.floor)
 
 
-def _heavy(p, plan, settings, modules, device_map, calibration, seconds: dict) -> list[Callable[[], object]]:
+def _heavy(p, plan, settings, device_map, calibration, seconds: dict) -> list[Callable[[], object]]:
     """Builders of the variants that are models of their own, in the lockstep's order: the methods', the caller's
     modules, the checkpoints (each loaded when its turn comes; their seconds summed into ``checkpoints_load_s``)."""
     model = p.loaded.model
@@ -150,10 +150,10 @@ def _heavy(p, plan, settings, modules, device_map, calibration, seconds: dict) -
             model, m, settings.include, settings.exclude, p.loaded.tokenizer, calibration
         )
 
-    def checkpoint(spec, name):
+    def checkpoint(c):
         def load():
             t0 = time.perf_counter()
-            variant = load_checkpoints([spec], [name], p.loaded, device_map)[0]
+            variant = load_checkpoints([c], p.loaded, device_map)[0]
             seconds["checkpoints_load_s"] = seconds.get("checkpoints_load_s", 0.0) + time.perf_counter() - t0
             return variant
 
@@ -161,12 +161,12 @@ def _heavy(p, plan, settings, modules, device_map, calibration, seconds: dict) -
 
     return (
         [method(m) for m in plan.methods]
-        + [(lambda m=m: m) for m in modules]
-        + [checkpoint(spec, name) for spec, name in zip(settings.checkpoints, plan.checkpoints)]
+        + [(lambda m=m: m) for m in plan.modules]
+        + [checkpoint(c) for c in plan.checkpoints]
     )
 
 
-def evaluate_reference_first(p, plan, settings, modules, device_map, reporter, top_k: int = 0):
+def evaluate_reference_first(p, plan, settings, device_map, reporter, top_k: int = 0):
     """quantize-compare's evaluation under reference-first: the lazy variants built (their ``quantize_s``), the
     floor, the three steps under one progress bar. Returns (columns, variants as evaluated, calibration, timings,
     floor, floor_at)."""
@@ -175,8 +175,8 @@ def evaluate_reference_first(p, plan, settings, modules, device_map, reporter, t
     light = build_variants(p.loaded.model, plan.schemes, plan.recipes, settings.include, settings.exclude, lazy=True)
     calibration = for_methods(plan.methods, settings.calibration, p.text, p.stream, p.loaded.tokenizer)
     seconds = {"quantize_s": time.perf_counter() - t0}
-    check_variants(p.loaded, modules)  # before any forward pass
-    heavy = _heavy(p, plan, settings, modules, device_map, calibration, seconds)
+    check_variants(p.loaded, plan.modules)  # before any forward pass
+    heavy = _heavy(p, plan, settings, device_map, calibration, seconds)
     models = 1 + len(light) + len(heavy)
     floor, floor_at = noise_floor(p, settings, models, None)
     clock, windows = engine.Clock(), len(p.windows)

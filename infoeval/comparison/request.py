@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infoeval.errors import UsageError, spell
-from infoeval.input.fields import given_field, group, non_negative, option
-from infoeval.input.settings import ModelSettings, TextSettings, VariantSettings, WindowSettings
+from infoeval.input.fields import group, non_negative, option
+from infoeval.input.request import RunRequest
+from infoeval.quant.variant_settings import VariantSettings
 
 PLANS = ("auto", "lockstep", "reference-first")
 MAX_TOP_K = 100  # --topk's ceiling: K tokens and probabilities per position per model are kept in memory
@@ -49,15 +50,9 @@ def _top_k(value: int) -> int:
 
 
 @dataclass(frozen=True)
-class Scoring:
-    """What every command that scores a text with a model is asked: the model, the text, its windows, how precise."""
+class Scoring(RunRequest):
+    """What quantize-compare and compress-bits share: a run to a precision, and the top tokens kept."""
 
-    model: ModelSettings = group(ModelSettings, panel="Model")
-    tokenizer: object = option(
-        None, help="The tokenizer of a model given as a loaded module (a spec brings its own).", command_line=False
-    )
-    text: TextSettings = group(TextSettings, panel="Text")
-    window: WindowSettings = group(WindowSettings, panel="Windows")
     precision: Precision = group(Precision, panel="Precision")
     top_k: int = option(
         0,
@@ -67,8 +62,6 @@ class Scoring:
         parse=_top_k,
         panel="Output",
     )
-    progress: bool = option(False, help="A progress bar on stderr.", command_line=False)
-    given: frozenset = given_field()
 
     def until(self):
         """The run to a precision (``UntilSettings``), or None: its budget is --max-tokens where given, else the

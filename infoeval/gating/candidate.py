@@ -10,7 +10,7 @@ import torch
 
 from infoeval.errors import DataError, InfoevalError, UsageError
 from infoeval.input.protocols import reread_text
-from infoeval.input.settings import DEFAULT_PROTOCOL, CalibrationSettings, ModelSettings
+from infoeval.input.settings import DEFAULT_PROTOCOL, ModelSettings
 from infoeval.input.tokens import encode
 from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.models.checkpoints import vocab_fingerprint
@@ -22,6 +22,7 @@ from infoeval.quant.methods.calibration import calibration_samples
 from infoeval.quant.methods.variant import build_method_variant
 from infoeval.quant.recipe import read_recipe
 from infoeval.quant.schemes import parse_scheme
+from infoeval.quant.variant_settings import CalibrationSettings
 
 
 def check_scheme(scheme: str | None) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 from infoeval.errors import UsageError
 from infoeval.gating.candidate import check_scheme
 from infoeval.gating.limits import Limit
-from infoeval.input.settings import CalibrationSettings, check_floor
 from infoeval.measure.stopping import check_order
+from infoeval.quant.variant_settings import CalibrationSettings, check_floor
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import functools
 import os
 import types
 import typing
@@ -53,9 +54,19 @@ def option(default=dataclasses.MISSING, *, help, factory=dataclasses.MISSING, **
     return dataclasses.field(default=default, default_factory=factory, metadata={"option": Opt(help=help, **meta)})
 
 
-def group(cls, panel: str | None = None) -> dataclasses.Field:
-    """A request's field holding another declared dataclass, whose options are this request's too, in place."""
-    return dataclasses.field(default_factory=cls, metadata={"group": cls, "panel": panel})
+def group(cls, panel: str | None = None, **defaults) -> dataclasses.Field:
+    """A request's field holding another declared dataclass, whose options are this request's too, in place;
+    ``defaults``: keyword → this request's own default for one of them (sensitivity's --max-tokens 2048)."""
+    factory = functools.partial(cls, **_fields_of(cls, defaults)) if defaults else cls
+    return dataclasses.field(default_factory=factory, metadata={"group": cls, "panel": panel, "defaults": defaults})
+
+
+def _fields_of(cls, values: Mapping) -> dict:
+    """Keyword values as ``cls``'s own field names (a field may be declared under another keyword)."""
+    fields = {
+        (f.metadata["option"].keyword or f.name): f.name for f in dataclasses.fields(cls) if "option" in f.metadata
+    }
+    return {fields[k]: v for k, v in values.items() if k in fields}
 
 
 def given_field() -> dataclasses.Field:
@@ -72,10 +83,13 @@ class Entry:
     owner: type
     field: dataclasses.Field
     panel: str | None
+    own_default: object = dataclasses.MISSING  # the request's own default for it (``group(..., **defaults)``)
 
     @property
     def default(self):
         f = self.field
+        if self.own_default is not dataclasses.MISSING:
+            return self.own_default
         return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
     @property
@@ -87,12 +101,15 @@ class Entry:
         return self.opt.flags[0] if self.opt.flags else "--" + self.keyword.replace("_", "-")
 
 
-def entries(cls, panel: str | None = None) -> dict[str, Entry]:
-    """Every keyword of request class ``cls``, in declaration order, its groups' in place."""
+def entries(cls, panel: str | None = None, defaults: Mapping | None = None) -> dict[str, Entry]:
+    """Every keyword of request class ``cls``, in declaration order, its groups' in place (``defaults``: keyword →
+    the enclosing request's own default)."""
     found: dict[str, Entry] = {}
+    defaults = defaults or {}
     for f in dataclasses.fields(cls):
         if "group" in f.metadata:
-            for key, entry in entries(f.metadata["group"], f.metadata["panel"] or panel).items():
+            inner = {**f.metadata["defaults"], **defaults}
+            for key, entry in entries(f.metadata["group"], f.metadata["panel"] or panel, inner).items():
                 if key in found:
                     raise TypeError(f"{cls.__name__}: keyword '{key}' declared twice")
                 found[key] = entry
@@ -101,7 +118,7 @@ def entries(cls, panel: str | None = None) -> dict[str, Entry]:
             key = opt.keyword or f.name
             if key in found:
                 raise TypeError(f"{cls.__name__}: keyword '{key}' declared twice")
-            found[key] = Entry(key, opt, cls, f, opt.panel or panel)
+            found[key] = Entry(key, opt, cls, f, opt.panel or panel, defaults.get(key, dataclasses.MISSING))
             if opt.flags:
                 register_flag(key, opt.flags[0])
     return found
@@ -128,7 +145,7 @@ def _make(cls, values: Mapping, top: bool = False):
     kwargs = {}
     for f in dataclasses.fields(cls):
         if "group" in f.metadata:
-            kwargs[f.name] = _make(f.metadata["group"], values)
+            kwargs[f.name] = _make(f.metadata["group"], {**f.metadata["defaults"], **values})
         elif "option" in f.metadata:
             opt = f.metadata["option"]
             key = opt.keyword or f.name

@@ -4,13 +4,11 @@ setting's protocol is checked against the registry (``input/protocols/``), which
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from infoeval.errors import UsageError, spell
-from infoeval.input.fields import group, names, non_negative, one_of, option
-from infoeval.quant.schemes import DEFAULT_SCHEMES
+from infoeval.input.fields import option
 
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_CTX = 512
@@ -18,12 +16,6 @@ DEFAULT_PROTOCOL = "rolling"  # --protocol's default: a name in input/protocols'
 MAX_TOKENS = 8192  # --max-tokens' default: a first run takes minutes
 
 PREFIXES = ("auto", "bos", "eos", "none")
-FLOOR_MODES = ("sampled", "full", "off")  # --floor: the noise floor on a seeded share of the windows, all, none
-
-
-def check_floor(mode: str) -> str:
-    """--floor's value, or a usage error naming the allowed ones."""
-    return one_of("floor", FLOOR_MODES)(mode)
 
 
 @dataclass(frozen=True)
@@ -179,109 +171,3 @@ class WindowSettings:
                 f"{spell('stride')} cannot be set with {spell('protocol')} {self.protocol} (only {takes} windows "
                 "take a stride)"
             )
-
-
-@dataclass(frozen=True)
-class CalibrationSettings:
-    """Calibration data for the methods that learn from text (``quant/methods/calibration.py``)."""
-
-    text: str | None = option(  # a dataset name or a UTF-8 file; None: the evaluation's text, after its tokens
-        None,
-        keyword="calibration",
-        help="Calibrated methods (autoround:…): the text they learn from, a dataset name or a UTF-8 file; default: "
-        "the evaluated text after the evaluated tokens (docs/methods.md).",
-    )
-    samples: int = option(  # AutoRound's default
-        128, keyword="calibration_samples", help="Calibrated methods: how many chunks of calibration text."
-    )
-    seqlen: int = option(512, keyword="calibration_seqlen", help="Calibrated methods: tokens per chunk.")
-    seed: int = option(  # AutoRound's default
-        42, keyword="calibration_seed", help="Calibrated methods: the seed that draws the chunks and seeds the method."
-    )
-    allow_overlap: bool = option(
-        False,
-        keyword="calibration_overlap",
-        flags=("--calibration-overlap",),
-        help="Allow calibration chunks that repeat the evaluated tokens (refused by default).",
-    )
-
-    def __post_init__(self) -> None:
-        if self.samples < 1:
-            raise UsageError(f"{spell('calibration_samples')} {self.samples} is not allowed; give at least 1")
-        if self.seqlen < 8:
-            raise UsageError(f"{spell('calibration_seqlen')} {self.seqlen} is not allowed; give at least 8 tokens")
-
-
-def _comma_text(value) -> str:
-    """Schemes as one comma-separated text (the pipeline's form until schemes are typed specs)."""
-    return ",".join(names(value))
-
-
-@dataclass(frozen=True)
-class VariantSettings:
-    schemes: str | None = option(  # None: the default schemes, or none when other variants are given; "": none
-        None,
-        help="Comma-separated schemes: int<bits>-channel | int<bits>-g<N> [-asym] (infoeval's rounding), bf16 | fp16 "
-        "(the weights at 16 bits), or <library>:<spec> such as hqq:int4-g64 (the library's own quantizer and "
-        "kernels; docs/methods.md).",
-        accepts=str | Sequence[str] | None,
-        cli=str,
-        parse=_comma_text,
-        default_text=DEFAULT_SCHEMES,
-    )
-    include: tuple[str, ...] = option(
-        (),
-        help="Also quantize modules matching this glob (repeatable), e.g. lm_head.",
-        accepts=Sequence[str],
-        cli=list[str],
-        parse=tuple,
-    )
-    exclude: tuple[str, ...] = option(
-        (),
-        help="Do not quantize modules matching this glob (repeatable).",
-        accepts=Sequence[str],
-        cli=list[str],
-        parse=tuple,
-    )
-    recipes: tuple[Path, ...] = option(  # recipe files (quant/recipe.py): one mixed variant each, named after the file
-        (),
-        flags=("--recipe",),
-        help="Recipe TOML (unit → scheme, as `infoeval mix` writes): one more variant, named after the file "
-        "(repeatable).",
-        accepts=Sequence[str | Path],
-        cli=list[Path],
-        parse=lambda value: tuple(Path(r) for r in value),
-    )
-    calibration: CalibrationSettings = group(CalibrationSettings, panel="Calibration")
-    floor: str = option(  # the noise floor's windows: sampled, full or off (measure/floor.py)
-        "sampled",
-        help="The noise floor (the reference with its weights moved by one bfloat16 rounding step) in the same run: "
-        "sampled (a seeded share of the windows, ≤ 8 % of the forward passes, ≤ 10 % of the wall time), full "
-        "(every window) or off.",
-        parse=one_of("floor", FLOOR_MODES),
-    )
-    floor_seed: int = option(  # the floor's weights and its sampled windows
-        0, help="The noise floor's seed: its weights and its sampled windows.", parse=non_negative("floor_seed")
-    )
-
-    checkpoints: tuple[str, ...] = option(  # saved checkpoints (folders, .gguf files, hub ids) run as variants
-        (),
-        help="Saved checkpoints to compare beside the schemes, comma-separated: folders (a library's quantized save, "
-        "or a float one), .gguf files or hub ids; each must share the reference's tokenizer, and is named by its "
-        "folder or file. Alone (without --schemes) only they are compared.",
-        accepts=str | Sequence[str | Path],
-        cli=str,
-        parse=names,
-    )
-    modules: dict | None = option(  # name → a module the caller built (the API's ``variants``)
-        None,
-        keyword="variants",
-        help="name → a model you built, sharing the reference's tokenizer",
-        command_line=False,
-    )
-
-    def __post_init__(self) -> None:
-        check_floor(self.floor)
-        if self.schemes is None:
-            others = self.recipes or self.checkpoints or self.modules
-            object.__setattr__(self, "schemes", "" if others else DEFAULT_SCHEMES)

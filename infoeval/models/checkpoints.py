@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -25,28 +24,6 @@ def vocab_fingerprint(tokenizer) -> str:
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
     special = {k: getattr(tokenizer, k, None) for k in ("bos_token_id", "eos_token_id", "unk_token_id", "pad_token_id")}
     return hashlib.sha256(json.dumps([vocab, special], ensure_ascii=False).encode()).hexdigest()
-
-
-def checkpoint_name(spec: str) -> str:
-    """A checkpoint's name in results: its folder's name, a GGUF file's name without ``.gguf``, or the hub id."""
-    path = Path(spec)
-    if spec.lower().endswith(".gguf"):
-        return path.name[: -len(".gguf")]
-    return path.name if path.exists() else spec
-
-
-def checkpoint_names(specs, taken: set[str]) -> list[str]:
-    """The names of ``specs``, each its own and none a scheme's, recipe's or variant's (else a usage error)."""
-    names = []
-    for spec in specs:
-        name = checkpoint_name(spec)
-        if not name or name in taken or name in names or name == "reference":
-            raise UsageError(
-                f"--checkpoints: '{spec}' would be named '{name}', which is taken; give checkpoints distinct "
-                "folder or file names"
-            )
-        names.append(name)
-    return names
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,16 +59,18 @@ class CheckpointVariant(ModuleVariant):
         }
 
 
-def load_checkpoints(specs, names: list[str], loaded, device_map=None) -> list[CheckpointVariant]:
-    """Each checkpoint loaded on the reference's device and in its dtype, its tokenizer checked against the
-    reference's, its tensors equal to the reference's shared with them."""
+def load_checkpoints(checkpoints, loaded, device_map=None) -> list[CheckpointVariant]:
+    """Each checkpoint (``quant.variant_settings.Checkpoint``: its source and name) loaded on the reference's device
+    and in its dtype, its tokenizer checked against the reference's, its tensors equal to the reference's shared with
+    them."""
     from infoeval.models import load_model
     from infoeval.models.objects import weights_of
 
     device, dtype = weights_of(loaded.model)
     reference = vocab_fingerprint(loaded.tokenizer)
     out = []
-    for spec, name in zip(specs, names):
+    for checkpoint in checkpoints:
+        spec, name = checkpoint.source, checkpoint.name
         model = load_model(spec, device, dtype, device_map)
         if vocab_fingerprint(model.tokenizer) != reference:
             raise UsageError(

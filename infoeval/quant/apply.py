@@ -21,7 +21,6 @@ import weakref
 import torch
 
 from infoeval import heap
-from infoeval.errors import UsageError
 from infoeval.quant import codes, storage
 from infoeval.quant.codes import PackedWeight
 from infoeval.quant.lazy import LazyWeight
@@ -136,14 +135,8 @@ def recipe_variant(
 def build_variants(
     model: torch.nn.Module, schemes, recipes=(), include=(), exclude=(), lazy: bool = False
 ) -> list[QuantizedVariant]:
-    """One variant per scheme, then one per recipe (``lazy``: holding no codes); two variants of one name are a usage
-    error."""
-    names = [s.name for s in schemes] + [r.name for r in recipes]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise UsageError(
-            f"two variants are named '{dupes[0]}' (a recipe is named after its file); rename the recipe file"
-        )
+    """One variant per scheme, then one per recipe (``lazy``: holding no codes); their names were checked when the
+    run's settings were made (``quant.variant_settings.VariantSettings``)."""
     signals: dict[str, float] = {}  # Σw² per layer, for every variant's SQNR
     return [quantize_variant(model, s, include, exclude, signals, lazy) for s in schemes] + [
         recipe_variant(model, r, include, exclude, signals, lazy) for r in recipes

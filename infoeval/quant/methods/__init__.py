@@ -146,18 +146,6 @@ def parse_method(text: str) -> MethodScheme:
     return MethodScheme(backend, spec, settings, bits, group)
 
 
-def split_schemes(text: str) -> tuple[str, list[MethodScheme]]:
-    """A --schemes list (comma-separated) as its plain schemes (the text, for ``parse_schemes``) and its method
-    schemes, parsed; a method listed twice is a usage error."""
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    methods = [parse_method(p) for p in parts if is_method(p)]
-    names = [m.name for m in methods]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise UsageError(f"scheme listed twice: {', '.join(dupes)}; list each scheme once")
-    return ",".join(p for p in parts if not is_method(p)), methods
-
-
 _PRINT_OPTIONS = ("precision", "threshold", "edgeitems", "linewidth", "sci_mode")
 
 

@@ -29,9 +29,9 @@ import numpy as np
 import torch
 
 from infoeval.errors import UsageError
-from infoeval.input.settings import CalibrationSettings
 from infoeval.input.text import DATASETS, Text, load_text
 from infoeval.input.tokens import TokenStream, text_tokens
+from infoeval.quant.variant_settings import CalibrationSettings
 
 OVERLAP_RUN = 32  # tokens: shorter common runs (boilerplate, code idioms) happen between unrelated texts
 

@@ -1,0 +1,23 @@
+"""What every command that scores a text with a model is asked, declared once (``input/fields.py``): the model,
+the text and its windows; each family's request adds its own options (``comparison/request.py``, …)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infoeval.input.fields import given_field, group, option
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """The model (a spec, or a loaded module with its ``tokenizer``), the text, its windows, a progress bar."""
+
+    model: ModelSettings = group(ModelSettings, panel="Model")
+    tokenizer: object = option(
+        None, help="The tokenizer of a model given as a loaded module (a spec brings its own).", command_line=False
+    )
+    text: TextSettings = group(TextSettings, panel="Text")
+    window: WindowSettings = group(WindowSettings, panel="Windows")
+    progress: bool = option(False, help="A progress bar on stderr.", command_line=False)
+    given: frozenset = given_field()  # the keywords the caller gave (the others are defaults)
