@@ -62,24 +62,18 @@ class RankFailure(RuntimeFailure):
 
 
 # ---- one message, two spellings: the CLI's flags (--max-tokens), the Python API's keywords (max_tokens) ------
-_FLAGS = contextvars.ContextVar("infoeval_flag_spelling", default=False)
+_FLAGS = contextvars.ContextVar("infoeval_flag_spelling", default=None)  # None: Python; a dict: the command line
 _FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
 
 
-_OWN_FLAGS: dict[str, str] = {}  # keyword → its option where that is not --<keyword with dashes> (top_k → --topk)
-
-
-def register_flag(keyword: str, flag: str) -> None:
-    """Say that ``keyword``'s option is spelled ``flag`` on the command line (``fields.entries`` does, per field)."""
-    _OWN_FLAGS[keyword] = flag
-
-
 def spell(keyword: str) -> str:
-    """A field's name as the front end in use spells it: ``--max-tokens`` on the command line (within
-    ``flag_spelling``), ``max_tokens`` in Python."""
-    if not _FLAGS.get():
+    """A field's name as the front end in use spells it: on the command line (within ``flag_spelling``) its option,
+    the running command's own where it declares one (``top_k`` → ``--topk``), else ``--max-tokens`` for
+    ``max_tokens``; in Python the keyword itself."""
+    flags = _FLAGS.get()
+    if flags is None:
         return keyword
-    return _OWN_FLAGS.get(keyword, "--" + keyword.replace("_", "-"))
+    return flags.get(keyword, "--" + keyword.replace("_", "-"))
 
 
 def keyword_spelling(message: str) -> str:
@@ -88,9 +82,10 @@ def keyword_spelling(message: str) -> str:
 
 
 @contextlib.contextmanager
-def flag_spelling():
-    """Within: errors raised through the API keep the CLI's option names (the command line calling the API)."""
-    token = _FLAGS.set(True)
+def flag_spelling(own: dict[str, str] | None = None):
+    """Within: errors name the command line's options, not the API's keywords (the command line calling the API);
+    ``own``: keyword → option of the running command where not --<keyword with dashes>."""
+    token = _FLAGS.set({**(_FLAGS.get() or {}), **(own or {})})
     try:
         yield
     finally:
@@ -106,7 +101,7 @@ def keyword_errors(function):
         try:
             return function(*args, **kwargs)
         except InfoevalError as e:
-            if not _FLAGS.get() and e.args and isinstance(e.args[0], str):
+            if _FLAGS.get() is None and e.args and isinstance(e.args[0], str):
                 e.args = (keyword_spelling(e.args[0]), *e.args[1:])
             raise
 

@@ -13,7 +13,7 @@ from cli_run import run_cli
 import infoeval
 from infoeval.comparison.request import CompareRequest, CompressRequest
 from infoeval.errors import UsageError, flag_spelling, spell
-from infoeval.input.fields import build, entries, given_field, group, names, option
+from infoeval.input.fields import build, entries, given_field, group, names, option, own_flags
 from infoeval.input.settings import MAX_TOKENS
 from infoeval.quant.schemes import DEFAULT_SCHEMES
 
@@ -39,16 +39,17 @@ def test_groups_flatten_in_place_and_build_checks_types_and_names():
         build(_Outer, {"colour": 1})
     with pytest.raises(UsageError, match=r"^size '5' is not allowed; give an integer$"):
         build(_Outer, {"size": "5"})
-    with flag_spelling(), pytest.raises(UsageError, match=r"^--sz '5' is not allowed"):
+    with flag_spelling(own_flags(entries(_Outer))), pytest.raises(UsageError, match=r"^--sz '5' is not allowed"):
         build(_Outer, {"size": "5"})
 
 
 def test_spell_names_a_field_as_each_front_end_does():
-    entries(CompareRequest)  # registers the options spelled otherwise than --<keyword>
     assert spell("max_tokens") == "max_tokens" and spell("top_k") == "top_k"
-    with flag_spelling():
+    with flag_spelling(own_flags(entries(CompareRequest))):  # the running command's own options
         assert spell("max_tokens") == "--max-tokens" and spell("top_k") == "--topk"
         assert spell("recipes") == "--recipe"
+    with flag_spelling():
+        assert spell("top_k") == "--top-k"  # a command without its own spelling
 
 
 def test_names_splits_text_once_and_keeps_sequences():

@@ -20,7 +20,7 @@ from infoeval.input.prepare import Reporter, prepare
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.windows import window_inputs, window_targets
 from infoeval.quant.primitives import fake_quantize
-from infoeval.quant.schemes import parse_scheme
+from infoeval.quant.schemes import parse_scheme, parse_schemes
 from infoeval.sensitivities import sweep_prepared
 from infoeval.sensitivities.ranking import average_ranks, spearman
 from infoeval.sensitivities.units import enumerate_units, split_globs
@@ -97,8 +97,8 @@ def test_each_unit_equals_a_brute_force_run_with_only_that_unit_quantized(prepar
 
 
 def test_the_block_cache_and_the_plain_path_give_the_same_numbers(prepared):
-    cached = sweep_prepared(prepared, "int4-g64", by="block", proxy=False).to_json()
-    plain = sweep_prepared(prepared, "int4-g64", by="block", proxy=False, block_cache=False).to_json()
+    cached = sweep_prepared(prepared, parse_schemes("int4-g64"), by="block", proxy=False).to_json()
+    plain = sweep_prepared(prepared, parse_schemes("int4-g64"), by="block", proxy=False, block_cache=False).to_json()
     assert cached["block_cache"] and not plain["block_cache"]
     assert cached["layers_run_fraction"] == pytest.approx(0.75) and plain["layers_run_fraction"] == 1.0
     for a, b in zip(cached["units"], plain["units"]):
@@ -195,8 +195,8 @@ def test_spearman_equals_brute_force_ranks_with_ties():
 
 
 def test_the_proxy_adds_up_over_layers_and_predicts_the_kl(prepared):
-    linear = sweep_prepared(prepared, "int4-g64", by="linear", seed=3).to_json()
-    kinds = sweep_prepared(prepared, "int4-g64", by="type", seed=3).to_json()
+    linear = sweep_prepared(prepared, parse_schemes("int4-g64"), by="linear", seed=3).to_json()
+    kinds = sweep_prepared(prepared, parse_schemes("int4-g64"), by="type", seed=3).to_json()
     per_layer = {u["unit"]: u["proxy"] for u in linear["units"]}
     for u in kinds["units"]:
         assert u["proxy"] == pytest.approx(sum(per_layer[n] for n in u["layers"]), rel=1e-9)
@@ -204,7 +204,7 @@ def test_the_proxy_adds_up_over_layers_and_predicts_the_kl(prepared):
     # second order in a small weight change: the proxy is the KL's scale (tiny models: within a factor of 2)
     ratios = [u["proxy"] / u["kl_mean"] for u in linear["units"]]
     assert 0.5 < float(np.median(ratios)) < 2.0
-    again = sweep_prepared(prepared, "int4-g64", by="type", seed=3).to_json()
+    again = sweep_prepared(prepared, parse_schemes("int4-g64"), by="type", seed=3).to_json()
     assert [u["proxy"] for u in again["units"]] == [u["proxy"] for u in kinds["units"]]  # seeded draws
 
 

@@ -43,7 +43,7 @@ def takes(cls, section: str):
         model = entries(cls)["model"].default
         first = inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=model)
         params = [first] + [
-            inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=entry.default, annotation=entry.hint)
+            inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=_shown(entry), annotation=entry.hint)
             for key, entry in entries(cls).items()
             if entry.opt.api and key != "model"
         ]
@@ -53,3 +53,10 @@ def takes(cls, section: str):
         return wrapper
 
     return decorate
+
+
+def _shown(entry):
+    """A keyword's default as the signature shows it: the value, or its text where the value is parsed objects."""
+    value = entry.default
+    simple = value is None or isinstance(value, (bool, int, float, str)) or value == ()
+    return value if simple or not entry.opt.default_text else entry.opt.default_text

@@ -14,11 +14,23 @@ from typing import Annotated, Optional
 
 import typer
 
-from infoeval.errors import UsageError
-from infoeval.input.fields import Entry, build, config_values, entries
+from infoeval.errors import UsageError, flag_spelling
+from infoeval.input.fields import Entry, build, config_values, entries, own_flags
 
 # --help's panels, in this order (a panel not named here comes last)
-PANELS = ("Model", "Coding", "Variants", "Calibration", "Memory", "Text", "Windows", "Precision", "Output")
+PANELS = (
+    "Model",
+    "Coding",
+    "Variants",
+    "Units",
+    "Mix",
+    "Calibration",
+    "Memory",
+    "Text",
+    "Windows",
+    "Precision",
+    "Output",
+)
 POSITIONAL = "positional"  # the parameter holding the positional MODEL (TARGET, CANDIDATE, ...)
 TYPED = ("COMMANDLINE", "ENVIRONMENT", "DEFAULT_MAP")  # where a value counts as given: typed, or from --config
 FOLDER = ("out_dir", "run_name")  # "folder" among a command's outputs: these two (the default run folder)
@@ -127,6 +139,10 @@ def command(
             if typed and given[key] != model:
                 raise UsageError(f"{what} is given twice ('{model}' and {positional.flag} '{given[key]}'); give one")
             given[key] = model
+        with flag_spelling(own_flags(known)):  # errors name this command's options
+            return _run(given)
+
+    def _run(given: dict):
         asked_for = build(request, {k: v for k, v in given.items() if k in asked})
         told_to = (
             build(outputs, {k: v for k, v in given.items() if k in told}).chosen(output_names) if outputs else None

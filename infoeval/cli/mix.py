@@ -4,65 +4,29 @@ is in infoeval.mixing."""
 from __future__ import annotations
 
 import json as jsonlib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
-import typer
-
-from infoeval.cli.options import RunOptions
-from infoeval.cli.outputs import RUN_OUTPUTS, Outputs, scoring_options
-from infoeval.mixing.settings import DEFAULT_MIX_SCHEMES
-
-MixSchemesOpt = Annotated[str, typer.Option("--schemes", help="Schemes each unit may take, comma-separated.")]
-BudgetOpt = Annotated[
-    str,
-    typer.Option(
-        "--budget-bits",
-        help="Most stored bits per quantized weight (codes + fp16 scales), or a scheme of --schemes: its exact "
-        "bits on this model.",
-    ),
-]
-ByOpt = Annotated[
-    str, typer.Option("--by", help="Units: linear (each Linear), block (each decoder block) or type (each layer type).")
-]
-SensitivityOpt = Annotated[
-    list[Path] | None,
-    typer.Option(
-        "--sensitivity", help="Per-unit KLs from `infoeval sensitivity` JSON (repeatable) instead of sweeping."
-    ),
-]
-SweepOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--sweep", help="Also solve and measure budgets START:STOP:STEP (bits per weight) for the KL-vs-bits curve."
-    ),
-]
-SweepTokensOpt = Annotated[
-    int, typer.Option("--sweep-tokens", help="Tokens the sensitivity sweep reads, right after the measured ones.")
-]
-NoBlockCacheOpt = Annotated[
-    bool, typer.Option("--no-block-cache", help="Sweep every unit from the embeddings (no cached block inputs).")
-]
-RecipeOutOpt = Annotated[
-    Path | None,
-    typer.Option("--recipe-out", help="Write the recipe TOML here (default: recipe.toml beside the result JSON)."),
-]
+from infoeval.cli.command import command
+from infoeval.cli.outputs import RUN_OUTPUTS, Outputs
+from infoeval.input.fields import option
+from infoeval.mixing.settings import MixRequest
 
 
-@scoring_options(*RUN_OUTPUTS)
-def mix(
-    model: str = None,  # MODEL or --model (see model_options)
-    schemes: MixSchemesOpt = DEFAULT_MIX_SCHEMES,
-    budget_bits: BudgetOpt = "int4-g128",
-    by: ByOpt = "type",
-    sensitivity: SensitivityOpt = None,
-    sweep: SweepOpt = None,
-    sweep_tokens: SweepTokensOpt = 2048,
-    no_block_cache: NoBlockCacheOpt = False,
-    recipe_out: RecipeOutOpt = None,
-    run: RunOptions = None,  # the shared text, window and device options (see run_options)
-    outputs: Outputs = None,  # the output options (see output_options)
-) -> None:
+@dataclass(frozen=True)
+class MixOutputs(Outputs):
+    """mix's outputs: those of every run, and where the recipe goes."""
+
+    recipe_out: Path | None = option(
+        None,
+        flags=("--recipe-out",),
+        help="Write the recipe TOML here (default: recipe.toml beside the result JSON).",
+        parse=Path,
+        panel="Output",
+    )
+
+
+def mix(request: MixRequest, outputs: MixOutputs) -> None:
     """Choose one scheme per unit (linear, block or layer type) minimising the predicted KL (the sum of the units'
     own KLs from a sensitivity sweep) within a budget of stored bits per weight, solved exactly; then measure the
     mix and every uniform scheme on held-out text, and write the recipe, a llama.cpp --tensor-type file and a
@@ -71,27 +35,17 @@ def mix(
     from infoeval.mixing.report import plot_mix, print_mix
 
     outputs.check()  # before the long run
-    result = run_mix(
-        model,
-        schemes=schemes,
-        budget_bits=budget_bits,
-        by=by,
-        sensitivity=sensitivity or (),
-        sweep=sweep,
-        sweep_tokens=sweep_tokens,
-        block_cache=not no_block_cache,
-        progress=not outputs.quiet,
-        **run.keywords(),
-    )
+    result = run_mix(outputs.running(request))
     data = result.to_json()
+    folder = lambda paths: Path(next(iter(paths.values()))).parent  # noqa: E731
     outputs.emit(
         data,
         command="mix",
-        model=model,
+        model=request.model.model,
         positions=lambda: result.positions,
         draw=lambda path: plot_mix(data, path),
         tables=print_mix,
-        extras=lambda paths: export_files(data, result.sweep, Path(next(iter(paths.values()))).parent, recipe_out),
+        extras=lambda paths: export_files(data, result.sweep, folder(paths), outputs.recipe_out),
     )
 
 
@@ -117,4 +71,5 @@ def export_files(data: dict, sweep_json: dict | None, folder: Path, recipe_out: 
 
 def register(app) -> None:
     """Add mix to the infoeval app."""
-    app.command("mix")(mix)
+    names = (*RUN_OUTPUTS, "recipe_out")
+    app.command("mix")(command(MixRequest, mix, outputs=MixOutputs, output_names=names))

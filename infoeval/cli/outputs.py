@@ -60,6 +60,8 @@ class Outputs:
     def running(self, request):
         """``request`` as these outputs run it: a progress bar unless --quiet, and with --html the top tokens its
         page shows on hover (--topk, or 5 when only --html is given)."""
+        if not hasattr(request, "top_k"):
+            return replace(request, progress=not self.quiet)
         top_k = request.top_k or (5 if self.html is not None else 0)
         return replace(request, progress=not self.quiet, top_k=top_k)
 

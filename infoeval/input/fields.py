@@ -23,7 +23,7 @@ import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from infoeval.errors import UsageError, register_flag, spell
+from infoeval.errors import UsageError, spell
 
 GIVEN = "given"  # a request's field holding the keywords its caller gave (the others are defaults)
 
@@ -98,7 +98,13 @@ class Entry:
 
     @property
     def flag(self) -> str:
-        return self.opt.flags[0] if self.opt.flags else "--" + self.keyword.replace("_", "-")
+        """Its option's name on the command line (the first spelling; of --x/--no-x, --x)."""
+        return self.opt.flags[0].split("/")[0] if self.opt.flags else "--" + self.keyword.replace("_", "-")
+
+
+def own_flags(found: Mapping[str, Entry]) -> dict[str, str]:
+    """keyword → option, for the keywords whose option is not --<keyword with dashes> (``errors.flag_spelling``)."""
+    return {k: e.flag for k, e in found.items() if e.flag != "--" + k.replace("_", "-")}
 
 
 def entries(cls, panel: str | None = None, defaults: Mapping | None = None) -> dict[str, Entry]:
@@ -119,8 +125,6 @@ def entries(cls, panel: str | None = None, defaults: Mapping | None = None) -> d
             if key in found:
                 raise TypeError(f"{cls.__name__}: keyword '{key}' declared twice")
             found[key] = Entry(key, opt, cls, f, opt.panel or panel, defaults.get(key, dataclasses.MISSING))
-            if opt.flags:
-                register_flag(key, opt.flags[0])
     return found
 
 

@@ -27,7 +27,6 @@ from infoeval.mixing.settings import DEFAULT_MIX_SCHEMES, KINDS, MixSettings  # 
 from infoeval.mixing.solve import check_budgets, solve
 from infoeval.quant.apply import quantize_plan, quantize_variant
 from infoeval.quant.recipe import Recipe, recipe_toml
-from infoeval.quant.schemes import parse_schemes
 from infoeval.quant.selection import decoder_prefix, plan_layers
 
 VARIANTS_PER_PASS = 6  # variants measured per pass over the windows (bounds the quantized weights held at once)
@@ -117,7 +116,7 @@ def mix(
 ) -> tuple[MixResult, CompareColumns, dict | None]:
     """Solve and measure; returns the result, the held-out columns and the sweep's JSON (None with --sensitivity)."""
     reporter = reporter or Reporter()
-    schemes = parse_schemes(mix_settings.schemes)
+    schemes = list(mix_settings.schemes)
     extra = parse_sweep(mix_settings.sweep) if mix_settings.sweep else []
     if not mix_settings.sensitivity and text_settings.max_tokens is None:
         raise UsageError(

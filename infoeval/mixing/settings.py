@@ -3,37 +3,80 @@ sweep both read them)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
+from infoeval.input.fields import group, one_of, option
+from infoeval.input.request import RunRequest
 from infoeval.mixing.problem import parse_sweep
 from infoeval.mixing.solve import as_budget
-from infoeval.quant.schemes import SchemeError, parse_scheme, parse_schemes
+from infoeval.quant.schemes import Scheme, SchemeError, parse_scheme, parse_schemes
+from infoeval.sensitivities.units import KINDS
 
 DEFAULT_MIX_SCHEMES = "int3-g128-asym,int4-g128,int4-g128-asym,int5-g128-asym,int8-channel"
-KINDS = ("linear", "block", "type")
 
 
 @dataclass(frozen=True)
 class MixSettings:
-    schemes: str = DEFAULT_MIX_SCHEMES
-    budget: str = "int4-g128"  # bits per weight, or a scheme of --schemes: its exact bits on this model
-    by: str = "type"
-    sensitivity: tuple[Path, ...] = ()
-    sweep: str | None = None  # "START:STOP:STEP" budgets for the KL-vs-bits curve
-    sweep_tokens: int = 2048
-    block_cache: bool = True
+    """mix's own options: the schemes a unit may take, the budget, the units, where the per-unit KLs come from."""
+
+    schemes: tuple[Scheme, ...] = option(  # parsed in __post_init__ (text or a sequence alike)
+        DEFAULT_MIX_SCHEMES,
+        help="Schemes each unit may take, comma-separated.",
+        accepts=str | Sequence[str],
+        cli=str,
+    )
+    budget: str = option(  # bits per weight, or a scheme of --schemes: its exact bits on this model
+        "int4-g128",
+        keyword="budget_bits",
+        flags=("--budget-bits",),
+        help="Most stored bits per quantized weight (codes + fp16 scales), or a scheme of --schemes: its exact bits "
+        "on this model.",
+        accepts=str | float,
+        cli=str,
+        parse=str,
+    )
+    by: str = option(
+        "type",
+        help="Units: linear (each Linear), block (each decoder block) or type (each layer type).",
+        parse=one_of("by", KINDS),
+    )
+    sensitivity: tuple[Path, ...] = option(
+        (),
+        help="Per-unit KLs from `infoeval sensitivity` JSON (repeatable) instead of sweeping.",
+        accepts=Sequence[str | Path],
+        cli=list[Path],
+        parse=lambda value: tuple(Path(p) for p in value),
+    )
+    sweep: str | None = option(  # "START:STOP:STEP" budgets for the KL-vs-bits curve
+        None, help="Also solve and measure budgets START:STOP:STEP (bits per weight) for the KL-vs-bits curve."
+    )
+    sweep_tokens: int = option(2048, help="Tokens the sensitivity sweep reads, right after the measured ones.")
+    block_cache: bool = option(
+        True,
+        flags=("--block-cache/--no-block-cache",),
+        help="Sweep each unit from the reference's cached input of its first block (--no-block-cache: from the "
+        "embeddings).",
+    )
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "schemes", tuple(parse_schemes(self.schemes)))  # frozen: parsed once, here
         if self.by not in KINDS:
-            raise UsageError(f"--by '{self.by}' is not allowed; use one of {', '.join(KINDS)}")
+            raise UsageError(f"{spell('by')} '{self.by}' is not allowed; use one of {', '.join(KINDS)}")
         if self.sweep_tokens < 1:
-            raise UsageError(f"--sweep-tokens {self.sweep_tokens} is not allowed; it must be at least 1")
-        names = [s.name for s in parse_schemes(self.schemes)]
-        check_budget_text(self.budget, names)
+            raise UsageError(f"{spell('sweep_tokens')} {self.sweep_tokens} is not allowed; it must be at least 1")
+        check_budget_text(self.budget, [s.name for s in self.schemes])
         if self.sweep:
             parse_sweep(self.sweep)
+
+
+@dataclass(frozen=True)
+class MixRequest(RunRequest):
+    """mix: one scheme per unit for a bits budget, solved from per-unit KLs, then measured on held-out text."""
+
+    mix: MixSettings = group(MixSettings, panel="Mix")
 
 
 def check_budget_text(text: str, schemes: list[str]) -> None:
@@ -45,5 +88,6 @@ def check_budget_text(text: str, schemes: list[str]) -> None:
         return
     if scheme.name not in schemes:
         raise UsageError(
-            f"--budget-bits {scheme.name}: name one of --schemes ({', '.join(schemes)}) or give bits per weight"
+            f"{spell('budget_bits')} {scheme.name}: name one of {spell('schemes')} ({', '.join(schemes)}) or give bits "
+            "per weight"
         )

@@ -119,12 +119,18 @@ def parse_scheme(text: str) -> Scheme:
     return Scheme(bits=bits, group_size=group, symmetric=m.group(4) != "asym")
 
 
-def parse_schemes(text: str) -> list[Scheme]:
-    """Parse a comma-separated list; duplicates and empty lists are usage errors."""
-    parts = [p for p in (s.strip() for s in text.split(",")) if p]
+def parse_schemes(value) -> list[Scheme]:
+    """infoeval's schemes as typed (comma-separated text) or passed (a sequence of names or schemes), each parsed
+    once; duplicates and empty lists are usage errors."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    parts = [p if isinstance(p, Scheme) else p.strip() for p in items if isinstance(p, Scheme) or p.strip()]
     if not parts:
         raise SchemeError("no quantization scheme given; pass e.g. --schemes int8-channel,int4-g128")
-    schemes = [parse_scheme(p) for p in parts]
+    return check_unique([p if isinstance(p, Scheme) else parse_scheme(p) for p in parts])
+
+
+def check_unique(schemes: list) -> list:
+    """``schemes`` as they are, or a usage error naming those listed twice."""
     names = [s.name for s in schemes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

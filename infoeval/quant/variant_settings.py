@@ -18,7 +18,7 @@ from infoeval.errors import SchemeError, UsageError, spell
 from infoeval.input.fields import group, names, non_negative, one_of, option
 from infoeval.quant.methods import MethodScheme, is_method, parse_method
 from infoeval.quant.recipe import Recipe, read_recipe
-from infoeval.quant.schemes import DEFAULT_SCHEMES, Scheme, parse_scheme
+from infoeval.quant.schemes import DEFAULT_SCHEMES, Scheme, check_unique, parse_scheme
 
 FLOOR_MODES = ("sampled", "full", "off")  # --floor: the noise floor on a seeded share of the windows, all, none
 
@@ -37,19 +37,14 @@ def parse_schemes(value) -> tuple[Scheme | MethodScheme, ...]:
     ['int8-channel', 'int4-g128']
     """
     items = names(value) if isinstance(value, str) else tuple(value)
-    parsed = tuple(
-        item
-        if isinstance(item, (Scheme, MethodScheme))
-        else parse_method(item)
-        if is_method(item)
-        else parse_scheme(item)
-        for item in (i.strip() if isinstance(i, str) else i for i in items)
+    return tuple(
+        check_unique(
+            [
+                i if isinstance(i, (Scheme, MethodScheme)) else parse_method(i) if is_method(i) else parse_scheme(i)
+                for i in items
+            ]
+        )
     )
-    listed = [s.name for s in parsed]
-    twice = sorted({n for n in listed if listed.count(n) > 1})
-    if twice:
-        raise SchemeError(f"scheme listed twice: {', '.join(twice)}; list each scheme once")
-    return parsed
 
 
 def parse_recipes(value) -> tuple[Recipe, ...]:

@@ -29,7 +29,7 @@ from infoeval.measure.column_metrics import reference_metrics
 from infoeval.measure.infotheory import Workspace, compare, reference_stats
 from infoeval.quant import codes
 from infoeval.quant.apply import LayerReport, QuantizedVariant, WithVariant
-from infoeval.quant.schemes import Scheme, parse_schemes
+from infoeval.quant.schemes import Scheme
 from infoeval.quant.selection import decoder_prefix
 from infoeval.sensitivities import proxy as fisher
 from infoeval.sensitivities.ranking import spearman
@@ -126,7 +126,7 @@ def layers_run_fraction(units: Sequence[Unit], n_layers: int) -> float:
 
 def sweep_prepared(
     p: Prepared,
-    schemes: str | Sequence[Scheme],
+    schemes: Sequence[Scheme],
     by: str = "type",
     units: Sequence[str] = (),
     block_cache: bool = True,
@@ -137,7 +137,7 @@ def sweep_prepared(
     """The sweep on an already prepared model and text (see ``sweep``)."""
     reporter = reporter or Reporter()
     block_cache = block_cache and not switches.off("blocks")
-    schemes = parse_schemes(schemes) if isinstance(schemes, str) else list(schemes)
+    schemes = list(schemes)
     model = p.loaded.model
     chosen = enumerate_units(model, by, units)
     reporter.stage("quantizing")
@@ -201,7 +201,7 @@ def sweep(
     model_settings: ModelSettings,
     text_settings: TextSettings,
     window_settings: WindowSettings,
-    schemes: str | Sequence[Scheme],
+    schemes: Sequence[Scheme],
     by: str = "type",
     units: Sequence[str] = (),
     block_cache: bool = True,
@@ -215,6 +215,6 @@ def sweep(
     model is loaded."""
     if by not in ("linear", "block", "type"):
         enumerate_units(None, by)  # raises the usage error
-    parsed = parse_schemes(schemes) if isinstance(schemes, str) else list(schemes)
+    parsed = list(schemes)
     p = prepare(model_settings, text_settings, window_settings, reporter or Reporter())
     return sweep_prepared(p, parsed, by, units, block_cache, proxy, seed, reporter)

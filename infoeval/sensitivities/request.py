@@ -1,0 +1,66 @@
+"""What sensitivity is asked, each option declared once (``input/fields.py``): the run's model, text and windows
+(2,048 tokens by default: every unit is a pass over them), the schemes each unit is quantized with, the units, the
+proxy."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from infoeval.input.fields import group, non_negative, one_of, option
+from infoeval.input.request import RunRequest
+from infoeval.input.settings import TextSettings
+from infoeval.quant.schemes import Scheme, parse_schemes
+from infoeval.sensitivities.units import KINDS, split_globs
+
+SENSITIVITY_MAX_TOKENS = 2048  # sensitivity's --max-tokens default
+SENSITIVITY_SCHEMES = "int4-g128"
+
+
+@dataclass(frozen=True)
+class SensitivityRequest(RunRequest):
+    """sensitivity: each unit quantized alone with each scheme, measured against the reference."""
+
+    text: TextSettings = group(TextSettings, panel="Text", max_tokens=SENSITIVITY_MAX_TOKENS)
+    schemes: tuple[Scheme, ...] = option(
+        factory=lambda: tuple(parse_schemes(SENSITIVITY_SCHEMES)),
+        flags=("--scheme", "--schemes"),
+        help="Scheme(s) each unit is quantized with, comma-separated: int<bits>-channel | int<bits>-g<N> [-asym].",
+        accepts=str | Sequence[str],
+        cli=str,
+        parse=lambda value: tuple(parse_schemes(value)),
+        default_text=SENSITIVITY_SCHEMES,
+        panel="Units",
+    )
+    by: str = option(
+        "type",
+        help="Units: linear (one Linear layer), block (one decoder block), type (one layer type in every block, e.g. "
+        "mlp.down_proj).",
+        parse=one_of("by", KINDS),
+        panel="Units",
+    )
+    units: tuple[str, ...] = option(
+        (),
+        help="Keep only the units matching this glob (repeatable or comma-separated), e.g. '*mlp*'.",
+        accepts=Sequence[str] | None,
+        cli=list[str],
+        parse=split_globs,
+        panel="Units",
+    )
+    block_cache: bool = option(
+        True,
+        flags=("--block-cache/--no-block-cache",),
+        help="Start each unit's forward from the reference's cached input of its first block (--no-block-cache: from "
+        "the embeddings, to time the plain path).",
+        panel="Units",
+    )
+    proxy: bool = option(
+        True,
+        flags=("--proxy/--no-proxy",),
+        help="Also compute the diagonal-Fisher proxy (one backward pass per window) and its Spearman ρ with the direct "
+        "KL.",
+        panel="Units",
+    )
+    seed: int = option(
+        0, help="Seed of the tokens the proxy draws from the reference.", parse=non_negative("seed"), panel="Units"
+    )
