@@ -278,7 +278,7 @@ def test_a_report_tables_row_fills_every_column():
         (["quantize-compare", "--ctx"], "Option '--ctx' requires an argument.", "quantize-compare"),
         (["gate", "--max-kl-mean", "abc"], "Invalid value for '--max-kl-mean'", "gate"),
         (["compress-bits", "--bogus-opt", "3"], "No such option: --bogus-opt", "compress-bits"),
-        (["temperature", "--top", "0"], "Invalid value for '--top'", "temperature"),
+        (["temperature", "--top", "x"], "Invalid value for '--top'", "temperature"),
         (["bogus-command"], "No such command 'bogus-command'.", None),
     ],
 )

@@ -101,36 +101,35 @@ def test_option_types_of_api_keywords():
     from collections.abc import Sequence
     from typing import Optional
 
-    from infoeval.cli.signatures import typer_type
+    from infoeval.cli.command import typer_type
 
     assert typer_type(int) is int and typer_type(str | Sequence[float]) is str
     assert typer_type(int | None) == Optional[int]  # noqa: UP045  (the typing form Typer reads)
     assert typer_type(str | Sequence[str] | None) == Optional[str]  # noqa: UP045
 
 
-def test_options_taken_from_the_api_keep_its_defaults_and_order():
-    """kl-fit's options are the API's keywords (types and defaults), the gate's sequential ones SequentialSettings'
-    fields: the command line cannot drift from the API; each stands where the command declares its group."""
+def test_the_gates_limits_and_sequential_options_keep_their_declarations_and_order():
+    """The gate's limits and sequential options are the fields that declare them (Limits, SequentialSettings): the
+    command line cannot drift from the API; each group stands together in the command's options."""
     import dataclasses
     import inspect
 
-    from infoeval.api.gates import LIMITS, SEQUENTIAL
-    from infoeval.api.information import kl_fit as api_fit
-    from infoeval.cli.gate import gate
-    from infoeval.cli.klfit import HELP, kl_fit
-    from infoeval.gating.sequential_gate import SequentialSettings
+    import typer
 
-    api, cli = inspect.signature(api_fit).parameters, inspect.signature(kl_fit).parameters
-    assert [n for n in cli if n in HELP] == list(HELP)
-    assert {n: cli[n].default for n in HELP} == {
-        n: v if not isinstance(v := api[n].default, tuple) else ",".join(map(str, v)) for n in HELP
-    }
-    names = list(inspect.signature(gate).parameters)
+    import infoeval
+    from infoeval.cli import app
+    from infoeval.gating.request import LIMITS, GateRequest
+    from infoeval.gating.settings import SequentialSettings
+    from infoeval.input.fields import entries
+
+    sequential = ("alpha", "min_tokens", "max_tokens", "order", "order_seed", "undecided", "round_windows")
+    names = list(entries(GateRequest))
     assert names[names.index("limits") + 1 : names.index("limits") + 1 + len(LIMITS)] == list(LIMITS)
     at = names.index("sequential") + 1
-    assert names[at : at + len(SEQUENTIAL)] == list(SEQUENTIAL)
-    params = inspect.signature(gate).parameters
-    assert [params[n].default for n in SEQUENTIAL] == [f.default for f in dataclasses.fields(SequentialSettings)]
+    assert names[at : at + len(sequential)] == list(sequential)
+    params = {p.name: p for p in typer.main.get_command(app).commands["gate"].params}
+    assert [params[n].default for n in sequential] == [f.default for f in dataclasses.fields(SequentialSettings)]
+    assert inspect.signature(infoeval.gate).parameters["order_seed"].default == 0
 
 
 def test_sequential_options_from_a_config_file_without_sequential_are_not_an_error(tmp_path):

@@ -179,7 +179,7 @@ def test_the_cli_writes_and_gates_a_hidden_reference(tiny_llama_dir, tiny_text, 
     out = capsys.readouterr().out
     assert code in (0, 1) and "hidden-state reference (exact)" in out and "KL lower bound" not in out
     assert main(["reference", tiny_llama_dir, "-o", ref, "--format", "logits", *run]) == 2
-    assert "--format logits is not allowed" in capsys.readouterr().err
+    assert "--format 'logits' is not allowed; give one of topk, hidden" in capsys.readouterr().err
 
 
 def _tiny_gemma2(folder):

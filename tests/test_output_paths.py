@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from infoeval.cli import main
-from infoeval.cli.output import PageOptions
 from infoeval.cli.outputs import Outputs
 from infoeval.errors import UsageError
 from infoeval.output.results import atomic_write_bytes, check_file_option, check_folder_option
@@ -43,7 +42,7 @@ def test_outputs_and_page_options_check_on_construction(tmp_path):
     with pytest.raises(UsageError, match="^--out-dir"):
         Outputs(out_dir=tmp_path / "f.txt")
     with pytest.raises(UsageError, match="^--html"):
-        PageOptions(html=tmp_path)
+        Outputs(html=tmp_path)
     assert Outputs(json=tmp_path / "r.json").json == tmp_path / "r.json"
 
 

@@ -222,13 +222,11 @@ def test_gptq_protocol_against_brute_force(tiny_llama_dir, tiny_text, tmp_path):
 
 # ---- options ----------------------------------------------------------------------------------------------------
 def test_gptq_default_ctx_and_option_errors():
-    from infoeval.api.scoring import run_settings
-    from infoeval.cli.options import RunOptions
+    from infoeval.comparison.request import CompareRequest
+    from infoeval.input.fields import build
 
-    base = dict(text=None, dataset=None, data_dir=None, max_tokens="all", device="cpu", dtype="auto", device_map=None)
-
-    def window(**kw):  # as the CLI passes them
-        return run_settings("m", **RunOptions(**base, **kw).keywords())[2]
+    def window(**kw):  # as both front ends build them
+        return build(CompareRequest, {"max_tokens": "all", "device": "cpu", **kw}).window
 
     assert (
         window(protocol="gptq").ctx == 2048

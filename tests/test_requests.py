@@ -124,22 +124,62 @@ def test_api_takes_a_request_keywords_or_a_config_file(tmp_path):
     assert build(CompressRequest, {"verify_coding": True}).verify_coding
 
 
-def test_every_option_of_a_request_command_has_one_declaration():
-    """Each option quantize-compare and compress-bits show is a field of their request or outputs, declared once."""
+def test_every_option_of_every_command_has_one_declaration():
+    """Each option every command shows is a field of its request or outputs, declared once: its name, its first
+    spelling and its help (or the command's own words for it) are the field's; and each command reaches its
+    request through one generated callback (no option declared in a command's signature)."""
     import typer
 
     from infoeval.cli import app
-    from infoeval.cli.compare import CompareOutputs
 
     group_ = typer.main.get_command(app)
-    for name, request in (("quantize-compare", CompareRequest), ("compress-bits", CompressRequest)):
-        declared = {**entries(request), **entries(CompareOutputs)}
-        for param in group_.commands[name].params:
-            if param.name in ("config", "help", "positional"):
-                continue
+    assert len(group_.commands) == 16
+    for name, command in group_.commands.items():
+        declared = command.callback.declared
+        shown = [p for p in command.params if p.name not in ("config", "help", "positional")]
+        assert {p.name for p in shown} == set(declared), name
+        for param in shown:
             entry = declared[param.name]
-            assert entry.flag in param.opts, (name, param.name, param.opts)
-            assert param.help == entry.opt.text(), (name, param.name)
+            assert entry.flag in param.opts or entry.opt.argument, (name, param.name, param.opts)
+            assert param.help == command.callback.helps.get(param.name, entry.opt.text()), (name, param.name)
+
+
+def test_the_api_takes_what_the_command_line_does():
+    """Each API function's keywords are its request's: the command line's options (less the outputs) plus the
+    Python-only ones (a loaded model's tokenizer, modules as variants, a progress bar)."""
+    import inspect
+
+    import typer
+
+    from infoeval.cli import app
+
+    functions = {
+        "quantize-compare": infoeval.compare,
+        "compress-bits": infoeval.compress_bits,
+        "reference": infoeval.reference,
+        "gate": infoeval.gate,
+        "quantize": infoeval.quantize,
+        "sensitivity": infoeval.sensitivity,
+        "mix": infoeval.mix,
+        "spec-accept": infoeval.spec_accept,
+        "spec-decode": infoeval.spec_decode,
+        "distill": infoeval.distill,
+        "temperature": infoeval.temperature,
+        "mutual-info": infoeval.mutual_info,
+        "kl-fit": infoeval.kl_fit,
+    }
+    commands = typer.main.get_command(app).commands
+    for name, function in functions.items():
+        params = set(inspect.signature(function).parameters)
+        keywords = (params - {"config", "candidate"}) | ({"model"} if "candidate" in params else set())
+        options = {
+            k for k, e in commands[name].callback.declared.items() if e.owner.__module__ != "infoeval.cli.outputs"
+        }
+        options -= {
+            k for k in options if commands[name].callback.declared[k].owner.__module__.startswith("infoeval.cli")
+        }
+        python_only = {"tokenizer", "variants", "progress", "draft_tokenizer", "student_tokenizer"}
+        assert options <= keywords <= options | python_only, name
 
 
 def test_variants_are_typed_specs_parsed_once_at_the_edge(tmp_path):

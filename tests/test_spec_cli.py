@@ -64,7 +64,7 @@ EARLY_ERRORS = {
     "temperature-one-logit": (["temperature", "--logits", "3"], "--logits"),
     "temperature-labels": (["temperature", "--logits", "1,2", "--labels", "a"], "--labels"),
     "temperature-no-prompt": (["temperature", "--model", "{m}"], "--prompt"),
-    "temperature-bad-T": (["temperature", "--logits", "1,2", "--T", "1,-2"], "--T -2"),
+    "temperature-bad-T": (["temperature", "--logits", "1,2", "--T", "1,-2"], "--temperature -2"),
 }
 EARLY_ERRORS["plot-type"] = (["spec-accept", "{m}", "--draft-layers", "1", "--plot", "a.txt"], "--plot 'a.txt'")
 if not PLOT_AVAILABLE:

@@ -12,9 +12,9 @@ from infoeval.errors import UsageError
 from infoeval.input.fields import build, config_values, entries
 
 
-def request_of(cls, first, config, keywords: dict, section: str):
-    """The request of class ``cls`` a call gave: ``first`` a request (then no keywords), a model (the ``model``
-    keyword) or None; ``config``: a TOML file of keywords (its ``section`` table, or its top level), which the
+def request_of(cls, first, config, keywords: dict, section: str, keyword: str = "model"):
+    """The request of class ``cls`` a call gave: ``first`` a request (then no keywords), the value of ``keyword``
+    (the model) or None; ``config``: a TOML file of keywords (its ``section`` table, or its top level), which the
     keywords given override."""
     from infoeval.input.settings import read_toml
 
@@ -23,29 +23,34 @@ def request_of(cls, first, config, keywords: dict, section: str):
             raise UsageError(f"give a {cls.__name__} or keywords, not both")
         return first
     if first is not None:
-        if "model" in keywords:
-            raise UsageError("the model is given twice (as the first argument and as model=); give one")
-        keywords = {"model": first, **keywords}
+        if keyword in keywords:
+            raise UsageError(f"{keyword} is given twice (as the first argument and as {keyword}=); give one")
+        keywords = {keyword: first, **keywords}
     known = {k: e for k, e in entries(cls).items() if e.opt.command_line}
     values = config_values(Path(config), section, known, read_toml) if config is not None else {}
     return build(cls, {**values, **keywords}, also=("config",))
 
 
-def takes(cls, section: str):
+def takes(cls, section: str, first: str = "model"):
     """An API function over requests of class ``cls``: ``function(request)`` gets the request built from the call
-    (``request_of``); its signature shows every keyword of the request with its default."""
+    (``request_of``); its signature shows every keyword of the request with its default, ``first`` first (a keyword
+    of the request, or another name for its model: the gate's candidate)."""
 
     def decorate(function):
-        @functools.wraps(function)
-        def wrapper(first=None, /, *, config: str | Path | None = None, **keywords):
-            return function(request_of(cls, first, config, keywords, section))
+        keyword = first if first in entries(cls) else "model"  # the keyword the first argument fills
 
-        model = entries(cls)["model"].default
-        first = inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=model)
-        params = [first] + [
+        @functools.wraps(function)
+        def wrapper(value=None, /, *, config: str | Path | None = None, **keywords):
+            if first != keyword and first in keywords:
+                value = keywords.pop(first)
+            return function(request_of(cls, value, config, keywords, section, keyword))
+
+        model = _shown(entries(cls)[keyword])
+        first_param = inspect.Parameter(first, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=model)
+        params = [first_param] + [
             inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=_shown(entry), annotation=entry.hint)
             for key, entry in entries(cls).items()
-            if entry.opt.api and key != "model"
+            if entry.opt.api and key != keyword
         ]
         params.append(inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None))
         wrapper.__signature__ = inspect.Signature(params)

@@ -13,97 +13,15 @@ where it can be checked then.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from infoeval.api.checks import RUN_TYPES
 from infoeval.api.requests import takes
 from infoeval.comparison.request import CompareRequest, CompressRequest
-from infoeval.errors import UsageError, keyword_errors
-from infoeval.input.settings import (
-    DEFAULT_PROTOCOL,
-    MAX_TOKENS,
-    ModelSettings,
-    TextSettings,
-    WindowSettings,
-    max_tokens_of,
-)
-
-
-def run_settings(
-    model: str,
-    *,
-    text=None,
-    dataset=None,
-    data_dir=None,
-    max_tokens=MAX_TOKENS,
-    ctx=None,
-    stride=None,
-    protocol=DEFAULT_PROTOCOL,
-    prefix="auto",
-    documents=None,
-    document_field="text",
-    device="auto",
-    dtype="auto",
-    device_map=None,
-) -> tuple[ModelSettings, TextSettings, WindowSettings]:
-    """The model, text and window settings of a run, from the keyword arguments every scoring command takes."""
-    model_settings = ModelSettings(model=model, device=device, dtype=dtype, device_map=device_map)
-    text_settings = TextSettings(
-        text=None if text is None else Path(text),
-        dataset=dataset,
-        data_dir=None if data_dir is None else Path(data_dir),
-        max_tokens=max_tokens_of(max_tokens),
-        documents=documents,
-        document_field=document_field,
-    )
-    window = WindowSettings(ctx=ctx, stride=stride, protocol=protocol, prefix=prefix)
-    return model_settings, text_settings, window
-
-
-def comma_list(value) -> str:
-    """A list keyword as the command line's comma-separated text: a string as it is, one number, or a sequence."""
-    return (
-        value
-        if isinstance(value, str)
-        else str(value)
-        if isinstance(value, (int, float))
-        else ",".join(map(str, value))
-    )
-
-
-def prepared(model, tokenizer, run: dict):
-    """The model (a spec, or a ``ModelObject`` of a loaded model and its ``tokenizer``) and the model, text and window
-    settings of a run (``run``: the run keywords; device and dtype 'auto' are a model object's own)."""
-    from infoeval.models.objects import model_object, own_settings
-
-    model = model_object(model, tokenizer)
-    return model, run_settings(model, **own_settings(model, _checked(run)))
+from infoeval.errors import keyword_errors
 
 
 def _reporter(progress: bool):
     from infoeval.output.report import RichReporter
 
     return RichReporter(enabled=progress)
-
-
-RUN_KEYWORDS = tuple(RUN_TYPES)  # the keywords of run_settings
-
-
-def _checked(run: dict) -> dict:
-    """The text, window and device keywords, or a usage error naming the unknown one and the allowed ones."""
-    unknown = sorted(set(run) - set(RUN_KEYWORDS))
-    if unknown:
-        raise UsageError(
-            f"unknown keyword '{unknown[0]}'; allowed besides the command's own: {', '.join(RUN_KEYWORDS)}"
-        )
-    return run
-
-
-def _until(until_se: float | None, run: dict, order_seed: int):
-    """A run to a precision: its budget is ``max_tokens`` where given, else the whole text (as --until-se's)."""
-    from infoeval.comparison.until import UntilSettings
-
-    return None if until_se is None else UntilSettings(until_se, max_tokens_of(run.get("max_tokens")), order_seed)
 
 
 def _prepared(request):

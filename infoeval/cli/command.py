@@ -63,7 +63,14 @@ def parameter(entry: Entry, help: str | None = None) -> inspect.Parameter:
     if shown is None and typing.get_origin(kind) not in (typing.Union, types.UnionType):
         kind = Optional[kind]  # noqa: UP045
     show = opt.default_text != "" and shown not in (None, "")
-    info = typer.Option(*opt.flags, help=help or opt.text(), show_default=show, rich_help_panel=entry.panel)
+    if opt.argument:
+        info = typer.Argument(metavar=opt.positional, help=help or opt.text(), show_default=False)
+    else:
+        info = typer.Option(
+            *opt.flags, help=help or opt.text(), show_default=show, rich_help_panel=entry.panel, metavar=opt.metavar
+        )
+    if opt.required:
+        shown = ...  # Typer's mark of a required parameter
     return inspect.Parameter(
         entry.keyword, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[kind, info], default=shown
     )
@@ -101,29 +108,24 @@ def command(
     *,
     outputs: type | None = None,
     output_names: tuple[str, ...] = (),
-    metavar: str = "MODEL",
+    metavar: str | None = "MODEL",
     what: str = "the model",
+    positional_help: str | None = None,
     helps: dict[str, str] | None = None,
 ):
     """A Typer command of ``request``'s keywords that runs ``run(request, outputs)``: ``outputs``, a declared class
-    of output options (those named in ``output_names``; None: none); ``metavar``: the positional argument's name;
-    ``what``: the positional's meaning in messages; ``helps``: keyword → this command's own help."""
+    of output options (those named in ``output_names``; None: none); ``metavar``: the positional argument's name
+    (None: no positional); ``what``: the positional's meaning in messages; ``positional_help``: its help;
+    ``helps``: keyword → this command's own help."""
     helps = helps or {}
     asked = {k: e for k, e in entries(request).items() if e.opt.command_line}
     wanted = output_keywords(output_names)
     told = {k: e for k, e in entries(outputs).items() if k in wanted} if outputs else {}
     known = {**asked, **told}
-    positional = next((e for e in asked.values() if e.opt.positional), None)
+    positional = next((e for e in asked.values() if e.opt.positional), None) if metavar else None
     params = [inspect.Parameter("context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)]
     if positional is not None:
-        arg = typer.Argument(
-            metavar=metavar, help=f"{what.capitalize()}; same as {positional.flag}.", show_default=False
-        )
-        params.append(
-            inspect.Parameter(
-                POSITIONAL, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[str | None, arg], default=None
-            )  # noqa: UP045
-        )
+        params.append(_positional(metavar, positional_help or f"{what.capitalize()}; same as {positional.flag}."))
     ordered = sorted(known.values(), key=_panel)
     params += [parameter(e, helps.get(k)) for k, e in ((e.keyword, e) for e in ordered)]
     params.append(_config_option(known))
@@ -133,17 +135,13 @@ def command(
         values.pop("config", None)
         given = {k: v for k, v in values.items() if k in known and _typed(context, k)}
         if positional is not None and values.get(POSITIONAL) is not None:
-            model = values[POSITIONAL]
-            key = positional.keyword
-            typed = getattr(context.get_parameter_source(key), "name", "") in TYPED[:2]  # not from --config
-            if typed and given[key] != model:
-                raise UsageError(f"{what} is given twice ('{model}' and {positional.flag} '{given[key]}'); give one")
-            given[key] = model
+            _pick(context, values[POSITIONAL], positional, given, what)
+        filed = frozenset(k for k in given if context.get_parameter_source(k).name == "DEFAULT_MAP")
         with flag_spelling(own_flags(known)):  # errors name this command's options
-            return _run(given)
+            return _run(given, filed)
 
-    def _run(given: dict):
-        asked_for = build(request, {k: v for k, v in given.items() if k in asked})
+    def _run(given: dict, filed: frozenset):
+        asked_for = build(request, {k: v for k, v in given.items() if k in asked}, filed=filed)
         told_to = (
             build(outputs, {k: v for k, v in given.items() if k in told}).chosen(output_names) if outputs else None
         )
@@ -153,7 +151,26 @@ def command(
     callback.__annotations__ = {p.name: p.annotation for p in params}
     callback.__doc__ = run.__doc__
     callback.__name__ = run.__name__
+    callback.declared = known  # keyword → the field that declares it (tests/test_requests.py reads it)
+    callback.helps = helps
     return callback
+
+
+def _positional(metavar: str, words: str) -> inspect.Parameter:
+    """The model as a positional argument (MODEL, TARGET, CANDIDATE, ...) beside its option."""
+    arg = typer.Argument(metavar=metavar, help=words, show_default=False)
+    annotation = Annotated[Optional[str], arg]  # noqa: UP045
+    return inspect.Parameter(POSITIONAL, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=None)
+
+
+def _pick(context: typer.Context, model: str, positional: Entry, given: dict, what: str) -> None:
+    """The positional model into ``given``; the option typed too, with another value, is a usage error (a --config
+    value gives way)."""
+    key = positional.keyword
+    typed = getattr(context.get_parameter_source(key), "name", "") in TYPED[:2]  # not from --config
+    if typed and given[key] != model:
+        raise UsageError(f"{what} is given twice ('{model}' and {positional.flag} '{given[key]}'); give one")
+    given[key] = model
 
 
 def _typed(context: typer.Context, name: str) -> bool:

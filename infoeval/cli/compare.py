@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
-
-import typer
 
 from infoeval.cli.command import command
 from infoeval.cli.output import page_extras
@@ -16,23 +13,6 @@ from infoeval.input.fields import one_of, option
 LLAMACPP_TABLE = "llama.cpp"  # --table llama.cpp: llama-perplexity --kl-divergence's block (output/llamacpp_table.py)
 GATE_TABLES = ("default", LLAMACPP_TABLE)  # the layouts of every command with --table
 TABLES = (*GATE_TABLES, "confidence")  # quantize-compare's: also KL by confidence
-TableOpt = Annotated[
-    str,
-    typer.Option(
-        "--table",
-        help="Table layout: default, llama.cpp (llama-perplexity --kl-divergence's statistics block, per "
-        "variant) or, for quantize-compare, confidence (mean KL and top-1 by the reference's top-1 probability).",
-    ),
-]
-
-
-def check_table(table: str, allowed: tuple[str, ...] = TABLES) -> str:
-    """--table's value, or a usage error naming the ``allowed`` ones (before the long run)."""
-    from infoeval.errors import UsageError
-
-    if table not in allowed:
-        raise UsageError(f"--table '{table}' is not allowed; give one of {', '.join(allowed)}")
-    return table
 
 
 @dataclass(frozen=True)
@@ -53,8 +33,11 @@ def quantize_compare(request: CompareRequest, outputs: CompareOutputs) -> None:
     """Fake-quantize a model's weights with each scheme and compare every variant with the original: PPL,
     KL(reference‖variant) mean and tails, top-1 agreement, reverse KL and TV on the same windows."""
     from infoeval.api.scoring import compare
-    from infoeval.comparison.report import print_quantize_compare, print_quantize_compare_llamacpp
-    from infoeval.comparison.views import print_quantize_compare_confidence
+    from infoeval.comparison.report import (
+        print_quantize_compare,
+        print_quantize_compare_confidence,
+        print_quantize_compare_llamacpp,
+    )
 
     outputs.check()  # before the long run
     tables = {LLAMACPP_TABLE: print_quantize_compare_llamacpp, "confidence": print_quantize_compare_confidence}.get(

@@ -3,157 +3,70 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
-from infoeval.cli.compare import GATE_TABLES, LLAMACPP_TABLE, TableOpt, check_table
-from infoeval.cli.gate_options import (
-    BaselineOpt,
-    BaselineToleranceOpt,
-    CandidateArg,
-    CandidateOpt,
-    ConfidenceOpt,
-    ForceOpt,
-    FormatOpt,
-    GateSchemeOpt,
-    HeadOpt,
-    JunitOpt,
-    LimitsOpt,
-    MarkdownOpt,
-    OneRecipeOpt,
-    OutCheckpointOpt,
-    OutRefOpt,
-    PointOpt,
-    QuantSchemeOpt,
-    ReferenceFormatOpt,
-    ReferenceOpt,
-    SeedOpt,
-    SequentialOpt,
-    TailSamplesOpt,
-    TopKOpt,
-    limit_options,
-    sequential_options,
-)
-from infoeval.cli.options import (
-    DEVICE_DEFAULT,
-    DTYPE_DEFAULT,
-    DeviceMapOpt,
-    DeviceOpt,
-    DtypeOpt,
-    RunOptions,
-    model_options,
-)
-from infoeval.cli.output import PageOptions, as_json, page_extras, page_options
-from infoeval.cli.outputs import Outputs, output_options, scoring_options
-from infoeval.cli.variant_options import ExcludeOpt, FloorOpt, FloorSeedOpt, IncludeOpt, calibration_options
+from infoeval.cli.command import command
+from infoeval.cli.compare import GATE_TABLES, LLAMACPP_TABLE
+from infoeval.cli.output import as_json, page_extras
+from infoeval.cli.outputs import Outputs
 from infoeval.errors import EXIT_GATE_FAILED
+from infoeval.gating.request import GateRequest, QuantizeRequest, ReferenceRequest
+from infoeval.input.fields import one_of, option
 
 
-@scoring_options("quiet")
-def reference(
-    model: str = None,  # MODEL or --model (see model_options)
-    out: OutRefOpt = Path("reference.safetensors"),
-    top_k: TopKOpt = 64,
-    tail_samples: TailSamplesOpt = 128,
-    seed: SeedOpt = 0,
-    format: ReferenceFormatOpt = "topk",
-    head: HeadOpt = "stored",
-    run: RunOptions = None,  # the shared text, window and device options (see run_options)
-    outputs: Outputs = None,  # the output options (see output_options)
-) -> None:
+def reference(request: ReferenceRequest, outputs: Outputs) -> None:
     """One pass of the reference model writes a self-validating reference file for `gate`: top-K log-probs, tail
     mass and tail samples per scored position (--format topk), or the last hidden states and the head (--format
     hidden: exact), the token ids of every window, provenance."""
     from infoeval.api.gates import reference as build_reference
     from infoeval.gating.report import reference_summary_table
 
-    info = as_json(
-        build_reference(
-            model,
-            out=out,
-            top_k=top_k,
-            tail_samples=tail_samples,
-            seed=seed,
-            format=format,
-            head=head,
-            progress=not outputs.quiet,
-            **run.keywords(),
-        )
-    )
+    info = as_json(build_reference(outputs.running(request)))
     outputs.emit(
         info,
         command="reference",
-        model=model,
+        model=request.model.model,
         source="",
         tables=lambda console, data: console.print(reference_summary_table(data)),
-        also_written=(f"{out} ({info['file_bytes']:,} bytes)",),
+        also_written=(f"{request.out} ({info['file_bytes']:,} bytes)",),
     )
 
 
-@output_options("csv", "json", "positions", "folder", "quiet")
-@calibration_options
-@model_options(CandidateArg, CandidateOpt, None, "the candidate")
-@page_options
-@sequential_options
-@limit_options
-def gate(
-    context: typer.Context,
-    model: str | None = None,  # CANDIDATE or --model (see model_options)
-    reference: ReferenceOpt = Path("reference.safetensors"),
-    scheme: GateSchemeOpt = None,
-    recipe: OneRecipeOpt = None,
-    limits: LimitsOpt = None,
-    limit_values: dict = None,  # --max-kl-mean … --max-bpb-increase (see limit_options)
-    confidence: ConfidenceOpt = 0.95,
-    point: PointOpt = False,
-    baseline: BaselineOpt = None,
-    baseline_tolerance: BaselineToleranceOpt = 0.05,
-    sequential: SequentialOpt = False,
-    sequential_values: dict = None,  # --alpha … --round-windows (see sequential_options)
-    junit: JunitOpt = None,
-    markdown: MarkdownOpt = None,
-    page: PageOptions = None,  # --topk and --html (see page_options)
-    floor: FloorOpt = "sampled",
-    floor_seed: FloorSeedOpt = 0,  # the noise floor beside the candidate
-    device: DeviceOpt = DEVICE_DEFAULT,
-    dtype: DtypeOpt = DTYPE_DEFAULT,
-    device_map: DeviceMapOpt = None,
-    table: TableOpt = "default",
-    outputs: Outputs = None,  # the output options (see output_options)
-    calibration_settings=None,  # --calibration and its options, for a calibrated --scheme (see calibration_options)
-) -> None:
+@dataclass(frozen=True)
+class GateOutputs(Outputs):
+    """The gate's outputs: those of every run, the CI reports and the table's layout."""
+
+    junit: Path | None = option(None, help="Write JUnit XML here (one testcase per limit).", parse=Path, panel="Output")
+    markdown: Path | None = option(
+        None, help="Write a markdown summary here (e.g. $GITHUB_STEP_SUMMARY).", parse=Path, panel="Output"
+    )
+    table: str = option(
+        "default",
+        flags=("--table",),
+        help="Table layout: default or llama.cpp (llama-perplexity --kl-divergence's statistics block).",
+        parse=one_of("table", GATE_TABLES),
+        panel="Output",
+    )
+
+    def __post_init__(self) -> None:
+        from infoeval.output.results import check_file_option
+
+        super().__post_init__()
+        check_file_option(self.junit, "--junit")
+        check_file_option(self.markdown, "--markdown")
+
+
+def gate(request: GateRequest, outputs: GateOutputs) -> None:
     """Run only the candidate on the reference's token ids and check it against limits: exit 0 pass, 1 fail."""
     from infoeval.api.gates import gate as run_gate
-    from infoeval.output.results import check_file_option
 
-    llama = check_table(table, GATE_TABLES) == LLAMACPP_TABLE
-    check_file_option(junit, "--junit")
-    check_file_option(markdown, "--markdown")
-    result = run_gate(
-        model,
-        reference=reference,
-        scheme=scheme,
-        recipe=recipe,
-        limits=limits,
-        confidence=confidence,
-        point=point,
-        baseline=baseline,
-        baseline_tolerance=baseline_tolerance,
-        sequential=sequential,
-        top_k=page.top_k,
-        floor=floor,
-        floor_seed=floor_seed,
-        calibration=calibration_settings,
-        device=device,
-        dtype=dtype,
-        device_map=device_map,
-        progress=not outputs.quiet,
-        **limit_values,
-        **sequential_values,
-    )
-    suffix = scheme or (recipe.stem if recipe else None)  # names the run
-    data = _emit_gate(result, outputs, suffix, {junit: "junit", markdown: "markdown"}, llama, page.html)
+    result = run_gate(outputs.running(request))
+    suffix = request.scheme or (request.recipe.stem if request.recipe else None)  # names the run
+    extra_paths = {outputs.junit: "junit", outputs.markdown: "markdown"}
+    data = _emit_gate(result, outputs, suffix, extra_paths, outputs.table == LLAMACPP_TABLE, outputs.html)
     if not data["passed"]:
         raise typer.Exit(EXIT_GATE_FAILED)
 
@@ -192,39 +105,12 @@ def _emit_gate(result, outputs: Outputs, suffix: str | None, extra_paths: dict, 
     )
 
 
-@output_options()
-@model_options()
-def quantize(
-    context: typer.Context,
-    model: str = None,  # MODEL or --model (see model_options)
-    scheme: QuantSchemeOpt = "int8-channel",
-    recipe: OneRecipeOpt = None,
-    out: OutCheckpointOpt = Path("quantized"),
-    include: IncludeOpt = None,
-    exclude: ExcludeOpt = None,
-    force: ForceOpt = False,
-    format: FormatOpt = "fake",
-    device: DeviceOpt = DEVICE_DEFAULT,
-    dtype: DtypeOpt = DTYPE_DEFAULT,
-    outputs: Outputs = None,  # --config (see output_options)
-) -> None:
+def quantize(request: QuantizeRequest, outputs: None) -> None:
     """Write a fake-quantized checkpoint (safetensors, config, tokenizer, per-layer report) that transformers loads."""
     from infoeval.api.gates import quantize as write_checkpoint
     from infoeval.output.report import stdout_console
 
-    typed_scheme = getattr(context.get_parameter_source("scheme"), "name", "") != "DEFAULT"
-    info = write_checkpoint(
-        model,
-        out=out,
-        scheme=scheme if typed_scheme or recipe is None else None,
-        recipe=recipe,
-        include=include or (),
-        exclude=exclude or (),
-        force=force,
-        format=format,
-        device=device,
-        dtype=dtype,
-    )
+    info = write_checkpoint(request)
     stdout_console().print(
         f"wrote {info['out']} ({info['format']}): {info['scheme']}, {info['layers_quantized']} layers "
         f"quantized, {info['layers_skipped']} "
@@ -234,6 +120,19 @@ def quantize(
 
 def register(app: typer.Typer) -> None:
     """Add reference, gate and quantize to the infoeval app."""
-    app.command("reference")(reference)
-    app.command("gate")(gate)
-    app.command("quantize")(quantize)
+    app.command("reference")(command(ReferenceRequest, reference, outputs=Outputs, output_names=("quiet",)))
+    gate_outputs = ("csv", "json", "positions", "folder", "quiet", "html", "junit", "markdown", "table")
+    app.command("gate")(
+        command(
+            GateRequest,
+            gate,
+            outputs=GateOutputs,
+            output_names=gate_outputs,
+            metavar="CANDIDATE",
+            what="the candidate",
+            positional_help="Candidate checkpoint: HF folder, hub id or .gguf (default: the reference's own model, "
+            "with --scheme).",
+            helps={"model": "The candidate; same as CANDIDATE."},
+        )
+    )
+    app.command("quantize")(command(QuantizeRequest, quantize))

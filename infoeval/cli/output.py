@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
-import typer
 from rich.console import Console
 
 from infoeval import distributed
@@ -17,51 +14,6 @@ from infoeval.errors import UsageError
 def as_json(result) -> dict:
     """A result as its JSON-like dict (results with a ``to_json()`` method, or plain dicts)."""
     return result.to_json() if hasattr(result, "to_json") else result
-
-
-TopKOpt = Annotated[
-    int,
-    typer.Option(
-        "--topk",
-        help="Also store every model's K most likely tokens and their probabilities per position in the "
-        "positions output (0: none).",
-    ),
-]
-HtmlOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--html",
-        help="Also write the run's report page here: the text coloured by KL (or NLL, entropy), each token's "
-        "values and top-5 on hover (implies --topk 5).",
-        show_default=False,
-    ),
-]
-
-
-@dataclass(frozen=True)
-class PageOptions:
-    """--topk and --html (``@page_options``): the top tokens kept per position and the report page to write."""
-
-    topk: int = 0
-    html: Path | None = None
-
-    def __post_init__(self) -> None:
-        from infoeval.output.results import check_file_option
-
-        check_file_option(self.html, "--html")
-
-    @property
-    def top_k(self) -> int:
-        """Top tokens kept per position: --topk, or 5 for the page's hover when only --html is given."""
-        return self.topk or (5 if self.html else 0)
-
-
-def page_options(command):
-    """Give a command --topk and --html, declared once here; they reach it as one ``page: PageOptions`` argument."""
-    from infoeval.cli.signatures import extend, option
-
-    params = [option("topk", TopKOpt, 0), option("html", HtmlOpt, None)]
-    return extend(command, "page", params, lambda values: PageOptions(values["topk"], values["html"]), place="here")
 
 
 def page_extras(

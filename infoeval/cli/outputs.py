@@ -4,15 +4,11 @@ which checks them before the long run, names the files and writes them (``Output
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from infoeval.cli.command import output_keywords
-from infoeval.cli.options import ConfigOpt, run_folder
-from infoeval.cli.signatures import extend
-from infoeval.input.fields import entries, option
+from infoeval.input.fields import option
 
 RUN_OUTPUTS = ("csv", "json", "positions", "plot", "folder", "quiet")  # what a command that scores a text writes
 
@@ -134,42 +130,9 @@ class Outputs:
         )
 
 
-def output_options(*names: str, **own):
-    """Give a command the output options ``names`` (of csv, json, positions, plot, folder, quiet) as ``Outputs``
-    declares them, those in ``own`` (name → its own help, e.g. a --csv that says what its rows are) and --config,
-    after its other options; they reach it as one ``outputs: Outputs`` argument."""
-    from infoeval.cli.command import parameter
-    from infoeval.cli.signatures import option as signature_option
+def run_folder(command: str, model: str, source: str, run_name: str | None) -> Path:
+    """results/<run-name>, the name given or made of the command, the model's name, the text's source and a stamp."""
+    from infoeval.input.prepare import default_run_name
+    from infoeval.input.settings import ModelSettings
 
-    declared = entries(Outputs)
-    wanted = output_keywords(tuple(names) + tuple(own))
-    unknown = set(wanted) - set(declared)
-    if unknown:
-        raise ValueError(f"unknown output options {sorted(unknown)}")
-    helps = {k: v if isinstance(v, str) else typing.get_args(v)[1].help for k, v in own.items()}
-    params = [parameter(declared[k], helps.get(k)) for k in declared if k in wanted]
-    params.append(signature_option("config", ConfigOpt, None))
-    chosen = tuple(names) + tuple(own)
-
-    def build(values: dict) -> Outputs:
-        return Outputs(**{p.name: values[p.name] for p in params if p.name != "config"}).chosen(chosen)
-
-    return lambda command: extend(command, "outputs", params, build)
-
-
-def scoring_options(
-    *outputs: str, windows: bool = True, calibration: bool = False, argument=None, what: str = "the model", **own
-):
-    """The options of a command that scores a text with a model, each family defined once: the model as MODEL or
-    --model (``model_options``; ``argument``: another positional, e.g. TARGET), the calibration options with
-    ``calibration``, the text (``windows``: and window) and device options (``run_options``) and the output options
-    ``outputs`` (``output_options``; ``own``: those with their own help)."""
-    from infoeval.cli.options import ModelArg, model_options, run_options
-    from infoeval.cli.variant_options import calibration_options
-
-    def decorate(command):
-        command = model_options(argument or ModelArg, what=what)(command)
-        command = calibration_options(command) if calibration else command
-        return output_options(*outputs, **own)(run_options(windows)(command))
-
-    return decorate
+    return Path("results") / (run_name or default_run_name(command, ModelSettings(model=model), source))

@@ -3,29 +3,13 @@ infoeval.report."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
 import typer
 
-RunsArg = Annotated[
-    list[Path],
-    typer.Argument(metavar="RUN...", help="Run folders (results/<run>/) or result JSON files.", show_default=False),
-]
-OutOpt = Annotated[Path, typer.Option("--out", "-o", help="The page to write (.html).")]
-TitleOpt = Annotated[str, typer.Option(help="The page's title.")]
-SeparateOpt = Annotated[
-    bool,
-    typer.Option(
-        "--separate",
-        help="Several runs of different texts, models or protocols: one section each, without the comparison table.",
-    ),
-]
+from infoeval.cli.command import command
+from infoeval.report.request import ReportRequest
 
 
-def report(
-    runs: RunsArg, out: OutOpt = Path("report.html"), title: TitleOpt = "infoeval report", separate: SeparateOpt = False
-) -> None:
+def report(request: ReportRequest, outputs: None) -> None:
     """Write one self-contained HTML page for quantize-compare, compress-bits and gate runs: the scored text
     coloured by KL (or Δp, NLL, entropy), each token's values and both models' top tokens on hover, the largest KLs
     in context, a gate's verdicts; several runs of one text and model get a comparison table. Nothing is fetched
@@ -36,6 +20,7 @@ def report(
     from infoeval.report.runs import read_run
     from infoeval.report.table import check_comparable, comparison_rows
 
+    runs, out, title, separate = request.runs, request.out, request.title, request.separate
     check_file_option(out, "--out")
     read = [read_run(path) for path in runs]  # every run is read (and checked) before anything is written
     names = [str(path) for path in runs]
@@ -51,4 +36,4 @@ def report(
 
 def register(app: typer.Typer) -> None:
     """Add report to the infoeval app."""
-    app.command("report")(report)
+    app.command("report")(command(ReportRequest, report, metavar=None))

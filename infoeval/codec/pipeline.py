@@ -17,7 +17,8 @@ from pathlib import Path
 from infoeval.codec import core, environment
 from infoeval.codec.container import DamagedPayload, pack, unpack
 from infoeval.codec.summary import rate, summarize
-from infoeval.errors import DataError, RuntimeFailure, UsageError
+from infoeval.errors import DataError, RuntimeFailure, UsageError, spell
+from infoeval.input.fields import option
 from infoeval.input.prepare import Reporter
 from infoeval.input.provenance import provenance
 from infoeval.input.settings import DEFAULT_MODEL
@@ -30,19 +31,33 @@ from infoeval.output.results import Result, atomic_write_bytes, check_file_optio
 class CodecSettings:
     """compress's options: the model, segment length, segments per group, device, dtype, fallback, verify."""
 
-    model: str = DEFAULT_MODEL
-    ctx: int = 512
-    group: int = 32
-    device: str = "cpu"
-    dtype: str = "float32"
-    fallback: str = "xz"
-    verify: bool = True
+    model: str = option(
+        DEFAULT_MODEL, flags=("--model", "-m"), help=f"HF folder, hub id (org/name), .gguf file, or '{DEFAULT_MODEL}'."
+    )
+    ctx: int = option(
+        512, flags=("--ctx",), help="Tokens per segment; each segment is coded on its own, after the start token."
+    )
+    group: int = option(
+        32, flags=("--group",), help="Segments stepped together as one batch (the decoder uses the same groups)."
+    )
+    device: str = option(
+        "cpu", flags=("--device",), help="cpu (exact on the same CPU kind and software), cuda or cuda:N."
+    )
+    dtype: str = option("float32", flags=("--dtype",), help="float32, bfloat16 or float16.")
+    fallback: str = option("xz", help="When the tokenizer cannot give the file back: xz (store it with xz) or refuse.")
+    verify: bool = option(
+        True,
+        flags=("--verify/--no-verify",),
+        help="Decode in memory before writing (proves the file decodes here; measures decompression).",
+    )
 
     def __post_init__(self):
         if self.ctx < 1 or self.group < 1:
-            raise UsageError(f"--ctx {self.ctx} and --group {self.group} must both be at least 1")
+            raise UsageError(f"{spell('ctx')} {self.ctx} and {spell('group')} {self.group} must both be at least 1")
         if self.fallback not in core.FALLBACKS:
-            raise UsageError(f"--fallback {self.fallback} is not allowed; allowed: {', '.join(core.FALLBACKS)}")
+            raise UsageError(
+                f"{spell('fallback')} {self.fallback} is not allowed; allowed: {', '.join(core.FALLBACKS)}"
+            )
 
 
 @dataclass(frozen=True)

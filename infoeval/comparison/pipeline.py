@@ -26,12 +26,12 @@ from infoeval.comparison.lockstep import (  # noqa: F401  (REFERENCE … VARIANT
 )
 from infoeval.comparison.plans import PlanSettings, choose
 from infoeval.comparison.reference_first import evaluate_reference_first
-from infoeval.comparison.request import MAX_TOP_K
 from infoeval.comparison.until import UntilSettings, bpb_ses, budget_windows, check_protocol, evaluate_until, kl_ses
 from infoeval.comparison.variants import build_planned, plan_variants
 from infoeval.errors import RuntimeFailure, UsageError, spell
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.input.protocols import registered
+from infoeval.input.request import MAX_TOP_K
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.tokens import token_texts
 from infoeval.measure.column_metrics import reference_metrics, variant_metrics

@@ -15,25 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infoeval.comparison.memory_plan import MemoryEstimate, estimate_run
-from infoeval.comparison.request import PLANS
-from infoeval.errors import UsageError, spell
+from infoeval.comparison.request import PLANS, PlanSettings  # noqa: F401  (PlanSettings: re-exported)
+from infoeval.errors import UsageError
 
 BUDGET_SHARE = 0.9  # of the memory available when the run starts: the rest for the OS and what else runs
 GIB = 2**30
-
-
-@dataclass(frozen=True)
-class PlanSettings:
-    plan: str = "auto"
-    memory_budget_gib: float | None = None  # None: BUDGET_SHARE of the available memory
-
-    def __post_init__(self) -> None:
-        if self.plan not in PLANS:
-            raise UsageError(f"{spell('plan')} {self.plan} is not allowed; give one of {', '.join(PLANS)}")
-        if self.memory_budget_gib is not None and not self.memory_budget_gib > 0:
-            raise UsageError(
-                f"{spell('memory_budget')} {self.memory_budget_gib} is not allowed; give a size in GiB above 0"
-            )
 
 
 @dataclass(frozen=True)

@@ -250,3 +250,13 @@ def print_protocol_figures(console: Console, result: dict) -> None:
     for name, f in pm["figures"].items():
         t.add_row(name, *(fmt_num(f[key], digits) for _, key, digits in spec.columns))
     console.print(t)
+
+
+def print_quantize_compare_confidence(console: Console, result: dict) -> None:
+    """--table confidence: the run header and the reference's table, then mean KL and top-1 by confidence."""
+    from infoeval.comparison.views import confidence_tables
+
+    console.print(run_header(result))
+    console.print(reference_table(result["reference"]))
+    for table in confidence_tables(result) if result.get("by_confidence") else ():
+        console.print(table)

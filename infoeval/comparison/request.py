@@ -7,11 +7,24 @@ from dataclasses import dataclass
 
 from infoeval.errors import UsageError, spell
 from infoeval.input.fields import group, non_negative, option
-from infoeval.input.request import RunRequest
+from infoeval.input.request import RunRequest, topk_option
 from infoeval.quant.variant_settings import VariantSettings
 
 PLANS = ("auto", "lockstep", "reference-first")
-MAX_TOP_K = 100  # --topk's ceiling: K tokens and probabilities per position per model are kept in memory
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    plan: str = "auto"
+    memory_budget_gib: float | None = None  # None: BUDGET_SHARE of the available memory
+
+    def __post_init__(self) -> None:
+        if self.plan not in PLANS:
+            raise UsageError(f"{spell('plan')} {self.plan} is not allowed; give one of {', '.join(PLANS)}")
+        if self.memory_budget_gib is not None and not self.memory_budget_gib > 0:
+            raise UsageError(
+                f"{spell('memory_budget')} {self.memory_budget_gib} is not allowed; give a size in GiB above 0"
+            )
 
 
 @dataclass(frozen=True)
@@ -43,25 +56,12 @@ class Precision:
         return self.order_seed or 0
 
 
-def _top_k(value: int) -> int:
-    if not 0 <= value <= MAX_TOP_K:
-        raise UsageError(f"{spell('top_k')} {value} is not allowed; give 0 (none) to {MAX_TOP_K} tokens per position")
-    return value
-
-
 @dataclass(frozen=True)
 class Scoring(RunRequest):
     """What quantize-compare and compress-bits share: a run to a precision, and the top tokens kept."""
 
     precision: Precision = group(Precision, panel="Precision")
-    top_k: int = option(
-        0,
-        flags=("--topk",),
-        help="Also store every model's K most likely tokens and their probabilities per position in the positions "
-        "output (0: none).",
-        parse=_top_k,
-        panel="Output",
-    )
+    top_k: int = topk_option()
 
     def until(self):
         """The run to a precision (``UntilSettings``), or None: its budget is --max-tokens where given, else the
@@ -118,9 +118,7 @@ class CompareRequest(Scoring):
             None if self.baseline is None else PairedSettings(self.baseline, 0.05 if self.alpha is None else self.alpha)
         )
 
-    def plan_settings(self):
-        from infoeval.comparison.plans import PlanSettings
-
+    def plan_settings(self) -> PlanSettings:
         return PlanSettings(self.plan, self.memory_budget)
 
 

@@ -4,12 +4,11 @@ difference ± SE and verdict; ``measure/paired.py``), the bits-against-KL fronti
 
 from __future__ import annotations
 
-from rich.console import Console
 from rich.table import Table
 
 from infoeval.measure.frontier import frontier_points
 from infoeval.measure.paired import LABELS as COLUMNS  # noqa: E402  (metric → its column's title)
-from infoeval.output.report import ReportTable, fmt_num, fmt_pm, report_table, run_header
+from infoeval.output.report import ReportTable, fmt_num, fmt_pm, report_table
 
 STYLE = {"better": "green", "worse": "red", "not distinguishable": "dim"}
 WORD = {"better": "better", "worse": "worse", "not distinguishable": "≈"}
@@ -80,13 +79,3 @@ def confidence_tables(result: dict) -> list[Table]:
             )
         tables.append(t)
     return tables
-
-
-def print_quantize_compare_confidence(console: Console, result: dict) -> None:
-    """--table confidence: the run header and the reference's table, then mean KL and top-1 by confidence."""
-    from infoeval.comparison.report import reference_table
-
-    console.print(run_header(result))
-    console.print(reference_table(result["reference"]))
-    for table in confidence_tables(result) if result.get("by_confidence") else ():
-        console.print(table)

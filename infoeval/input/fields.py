@@ -26,6 +26,7 @@ from pathlib import Path
 from infoeval.errors import UsageError, spell
 
 GIVEN = "given"  # a request's field holding the keywords its caller gave (the others are defaults)
+FILED = "filed"  # and those of them a --config file gave (a command line's defaults, not typed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,9 @@ class Opt:
     panel: str | None = None  # --help's group (default: the group's)
     aliases: tuple[str, ...] = ()  # other --config keys for it
     positional: str | None = None  # also a positional argument with this metavar (MODEL, TARGET, ...)
+    metavar: str | None = None  # --help's name for its value (NAME|FILE)
+    argument: bool = False  # a positional argument only (metavar ``positional``), not an option
+    required: bool = False  # the command line asks for it (its default None stands for "not given")
     command_line: bool = True  # an option of the command line
     api: bool = True  # a keyword of the API
 
@@ -54,11 +58,13 @@ def option(default=dataclasses.MISSING, *, help, factory=dataclasses.MISSING, **
     return dataclasses.field(default=default, default_factory=factory, metadata={"option": Opt(help=help, **meta)})
 
 
-def group(cls, panel: str | None = None, **defaults) -> dataclasses.Field:
+def group(cls, panel: str | None = None, omit: tuple[str, ...] = (), **defaults) -> dataclasses.Field:
     """A request's field holding another declared dataclass, whose options are this request's too, in place;
-    ``defaults``: keyword → this request's own default for one of them (sensitivity's --max-tokens 2048)."""
+    ``defaults``: keyword → this request's own default for one of them (sensitivity's --max-tokens 2048); ``omit``:
+    keywords this request does not take (they keep their defaults)."""
     factory = functools.partial(cls, **_fields_of(cls, defaults)) if defaults else cls
-    return dataclasses.field(default_factory=factory, metadata={"group": cls, "panel": panel, "defaults": defaults})
+    meta = {"group": cls, "panel": panel, "defaults": defaults, "omit": omit}
+    return dataclasses.field(default_factory=factory, metadata=meta)
 
 
 def _fields_of(cls, values: Mapping) -> dict:
@@ -116,6 +122,8 @@ def entries(cls, panel: str | None = None, defaults: Mapping | None = None) -> d
         if "group" in f.metadata:
             inner = {**f.metadata["defaults"], **defaults}
             for key, entry in entries(f.metadata["group"], f.metadata["panel"] or panel, inner).items():
+                if key in f.metadata["omit"]:
+                    continue
                 if key in found:
                     raise TypeError(f"{cls.__name__}: keyword '{key}' declared twice")
                 found[key] = entry
@@ -128,11 +136,12 @@ def entries(cls, panel: str | None = None, defaults: Mapping | None = None) -> d
     return found
 
 
-def build(cls, values: Mapping, *, also: tuple[str, ...] = ()):
+def build(cls, values: Mapping, *, also: tuple[str, ...] = (), filed: frozenset = frozenset()):
     """A request of class ``cls`` from keyword ``values`` (those not given keep their defaults): an unknown keyword,
     or a value of a type its field does not take, is a usage error naming it; each value is then parsed by its
     field's ``parse`` and the classes check themselves (``__post_init__``). ``also``: keywords the caller takes
-    beside the request's, named in the unknown keyword's message."""
+    beside the request's, named in the unknown keyword's message; ``filed``: those of ``values`` a --config file
+    gave (the request's ``filed`` field, where it has one, records them)."""
     known = {k: e for k, e in entries(cls).items() if e.opt.api or e.opt.command_line}
     unknown = sorted(set(values) - set(known))
     if unknown:
@@ -142,10 +151,10 @@ def build(cls, values: Mapping, *, also: tuple[str, ...] = ()):
         hint = known[key].hint
         if not fits(value, hint):
             raise UsageError(f"{spell(key)} {value!r} is not allowed; give {describe(hint)}")
-    return _make(cls, values, top=True)
+    return _make(cls, values, top=frozenset(filed) & frozenset(values))
 
 
-def _make(cls, values: Mapping, top: bool = False):
+def _make(cls, values: Mapping, top: frozenset | None = None):
     kwargs = {}
     for f in dataclasses.fields(cls):
         if "group" in f.metadata:
@@ -155,8 +164,10 @@ def _make(cls, values: Mapping, top: bool = False):
             key = opt.keyword or f.name
             if key in values:
                 kwargs[f.name] = opt.parse(values[key]) if opt.parse is not None else values[key]
-        elif top and f.name == GIVEN:
+        elif top is not None and f.name == GIVEN:
             kwargs[f.name] = frozenset(values)
+        elif top is not None and f.name == FILED:
+            kwargs[f.name] = top
     return cls(**kwargs)
 
 
@@ -241,6 +252,17 @@ def non_negative(keyword: str):
     def parse(value):
         if int(value) < 0:
             raise UsageError(f"{spell(keyword)} {value} is not allowed; give an integer ≥ 0")
+        return value
+
+    return parse
+
+
+def at_least(keyword: str, least: int):
+    """A parse that takes an integer ≥ ``least``."""
+
+    def parse(value):
+        if value < least:
+            raise UsageError(f"{spell(keyword)} {value} is not allowed; give an integer ≥ {least}")
         return value
 
     return parse

@@ -5,8 +5,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infoeval.errors import UsageError, spell
 from infoeval.input.fields import given_field, group, option
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+
+MAX_TOP_K = 100  # --topk's ceiling: K tokens and probabilities per position per model are kept in memory
+
+
+def _top_k(value: int) -> int:
+    if not 0 <= value <= MAX_TOP_K:
+        raise UsageError(f"{spell('top_k')} {value} is not allowed; give 0 (none) to {MAX_TOP_K} tokens per position")
+    return value
+
+
+def topk_option():
+    """--topk K: every model's K most likely tokens kept per position (the runs with a positions table)."""
+    return option(
+        0,
+        flags=("--topk",),
+        help="Also store every model's K most likely tokens and their probabilities per position in the positions "
+        "output (0: none).",
+        parse=_top_k,
+        panel="Output",
+    )
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from infoeval.errors import UsageError, spell
 from infoeval.input.fields import option
+from infoeval.input.windows import DEFAULT_CTX, check_window_options  # noqa: F401  (DEFAULT_CTX: re-exported)
 
 DEFAULT_MODEL = "smollm2-135m"
-DEFAULT_CTX = 512
 DEFAULT_PROTOCOL = "rolling"  # --protocol's default: a name in input/protocols' REGISTRY
 MAX_TOKENS = 8192  # --max-tokens' default: a first run takes minutes
 
@@ -123,14 +123,6 @@ def default_ctx(protocol: str) -> int:
     """--ctx when not given: the protocol's own default (2048 for gptq, the papers' length; 512 otherwise)."""
     rules = _protocols().get(protocol)
     return rules.default_ctx if rules is not None else DEFAULT_CTX
-
-
-def check_window_options(ctx: int, stride: int | None) -> None:
-    """ctx ≥ 2 and 1 ≤ stride ≤ ctx (stride None means ctx)."""
-    if ctx < 2:
-        raise UsageError(f"{spell('ctx')} {ctx} is too small; it must be at least 2")
-    if stride is not None and not 1 <= stride <= ctx:
-        raise UsageError(f"{spell('stride')} {stride} is not allowed; it must be between 1 and {spell('ctx')} ({ctx})")
 
 
 def _ctx_help() -> str:

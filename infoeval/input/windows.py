@@ -46,8 +46,17 @@ from dataclasses import dataclass
 
 import torch
 
-from infoeval.errors import DataError, UsageError
-from infoeval.input.settings import check_window_options
+from infoeval.errors import DataError, UsageError, spell
+
+DEFAULT_CTX = 512  # --ctx when not given (a protocol may have its own: input/protocols)
+
+
+def check_window_options(ctx: int, stride: int | None) -> None:
+    """ctx ≥ 2 and 1 ≤ stride ≤ ctx (stride None means ctx)."""
+    if ctx < 2:
+        raise UsageError(f"{spell('ctx')} {ctx} is too small; it must be at least 2")
+    if stride is not None and not 1 <= stride <= ctx:
+        raise UsageError(f"{spell('stride')} {stride} is not allowed; it must be between 1 and {spell('ctx')} ({ctx})")
 
 
 @dataclass(frozen=True)

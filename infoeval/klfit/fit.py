@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
+from infoeval.input.fields import names, option
 from infoeval.input.provenance import provenance
 from infoeval.klfit.report import klfit_frame
 from infoeval.output.results import Result
@@ -44,18 +45,49 @@ class Bump:
 
 @dataclass(frozen=True)
 class KLFitSettings:
-    """The seed's defaults."""
+    """kl-fit's options, each declared here once (``input/fields.py``), with the seed's defaults."""
 
-    target: tuple[Bump, ...] = (Bump(0.6, 25.0, 5.0), Bump(0.4, 70.0, 5.0))
-    support: int = 100
-    starts: tuple[float, ...] = (30.0, 60.0)
-    directions: tuple[str, ...] = DIRECTIONS
-    steps: int = 2000
-    lr: float = 0.5
-    sigma0: float = 10.0
+    target: tuple[Bump, ...] = option(
+        (Bump(0.6, 25.0, 5.0), Bump(0.4, 70.0, 5.0)),
+        help="Target p as bumps WEIGHT:CENTRE:WIDTH, comma-separated (normalized).",
+        accepts=str,
+        cli=str,
+        parse=lambda text: parse_target(text),
+        default_text="0.6:25:5,0.4:70:5",
+    )
+    support: int = option(100, help="Grid size N: x = 0 … N−1.")
+    starts: tuple[float, ...] = option(
+        (30.0, 60.0),
+        help="Comma-separated starting centres μ₀.",
+        accepts=str | Sequence[float],
+        cli=str,
+        parse=lambda value: _starts(value),
+        default_text="30,60",
+    )
+    directions: tuple[str, ...] = option(
+        DIRECTIONS,
+        help="forward (KL(p‖q)), reverse (KL(q‖p)) or both, comma-separated.",
+        accepts=str | Sequence[str],
+        cli=str,
+        parse=names,
+        default_text=",".join(DIRECTIONS),
+    )
+    steps: int = option(2000, help="Adam steps.")
+    lr: float = option(0.5, help="Adam learning rate.")
+    sigma0: float = option(10.0, help="Starting width σ₀.")
 
     def __post_init__(self) -> None:
         check_settings(self)
+
+
+def _starts(value) -> tuple[float, ...]:
+    """--starts as typed ('30,60') or passed (numbers)."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    try:
+        return tuple(float(v) for v in items if str(v).strip())
+    except ValueError:
+        shown = value if isinstance(value, str) else ",".join(map(str, value))
+        raise UsageError(f"{spell('starts')} '{shown}' is not a comma-separated list of numbers, e.g. 30,60") from None
 
 
 def parse_target(text: str) -> tuple[Bump, ...]:

@@ -8,14 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infoeval.errors import DataError, UsageError
+from infoeval.errors import DataError
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.input.provenance import provenance
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.mutual_information.estimator import (
-    DEFAULT_BATCH_TOKENS,
-    DEFAULT_BLOCKS,
-    DEFAULT_LENGTHS,
     RULE,
     LengthSummary,
     blocks_per_length,
@@ -23,10 +20,10 @@ from infoeval.mutual_information.estimator import (
     check_max_positions,
     estimate,
     forwards_needed,
-    parse_lengths,
 )
 from infoeval.mutual_information.powerlaw import fit_with_ci
 from infoeval.mutual_information.report import mi_summary_frame
+from infoeval.mutual_information.request import MISettings, check_settings  # noqa: F401  (re-exported)
 from infoeval.output.results import Result
 
 
@@ -40,33 +37,6 @@ class MutualInfoResult(Result):
     blocks: tuple[dict, ...]
     FAMILY = "mutual-info"
     SUMMARY = staticmethod(mi_summary_frame)
-
-
-@dataclass(frozen=True)
-class MISettings:
-    lengths: tuple[int, ...] = parse_lengths(DEFAULT_LENGTHS)
-    blocks: int = DEFAULT_BLOCKS
-    batch_tokens: int = DEFAULT_BATCH_TOKENS
-    bootstrap: int = 1000
-    seed: int = 0
-    prefix: str = "auto"
-
-    def __post_init__(self) -> None:
-        check_settings(self)
-
-
-def check_settings(s: MISettings) -> None:
-    """Option checks that need no model, done before the slow load."""
-    if s.blocks < 2:
-        raise UsageError(f"--blocks {s.blocks} is too few; give at least 2 (a standard error needs two blocks)")
-    if s.batch_tokens < 1:
-        raise UsageError(f"--batch-tokens {s.batch_tokens} is not allowed; it must be at least 1")
-    if s.bootstrap < 2:
-        raise UsageError(f"--bootstrap {s.bootstrap} is too few; give at least 2 replicates (1000 is usual)")
-    if s.prefix not in ("auto", "bos", "eos"):
-        raise UsageError(
-            f"--prefix {s.prefix} is not allowed for mutual-info (Y needs a start token); use auto, bos or eos"
-        )
 
 
 def _block_rows(summaries: list[LengthSummary], nbytes: np.ndarray) -> list[dict]:

@@ -86,6 +86,47 @@ def parse_modules(value, taken: set[str]) -> tuple:
     return tuple(module_variants(value, taken))
 
 
+# ---- options more than one request takes (each declared here, once) ------------------------------------------
+def include_option():
+    """--include GLOB (repeatable): also quantize the modules it matches."""
+    return option(
+        (),
+        help="Also quantize modules matching this glob (repeatable), e.g. lm_head.",
+        accepts=Sequence[str],
+        cli=list[str],
+        parse=tuple,
+    )
+
+
+def exclude_option():
+    """--exclude GLOB (repeatable): leave the modules it matches unquantized."""
+    return option(
+        (),
+        help="Do not quantize modules matching this glob (repeatable).",
+        accepts=Sequence[str],
+        cli=list[str],
+        parse=tuple,
+    )
+
+
+def floor_option():
+    """--floor sampled|full|off: the noise floor's windows."""
+    return option(  # the noise floor's windows: sampled, full or off (measure/floor.py)
+        "sampled",
+        help="The noise floor (the reference with its weights moved by one bfloat16 rounding step) in the same run: "
+        "sampled (a seeded share of the windows, ≤ 8 % of the forward passes, ≤ 10 % of the wall time), full "
+        "(every window) or off.",
+        parse=one_of("floor", FLOOR_MODES),
+    )
+
+
+def floor_seed_option():
+    """--floor-seed: the noise floor's weights and its sampled windows."""
+    return option(  # the floor's weights and its sampled windows
+        0, help="The noise floor's seed: its weights and its sampled windows.", parse=non_negative("floor_seed")
+    )
+
+
 @dataclass(frozen=True)
 class CalibrationSettings:
     """Calibration data for the methods that learn from text (``quant/methods/calibration.py``)."""
@@ -131,20 +172,8 @@ class VariantSettings:
         cli=str,
         default_text=DEFAULT_SCHEMES,
     )
-    include: tuple[str, ...] = option(
-        (),
-        help="Also quantize modules matching this glob (repeatable), e.g. lm_head.",
-        accepts=Sequence[str],
-        cli=list[str],
-        parse=tuple,
-    )
-    exclude: tuple[str, ...] = option(
-        (),
-        help="Do not quantize modules matching this glob (repeatable).",
-        accepts=Sequence[str],
-        cli=list[str],
-        parse=tuple,
-    )
+    include: tuple[str, ...] = include_option()
+    exclude: tuple[str, ...] = exclude_option()
     recipes: tuple[Recipe, ...] = option(  # one mixed variant each, named after its file (quant/recipe.py)
         (),
         flags=("--recipe",),
@@ -154,16 +183,8 @@ class VariantSettings:
         cli=list[Path],
     )
     calibration: CalibrationSettings = group(CalibrationSettings, panel="Calibration")
-    floor: str = option(  # the noise floor's windows: sampled, full or off (measure/floor.py)
-        "sampled",
-        help="The noise floor (the reference with its weights moved by one bfloat16 rounding step) in the same run: "
-        "sampled (a seeded share of the windows, ≤ 8 % of the forward passes, ≤ 10 % of the wall time), full "
-        "(every window) or off.",
-        parse=one_of("floor", FLOOR_MODES),
-    )
-    floor_seed: int = option(  # the floor's weights and its sampled windows
-        0, help="The noise floor's seed: its weights and its sampled windows.", parse=non_negative("floor_seed")
-    )
+    floor: str = floor_option()  # the noise floor's windows: sampled, full or off (measure/floor.py)
+    floor_seed: int = floor_seed_option()  # the floor's weights and its sampled windows
     checkpoints: tuple[Checkpoint, ...] = option(
         (),
         help="Saved checkpoints to compare beside the schemes, comma-separated: folders (a library's quantized save, "

@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from infoeval.errors import UsageError
-from infoeval.input.settings import DEFAULT_CTX
 from infoeval.input.tokens import TokenStream
-from infoeval.input.windows import Window
+from infoeval.input.windows import DEFAULT_CTX, Window
 
 if TYPE_CHECKING:
     from infoeval.input.settings import TextSettings, WindowSettings
