@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
-import re
 
 EXIT_GATE_FAILED = 1
 EXIT_USAGE = 2
@@ -63,7 +61,6 @@ class RankFailure(RuntimeFailure):
 
 # ---- one message, two spellings: the CLI's flags (--max-tokens), the Python API's keywords (max_tokens) ------
 _FLAGS = contextvars.ContextVar("infoeval_flag_spelling", default=None)  # None: Python; a dict: the command line
-_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
 
 
 def spell(keyword: str) -> str:
@@ -76,11 +73,6 @@ def spell(keyword: str) -> str:
     return flags.get(keyword, "--" + keyword.replace("_", "-"))
 
 
-def keyword_spelling(message: str) -> str:
-    """A message written with the CLI's option names, in the Python API's keyword names (--max-tokens → max_tokens)."""
-    return _FLAG.sub(lambda m: m.group(1).replace("-", "_"), message)
-
-
 @contextlib.contextmanager
 def flag_spelling(own: dict[str, str] | None = None):
     """Within: errors name the command line's options, not the API's keywords (the command line calling the API);
@@ -90,19 +82,3 @@ def flag_spelling(own: dict[str, str] | None = None):
         yield
     finally:
         _FLAGS.reset(token)
-
-
-def keyword_errors(function):
-    """A public API function whose errors name its keywords, not the command line's flags (outside
-    ``flag_spelling``)."""
-
-    @functools.wraps(function)
-    def wrapper(*args, **kwargs):
-        try:
-            return function(*args, **kwargs)
-        except InfoevalError as e:
-            if _FLAGS.get() is None and e.args and isinstance(e.args[0], str):
-                e.args = (keyword_spelling(e.args[0]), *e.args[1:])
-            raise
-
-    return wrapper

@@ -100,7 +100,7 @@ def test_calibration_that_repeats_the_evaluated_tokens_is_refused(docs, tokenize
     settings = CalibrationSettings(text=str(twice), samples=8, seqlen=64)
     with pytest.raises(UsageError, match=rf"repeat the evaluated tokens \(\d+ runs of {OVERLAP_RUN} tokens\)") as err:
         calibration_samples(settings, Text(docs.text + " ", "file", None), *_read(stream), tokenizer)
-    assert "\n" not in str(err.value) and "--calibration-overlap" in str(err.value)
+    assert "\n" not in str(err.value) and "calibration_overlap" in str(err.value)
     allowed = calibration_samples(
         CalibrationSettings(text=str(twice), samples=8, seqlen=64, allow_overlap=True), docs, *_read(stream), tokenizer
     )

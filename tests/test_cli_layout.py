@@ -323,7 +323,7 @@ def test_missing_files_say_what_to_give(tmp_path):
     gone = tmp_path / "gone"
     with pytest.raises(UsageError, match=r"^limits file '.*gone' does not exist; give an existing \.toml file$"):
         read_toml(gone, "limits file")
-    with pytest.raises(DataError, match=r"does not exist; give an earlier gate's result JSON \(--json\) or its run"):
+    with pytest.raises(DataError, match=r"does not exist; give an earlier gate's result JSON \(json\) or its run"):
         read_baseline(gone)
     with pytest.raises(UsageError, match=r"does not exist; give the JSON `infoeval sensitivity --json` wrote$"):
         load_sensitivity([gone])

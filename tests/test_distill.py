@@ -71,7 +71,7 @@ def test_t_squared_keeps_the_soft_gradient_on_scale():
 
 @pytest.mark.parametrize("alpha", [-0.1, 1.5, float("nan")])
 def test_alpha_out_of_range(alpha):
-    with pytest.raises(UsageError, match="--alpha"):
+    with pytest.raises(UsageError, match="alpha"):
         dmod.parse_alpha(alpha)
 
 

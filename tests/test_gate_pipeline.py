@@ -229,12 +229,12 @@ def test_cli_exit_codes_junit_markdown_and_baseline(ref_file, tiny_llama_dir, tm
 
 @pytest.mark.parametrize("fmt", ["fake", "pack-quantized"])
 def test_quantize_refuses_a_checkpoint_with_no_layer_quantized(fmt, tiny_llama_dir, tmp_path):
-    """--exclude '*' leaves nothing to quantize: one usage line before anything is written (it once crashed on the
+    """exclude '*' leaves nothing to quantize: one usage line before anything is written (it once crashed on the
     summary line after writing the whole checkpoint)."""
     from infoeval.gating.checkpoint import quantize_checkpoint
 
     settings = ModelSettings(str(tiny_llama_dir), "cpu", "float32")
-    with pytest.raises(UsageError, match=r"no layer left to quantize: .* --exclude \['\*'\] leave none of the model's"):
+    with pytest.raises(UsageError, match=r"no layer left to quantize: .* exclude \['\*'\] leave none of the model's"):
         quantize_checkpoint(settings, "int4-g32", tmp_path / "q", exclude=("*",), fmt=fmt)
     assert list(tmp_path.iterdir()) == []
 

@@ -309,14 +309,14 @@ def test_bad_settings_are_usage_errors(ref_file, monkeypatch):
     monkeypatch.setattr(pipeline, "_load_candidate", no_load)
     gs = GateSettings(ref_file, None, "int8-channel", tuple(parse_limits({"max_kl_mean": 1.0})))
     # windows of 32 positions: a budget of 100 holds 3 whole windows (96 positions), so 100 can never be reached
-    with pytest.raises(UsageError, match="--min-tokens 100 is more than the budget's 96 positions"):
+    with pytest.raises(UsageError, match="min_tokens 100 is more than the budget's 96 positions"):
         run_sequential_gate(gs, SequentialSettings(min_tokens=100, max_tokens=100), ModelSettings("", "cpu", "float32"))
     with pytest.raises(
-        UsageError, match="--min-tokens 1000000 is more than the budget's 1600 positions"
+        UsageError, match="min_tokens 1000000 is more than the budget's 1600 positions"
     ):  # the whole reference
         run_sequential_gate(gs, SequentialSettings(min_tokens=10**6), ModelSettings("", "cpu", "float32"))
     gs = GateSettings(ref_file, None, "int8-channel", tuple(parse_limits({"max_kl_mean": 1.0})), point=True)
-    with pytest.raises(UsageError, match="--point"):
+    with pytest.raises(UsageError, match="point"):
         run_sequential_gate(gs, SequentialSettings(), ModelSettings("", "cpu", "float32"))
 
 

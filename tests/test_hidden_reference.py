@@ -123,7 +123,7 @@ def test_a_head_left_to_the_candidate(tiny_llama_dir, tiny_text, tmp_path):
     b, _ = _gate(tmp_path / "shared.safetensors", None, "int4-g32")
     assert a["metrics"] == b["metrics"]
     other = build_tiny_llama(tmp_path / "other", seed=1)  # the same tokenizer, another head
-    with pytest.raises(UsageError, match="head differs .* --format hidden --head stored"):
+    with pytest.raises(UsageError, match="head differs .* format hidden head stored"):
         _gate(tmp_path / "shared.safetensors", str(other))
     assert _gate(tmp_path / "stored.safetensors", str(other))[0]["metrics"]["kl_mean"] > 0
 
@@ -132,16 +132,16 @@ def test_a_head_that_misses_the_logits_is_refused(tiny_llama_dir, tiny_text, tmp
     (tmp_path / "text.txt").write_text(tiny_text, encoding="utf-8")
     scaled = lambda model: dataclasses.replace(head_of(model), scale=1.01)  # noqa: E731
     monkeypatch.setattr(hidden, "head_of", scaled)
-    with pytest.raises(UsageError, match="--format hidden cannot run on LlamaForCausalLM.*use --format topk"):
+    with pytest.raises(UsageError, match="format hidden cannot run on LlamaForCausalLM.*use format topk"):
         _reference(tiny_llama_dir, tmp_path / "text.txt", tmp_path / "ref.safetensors")
     assert not (tmp_path / "ref.safetensors").exists()
 
 
 def test_bad_format_and_head_are_usage_errors(tiny_llama_dir, tiny_text, tmp_path):
     (tmp_path / "text.txt").write_text(tiny_text, encoding="utf-8")
-    with pytest.raises(UsageError, match="--format logits is not allowed; give one of topk, hidden"):
+    with pytest.raises(UsageError, match="format logits is not allowed; give one of topk, hidden"):
         _reference(tiny_llama_dir, tmp_path / "text.txt", tmp_path / "r.safetensors", fmt="logits")
-    with pytest.raises(UsageError, match="--head shared is not allowed; give one of stored, candidate"):
+    with pytest.raises(UsageError, match="head shared is not allowed; give one of stored, candidate"):
         _reference(tiny_llama_dir, tmp_path / "text.txt", tmp_path / "r.safetensors", head="shared")
 
 
@@ -224,13 +224,13 @@ def test_a_head_left_to_a_candidate_of_another_dtype_names_both(tiny_llama_dir, 
     (tmp_path / "t.txt").write_text(tiny_text, encoding="utf-8")
     _reference(tiny_llama_dir, tmp_path / "t.txt", tmp_path / "ref.safetensors", head="candidate")
     settings = GateSettings(tmp_path / "ref.safetensors", None, None, tuple(parse_limits(LAX)))
-    with pytest.raises(UsageError, match="head is float32 and the candidate's bfloat16.*--dtype float32"):
+    with pytest.raises(UsageError, match="head is float32 and the candidate's bfloat16.*dtype float32"):
         run_gate(settings, ModelSettings("", "cpu", "bfloat16"))
 
 
 def test_head_candidate_needs_the_hidden_format(tiny_llama_dir, tiny_text, tmp_path):
     (tmp_path / "t.txt").write_text(tiny_text, encoding="utf-8")
-    with pytest.raises(UsageError, match="--head candidate needs --format hidden"):
+    with pytest.raises(UsageError, match="head candidate needs format hidden"):
         _reference(tiny_llama_dir, tmp_path / "t.txt", tmp_path / "r.safetensors", fmt="topk", head="candidate")
 
 

@@ -167,7 +167,7 @@ def test_blocks_start_together_and_never_overlap():
 
 
 def test_too_few_blocks_name_the_length():
-    with pytest.raises(DataError, match=r"--lengths 64: fewer than 2 blocks fit in the 100 text tokens"):
+    with pytest.raises(DataError, match=r"lengths 64: fewer than 2 blocks fit in the 100 text tokens"):
         check_blocks(blocks_per_length(100, [16, 64], 4), 100)
 
 
@@ -253,7 +253,7 @@ def test_pipeline_records_blocks_and_their_positions(tiny_run, tiny_llama):
 
 def test_pipeline_limits(tiny_run, tiny_qwen3_dir):
     path, _, ms = tiny_run
-    with pytest.raises(DataError, match="--lengths 64: fewer than 2 blocks fit in the 100 text tokens"):
+    with pytest.raises(DataError, match="lengths 64: fewer than 2 blocks fit in the 100 text tokens"):
         as_json(run_mutual_info(ms, TextSettings(text=path, max_tokens=100), MISettings(lengths=(8, 64), blocks=10)))
     with pytest.raises(UsageError, match="exceeds the model's 512 positions"):
         as_json(run_mutual_info(ms, TextSettings(text=path), MISettings(lengths=(8, 1024), blocks=2)))

@@ -133,14 +133,14 @@ def test_auto_takes_what_fits_and_refuses_below_both(tiny_llama_dir, work, monke
     assert choose(est["lockstep"]).plan == "lockstep"
     middle = choose(est["lockstep"] - 1)
     assert middle.plan == "reference-first" and "lockstep's estimated" in middle.reason
-    with pytest.raises(UsageError, match=r"the smallest that would do: --memory-budget \d+\.\d"):
+    with pytest.raises(UsageError, match=r"the smallest that would do: memory_budget \d+\.\d"):
         choose(est["reference-first"] - 1)
     with pytest.raises(UsageError, match="lockstep .* cannot run within the memory budget"):
         choose(est["lockstep"] - 1, "lockstep")
-    with pytest.raises(UsageError, match="--until-se runs with --plan lockstep or auto"):
+    with pytest.raises(UsageError, match="until_se runs with plan lockstep or auto"):
         choose(est["lockstep"], "reference-first", until=object())
-    assert choose(est["lockstep"], until=object()).plan == "lockstep"  # --until-se: the lockstep or nothing
-    with pytest.raises(UsageError, match="without --until-se, reference-first may fit"):
+    assert choose(est["lockstep"], until=object()).plan == "lockstep"  # until_se: the lockstep or nothing
+    with pytest.raises(UsageError, match="without until_se, reference-first may fit"):
         choose(est["lockstep"] - 1, until=object())
 
 

@@ -19,7 +19,7 @@ def _loaded(limit, rope_scaling=None):
 def test_check_positions_at_and_past_the_limit():
     check_positions(_loaded(512), 512)  # exactly the trained positions
     check_positions(_loaded(None), 10**6)  # a model that does not say: nothing to check
-    with pytest.raises(UsageError, match=r"^--ctx 513 is longer than the model's 512 positions .*give --ctx ≤ 512$"):
+    with pytest.raises(UsageError, match=r"^ctx 513 is longer than the model's 512 positions .*give ctx ≤ 512$"):
         check_positions(_loaded(512), 513)
     check_positions(SimpleNamespace(model=object()), 10**6)  # an in-memory model without a config
     yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
@@ -28,8 +28,8 @@ def test_check_positions_at_and_past_the_limit():
         UsageError, match=r"2049 is longer than the model's 2048 positions \(max_position_embeddings × its"
     ):
         check_positions(_loaded(512, yarn), 2049)
-    with pytest.raises(UsageError, match=r"^--ctx 2048 \(--protocol gptq's default\) is longer than the model's 512"):
-        check_positions(_loaded(512), 2048, "--protocol gptq's default")
+    with pytest.raises(UsageError, match=r"^ctx 2048 \(protocol gptq's default\) is longer than the model's 512"):
+        check_positions(_loaded(512), 2048, "protocol gptq's default")
 
 
 @pytest.mark.parametrize("command", ["quantize-compare", "compress-bits", "reference"])

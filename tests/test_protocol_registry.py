@@ -61,7 +61,7 @@ def test_the_generic_prefix_policies():
     assert base.resolve_prefix("auto", 1, 2)[0] == 1 and base.resolve_prefix("auto", None, 2)[0] == 2
     assert base.resolve_prefix("auto", None, None)[0] is None and base.resolve_prefix("none", 1, 2)[0] is None
     assert base.resolve_prefix("eos", 1, 2)[0] == 2
-    with pytest.raises(UsageError, match="--prefix bos: the tokenizer has no BOS token"):
+    with pytest.raises(UsageError, match="prefix bos: the tokenizer has no BOS token"):
         base.resolve_prefix("bos", None, 2)
 
 
@@ -75,7 +75,7 @@ def test_llamacpp_answers_and_cuts_llama_perplexitys_chunks():
     stream, windows, rule = r.windows(_stream(40), TextSettings(max_tokens=None), window)
     assert len(stream) == 40 and windows == llamacpp_windows(40, 8, True) and len(windows) == 5
     assert r.windows(_stream(40), TextSettings(max_tokens=9), window)[1] == llamacpp_windows(40, 8, True, 3)
-    with pytest.raises(UsageError, match="--max-tokens 2 is fewer than the 3 tokens one llama.cpp chunk scores"):
+    with pytest.raises(UsageError, match="max_tokens 2 is fewer than the 3 tokens one llama.cpp chunk scores"):
         r.windows(_stream(40), TextSettings(max_tokens=2), window)
     # a budget asks for whole chunks, two at least (llama-perplexity refuses fewer)
     assert r.tokens_needed(TextSettings(max_tokens=3), window, True) == 2 * 8 - 1
@@ -101,7 +101,7 @@ def test_llamacpp_prefix_follows_the_gguf_then_the_tokenizer():
         "no BOS (GGUF tokenizer.ggml.add_bos_token)",
     )
     assert r.prefix("none", _Loaded())[0] is None and r.prefix("bos", _Loaded(add_bos=False))[0] == 1
-    with pytest.raises(UsageError, match="--prefix eos is not part of the llama.cpp protocol"):
+    with pytest.raises(UsageError, match="prefix eos is not part of the llama.cpp protocol"):
         r.prefix("eos", _Loaded())
     with pytest.raises(UsageError, match="the tokenizer has no BOS token"):
         r.prefix("bos", _Loaded(bos=None))
@@ -113,7 +113,7 @@ def test_until_accepts_the_anytime_protocols_only():
 
     for name in ("rolling", "llama.cpp"):
         check_protocol(name)
-    with pytest.raises(UsageError, match="--until-se works with --protocol rolling or llama.cpp, not gptq"):
+    with pytest.raises(UsageError, match="until_se works with protocol rolling or llama.cpp, not gptq"):
         check_protocol("gptq")
 
 

@@ -242,7 +242,7 @@ def test_gptq_default_ctx_and_option_errors():
 
 
 def test_documents_need_the_lm_eval_protocol(tiny_llama_dir, tmp_path):
-    with pytest.raises(UsageError, match="--protocol lm-eval"):
+    with pytest.raises(UsageError, match="protocol lm-eval"):
         compress_bits(
             ModelSettings(model=str(tiny_llama_dir)),
             TextSettings(documents=str(tmp_path / "d.jsonl")),

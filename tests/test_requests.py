@@ -211,3 +211,32 @@ def test_variants_are_typed_specs_parsed_once_at_the_edge(tmp_path):
         VariantSettings(schemes="int8-channel", checkpoints="x/int8-channel.gguf")
     with pytest.raises(UsageError, match="^no quantization scheme given"):
         VariantSettings(schemes="")
+
+
+def test_ctrl_c_while_importing_is_one_line(tmp_path):
+    """Ctrl-C during the first seconds (torch and transformers being imported) ends as "infoeval: interrupted"."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "class Stop:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'infoeval.cli':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Stop())\n"
+        "from infoeval.__main__ import main\n"
+        "sys.exit(main())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 130 and proc.stderr.strip() == "infoeval: interrupted", proc.stderr
+
+
+def test_a_baseline_folder_without_a_run_says_so(tmp_path):
+    from infoeval.errors import DataError
+    from infoeval.gating.baseline import read_baseline
+
+    with pytest.raises(DataError, match=r"^baseline folder '.*' holds no result.json"):
+        read_baseline(tmp_path)
+    with pytest.raises(DataError, match=r"^baseline file '.*' does not exist"):
+        read_baseline(tmp_path / "missing.json")

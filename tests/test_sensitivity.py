@@ -162,7 +162,7 @@ def test_units_by_linear_block_and_type(tiny_llama_dir):
     assert split_globs(["a,b", " c "]) == ("a", "b", "c")
     with pytest.raises(UsageError, match="matches no unit"):
         enumerate_units(model, "type", ["mlp.nothing"])
-    with pytest.raises(UsageError, match="--by 'row'"):
+    with pytest.raises(UsageError, match="by 'row'"):
         enumerate_units(model, "row")
 
 

@@ -169,10 +169,10 @@ def test_spec_decode_pipeline(tiny_llama_dir):
 @pytest.mark.parametrize(
     "kw,match",
     [
-        ({"gamma": 0}, "--gamma"),
-        ({"max_new": 0}, "--max-new-tokens"),
-        ({"temperature": 0.0}, "--temperature"),
-        ({"verify": 10}, "--verify"),
+        ({"gamma": 0}, "gamma"),
+        ({"max_new": 0}, "max_new_tokens"),
+        ({"temperature": 0.0}, "temperature"),
+        ({"verify": 10}, "verify"),
     ],
 )
 def test_spec_decode_bad_options(kw, match):

@@ -74,9 +74,9 @@ def test_truncated_equals_running_the_first_layers_by_hand(llama, ids):
 @pytest.mark.parametrize(
     "n,message",
     [
-        (0, "--draft-layers 0 is not allowed; give a number of decoder layers ≥ 1"),
-        (-1, "--draft-layers -1 is not allowed; give a number of decoder layers ≥ 1"),
-        (3, "--draft-layers 3 is out of range; the model has 2 decoder layers, allow 1 … 2"),
+        (0, "draft_layers 0 is not allowed; give a number of decoder layers ≥ 1"),
+        (-1, "draft_layers -1 is not allowed; give a number of decoder layers ≥ 1"),
+        (3, "draft_layers 3 is out of range; the model has 2 decoder layers, allow 1 … 2"),
     ],
 )
 def test_layers_out_of_range(llama, n, message):
@@ -86,7 +86,7 @@ def test_layers_out_of_range(llama, n, message):
 
 
 def test_student_layers_message(llama):
-    with pytest.raises(UsageError, match="--student-layers 5"):
+    with pytest.raises(UsageError, match="student_layers 5"):
         build_draft(llama, DraftSettings(layers=5, role="student"), CPU, torch.float32)
 
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from infoeval.api.requests import takes
 from infoeval.api.scoring import _prepared, _reporter
-from infoeval.errors import UsageError, keyword_errors
+from infoeval.errors import UsageError
 from infoeval.speculative.request import DistillRequest, SpecAcceptRequest, SpecDecodeRequest, TemperatureRequest
 
 
-@keyword_errors
 @takes(SpecAcceptRequest, "spec-accept")
 def spec_accept(request: SpecAcceptRequest):
     """spec-accept: how well the draft q would draft for the target p (``model``), per position and at each
@@ -36,7 +35,6 @@ def spec_accept(request: SpecAcceptRequest):
     return result.with_positions(lambda: positions_frame(cols), cols)
 
 
-@keyword_errors
 @takes(DistillRequest, "distill")
 def distill(request: DistillRequest):
     """distill: the distillation terms of teacher p (``model``) and student q per temperature: hard CE, KL(p_T‖q_T),
@@ -61,7 +59,6 @@ def distill(request: DistillRequest):
     return result.with_positions(lambda: positions_frame(cols), cols)
 
 
-@keyword_errors
 @takes(SpecDecodeRequest, "spec-decode")
 def spec_decode(request: SpecDecodeRequest):
     """spec-decode: speculative sampling with KV caches (the draft proposes ``gamma`` tokens, the target verifies
@@ -89,7 +86,6 @@ def spec_decode(request: SpecDecodeRequest):
     return result.with_positions(lambda: rounds_frame(spec), spec)
 
 
-@keyword_errors
 @takes(TemperatureRequest, "temperature", first="logits")
 def temperature(request: TemperatureRequest):
     """temperature: softmax(z/T) per class, the top probability, tail mass and entropy in bits at each temperature,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from infoeval.api.requests import takes
 from infoeval.api.scoring import _prepared, _reporter
-from infoeval.errors import UsageError, keyword_errors
+from infoeval.errors import UsageError, spell
 from infoeval.gating.request import (
     LIMITS,  # noqa: F401  (re-exported)
     GateRequest,
@@ -20,7 +20,6 @@ from infoeval.gating.request import (
 )
 
 
-@keyword_errors
 @takes(ReferenceRequest, "reference")
 def reference(request: ReferenceRequest):
     """reference: one pass of the reference model writes the reference file ``out`` that ``gate`` reads (``format``
@@ -56,13 +55,13 @@ def _candidate(request: GateRequest):
     candidate = None if candidate is None else model_object(candidate, tokenizer, what="candidate")
     if isinstance(candidate, ModelObject) and (request.scheme or request.recipe):
         raise UsageError(
-            "--scheme and --recipe quantize the candidate in place; give a candidate object already quantized, "
+            f"{spell('scheme')} and {spell('recipe')} quantize the candidate in place; give a candidate object "
+            "already quantized, "
             "or a spec"
         )
     return candidate
 
 
-@keyword_errors
 @takes(GateRequest, "gate", first="candidate")
 def gate(request: GateRequest):
     """gate: the candidate (a spec, a loaded model with its ``tokenizer``, or None: the reference's own model, with
@@ -93,7 +92,6 @@ def gate(request: GateRequest):
     return result.with_positions(lambda: positions_frame(cols), cols)
 
 
-@keyword_errors
 @takes(QuantizeRequest, "quantize")
 def quantize(request: QuantizeRequest) -> dict:
     """quantize: write a fake-quantized (or, ``format="pack-quantized"``, int4-packed) checkpoint that transformers

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from infoeval.api.requests import takes
 from infoeval.api.scoring import _prepared, _reporter
-from infoeval.errors import keyword_errors
 from infoeval.klfit.fit import KLFitSettings
 from infoeval.mutual_information.request import MutualInfoRequest
 
 
-@keyword_errors
 @takes(MutualInfoRequest, "mutual-info")
 def mutual_info(request: MutualInfoRequest):
     """mutual-info: I(L) ≈ H(Y) − H(Y|X) in bits, X the first and Y the second half of blocks of L tokens, for each
@@ -31,7 +29,6 @@ def mutual_info(request: MutualInfoRequest):
         return run_mutual_info(model_settings, request.text, request.settings, _reporter(request.progress))
 
 
-@keyword_errors
 @takes(KLFitSettings, "kl-fit", first="target")
 def kl_fit(settings: KLFitSettings):
     """kl-fit: one discretized Gaussian fitted to a mixture ``target`` (WEIGHT:CENTRE:WIDTH bumps) by forward KL (mode

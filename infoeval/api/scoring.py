@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from infoeval.api.requests import takes
 from infoeval.comparison.request import CompareRequest, CompressRequest
-from infoeval.errors import keyword_errors
 
 
 def _reporter(progress: bool):
@@ -36,7 +35,6 @@ def _prepared(request):
     return reference, dataclasses.replace(request.model, model=reference, **own)
 
 
-@keyword_errors
 @takes(CompareRequest, "quantize-compare")
 def compare(request: CompareRequest):
     """quantize-compare: the reference and each variant (``schemes``, ``recipes``, ``checkpoints``: saved folders,
@@ -70,7 +68,6 @@ def compare(request: CompareRequest):
     return result.with_positions(lambda: positions_frame(cols.reference, cols.variants), cols)
 
 
-@keyword_errors
 @takes(CompressRequest, "compress-bits")
 def compress_bits(request: CompressRequest):
     """compress-bits: the model's code length for the text beside gzip, bz2, xz and zstd on the same bytes (and with

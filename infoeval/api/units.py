@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from infoeval.api.requests import takes
 from infoeval.api.scoring import _prepared, _reporter
-from infoeval.errors import keyword_errors
 from infoeval.mixing.settings import MixRequest
 from infoeval.sensitivities.request import SENSITIVITY_MAX_TOKENS, SensitivityRequest  # noqa: F401  (re-exported)
 
 
-@keyword_errors
 @takes(SensitivityRequest, "sensitivity")
 def sensitivity(request: SensitivityRequest):
     """sensitivity: each unit (``by`` linear, block or type; ``units`` globs keep some) quantized alone with each
@@ -42,7 +40,6 @@ def sensitivity(request: SensitivityRequest):
         )
 
 
-@keyword_errors
 @takes(MixRequest, "mix")
 def mix(request: MixRequest):
     """mix: one scheme per unit minimising the predicted KL within ``budget_bits`` stored bits per weight (or a

@@ -22,7 +22,7 @@ import torch
 from infoeval.codec import environment, segments, stepping
 from infoeval.codec.container import Archive, BadFile, DamagedPayload, ids_crc
 from infoeval.codec.frequencies import PRECISION, bucket_width
-from infoeval.errors import DataError, UsageError
+from infoeval.errors import DataError, UsageError, spell
 from infoeval.input.prepare import Reporter, progress
 
 FALLBACKS = ("xz", "refuse")
@@ -57,7 +57,9 @@ def _header(raw: bytes, tokens: int, loaded, device, ctx: int, group: int, start
 
 def _fallback(raw: bytes, reason: str, fallback: str) -> tuple[Archive, Coding]:
     if fallback != "xz":
-        raise DataError(f"{reason}; it cannot be coded with this model's tokens (--fallback xz stores it with xz)")
+        raise DataError(
+            f"{reason}; it cannot be coded with this model's tokens ({spell('fallback')} xz stores it with xz)"
+        )
     t0 = time.perf_counter()
     stream = lzma.compress(raw, format=lzma.FORMAT_XZ, preset=9)
     header = {
@@ -88,7 +90,9 @@ def encode_bytes(
         return _fallback(raw, tok.reason, fallback)
     limit = getattr(loaded.model.config, "max_position_embeddings", None)
     if limit and ctx > limit:
-        raise UsageError(f"--ctx {ctx} is longer than the model's {limit} positions; give --ctx ≤ {limit}")
+        raise UsageError(
+            f"{spell('ctx')} {ctx} is longer than the model's {limit} positions; give {spell('ctx')} ≤ {limit}"
+        )
     info = loaded.info.tokenizer
     header = _header(
         raw, len(tok.ids), loaded, device, ctx, group, segments.start_token(info.bos_id, info.eos_id), load_as

@@ -105,7 +105,7 @@ def refuse_overwrite(src: Path, dst: Path, force: bool) -> None:
         raise UsageError(f"the output '{dst}' is the input file; give another -o")
     check_file_option(dst, "-o")
     if Path(dst).exists() and not force:
-        raise UsageError(f"'{dst}' exists; --force overwrites it")
+        raise UsageError(f"'{dst}' exists; {spell('force')} overwrites it")
 
 
 def load(spec: str, device: str, dtype: str, reporter: Reporter):

@@ -8,7 +8,7 @@ from infoeval.codec import core
 from infoeval.codec.container import pack, unpack
 from infoeval.codec.pipeline import load_as
 from infoeval.engine import model_device
-from infoeval.errors import RuntimeFailure
+from infoeval.errors import RuntimeFailure, spell
 from infoeval.input.prepare import Reporter
 
 GROUP = 32
@@ -23,7 +23,7 @@ def arithmetic_coded_row(loaded, data: bytes, ctx: int, reporter: Reporter | Non
     blob = pack(archive)
     t0 = time.perf_counter()
     if core.decode_archive(*unpack(blob), loaded, reporter) != data:
-        raise RuntimeFailure("--verify-coding: the arithmetic-coded round trip did not give the bytes back")
+        raise RuntimeFailure(f"{spell('verify_coding')}: the arithmetic-coded round trip did not give the bytes back")
     return {
         "method": "arithmetic-coded" if archive.header["mode"] == "model" else "arithmetic-coded (xz fallback)",
         "bytes": len(blob),

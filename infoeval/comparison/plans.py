@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from infoeval.comparison.memory_plan import MemoryEstimate, estimate_run
 from infoeval.comparison.request import PLANS, PlanSettings  # noqa: F401  (PlanSettings: re-exported)
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 
 BUDGET_SHARE = 0.9  # of the memory available when the run starts: the rest for the OS and what else runs
 GIB = 2**30
@@ -74,7 +74,10 @@ def _at_least(n: int) -> str:
 def choose(settings: PlanSettings, model_settings, variant_settings, ctx: int, tokens, until) -> PlanChoice:
     """The plan of a run (module docstring); a plan that cannot run within the budget is a usage error."""
     if until is not None and settings.plan == "reference-first":
-        raise UsageError("--until-se runs with --plan lockstep or auto (reference-first needs every window up front)")
+        raise UsageError(
+            f"{spell('until_se')} runs with {spell('plan')} lockstep or auto (reference-first needs every window "
+            "up front)"
+        )
     budget = (
         int(settings.memory_budget_gib * GIB)
         if settings.memory_budget_gib is not None
@@ -104,6 +107,11 @@ def choose(settings: PlanSettings, model_settings, variant_settings, ctx: int, t
     least = min(est.values(), key=lambda e: e.total)
     raise UsageError(
         f"{' and '.join(f'{n} (estimated {_gib(e.total)})' for n, e in est.items())} cannot run within the memory "
-        f"budget of {_gib(budget)} ({where}); the smallest that would do: --memory-budget {_at_least(least.total)}"
-        + (" (without --until-se, reference-first may fit)" if until is not None and settings.plan == "auto" else "")
+        f"budget of {_gib(budget)} ({where}); the smallest that would do: {spell('memory_budget')} "
+        f"{_at_least(least.total)}"
+        + (
+            f" (without {spell('until_se')}, reference-first may fit)"
+            if until is not None and settings.plan == "auto"
+            else ""
+        )
     )

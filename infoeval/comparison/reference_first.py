@@ -29,6 +29,7 @@ from infoeval.comparison.floor import noise_floor
 from infoeval.comparison.lockstep import CompareColumns, run_lockstep
 from infoeval.engine.roles import Headless
 from infoeval.engine.states import check_head
+from infoeval.errors import spell
 from infoeval.input.prepare import progress
 from infoeval.input.windows import window_inputs
 from infoeval.models.checkpoints import load_checkpoints
@@ -56,7 +57,14 @@ def reference_states(p, on_forward, clock, folder: str) -> np.ndarray:
     tokens (``engine.states.check_head``)."""
     model, windows, bos_id = p.loaded.model, p.windows, p.protocol.prefix_id
     probe = window_inputs(p.stream.ids, windows[0], bos_id)[:, :PROBE]
-    check_head(model, head_of(model), probe, p.loaded.info.architecture, "--plan reference-first", "--plan lockstep")
+    check_head(
+        model,
+        head_of(model),
+        probe,
+        p.loaded.info.architecture,
+        f"{spell('plan')} reference-first",
+        f"{spell('plan')} lockstep",
+    )
     batches = engine.plan(windows)
     n, d = batches[-1].rows.stop if batches else 0, model.get_output_embeddings().weight.shape[1]
     store, launched = _store(n, d, folder), distributed.launched()

@@ -60,7 +60,8 @@ def check_protocol(protocol: str) -> None:
     if rules is None or not rules.anytime:
         allowed = " or ".join(with_flag("anytime"))
         raise UsageError(
-            f"--until-se works with --protocol {allowed}, not {protocol} (whose figures need every window)"
+            f"{spell('until_se')} works with {spell('protocol')} {allowed}, not {protocol} (whose figures need "
+            "every window)"
         )
 
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import torch
 
-from infoeval.errors import RuntimeFailure
+from infoeval.errors import RuntimeFailure, spell
 
 
 def model_device(model, default: torch.device | None = None) -> torch.device:
@@ -70,7 +70,8 @@ class Headless:
         if not hasattr(capture, "states"):
             raise RuntimeFailure(
                 f"{type(self.model).__name__}'s forward pass does not call its output head module, so its last hidden "
-                "states cannot be taken: use --format topk (reference) or --plan lockstep (quantize-compare)"
+                f"states cannot be taken: use {spell('format')} topk (reference) or {spell('plan')} lockstep "
+                "(quantize-compare)"
             )
         return SimpleNamespace(logits=capture.states)
 

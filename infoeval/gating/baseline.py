@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from infoeval.errors import DataError
+from infoeval.errors import DataError, spell
 from infoeval.gating.limits import compare_baseline
 from infoeval.measure.paired import better, quantile_diff, t_test
 from infoeval.measure.stats import LN2, t_quantile
@@ -42,8 +42,14 @@ def read_baseline(path: Path) -> tuple[dict, object]:
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
+        if path.is_dir():  # a folder that holds no gate run
+            raise DataError(
+                f"baseline folder '{path}' holds no result.json; give an earlier gate's run folder or its result "
+                f"JSON ({spell('json')})"
+            ) from None
         raise DataError(
-            f"baseline file '{path}' does not exist; give an earlier gate's result JSON (--json) or its run folder"
+            f"baseline file '{path}' does not exist; give an earlier gate's result JSON ({spell('json')}) or its "
+            "run folder"
         ) from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise DataError(f"baseline file '{path}' is not valid JSON") from None

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from infoeval.errors import DataError, InfoevalError, UsageError
+from infoeval.errors import DataError, InfoevalError, UsageError, spell
 from infoeval.input.protocols import reread_text
 from infoeval.input.settings import DEFAULT_PROTOCOL, ModelSettings
 from infoeval.input.tokens import encode
@@ -51,7 +51,8 @@ def load_candidate(gate_settings, model_settings: ModelSettings, ref):
     shipped = loaded.info.quantization if gate_settings.candidate else None
     if shipped and shipped["format"] != "gguf" and (gate_settings.scheme or gate_settings.recipe):
         raise UsageError(
-            f"--scheme and --recipe quantize a float model; '{spec}' is already a {shipped['format']} "
+            f"{spell('scheme')} and {spell('recipe')} quantize a float model; '{spec}' is already a "
+            f"{shipped['format']} "
             "checkpoint: gate it without them"
         )
     original = loaded.model
@@ -90,7 +91,7 @@ def _reference_floor(gate_settings, ref, candidate):
         model = load_model(spec, device, dtype).model
     except InfoevalError as e:
         raise DataError(
-            f"the noise floor needs the reference's model ({spec}), which did not load ({e}); pass --floor off"
+            f"the noise floor needs the reference's model ({spec}), which did not load ({e}); pass {spell('floor')} off"
         ) from None
     return WithVariant(model, build_floor(model, seed=gate_settings.floor_seed))
 

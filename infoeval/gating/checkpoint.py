@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.input.provenance import provenance
 from infoeval.input.settings import ModelSettings
 from infoeval.models import load_model, resolve_device, resolve_dtype
@@ -60,8 +60,10 @@ def quantize_checkpoint(
     summary = variant.summary()
     if not summary["layers_quantized"]:  # before anything is written: a copy of the model is no checkpoint
         raise UsageError(
-            f"no layer left to quantize: --include {list(include) or 'default'} and --exclude {list(exclude)} leave "
-            f"none of the model's {summary['layers_skipped']} linear layers; loosen --exclude or widen --include"
+            f"no layer left to quantize: {spell('include')} {list(include) or 'default'} and {spell('exclude')} "
+            f"{list(exclude)} leave "
+            f"none of the model's {summary['layers_skipped']} linear layers; loosen {spell('exclude')} or widen "
+            f"{spell('include')}"
         )
     report = {
         "format": "infoeval fake-quantized checkpoint (dequantized weights)",
@@ -90,13 +92,18 @@ def _checked_out(fmt: str, mix, out: Path, force: bool) -> Path:
     """``out`` as a Path once the request is known to be writable: a known format, a recipe only as fake weights,
     and no existing folder unless ``force``."""
     if fmt not in FORMATS:
-        raise UsageError(f"unknown --format '{fmt}'; allowed: {', '.join(FORMATS)}")
+        raise UsageError(f"unknown {spell('format')} '{fmt}'; allowed: {', '.join(FORMATS)}")
     if mix is not None and fmt != "fake":
-        raise UsageError("--recipe checkpoints are written with --format fake (pack-quantized holds one int4 scheme)")
+        raise UsageError(
+            f"{spell('recipe')} checkpoints are written with {spell('format')} fake (pack-quantized holds one "
+            "int4 scheme)"
+        )
     out = Path(out)
-    check_folder_option(out, "--out")
+    check_folder_option(out, spell("out"))
     if out.exists() and not force:
-        raise UsageError(f"output folder '{out}' already exists; choose another --out or pass --force")
+        raise UsageError(
+            f"output folder '{out}' already exists; choose another {spell('out')} or pass {spell('force')}"
+        )
     return out
 
 

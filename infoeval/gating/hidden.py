@@ -18,7 +18,7 @@ import torch
 from infoeval import engine
 from infoeval.engine.roles import Headless
 from infoeval.engine.states import check_head
-from infoeval.errors import DataError, UsageError
+from infoeval.errors import DataError, UsageError, spell
 from infoeval.input.windows import window_inputs
 from infoeval.measure.infotheory import Workspace, compare, reference_stats
 from infoeval.measure.topk import top_k_probs
@@ -53,7 +53,7 @@ def hidden_pass(p, on_forward) -> tuple[dict, OutputHead]:
     not a copy)."""
     model, head = p.loaded.model, head_of(p.loaded.model)
     first = window_inputs(p.stream.ids, p.windows[0], p.protocol.prefix_id)
-    check_head(model, head, first, p.loaded.info.architecture, "--format hidden", "--format topk")
+    check_head(model, head, first, p.loaded.info.architecture, f"{spell('format')} hidden", f"{spell('format')} topk")
     cols = engine.run(
         {STATES: Headless(model)},
         p.stream.ids,
@@ -93,11 +93,12 @@ def candidate_head(ref, model: torch.nn.Module) -> OutputHead:
     if want != got:
         raise UsageError(
             f"the reference's head is {want} and the candidate's {got}, and the reference file carries no head: "
-            f"give --dtype {want}, or write a reference that carries it with `--format hidden --head stored`"
+            f"give {spell('dtype')} {want}, or write a reference that carries it with `{spell('format')} hidden "
+            f"{spell('head')} stored`"
         )
     raise UsageError(
         "the candidate's output head differs from the reference's, and the reference file carries no head: "
-        "write one that does with `infoeval reference MODEL --format hidden --head stored`"
+        f"write one that does with `infoeval reference MODEL {spell('format')} hidden {spell('head')} stored`"
     )
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.gating.limits import Limit
 from infoeval.measure.llamacpp_table_stats import delta_p
 from infoeval.measure.stats import LN2
@@ -151,7 +151,8 @@ def limit_stream(limit: Limit, plan: Plan) -> LimitStream:
     if m == "kl_max" and limit.side == "max":
         return LimitStream(limit, Stream(limit.key, lim, None, "max"), "largest KL of the window", plan)
     raise UsageError(
-        f"the sequential gate cannot judge limit '{limit.key}' as a mean; drop it or run the gate without --sequential"
+        f"the sequential gate cannot judge limit '{limit.key}' as a mean; drop it or run the gate without "
+        f"{spell('sequential')}"
     )
 
 

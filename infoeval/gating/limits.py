@@ -21,7 +21,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.measure.metrics import METRICS
 from infoeval.measure.stats import t_quantile
 
@@ -145,7 +145,9 @@ def parse_limits(raw: dict) -> list[Limit]:
         _check_reachable(key, metric, side, float(value))
         out.append(Limit(key, metric, side, float(value)))
     if not out:
-        raise UsageError("no gate limits given; set some in --limits FILE.toml or with --max-kl-mean and friends")
+        raise UsageError(
+            f"no gate limits given; set some in {spell('limits')} FILE.toml or with {spell('max_kl_mean')} and friends"
+        )
     return out
 
 
@@ -163,7 +165,7 @@ def _check_reachable(key: str, metric: str, side: str, value: float) -> None:
 
 def z_value(confidence: float) -> float:
     if not 0.5 <= confidence < 1:
-        raise UsageError(f"--confidence {confidence} is not allowed; give a level in [0.5, 1), e.g. 0.95")
+        raise UsageError(f"{spell('confidence')} {confidence} is not allowed; give a level in [0.5, 1), e.g. 0.95")
     return statistics.NormalDist().inv_cdf(confidence)
 
 
@@ -240,7 +242,7 @@ def floor_line(verdict: dict) -> str | None:
 def compare_baseline(metrics: dict, baseline: dict, names: list[str], tolerance: float) -> list[dict]:
     """For each metric: fail when it is worse than the baseline's by more than ``tolerance`` (relative)."""
     if tolerance < 0:
-        raise UsageError(f"--baseline-tolerance {tolerance} is not allowed; it must be ≥ 0")
+        raise UsageError(f"{spell('baseline_tolerance')} {tolerance} is not allowed; it must be ≥ 0")
     rows = []
     for name in names:
         if name not in baseline:

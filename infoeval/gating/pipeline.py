@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from infoeval import engine
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.gating.baseline import judge_baseline, read_baseline
 from infoeval.gating.candidate import load_candidate as _load_candidate  # under this name the tests replace it
 from infoeval.gating.candidate import vocab_fingerprint
@@ -84,14 +84,17 @@ def build_reference(
     top-K log-probs and tail samples) or exact (``fmt`` "hidden": the last hidden states, and the head unless
     ``head`` is "candidate": ``gating/hidden.py``)."""
     if fmt not in KINDS:
-        raise UsageError(f"--format {fmt} is not allowed; give one of {', '.join(KINDS)}")
+        raise UsageError(f"{spell('format')} {fmt} is not allowed; give one of {', '.join(KINDS)}")
     if top_k < 1 or tail_samples < 0:
-        raise UsageError(f"--top-k {top_k} / --tail-samples {tail_samples} not allowed; top-k ≥ 1 and tail-samples ≥ 0")
+        raise UsageError(
+            f"{spell('top_k')} {top_k} / {spell('tail_samples')} {tail_samples} not allowed; top-k ≥ 1 and "
+            "tail-samples ≥ 0"
+        )
     if head not in HEAD_SOURCES:
-        raise UsageError(f"--head {head} is not allowed; give one of {', '.join(HEAD_SOURCES)}")
+        raise UsageError(f"{spell('head')} {head} is not allowed; give one of {', '.join(HEAD_SOURCES)}")
     if head != "stored" and fmt != "hidden":
-        raise UsageError(f"--head {head} needs --format hidden (a top-K reference holds no head)")
-    check_file_option(out, "--out")
+        raise UsageError(f"{spell('head')} {head} needs {spell('format')} hidden (a top-K reference holds no head)")
+    check_file_option(out, spell("out"))
     reporter = reporter or Reporter()
     p = prepare(model_settings, text_settings, window_settings, reporter)
     with progress(reporter, len(p.windows), f"reference: {len(p.windows)} windows") as bar:

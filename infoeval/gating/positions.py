@@ -12,7 +12,7 @@ import torch
 
 from infoeval.comparison.frames import top_k_columns
 from infoeval.engine.columns import identity_columns
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.input.tokens import token_texts
 from infoeval.measure.llamacpp_table_stats import delta_p
 from infoeval.measure.topk import top_k_probs
@@ -26,7 +26,8 @@ def check_top_k(k: int, ref_top_k: int) -> None:
     """--topk of a gate: the reference file keeps its top ``ref_top_k`` tokens per position, so at most that."""
     if not 0 <= k <= ref_top_k:
         raise UsageError(
-            f"--topk {k} is not allowed with this reference: give 0 (none) to {ref_top_k}, the top-K its file keeps"
+            f"{spell('topk')} {k} is not allowed with this reference: give 0 (none) to {ref_top_k}, the top-K its "
+            "file keeps"
         )
 
 

@@ -46,7 +46,7 @@ from pathlib import Path
 import torch
 
 from infoeval import distributed
-from infoeval.errors import DataError
+from infoeval.errors import DataError, spell
 from infoeval.gating.compact import CompactDist
 from infoeval.input.windows import Window
 from infoeval.models.head import OutputHead
@@ -141,7 +141,7 @@ def read_reference(path: Path) -> Reference:
     path = Path(path)
     if not path.is_file():
         raise DataError(
-            f"reference file '{path}' does not exist; make one with `infoeval reference MODEL --out {path}`"
+            f"reference file '{path}' does not exist; make one with `infoeval reference MODEL {spell('out')} {path}`"
         )
     try:
         with safe_open(str(path), framework="pt") as f:

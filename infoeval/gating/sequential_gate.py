@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from infoeval import distributed, engine
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.gating.baseline import judge_baseline
 from infoeval.gating.columns import GATE_COLUMNS, gate_metrics, gate_reducer, reference_columns
 from infoeval.gating.floor import floor_roles, gate_floor
@@ -59,7 +59,9 @@ def run_sequential_gate(
     """Run the candidate window by window in the visiting order until the verdict is known; returns (result,
     per-position columns of the windows used, in the reference's order)."""
     if gate_settings.point:
-        raise UsageError("--sequential judges confidence sequences; it cannot be combined with --point")
+        raise UsageError(
+            f"{spell('sequential')} judges confidence sequences; it cannot be combined with {spell('point')}"
+        )
     reporter = reporter or Reporter()
     planned: dict = {}
     ref, baseline, candidate, load_s = open_gate(
@@ -205,8 +207,9 @@ def _plan(ref, seq: SequentialSettings, limits) -> dict:
     reachable = int(tokens[order][:budget].sum())
     if seq.min_tokens > reachable:
         raise UsageError(
-            f"--min-tokens {seq.min_tokens} is more than the budget's {reachable} positions ({budget} whole windows of "
-            f"the reference's {len(batches)}): nothing could be decided; lower it or raise --max-tokens"
+            f"{spell('min_tokens')} {seq.min_tokens} is more than the budget's {reachable} positions ({budget} "
+            "whole windows of "
+            f"the reference's {len(batches)}): nothing could be decided; lower it or raise {spell('max_tokens')}"
         )
     return {
         "batches": batches,

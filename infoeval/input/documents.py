@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from infoeval.errors import DataError
+from infoeval.errors import DataError, spell
 from infoeval.input.text import Text, load_text
 
 WIKITEXT_DATASETS = ("wikitext-2", "wikitext-2-valid")
@@ -106,7 +106,9 @@ def read_jsonl(path: Path, field: str) -> tuple[list[str], bytes]:
     """The ``field`` string of every line of a JSONL file (blank lines skipped), and the file's bytes."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"documents file '{path}' does not exist; --documents takes a JSONL file or 'articles'")
+        raise DataError(
+            f"documents file '{path}' does not exist; {spell('documents')} takes a JSONL file or 'articles'"
+        )
     raw = path.read_bytes()
     docs = []
     for i, line in enumerate(raw.decode("utf-8", errors="strict").split("\n"), 1):
@@ -120,7 +122,8 @@ def read_jsonl(path: Path, field: str) -> tuple[list[str], bytes]:
             ) from None
         if not isinstance(record, dict) or not isinstance(record.get(field), str):
             raise DataError(
-                f"documents file '{path}' line {i} has no string field '{field}'; choose it with --document-field"
+                f"documents file '{path}' line {i} has no string field '{field}'; choose it with "
+                f"{spell('document_field')}"
             )
         docs.append(record[field])
     if not docs:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from infoeval import distributed
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.input.protocols import registered, with_flag
 from infoeval.input.protocols.base import WindowRules
 from infoeval.input.protocols.lmeval import DocumentLayout
@@ -135,8 +135,9 @@ def check_positions(loaded, ctx: int, default: str = "") -> None:
     if isinstance(limit, int) and 0 < limit < ctx:
         what = "max_position_embeddings × its RoPE scaling factor" if scaled else "max_position_embeddings"
         raise UsageError(
-            f"--ctx {ctx}{f' ({default})' if default else ''} is longer than the model's {limit} positions ({what}); "
-            f"give --ctx ≤ {limit}"
+            f"{spell('ctx')} {ctx}{f' ({default})' if default else ''} is longer than the model's {limit} "
+            f"positions ({what}); "
+            f"give {spell('ctx')} ≤ {limit}"
         )
 
 
@@ -144,7 +145,9 @@ def _load(text_settings: TextSettings, window_settings: WindowSettings, rules: W
     """The text (and lm-eval's documents) as the protocol reads it."""
     if text_settings.documents is not None and not rules.reads_documents:
         allowed = ", ".join(with_flag("reads_documents"))
-        raise UsageError(f"--documents works with --protocol {allowed} only (not {window_settings.protocol})")
+        raise UsageError(
+            f"{spell('documents')} works with {spell('protocol')} {allowed} only (not {window_settings.protocol})"
+        )
     return rules.load(text_settings)
 
 
@@ -167,7 +170,7 @@ def prepare(
     loaded = load_model(model_settings.model, device, dtype, model_settings.device_map)
     timings["load_s"] = time.perf_counter() - t0
     if check_ctx:
-        default = f"--protocol {rules.name}'s default" if window_settings.ctx == rules.default_ctx else ""
+        default = f"{spell('protocol')} {rules.name}'s default" if window_settings.ctx == rules.default_ctx else ""
         check_positions(loaded, window_settings.ctx, default)
     if rules.cuts_itself:
         return _prepare_cut(text, docs, loaded, text_settings, window_settings, rules, reporter, timings)

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from infoeval.errors import DataError, UsageError
+from infoeval.errors import DataError, UsageError, spell
 
 DATA_DIR_ENV = "INFOEVAL_DATA_DIR"
 DEFAULT_DATASET = "python-docs"
@@ -64,9 +64,9 @@ def python_docs() -> str:
 def read_text_file(path: Path) -> str:
     path = Path(path)
     if not path.exists():
-        raise DataError(f"text file '{path}' does not exist; pass an existing UTF-8 file with --text")
+        raise DataError(f"text file '{path}' does not exist; pass an existing UTF-8 file with {spell('text')}")
     if path.is_dir():
-        raise DataError(f"'{path}' is a folder; --text takes a UTF-8 file")
+        raise DataError(f"'{path}' is a folder; {spell('text')} takes a UTF-8 file")
     try:
         data = path.read_bytes()
     except OSError as e:
@@ -93,7 +93,7 @@ def _data_dirs(data_dir: Path | None) -> list[Path]:
 def load_text(text_path: Path | None = None, dataset: str | None = None, data_dir: Path | None = None) -> Text:
     """Resolve --text / --dataset to a Text; exactly one may be given, python-docs by default."""
     if text_path is not None and dataset is not None:
-        raise UsageError("give either --text or --dataset, not both")
+        raise UsageError(f"give either {spell('text')} or {spell('dataset')}, not both")
     if text_path is not None:
         p = Path(text_path)
         return Text(read_text_file(p), "file", str(p.resolve()))
@@ -101,7 +101,7 @@ def load_text(text_path: Path | None = None, dataset: str | None = None, data_di
     if name == DEFAULT_DATASET:
         return Text(python_docs(), DEFAULT_DATASET, None)
     if name not in _DATA_FILES:
-        raise UsageError(f"unknown dataset '{dataset}'; allowed: {', '.join(DATASETS)} (or --text PATH)")
+        raise UsageError(f"unknown dataset '{dataset}'; allowed: {', '.join(DATASETS)} (or {spell('text')} PATH)")
     tried = []
     for d in _data_dirs(data_dir):
         for rel in _DATA_FILES[name]:
@@ -110,8 +110,8 @@ def load_text(text_path: Path | None = None, dataset: str | None = None, data_di
             if p.is_file():
                 return Text(read_text_file(p), name, str(p.resolve()))
     raise DataError(
-        f"dataset '{name}' not found (looked for {_DATA_FILES[name][0]}); pass --data-dir DIR or set "
-        f"{DATA_DIR_ENV}, or give the file with --text"
+        f"dataset '{name}' not found (looked for {_DATA_FILES[name][0]}); pass {spell('data_dir')} DIR or set "
+        f"{DATA_DIR_ENV}, or give the file with {spell('text')}"
     )
 
 

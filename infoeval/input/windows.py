@@ -113,7 +113,7 @@ def rolling_windows(n_tokens: int, ctx: int, stride: int | None = None) -> list[
 def llamacpp_windows(n_tokens: int, ctx: int, add_bos: bool, max_chunks: int | None = None) -> list[Window]:
     """llama-perplexity's chunks: n_tokens // ctx chunks of ctx tokens, second half scored."""
     if ctx < 4:
-        raise UsageError(f"--ctx {ctx} is too small for the llama.cpp protocol; it must be at least 4")
+        raise UsageError(f"{spell('ctx')} {ctx} is too small for the llama.cpp protocol; it must be at least 4")
     if n_tokens < 2 * ctx:
         raise DataError(f"the text has {n_tokens} tokens; the llama.cpp protocol needs at least 2 × ctx = {2 * ctx}")
     n_chunks = n_tokens // ctx
@@ -161,7 +161,9 @@ def gptq_windows(n_tokens: int, ctx: int, max_windows: int | None = None) -> lis
     check_window_options(ctx, None)
     n = n_tokens // ctx
     if n < 1:
-        raise DataError(f"the text has {n_tokens} tokens; the gptq protocol needs at least one window of --ctx {ctx}")
+        raise DataError(
+            f"the text has {n_tokens} tokens; the gptq protocol needs at least one window of {spell('ctx')} {ctx}"
+        )
     n = n if max_windows is None else min(n, max_windows)
     return [Window(k, k * ctx, ctx, 0, ctx - 1) for k in range(n)]
 

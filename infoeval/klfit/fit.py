@@ -99,28 +99,30 @@ def parse_target(text: str) -> tuple[Bump, ...]:
             w, c, s = (float(f) for f in fields)
         except ValueError:
             raise UsageError(
-                f"--target '{text}': '{part}' is not WEIGHT:CENTRE:WIDTH, e.g. 0.6:25:5,0.4:70:5"
+                f"{spell('target')} '{text}': '{part}' is not WEIGHT:CENTRE:WIDTH, e.g. 0.6:25:5,0.4:70:5"
             ) from None
         if not (w > 0 and s > 0 and all(map(math.isfinite, (w, c, s)))):
-            raise UsageError(f"--target '{text}': '{part}' needs a positive weight and a positive width")
+            raise UsageError(f"{spell('target')} '{text}': '{part}' needs a positive weight and a positive width")
         bumps.append(Bump(w, c, s))
     return tuple(bumps)
 
 
 def check_settings(s: KLFitSettings) -> None:
     if s.support < 2:
-        raise UsageError(f"--support {s.support} is too small; the grid needs at least 2 points")
+        raise UsageError(f"{spell('support')} {s.support} is too small; the grid needs at least 2 points")
     if not s.target:
-        raise UsageError("--target needs at least one bump")
+        raise UsageError(f"{spell('target')} needs at least one bump")
     if not s.starts or not all(map(math.isfinite, s.starts)):
-        raise UsageError("--starts needs at least one finite starting centre, e.g. 30,60")
+        raise UsageError(f"{spell('starts')} needs at least one finite starting centre, e.g. 30,60")
     bad = [d for d in s.directions if d not in DIRECTIONS]
     if bad or not s.directions:
-        raise UsageError(f"--directions '{','.join(s.directions)}' is not allowed; choose from {', '.join(DIRECTIONS)}")
+        raise UsageError(
+            f"{spell('directions')} '{','.join(s.directions)}' is not allowed; choose from {', '.join(DIRECTIONS)}"
+        )
     if s.steps < 0:
-        raise UsageError(f"--steps {s.steps} is not allowed; it must be 0 or more")
+        raise UsageError(f"{spell('steps')} {s.steps} is not allowed; it must be 0 or more")
     if not (s.lr > 0 and s.sigma0 > 0):
-        raise UsageError("--lr and --sigma0 must be positive")
+        raise UsageError(f"{spell('lr')} and {spell('sigma0')} must be positive")
 
 
 def grid(support: int) -> torch.Tensor:

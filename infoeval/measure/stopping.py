@@ -30,7 +30,7 @@ from typing import Protocol
 
 import numpy as np
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.measure.sequential import (
     CONTINUE,
     FAIL,
@@ -49,9 +49,9 @@ T_OPT = 3.0  # windows: where the gate's CSs are tightest (``SequentialRule``)
 def check_order(order: str, seed: int) -> None:
     """The settings of a visiting order, as a run's options give them: a known order and an integer seed ≥ 0."""
     if order not in ORDERS:
-        raise UsageError(f"--order {order!r} is not allowed; give one of {', '.join(ORDERS)}")
+        raise UsageError(f"{spell('order')} {order!r} is not allowed; give one of {', '.join(ORDERS)}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise UsageError(f"--order-seed {seed} is not allowed; give an integer ≥ 0")
+        raise UsageError(f"{spell('order_seed')} {seed} is not allowed; give an integer ≥ 0")
 
 
 def visit_order(n_windows: int, seed: int = 0, order: str = "seeded") -> np.ndarray:

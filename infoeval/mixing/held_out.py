@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from infoeval.errors import DataError
+from infoeval.errors import DataError, spell
 from infoeval.input.prepare import Prepared, Reporter
 from infoeval.input.settings import TextSettings
 from infoeval.input.windows import describe
@@ -53,7 +53,7 @@ def per_unit_kls(
     if not swept or not measured:
         raise DataError(
             f"the text has no tokens after the {text_settings.max_tokens:,} measured ones for the sweep; use a "
-            "longer text or a smaller --max-tokens"
+            f"longer text or a smaller {spell('max_tokens')}"
         )
     span = {"measured": _span(measured), "sweep": _span(swept)}
     note = (

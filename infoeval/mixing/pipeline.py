@@ -15,7 +15,7 @@ import time
 import torch
 
 from infoeval.comparison.pipeline import CompareColumns, run_lockstep
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure.column_metrics import reference_metrics, variant_metrics
@@ -59,7 +59,7 @@ def _check_coverage(problem, model) -> None:
         raise UsageError(
             f"the sensitivity units cover {len(covered & default)} of {len(default)} quantized layers (not "
             f"{missing[0]}); "
-            f"sweep every unit (no --units) so the mix and the uniform schemes quantize the same layers"
+            f"sweep every unit (no {spell('units')}) so the mix and the uniform schemes quantize the same layers"
         )
 
 
@@ -120,7 +120,8 @@ def mix(
     extra = parse_sweep(mix_settings.sweep) if mix_settings.sweep else []
     if not mix_settings.sensitivity and text_settings.max_tokens is None:
         raise UsageError(
-            "mix sweeps the tokens after the measured ones: give --max-tokens N (not 'all'), or --sensitivity FILE"
+            f"mix sweeps the tokens after the measured ones: give {spell('max_tokens')} N (not 'all'), or "
+            f"{spell('sensitivity')} FILE"
         )
     run_ts = (
         text_settings

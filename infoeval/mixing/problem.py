@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from infoeval.errors import DataError, UsageError
+from infoeval.errors import DataError, UsageError, spell
 from infoeval.mixing.solve import as_budget
 from infoeval.quant.bits import layer_bits
 from infoeval.quant.schemes import Scheme, SchemeError, parse_scheme
@@ -115,7 +115,7 @@ def build_problem(rows: Sequence[Mapping], schemes: Sequence[Scheme], shapes: Ma
         missing = [s for s in wanted if s not in e["kl"]]
         if missing:
             raise UsageError(
-                f"unit '{uname}' was not measured with {', '.join(missing)}; sweep every scheme of --schemes"
+                f"unit '{uname}' was not measured with {', '.join(missing)}; sweep every scheme of {spell('schemes')}"
             )
         absent = [layer for layer in e["layers"] if layer not in shapes]
         if absent:
@@ -135,7 +135,7 @@ def build_problem(rows: Sequence[Mapping], schemes: Sequence[Scheme], shapes: Ma
         )
     layers = [n for u in units for n in u.layers]
     if len(set(layers)) != len(layers):
-        raise DataError("the sensitivity units overlap (a layer in two units); use results of one --by")
+        raise DataError(f"the sensitivity units overlap (a layer in two units); use results of one {spell('by')}")
     return Problem(tuple(schemes), tuple(units))
 
 
@@ -148,7 +148,8 @@ def parse_budget(text: str, problem: Problem) -> tuple[Fraction, str | None]:
     names = [s.name for s in problem.schemes]
     if scheme.name not in names:
         raise UsageError(
-            f"--budget-bits {scheme.name}: name one of --schemes ({', '.join(names)}) or give bits per weight"
+            f"{spell('budget_bits')} {scheme.name}: name one of {spell('schemes')} ({', '.join(names)}) or give "
+            "bits per weight"
         )
     return problem.uniform_bits(names.index(scheme.name)), scheme.name
 
@@ -161,10 +162,12 @@ def parse_sweep(text: str) -> list[Fraction]:
     except UsageError:
         lo = None
     if lo is None or step <= 0 or hi < lo:
-        raise UsageError(f"--sweep '{text}' is not allowed; give START:STOP:STEP bits per weight, e.g. 3.5:6:0.25")
+        raise UsageError(
+            f"{spell('sweep')} '{text}' is not allowed; give START:STOP:STEP bits per weight, e.g. 3.5:6:0.25"
+        )
     n = int((hi - lo) / step) + 1
     if n > 200:
-        raise UsageError(f"--sweep '{text}' asks for {n} budgets; at most 200")
+        raise UsageError(f"{spell('sweep')} '{text}' asks for {n} budgets; at most 200")
     return [lo + i * step for i in range(n)]
 
 

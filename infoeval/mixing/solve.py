@@ -26,7 +26,7 @@ from functools import reduce
 
 import numpy as np
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 
 MAX_CELLS = 100_000_000  # units × DP states (one int8 choice each) before the Lagrangian fallback
 
@@ -53,7 +53,7 @@ def as_budget(value) -> Fraction:
     try:
         return Fraction(str(value))
     except (ValueError, ZeroDivisionError):
-        raise UsageError(f"--budget-bits '{value}' is not a number; give bits per weight, e.g. 4.25") from None
+        raise UsageError(f"{spell('budget_bits')} '{value}' is not a number; give bits per weight, e.g. 4.25") from None
 
 
 def _check(kl: np.ndarray, cost: np.ndarray, weights: int) -> tuple[np.ndarray, np.ndarray]:
@@ -82,7 +82,7 @@ def capacity(budget: Fraction, weights: int) -> int:
 def _infeasible(budget: Fraction, kl: np.ndarray, cost: np.ndarray, weights: int) -> UsageError:
     low = Fraction(int(_cheapest(kl, cost).sum()), weights)
     return UsageError(
-        f"--budget-bits {float(budget):g} is below the cheapest mix ({float(low):.4f} bits per weight, every "
+        f"{spell('budget_bits')} {float(budget):g} is below the cheapest mix ({float(low):.4f} bits per weight, every "
         f"unit at its cheapest scheme); raise the budget or add a cheaper scheme"
     )
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from infoeval import distributed
-from infoeval.errors import DeviceError, ModelLoadError, UsageError
+from infoeval.errors import DeviceError, ModelLoadError, UsageError, spell
 from infoeval.input.settings import DEFAULT_MODEL
 from infoeval.models.files import (
     cached_gguf_bits,
@@ -96,7 +96,8 @@ def resolve_device(device: str) -> torch.device:
     if d.startswith("cuda"):
         if not torch.cuda.is_available():
             raise DeviceError(
-                f"--device {device} was asked for but no CUDA device is available; use --device cpu or auto"
+                f"{spell('device')} {device} was asked for but no CUDA device is available; use {spell('device')} "
+                "cpu or auto"
             )
         return distributed.local_device(torch.device(d))
     if d == "cpu":

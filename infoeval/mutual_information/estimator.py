@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from infoeval import engine
-from infoeval.errors import DataError, UsageError
+from infoeval.errors import DataError, UsageError, spell
 from infoeval.input.windows import Window
 from infoeval.measure.stats import LN2, iid_mean_se
 
@@ -52,13 +52,13 @@ def parse_lengths(text: str) -> tuple[int, ...]:
         lengths = [int(p) for p in str(text).split(",") if p.strip()]
     except ValueError:
         raise UsageError(
-            f"--lengths '{text}' is not a comma-separated list of integers, e.g. {DEFAULT_LENGTHS}"
+            f"{spell('lengths')} '{text}' is not a comma-separated list of integers, e.g. {DEFAULT_LENGTHS}"
         ) from None
     bad = [n for n in lengths if n < 2 or n % 2]
     if not lengths or bad:
-        raise UsageError(f"--lengths '{text}': every length must be an even integer ≥ 2 (split in two halves)")
+        raise UsageError(f"{spell('lengths')} '{text}': every length must be an even integer ≥ 2 (split in two halves)")
     if len(set(lengths)) != len(lengths):
-        raise UsageError(f"--lengths '{text}' repeats a length")
+        raise UsageError(f"{spell('lengths')} '{text}' repeats a length")
     return tuple(sorted(lengths))
 
 
@@ -83,9 +83,9 @@ def check_blocks(counts: dict[int, int], n_tokens: int) -> None:
     short = [length for length, n in counts.items() if n < 2]
     if short:
         raise DataError(
-            f"--lengths {','.join(map(str, short))}: fewer than 2 blocks fit in the {n_tokens:,} text tokens "
+            f"{spell('lengths')} {','.join(map(str, short))}: fewer than 2 blocks fit in the {n_tokens:,} text tokens "
             "available; "
-            f"use shorter lengths, a longer text or a larger --max-tokens"
+            f"use shorter lengths, a longer text or a larger {spell('max_tokens')}"
         )
 
 
@@ -93,7 +93,8 @@ def check_max_positions(lengths: Sequence[int], max_positions: int | None) -> No
     """The conditional pass feeds L tokens (start token + X + all of Y but its last token)."""
     if max_positions is not None and max(lengths) > max_positions:
         raise UsageError(
-            f"--lengths {max(lengths)} exceeds the model's {max_positions} positions (max_position_embeddings); "
+            f"{spell('lengths')} {max(lengths)} exceeds the model's {max_positions} positions "
+            "(max_position_embeddings); "
             f"use lengths ≤ {max_positions}"
         )
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infoeval.errors import DataError
+from infoeval.errors import DataError, spell
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def bootstrap_beta(
     if not 0 < level < 1:
         raise ValueError("level must be between 0 and 1")
     if replicates < 2:
-        raise DataError(f"--bootstrap {replicates} is too few; give at least 2 replicates")
+        raise DataError(f"{spell('bootstrap')} {replicates} is too few; give at least 2 replicates")
     if len(lengths) != len(samples) or len(lengths) < 2:
         raise DataError("the bootstrap needs per-block values for at least two lengths")
     rng = np.random.default_rng(seed)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 
 FIG_WIDTH_IN, FIG_HEIGHT_IN, DPI = 12.0, 5.0, 100
 PNG_SIZE = (int(FIG_WIDTH_IN * DPI), int(FIG_HEIGHT_IN * DPI))  # (width, height) in pixels
@@ -25,7 +25,7 @@ KL_FLOOR = 1e-6  # nats; smaller per-position KLs (and float rounding below 0) a
 
 def _check_path(path: Path) -> None:
     if Path(path).suffix.lower() not in FORMATS:
-        raise UsageError(f"--plot '{path}': the file name must end in {', '.join(FORMATS)}")
+        raise UsageError(f"{spell('plot')} '{path}': the file name must end in {', '.join(FORMATS)}")
 
 
 def _figure_class():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.quant.primitives import dequantize_codes, quantize_codes
 from infoeval.quant.schemes import Scheme
 from infoeval.quant.selection import plan_layers
@@ -24,7 +24,8 @@ def check_packable(model: torch.nn.Module, scheme: Scheme, include=(), exclude=(
     """The layers to pack; a usage error (one line) when the scheme or a layer's width does not fit the format."""
     if scheme.bits != 4 or not scheme.symmetric:
         raise UsageError(
-            f"--format pack-quantized stores symmetric int4 schemes only, not {scheme.name}; use --format fake"
+            f"{spell('format')} pack-quantized stores symmetric int4 schemes only, not {scheme.name}; use "
+            f"{spell('format')} fake"
         )
     names = [n for n, selected, _ in plan_layers(model, list(include), list(exclude)) if selected]
     modules = dict(model.named_modules())
@@ -35,14 +36,14 @@ def check_packable(model: torch.nn.Module, scheme: Scheme, include=(), exclude=(
         if len(shared.get(id(modules[n].weight), [])) > 1:
             raise UsageError(
                 f"layer {n} shares its weight with {shared[id(modules[n].weight)][0]}; pack-quantized cannot "
-                "store a tied layer: --exclude it or use --format fake"
+                f"store a tied layer: {spell('exclude')} it or use {spell('format')} fake"
             )
         in_f = modules[n].weight.shape[1]
         if scheme.group_size is not None and in_f % scheme.group_size:
             raise UsageError(
                 f"{scheme.name}: layer {n} has {in_f} inputs, not a multiple of {scheme.group_size}, and "
                 "pack-quantized "
-                f"has no partial groups; use a group size dividing {in_f}, int4-channel, or --format fake"
+                f"has no partial groups; use a group size dividing {in_f}, int4-channel, or {spell('format')} fake"
             )
     return names
 
@@ -61,7 +62,7 @@ def save_pack_quantized(model: torch.nn.Module, scheme: Scheme, names: list[str]
         )
     except ImportError:
         raise UsageError(
-            "--format pack-quantized needs the compressed-tensors package: pip install 'infoeval[packed]'"
+            f"{spell('format')} pack-quantized needs the compressed-tensors package: pip install 'infoeval[packed]'"
         ) from None
     modules = dict(model.named_modules())
     codes = {n: quantize_codes(modules[n].weight.data, scheme)[:2] for n in names}

@@ -20,7 +20,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from infoeval.errors import SchemeError
+from infoeval.errors import SchemeError, spell
 
 MIN_BITS, MAX_BITS = 2, 8
 MIN_GROUP = 4
@@ -125,7 +125,7 @@ def parse_schemes(value) -> list[Scheme]:
     items = value.split(",") if isinstance(value, str) else list(value)
     parts = [p if isinstance(p, Scheme) else p.strip() for p in items if isinstance(p, Scheme) or p.strip()]
     if not parts:
-        raise SchemeError("no quantization scheme given; pass e.g. --schemes int8-channel,int4-g128")
+        raise SchemeError(f"no quantization scheme given; pass e.g. {spell('schemes')} int8-channel,int4-g128")
     return check_unique([p if isinstance(p, Scheme) else parse_scheme(p) for p in parts])
 
 

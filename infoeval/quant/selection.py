@@ -11,7 +11,7 @@ import fnmatch
 
 import torch
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 
 
 def decoder_prefix(model: torch.nn.Module) -> str | None:
@@ -57,6 +57,7 @@ def plan_layers(
         hits = [n for n, _ in model.named_modules() if n and fnmatch.fnmatchcase(n, glob)]
         if hits and not any(fnmatch.fnmatchcase(n, glob) for n, _ in linears):
             raise UsageError(
-                f"--include '{glob}' matches only non-Linear modules ({hits[0]}); only Linear layers are quantized"
+                f"{spell('include')} '{glob}' matches only non-Linear modules ({hits[0]}); only Linear layers are "
+                "quantized"
             )
     return plan

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.output.results import POSITIONS, SCHEMA_VERSION, positions_table, read_positions, schema_parts
 
 COMMANDS = ("quantize-compare", "compress-bits", "gate")  # the commands whose runs the page shows
@@ -68,14 +68,14 @@ def _positions(table: Path):
     except Exception as e:  # pandas' and pyarrow's parse errors have no common base
         words = " ".join(str(e).split())[:200]
         raise UsageError(
-            f"'{table}' cannot be read as a positions table ({words}); write it again with --positions"
+            f"'{table}' cannot be read as a positions table ({words}); write it again with {spell('positions')}"
         ) from None
     if len(frame) > 1:
         cut = frame.iloc[-1].isna() & frame.iloc[:-1].notna().all()
         if cut.any():
             raise UsageError(
                 f"'{table}' is truncated: its last row lacks {', '.join(map(str, frame.columns[cut]))}; write it "
-                "again with --positions"
+                f"again with {spell('positions')}"
             )
     return frame
 
@@ -87,14 +87,15 @@ def read_run(run: Path) -> Run:
     table = positions_table(result_file.parent)
     if table is None:
         raise UsageError(
-            f"'{result_file.parent}' has no positions table ({' or '.join(POSITIONS)}); run with --positions "
+            f"'{result_file.parent}' has no positions table ({' or '.join(POSITIONS)}); run with {spell('positions')} "
             "or the run folder"
         )
     frame = _positions(table)
     vocab_file = tokens_path(table)
     if not vocab_file.exists():
         raise UsageError(
-            f"'{vocab_file}' is missing: the page needs the text of the tokens; run with --topk K (or --html)"
+            f"'{vocab_file}' is missing: the page needs the text of the tokens; run with {spell('topk')} K (or "
+            f"{spell('html')})"
         )
     vocab = {int(k): v for k, v in json.loads(vocab_file.read_text(encoding="utf-8")).items()}
     return Run(result, frame, vocab, str(run))

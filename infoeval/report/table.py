@@ -5,7 +5,7 @@ unless the page is asked for without a table (``--separate``). Pure: no I/O."""
 
 from __future__ import annotations
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.report.data import command_of, reference_provenance, variant_metrics
 
 KEYS = ("model", "dtype", "text", "protocol", "positions")  # what runs on one comparison table must share
@@ -36,7 +36,8 @@ def check_comparable(results: list[dict], names: list[str]) -> None:
                 a, b = keys[0][k], key[k]
                 raise UsageError(
                     f"'{names[0]}' and '{name}' differ in the reference's {k} ({a[:24]} vs {b[:24]}), so their numbers "
-                    "are not comparable; give runs of one text, model and protocol, or --separate for sections "
+                    f"are not comparable; give runs of one text, model and protocol, or {spell('separate')} for "
+                    "sections "
                     "without a table"
                 )
 

@@ -14,7 +14,7 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.quant.selection import decoder_prefix, plan_layers
 
 KINDS = ("linear", "block", "type")
@@ -69,7 +69,7 @@ def enumerate_units(model, by: str, globs: Sequence[str] = ()) -> list[Unit]:
     """The units of ``model`` by linear, block or type (in depth order, then the model's order), filtered by
     ``globs`` (each must match at least one unit)."""
     if by not in KINDS:
-        raise UsageError(f"--by '{by}' is not allowed; use one of {', '.join(KINDS)}")
+        raise UsageError(f"{spell('by')} '{by}' is not allowed; use one of {', '.join(KINDS)}")
     layers = candidate_layers(model)
     if not layers:
         raise UsageError("the model has no Linear layers inside decoder blocks to quantize")
@@ -77,7 +77,9 @@ def enumerate_units(model, by: str, globs: Sequence[str] = ()) -> list[Unit]:
     for glob in globs:
         if not any(fnmatch.fnmatchcase(u.name, glob) for u in units):
             examples = ", ".join(u.name for u in units[:3])
-            raise UsageError(f"--units '{glob}' matches no unit of --by {by}; units look like {examples}")
+            raise UsageError(
+                f"{spell('units')} '{glob}' matches no unit of {spell('by')} {by}; units look like {examples}"
+            )
     if globs:
         units = [u for u in units if any(fnmatch.fnmatchcase(u.name, g) for g in globs)]
     return sorted(units, key=lambda u: u.start) if by != "type" else units

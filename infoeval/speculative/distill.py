@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.input.prepare import Reporter, prepare, progress
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure.infotheory import by_rows, chunk_rows, log_softmax_t, nll
@@ -151,7 +151,9 @@ def summarize(cols: DistillColumns, t: float, alpha: float) -> dict:
 
 def parse_alpha(alpha: float) -> float:
     if not (0.0 <= alpha <= 1.0 and math.isfinite(alpha)):
-        raise UsageError(f"--alpha {alpha} is not allowed; the weight of the hard loss must be between 0 and 1")
+        raise UsageError(
+            f"{spell('alpha')} {alpha} is not allowed; the weight of the hard loss must be between 0 and 1"
+        )
     return float(alpha)
 
 

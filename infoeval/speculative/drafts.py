@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from infoeval.errors import ModelLoadError, UsageError
+from infoeval.errors import ModelLoadError, UsageError, spell
 from infoeval.models import LoadedModel, load_model
 from infoeval.quant.apply import QuantizedVariant, WithVariant, quantize_variant
 from infoeval.quant.schemes import parse_scheme
@@ -44,11 +44,15 @@ class DraftSettings:
         given = [x is not None for x in (self.model, self.scheme, self.layers)]
         r = self.role
         if sum(given) != 1:
-            raise UsageError(f"give exactly one of --{r} MODEL, --{r}-scheme SCHEME or --{r}-layers N")
+            raise UsageError(
+                f"give exactly one of {spell(r)} MODEL, {spell(r + '_scheme')} SCHEME or {spell(r + '_layers')} N"
+            )
         if self.scheme is not None:
             parse_scheme(self.scheme)
         if self.layers is not None and self.layers < 1:
-            raise UsageError(f"--{r}-layers {self.layers} is not allowed; give a number of decoder layers ≥ 1")
+            raise UsageError(
+                f"{spell(r + '_layers')} {self.layers} is not allowed; give a number of decoder layers ≥ 1"
+            )
 
 
 class Draft(WithVariant):
@@ -64,7 +68,7 @@ def n_layers(model: torch.nn.Module) -> int:
     """Number of decoder blocks (the length of the model's largest ModuleList)."""
     prefix = decoder_prefix(model)
     if prefix is None:
-        raise UsageError("the model has no list of decoder blocks (nn.ModuleList); --draft-layers needs one")
+        raise UsageError(f"the model has no list of decoder blocks (nn.ModuleList); {spell('draft_layers')} needs one")
     return len(model.get_submodule(prefix))
 
 
@@ -84,7 +88,9 @@ def truncated(model: torch.nn.Module, n: int) -> torch.nn.Module:
     """
     depth = n_layers(model)
     if not 1 <= n <= depth:
-        raise UsageError(f"--draft-layers {n} is out of range; the model has {depth} decoder layers, allow 1 … {depth}")
+        raise UsageError(
+            f"{spell('draft_layers')} {n} is out of range; the model has {depth} decoder layers, allow 1 … {depth}"
+        )
     prefix = decoder_prefix(model)
     config = copy.deepcopy(model.config)
     config.num_hidden_layers = n
@@ -151,7 +157,7 @@ def build_draft(
         try:
             other = load_model(draft_settings.model, device, dtype, device_map)
         except ModelLoadError as e:
-            raise ModelLoadError(f"--{draft_settings.role}: {e}") from None
+            raise ModelLoadError(f"{spell(draft_settings.role)}: {e}") from None
         _check_same_tokenizer(target, other, draft_settings.role)
         info = {
             "kind": "model",
@@ -175,7 +181,8 @@ def build_draft(
     try:
         model = truncated(target.model, draft_settings.layers)
     except UsageError as e:
-        raise UsageError(str(e).replace("--draft-layers", f"--{draft_settings.role}-layers")) from None
+        role_layers = spell(draft_settings.role + "_layers")
+        raise UsageError(str(e).replace(f"{spell('draft_layers')}", role_layers)) from None
     info = {
         "kind": "layers",
         "layers": draft_settings.layers,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.input.prepare import Reporter, progress
 from infoeval.input.provenance import provenance
 from infoeval.input.settings import ModelSettings
@@ -38,15 +38,15 @@ class DecodeResult(Result):
 
 def check_options(gamma: int, max_new: int, temperature: float, repeats: int, verify: int) -> None:
     if gamma < 1:
-        raise UsageError(f"--gamma {gamma} is not allowed; the draft proposes at least 1 token per round")
+        raise UsageError(f"{spell('gamma')} {gamma} is not allowed; the draft proposes at least 1 token per round")
     if max_new < 1:
-        raise UsageError(f"--max-new-tokens {max_new} is not allowed; give at least 1")
+        raise UsageError(f"{spell('max_new_tokens')} {max_new} is not allowed; give at least 1")
     if not temperature > 0:
-        raise UsageError(f"--temperature {temperature} is not allowed; sampling needs T > 0")
+        raise UsageError(f"{spell('temperature')} {temperature} is not allowed; sampling needs T > 0")
     if repeats < 1:
-        raise UsageError(f"--repeats {repeats} is not allowed; give at least 1")
+        raise UsageError(f"{spell('repeats')} {repeats} is not allowed; give at least 1")
     if verify < 0 or 0 < verify < 100:
-        raise UsageError(f"--verify {verify} is not allowed; give 0 (no check) or at least 100 samples")
+        raise UsageError(f"{spell('verify')} {verify} is not allowed; give 0 (no check) or at least 100 samples")
 
 
 def _gen_dict(g: Generation, walls: list[float], tokenizer, n_prompt: int) -> dict:
@@ -104,7 +104,7 @@ def _load(model_settings: ModelSettings, draft_settings: DraftSettings, prompt: 
     timings = {"load_s": time.perf_counter() - t0}
     ids = loaded.tokenizer(prompt).input_ids
     if not ids:
-        raise UsageError("--prompt is empty after tokenization; give some text")
+        raise UsageError(f"{spell('prompt')} is empty after tokenization; give some text")
     return loaded, draft, torch.tensor(ids, device=device), timings
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from infoeval.engine import last_logits
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.input.provenance import provenance
 from infoeval.measure.stats import LN2
 from infoeval.output.results import Result
@@ -39,9 +39,11 @@ def parse_logits(spec: str) -> list[float]:
     try:
         vals = [float(s) for s in spec.split(",") if s.strip()]
     except ValueError:
-        raise UsageError(f"--logits '{spec}' is not a comma-separated list of numbers, e.g. 9.1,6.2,4.6,3.3") from None
+        raise UsageError(
+            f"{spell('logits')} '{spec}' is not a comma-separated list of numbers, e.g. 9.1,6.2,4.6,3.3"
+        ) from None
     if len(vals) < 2 or not all(math.isfinite(v) for v in vals):
-        raise UsageError(f"--logits '{spec}': give at least two finite numbers, e.g. 9.1,6.2,4.6,3.3")
+        raise UsageError(f"{spell('logits')} '{spec}': give at least two finite numbers, e.g. 9.1,6.2,4.6,3.3")
     return vals
 
 
@@ -50,7 +52,7 @@ def parse_labels(spec: str | None, n: int) -> list[str]:
         return [f"z{i}" for i in range(n)]
     labels = [s.strip() for s in spec.split(",")]
     if len(labels) != n:
-        raise UsageError(f"--labels has {len(labels)} names for {n} logits; give one per logit")
+        raise UsageError(f"{spell('labels')} has {len(labels)} names for {n} logits; give one per logit")
     return labels
 
 
@@ -87,7 +89,7 @@ def model_logits(loaded, prompt: str) -> tuple[torch.Tensor, int]:
     """The next-token logits after ``prompt`` (tokenized as the tokenizer does by default) and its token count."""
     ids = loaded.tokenizer(prompt).input_ids
     if not ids:
-        raise UsageError("--prompt is empty after tokenization; give some text")
+        raise UsageError(f"{spell('prompt')} is empty after tokenization; give some text")
     device = next(loaded.model.parameters()).device
     return last_logits(loaded.model, torch.tensor([ids], device=device))[0].float().cpu(), len(ids)
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.input.tokens import TokenStream
 from infoeval.input.windows import DEFAULT_CTX, Window
 
@@ -77,7 +77,7 @@ def resolve_prefix(policy: str, bos: int | None, eos: int | None) -> tuple[int |
         return None, "none: the first token is context only"
     tid = bos if policy == "bos" else eos
     if tid is None:
-        raise UsageError(f"--prefix {policy}: the tokenizer has no {policy.upper()} token; use auto or none")
+        raise UsageError(f"{spell('prefix')} {policy}: the tokenizer has no {policy.upper()} token; use auto or none")
     return tid, f"{policy.upper()} (--prefix {policy})"
 
 

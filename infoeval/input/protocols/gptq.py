@@ -12,7 +12,7 @@ import math
 import numpy as np
 import torch
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.input.documents import gptq_text
 from infoeval.input.protocols.base import Cut, FigureTable, WindowRules
 from infoeval.input.tokens import TokenStream, default_special_tokens, text_tokens
@@ -32,7 +32,7 @@ def gptq_specials(policy: str, tokenizer, bos: int | None, eos: int | None) -> t
         return [], [], "none (--prefix none)"
     tid = bos if policy == "bos" else eos
     if tid is None:
-        raise UsageError(f"--prefix {policy}: the tokenizer has no {policy.upper()} token; use auto or none")
+        raise UsageError(f"{spell('prefix')} {policy}: the tokenizer has no {policy.upper()} token; use auto or none")
     return [tid], [], f"{policy.upper()} once at the start (--prefix {policy})"
 
 

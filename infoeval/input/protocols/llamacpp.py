@@ -16,7 +16,7 @@ ctx/2 + 1 … ctx − 1 (predicted from positions ctx/2 … ctx − 2):
 
 from __future__ import annotations
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.input.protocols.base import WindowRules
 from infoeval.input.text import Text, strip_one_trailing_newline
 from infoeval.input.tokens import TokenStream
@@ -41,15 +41,15 @@ class LlamaCpp(WindowRules):
         """BOS or none, as llama.cpp decides it: the GGUF's add_bos_token (else the tokenizer's) for auto."""
         tok = loaded.info.tokenizer
         if policy == "eos":
-            raise UsageError("--prefix eos is not part of the llama.cpp protocol; use auto, bos or none")
+            raise UsageError(f"{spell('prefix')} eos is not part of the llama.cpp protocol; use auto, bos or none")
         if policy == "auto":
             gguf = loaded.info.gguf_add_bos
             add = tok.add_bos_token if gguf is None else gguf
             rule = "GGUF tokenizer.ggml.add_bos_token" if gguf is not None else "tokenizer add_bos_token"
         else:
-            add, rule = policy == "bos", f"--prefix {policy}"
+            add, rule = policy == "bos", f"{spell('prefix')} {policy}"
         if add and tok.bos_id is None:
-            raise UsageError("--prefix bos: the tokenizer has no BOS token; use --prefix none")
+            raise UsageError(f"{spell('prefix')} bos: the tokenizer has no BOS token; use {spell('prefix')} none")
         return (tok.bos_id if add else None), f"{'BOS' if add else 'no BOS'} ({rule})"
 
     def tokens_needed(self, text_settings, window_settings, has_prefix: bool) -> int | None:
@@ -64,7 +64,7 @@ class LlamaCpp(WindowRules):
             max_chunks = text_settings.max_tokens // _per_chunk(ctx)
             if max_chunks < 1:
                 raise UsageError(
-                    f"--max-tokens {text_settings.max_tokens} is fewer than the {_per_chunk(ctx)} tokens one "
+                    f"{spell('max_tokens')} {text_settings.max_tokens} is fewer than the {_per_chunk(ctx)} tokens one "
                     "llama.cpp chunk scores"
                 )
         windows = llamacpp_windows(len(stream), ctx, stream.prefix_id is not None, max_chunks)

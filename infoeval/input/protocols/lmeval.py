@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from infoeval.errors import DataError, UsageError
+from infoeval.errors import DataError, UsageError, spell
 from infoeval.input.documents import Documents, count_words, documents_spec, load_documents
 from infoeval.input.protocols.base import Cut, DocumentLayout, FigureTable, WindowRules  # noqa: F401  (re-exported)
 from infoeval.input.tokens import TokenStream, default_special_tokens, text_tokens
@@ -30,13 +30,14 @@ def lmeval_prefix(policy: str, bos: int | None, eos: int | None) -> tuple[int, s
     """lm-eval's prefix token: BOS, else EOS (``--prefix auto``), or the one asked for."""
     if policy == "none":
         raise UsageError(
-            "--prefix none is not part of the lm-eval protocol (it always puts a prefix token first); use "
+            f"{spell('prefix')} none is not part of the lm-eval protocol (it always puts a prefix token first); use "
             "auto, bos or eos"
         )
     tid = (bos if bos is not None else eos) if policy == "auto" else (bos if policy == "bos" else eos)
     if tid is None:
         raise UsageError(
-            f"--prefix {policy}: the tokenizer has no {'BOS or EOS' if policy == 'auto' else policy.upper()} token"
+            f"{spell('prefix')} {policy}: the tokenizer has no "
+            f"{'BOS or EOS' if policy == 'auto' else policy.upper()} token"
         )
     what = "BOS" if tid == bos else "EOS"
     return (

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, spell
 from infoeval.input.text import DATASETS, Text, load_text
 from infoeval.input.tokens import TokenStream, text_tokens
 from infoeval.quant.variant_settings import CalibrationSettings
@@ -90,7 +90,7 @@ def calibration_samples(
     if settings.text is None and evaluated is None:
         raise UsageError(
             "the evaluated text cannot be read again here to hold out its tokens; name the calibration text "
-            "with --calibration"
+            f"with {spell('calibration')}"
         )
     source = _calibration_text(settings, evaluated)
     own = evaluated is not None and source.sha256 == evaluated.sha256
@@ -105,15 +105,16 @@ def calibration_samples(
         raise UsageError(
             f"calibration needs {settings.samples} × {settings.seqlen} tokens and {where} hold {len(ids)}: "
             "give a smaller "
-            "--calibration-samples or --calibration-seqlen, fewer --max-tokens, or a larger --calibration text"
+            f"{spell('calibration_samples')} or {spell('calibration_seqlen')}, fewer {spell('max_tokens')}, or a "
+            f"larger {spell('calibration')} text"
         ) from None
     chunks = np.stack([ids[s : s + settings.seqlen] for s in starts])
     shared = shared_runs(np.asarray(evaluated_ids), chunks)
     if shared and not settings.allow_overlap:
         raise UsageError(
             f"the calibration chunks from {where} repeat the evaluated tokens ({shared} runs of {OVERLAP_RUN} tokens): "
-            "calibrating on what is evaluated flatters the method; give another --calibration text, or "
-            "--calibration-overlap to allow it"
+            f"calibrating on what is evaluated flatters the method; give another {spell('calibration')} text, or "
+            f"{spell('calibration_overlap')} to allow it"
         )
     provenance = {
         **source.provenance(),
