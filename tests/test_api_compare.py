@@ -136,7 +136,7 @@ def test_the_default_run_api_equals_cli(tmp_path, monkeypatch):
     assert (
         cli_args[0].model == "smollm2-135m"
         and cli_args[1].max_tokens == 8192
-        and cli_args[3].schemes == "int8-channel,int4-g128,int4-channel"
+        and [s.name for s in cli_args[3].schemes] == ["int8-channel", "int4-g128", "int4-channel"]
     )
     written = json.loads((tmp_path / "default.json").read_text(encoding="utf-8"))
     assert _numbers(written) == _numbers(json.loads(json.dumps(result.to_json())))

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from infoeval.cli import main
-from infoeval.cli.outputs import Outputs
 from infoeval.errors import UsageError
+from infoeval.output.destinations import Outputs
 from infoeval.output.results import atomic_write_bytes, check_file_option, check_folder_option
 
 

@@ -152,6 +152,7 @@ def test_the_api_takes_what_the_command_line_does():
     import typer
 
     from infoeval.cli import app
+    from infoeval.output.destinations import Outputs
 
     functions = {
         "quantize-compare": infoeval.compare,
@@ -172,12 +173,7 @@ def test_the_api_takes_what_the_command_line_does():
     for name, function in functions.items():
         params = set(inspect.signature(function).parameters)
         keywords = (params - {"config", "candidate"}) | ({"model"} if "candidate" in params else set())
-        options = {
-            k for k, e in commands[name].callback.declared.items() if e.owner.__module__ != "infoeval.cli.outputs"
-        }
-        options -= {
-            k for k in options if commands[name].callback.declared[k].owner.__module__.startswith("infoeval.cli")
-        }
+        options = {k for k, e in commands[name].callback.declared.items() if not issubclass(e.owner, Outputs)}
         python_only = {"tokenizer", "variants", "progress", "draft_tokenizer", "student_tokenizer"}
         assert options <= keywords <= options | python_only, name
 

@@ -13,6 +13,7 @@ from tiny_models import requires_smollm2
 from infoeval.input.prepare import Reporter, prepare
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.text import load_text
+from infoeval.quant.schemes import parse_schemes
 from infoeval.sensitivities import sweep_prepared
 from infoeval.sensitivities.ranking import spearman
 
@@ -37,7 +38,7 @@ def stretches(tmp_path_factory):
 
 def _sweep(path, **kw):
     p = prepare(MODEL, TextSettings(text=path, max_tokens=TOKENS), WindowSettings(ctx=CTX), Reporter())
-    return sweep_prepared(p, "int4-g128", by="type", proxy=False, **kw).to_json()
+    return sweep_prepared(p, parse_schemes("int4-g128"), by="type", proxy=False, **kw).to_json()
 
 
 def test_the_type_ranking_is_stable_across_disjoint_stretches(stretches):

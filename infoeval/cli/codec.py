@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from infoeval.cli.command import command
-from infoeval.cli.outputs import Outputs
+from infoeval.cli.outputs import Outputs, emit
 from infoeval.codec.request import DecodeRequest, EncodeRequest
 
 
@@ -14,7 +14,8 @@ def compress(request: EncodeRequest, outputs: Outputs) -> None:
     from infoeval.codec.report import print_compress
 
     result = run(request.file, request.output, request.settings, request.force, outputs.reporter())
-    outputs.emit(
+    emit(
+        outputs,
         result,
         command="compress",
         model=request.settings.model,
@@ -30,7 +31,8 @@ def decompress(request: DecodeRequest, outputs: Outputs) -> None:
     from infoeval.codec.report import print_decompress
 
     result = run(request.file, request.output, request.model, request.force, outputs.reporter())
-    outputs.emit(
+    emit(
+        outputs,
         result,
         command="decompress",
         model=request.model or "",

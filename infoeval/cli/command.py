@@ -16,6 +16,7 @@ import typer
 
 from infoeval.errors import UsageError, flag_spelling
 from infoeval.input.fields import Entry, build, config_values, entries, own_flags
+from infoeval.output.destinations import output_keywords
 
 # --help's panels, in this order (a panel not named here comes last)
 PANELS = (
@@ -33,12 +34,6 @@ PANELS = (
 )
 POSITIONAL = "positional"  # the parameter holding the positional MODEL (TARGET, CANDIDATE, ...)
 TYPED = ("COMMANDLINE", "ENVIRONMENT", "DEFAULT_MAP")  # where a value counts as given: typed, or from --config
-FOLDER = ("out_dir", "run_name")  # "folder" among a command's outputs: these two (the default run folder)
-
-
-def output_keywords(names: tuple[str, ...]) -> tuple[str, ...]:
-    """The output options a command takes: ``names`` with "folder" standing for --out-dir and --run-name."""
-    return tuple(k for n in names for k in (FOLDER if n == "folder" else (n,)))
 
 
 def typer_type(hint):
@@ -51,7 +46,7 @@ def typer_type(hint):
 
 
 def _simple(value) -> bool:
-    return value is None or isinstance(value, (bool, int, float, str))
+    return value is None or isinstance(value, (bool, int, float, str, Path))
 
 
 def parameter(entry: Entry, help: str | None = None) -> inspect.Parameter:

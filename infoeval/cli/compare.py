@@ -2,31 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from infoeval.cli.command import command
-from infoeval.cli.output import page_extras
-from infoeval.cli.outputs import RUN_OUTPUTS, Outputs
-from infoeval.comparison.request import CompareRequest, CompressRequest
-from infoeval.input.fields import one_of, option
-
-LLAMACPP_TABLE = "llama.cpp"  # --table llama.cpp: llama-perplexity --kl-divergence's block (output/llamacpp_table.py)
-GATE_TABLES = ("default", LLAMACPP_TABLE)  # the layouts of every command with --table
-TABLES = (*GATE_TABLES, "confidence")  # quantize-compare's: also KL by confidence
-
-
-@dataclass(frozen=True)
-class CompareOutputs(Outputs):
-    """quantize-compare's outputs: those of every run, and its table's layout."""
-
-    table: str = option(
-        "default",
-        flags=("--table",),
-        help="Table layout: default, llama.cpp (llama-perplexity --kl-divergence's statistics block, per variant) or "
-        "confidence (mean KL and top-1 by the reference's top-1 probability).",
-        parse=one_of("table", TABLES),
-        panel="Output",
-    )
+from infoeval.cli.outputs import RUN_OUTPUTS, Outputs, emit
+from infoeval.comparison.request import CompareOutputs, CompareRequest, CompressRequest
+from infoeval.output.destinations import LLAMACPP_TABLE
+from infoeval.report.page import page_extras
 
 
 def quantize_compare(request: CompareRequest, outputs: CompareOutputs) -> None:
@@ -57,7 +37,8 @@ def _emit_run(result, command: str, model: str, tables, outputs: Outputs) -> Non
         (plot_quantize_compare if command == "quantize-compare" else plot_compress_bits)(data, cols, path)
 
     frame = lambda: result.positions  # noqa: E731  (built once, for the CSV and the page)
-    outputs.emit(
+    emit(
+        outputs,
         data,
         command=command,
         model=model,

@@ -3,18 +3,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
 from infoeval.cli.command import command
-from infoeval.cli.compare import GATE_TABLES, LLAMACPP_TABLE
-from infoeval.cli.output import as_json, page_extras
-from infoeval.cli.outputs import Outputs
+from infoeval.cli.outputs import Outputs, emit
 from infoeval.errors import EXIT_GATE_FAILED
-from infoeval.gating.request import GateRequest, QuantizeRequest, ReferenceRequest
-from infoeval.input.fields import one_of, option
+from infoeval.gating.request import GateOutputs, GateRequest, QuantizeRequest, ReferenceRequest
+from infoeval.output.destinations import LLAMACPP_TABLE
+from infoeval.output.emit import as_json
+from infoeval.report.page import page_extras
 
 
 def reference(request: ReferenceRequest, outputs: Outputs) -> None:
@@ -25,7 +24,8 @@ def reference(request: ReferenceRequest, outputs: Outputs) -> None:
     from infoeval.gating.report import reference_summary_table
 
     info = as_json(build_reference(outputs.running(request)))
-    outputs.emit(
+    emit(
+        outputs,
         info,
         command="reference",
         model=request.model.model,
@@ -33,30 +33,6 @@ def reference(request: ReferenceRequest, outputs: Outputs) -> None:
         tables=lambda console, data: console.print(reference_summary_table(data)),
         also_written=(f"{request.out} ({info['file_bytes']:,} bytes)",),
     )
-
-
-@dataclass(frozen=True)
-class GateOutputs(Outputs):
-    """The gate's outputs: those of every run, the CI reports and the table's layout."""
-
-    junit: Path | None = option(None, help="Write JUnit XML here (one testcase per limit).", parse=Path, panel="Output")
-    markdown: Path | None = option(
-        None, help="Write a markdown summary here (e.g. $GITHUB_STEP_SUMMARY).", parse=Path, panel="Output"
-    )
-    table: str = option(
-        "default",
-        flags=("--table",),
-        help="Table layout: default or llama.cpp (llama-perplexity --kl-divergence's statistics block).",
-        parse=one_of("table", GATE_TABLES),
-        panel="Output",
-    )
-
-    def __post_init__(self) -> None:
-        from infoeval.output.results import check_file_option
-
-        super().__post_init__()
-        check_file_option(self.junit, "--junit")
-        check_file_option(self.markdown, "--markdown")
 
 
 def gate(request: GateRequest, outputs: GateOutputs) -> None:
@@ -88,7 +64,8 @@ def _emit_gate(result, outputs: Outputs, suffix: str | None, extra_paths: dict, 
     title = " ".join(["gate:", data["candidate"]["spec"], data["candidate"]["scheme"] or ""]).strip()
     extras = lambda paths: files | page_extras(data, frame, cols.get("vocab", {}), paths, html, title)  # noqa: E731
     model = data["candidate"]["spec"] + (f"-{suffix}" if suffix else "")
-    return outputs.emit(
+    return emit(
+        outputs,
         data,
         command="gate",
         model=model,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import typer
 
 from infoeval.cli.command import command
-from infoeval.cli.output import as_json
-from infoeval.cli.outputs import Outputs
+from infoeval.cli.outputs import Outputs, emit
 from infoeval.klfit.fit import KLFitSettings
+from infoeval.output.emit import as_json
 
 
 def kl_fit(settings: KLFitSettings, outputs: Outputs) -> None:
@@ -24,7 +24,7 @@ def kl_fit(settings: KLFitSettings, outputs: Outputs) -> None:
 
         plot_kl_fit(data, path)
 
-    outputs.emit(data, command="kl-fit", model="", source="", draw=draw, tables=print_kl_fit)
+    emit(outputs, data, command="kl-fit", model="", source="", draw=draw, tables=print_kl_fit)
 
 
 HELPS = {

@@ -4,26 +4,11 @@ is in infoeval.mixing."""
 from __future__ import annotations
 
 import json as jsonlib
-from dataclasses import dataclass
 from pathlib import Path
 
 from infoeval.cli.command import command
-from infoeval.cli.outputs import RUN_OUTPUTS, Outputs
-from infoeval.input.fields import option
-from infoeval.mixing.settings import MixRequest
-
-
-@dataclass(frozen=True)
-class MixOutputs(Outputs):
-    """mix's outputs: those of every run, and where the recipe goes."""
-
-    recipe_out: Path | None = option(
-        None,
-        flags=("--recipe-out",),
-        help="Write the recipe TOML here (default: recipe.toml beside the result JSON).",
-        parse=Path,
-        panel="Output",
-    )
+from infoeval.cli.outputs import RUN_OUTPUTS, emit
+from infoeval.mixing.settings import MixOutputs, MixRequest
 
 
 def mix(request: MixRequest, outputs: MixOutputs) -> None:
@@ -38,7 +23,8 @@ def mix(request: MixRequest, outputs: MixOutputs) -> None:
     result = run_mix(outputs.running(request))
     data = result.to_json()
     folder = lambda paths: Path(next(iter(paths.values()))).parent  # noqa: E731
-    outputs.emit(
+    emit(
+        outputs,
         data,
         command="mix",
         model=request.model.model,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import typer
 
 from infoeval.cli.command import command
-from infoeval.cli.output import as_json
-from infoeval.cli.outputs import Outputs
+from infoeval.cli.outputs import Outputs, emit
 from infoeval.mutual_information.request import MutualInfoRequest
+from infoeval.output.emit import as_json
 
 
 def mutual_info(request: MutualInfoRequest, outputs: Outputs) -> None:
@@ -24,7 +24,8 @@ def mutual_info(request: MutualInfoRequest, outputs: Outputs) -> None:
 
         plot_mutual_info(data, path)
 
-    outputs.emit(
+    emit(
+        outputs,
         data,
         command="mutual-info",
         model=request.model.model,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from infoeval.cli.command import command
-from infoeval.cli.outputs import Outputs
+from infoeval.cli.outputs import Outputs, emit
 from infoeval.sensitivities.request import SensitivityRequest
 
 
@@ -23,7 +23,7 @@ def sensitivity(request: SensitivityRequest, outputs: Outputs) -> None:
 
         plot_sensitivity(data, path)
 
-    outputs.emit(data, command="sensitivity", model=request.model.model, draw=draw, tables=print_sensitivity)
+    emit(outputs, data, command="sensitivity", model=request.model.model, draw=draw, tables=print_sensitivity)
 
 
 def register(app) -> None:

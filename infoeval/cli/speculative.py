@@ -8,7 +8,7 @@ from __future__ import annotations
 import typer
 
 from infoeval.cli.command import command
-from infoeval.cli.outputs import Outputs
+from infoeval.cli.outputs import Outputs, emit
 from infoeval.models import DEFAULT_MODEL
 from infoeval.speculative.request import DistillRequest, SpecAcceptRequest, SpecDecodeRequest, TemperatureRequest
 
@@ -23,7 +23,8 @@ def spec_accept(request: SpecAcceptRequest, outputs: Outputs) -> None:
     outputs.check()
     result = run_accept(outputs.running(request))
     data = result.to_json()
-    outputs.emit(
+    emit(
+        outputs,
         data,
         command="spec-accept",
         model=request.model.model,
@@ -40,7 +41,8 @@ def spec_decode(request: SpecDecodeRequest, outputs: Outputs) -> None:
     from infoeval.speculative.report import print_spec_decode
 
     result = run_decode(outputs.running(request))
-    outputs.emit(
+    emit(
+        outputs,
         result,
         command="spec-decode",
         model=request.model.model,
@@ -57,8 +59,13 @@ def distill(request: DistillRequest, outputs: Outputs) -> None:
     from infoeval.speculative.report import print_distill
 
     result = run_distill(outputs.running(request))
-    outputs.emit(
-        result, command="distill", model=request.model.model, positions=lambda: result.positions, tables=print_distill
+    emit(
+        outputs,
+        result,
+        command="distill",
+        model=request.model.model,
+        positions=lambda: result.positions,
+        tables=print_distill,
     )
 
 
@@ -69,7 +76,8 @@ def temperature(request: TemperatureRequest, outputs: Outputs) -> None:
     from infoeval.speculative.report import print_temperature
 
     model = request.model.model
-    outputs.emit(
+    emit(
+        outputs,
         temperature_table(request),
         command="temperature",
         model=model or "logits",

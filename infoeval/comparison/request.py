@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from infoeval.errors import UsageError, spell
 from infoeval.input.fields import group, non_negative, option
 from infoeval.input.request import RunRequest, topk_option
+from infoeval.output.destinations import TABLES, Outputs, table_option
 from infoeval.quant.variant_settings import VariantSettings
 
 PLANS = ("auto", "lockstep", "reference-first")
@@ -132,4 +133,15 @@ class CompressRequest(Scoring):
         help="Also compress the scored bytes with the model and a range coder, decompress them, and report the real "
         "file's size (an 'arithmetic-coded' row).",
         panel="Coding",
+    )
+
+
+@dataclass(frozen=True)
+class CompareOutputs(Outputs):
+    """quantize-compare's outputs: those of every run, and its table's layout."""
+
+    table: str = table_option(
+        TABLES,
+        "Table layout: default, llama.cpp (llama-perplexity --kl-divergence's statistics block, per variant) or "
+        "confidence (mean KL and top-1 by the reference's top-1 probability).",
     )

@@ -12,6 +12,7 @@ from infoeval.gating.settings import GateSettings, SequentialSettings
 from infoeval.input.fields import given_field, group, one_of, option
 from infoeval.input.request import RunRequest, topk_option
 from infoeval.input.settings import ModelSettings
+from infoeval.output.destinations import GATE_TABLES, Outputs, table_option
 from infoeval.quant.variant_settings import (
     CalibrationSettings,
     exclude_option,
@@ -233,3 +234,23 @@ class QuantizeRequest:
     def __post_init__(self) -> None:
         if self.scheme is not None and self.recipe is not None:
             raise UsageError(f"{spell('scheme')} and {spell('recipe')} both say how to quantize; give one")
+
+
+@dataclass(frozen=True)
+class GateOutputs(Outputs):
+    """The gate's outputs: those of every run, the CI reports and the table's layout."""
+
+    junit: Path | None = option(None, help="Write JUnit XML here (one testcase per limit).", parse=Path, panel="Output")
+    markdown: Path | None = option(
+        None, help="Write a markdown summary here (e.g. $GITHUB_STEP_SUMMARY).", parse=Path, panel="Output"
+    )
+    table: str = table_option(
+        GATE_TABLES, "Table layout: default or llama.cpp (llama-perplexity --kl-divergence's statistics block)."
+    )
+
+    def __post_init__(self) -> None:
+        from infoeval.output.results import check_file_option
+
+        super().__post_init__()
+        check_file_option(self.junit, "--junit")
+        check_file_option(self.markdown, "--markdown")

@@ -69,6 +69,7 @@ class TextSettings:
     document_field: str = option("text", help="The field of each JSONL line that holds the document.")
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "max_tokens", max_tokens_of(self.max_tokens))  # frozen: 'all' or digits, once
         if self.max_tokens is not None and self.max_tokens < 1:
             raise UsageError(f"{spell('max_tokens')} {self.max_tokens} is not allowed; it must be at least 1")
         documents, text, dataset = spell("documents"), spell("text"), spell("dataset")

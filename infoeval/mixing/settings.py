@@ -12,6 +12,7 @@ from infoeval.input.fields import group, one_of, option
 from infoeval.input.request import RunRequest
 from infoeval.mixing.problem import parse_sweep
 from infoeval.mixing.solve import as_budget
+from infoeval.output.destinations import Outputs
 from infoeval.quant.schemes import Scheme, SchemeError, parse_scheme, parse_schemes
 from infoeval.sensitivities.units import KINDS
 
@@ -91,3 +92,16 @@ def check_budget_text(text: str, schemes: list[str]) -> None:
             f"{spell('budget_bits')} {scheme.name}: name one of {spell('schemes')} ({', '.join(schemes)}) or give bits "
             "per weight"
         )
+
+
+@dataclass(frozen=True)
+class MixOutputs(Outputs):
+    """mix's outputs: those of every run, and where the recipe goes."""
+
+    recipe_out: Path | None = option(
+        None,
+        flags=("--recipe-out",),
+        help="Write the recipe TOML here (default: recipe.toml beside the result JSON).",
+        parse=Path,
+        panel="Output",
+    )

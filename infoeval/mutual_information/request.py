@@ -62,7 +62,7 @@ class MutualInfoRequest:
     tokenizer: object = option(
         None, help="The tokenizer of a model given as a loaded module (a spec brings its own).", command_line=False
     )
-    text: TextSettings = group(TextSettings, panel="Text", omit=("documents", "document_field"), max_tokens=None)
+    text: TextSettings = group(TextSettings, panel="Text", omit=("documents", "document_field"), max_tokens="all")
     settings: MISettings = group(MISettings, panel="Blocks")
     progress: bool = option(False, help="A progress bar on stderr.", command_line=False)
     given: frozenset = given_field()

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Callable
 from importlib import resources
+from pathlib import Path
 
 from infoeval import __version__
 
@@ -59,3 +61,25 @@ def render(sections: list[dict], title: str = "infoeval report", comparison: lis
             "</html>",
         ]
     )
+
+
+def page_extras(
+    data: dict, positions: Callable[[], object], vocab: dict, paths: dict, html: Path | None, title: str
+) -> dict:
+    """The files beside the result: the tokens' text (``vocab``, id → text) next to the positions table (with
+    --topk), and with --html the report page, drawn from the result and its positions frame."""
+    import json
+
+    from infoeval.report.runs import tokens_path
+
+    extras = {}
+    if vocab and "positions" in paths:
+        extras[tokens_path(paths["positions"])] = lambda: json.dumps(
+            {str(k): v for k, v in vocab.items()}, ensure_ascii=False
+        )
+    if html is not None:
+        from infoeval.report.data import run_data
+        from infoeval.report.page import render
+
+        extras[html] = lambda: render([run_data(data, positions(), vocab, title)])
+    return extras

@@ -16,28 +16,6 @@ def as_json(result) -> dict:
     return result.to_json() if hasattr(result, "to_json") else result
 
 
-def page_extras(
-    data: dict, positions: Callable[[], object], vocab: dict, paths: dict, html: Path | None, title: str
-) -> dict:
-    """The files beside the result: the tokens' text (``vocab``, id → text) next to the positions table (with
-    --topk), and with --html the report page, drawn from the result and its positions frame."""
-    import json
-
-    from infoeval.report.runs import tokens_path
-
-    extras = {}
-    if vocab and "positions" in paths:
-        extras[tokens_path(paths["positions"])] = lambda: json.dumps(
-            {str(k): v for k, v in vocab.items()}, ensure_ascii=False
-        )
-    if html is not None:
-        from infoeval.report.data import run_data
-        from infoeval.report.page import render
-
-        extras[html] = lambda: render([run_data(data, positions(), vocab, title)])
-    return extras
-
-
 def check_plot(plot: Path | None) -> None:
     """Fail before the long run when --plot cannot be drawn (no plotting module or matplotlib, bad file type)."""
     import importlib.util
@@ -64,17 +42,13 @@ def emit(
     also_written: tuple[str, ...] = (),
 ) -> dict:
     """Write the result JSON and CSVs named in ``paths`` (``summary`` and ``positions`` build the frames, only when
-    wanted; ``summary`` by default the command's own summary table, ``Result.to_frame``), then each extra file
+    wanted; ``summary``: the command's own summary table, which the caller knows), then each extra file
     (path → its text), then the plot (``draw(plot)``); print the tables (``tables(console, data)``) on stdout and
     the files written on stderr. Returns the result's JSON dict."""
     from infoeval.output.report import stdout_console
     from infoeval.output.results import atomic_write_bytes, write_outputs
 
     data = as_json(result)
-    if summary is None:  # the command's own summary table (its result class's SUMMARY)
-        from infoeval.api import summary_of
-
-        summary = lambda: summary_of(data)  # noqa: E731
     if not distributed.is_main():  # under a launcher rank 0 writes and prints; the others stay silent
         return data
     written = write_outputs(paths, data, summary, positions) if paths else []
