@@ -78,7 +78,7 @@ def gate(request: GateRequest):
     from infoeval.models.objects import evaluating, own_settings
 
     candidate = _candidate(request)
-    settings = dataclasses.replace(request.settings(), candidate=candidate)
+    settings = dataclasses.replace(request.settings, candidate=candidate)
     devices = {"device": request.model.device, "dtype": request.model.dtype, "device_map": request.model.device_map}
     model_settings = dataclasses.replace(request.model, model=candidate or "", **own_settings(candidate, devices))
     reporter = _reporter(request.progress)

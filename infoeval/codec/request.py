@@ -7,13 +7,9 @@ from pathlib import Path
 
 from infoeval.codec.pipeline import CodecSettings
 from infoeval.errors import UsageError, spell
-from infoeval.input.fields import group, option
+from infoeval.input.fields import group, option, optional_path
 
 FORCE_HELP = "Overwrite the output; decompress: decode despite a differing environment."
-
-
-def _path(value) -> Path | None:
-    return None if value is None else Path(value)
 
 
 def file_option():
@@ -26,7 +22,7 @@ def file_option():
         required=True,
         accepts=str | Path,
         cli=Path,
-        parse=_path,
+        parse=optional_path,
     )
 
 
@@ -39,7 +35,7 @@ def output_option():
         required=True,
         accepts=str | Path,
         cli=Path,
-        parse=_path,
+        parse=optional_path,
     )
 
 

@@ -4,12 +4,13 @@ options, the API's keywords and --config's keys are made from these classes."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 from infoeval.errors import UsageError, spell
 from infoeval.gating.settings import GateSettings, SequentialSettings
-from infoeval.input.fields import given_field, group, one_of, option
+from infoeval.input.fields import given_field, group, one_of, option, optional_path
 from infoeval.input.request import RunRequest, topk_option
 from infoeval.input.settings import ModelSettings
 from infoeval.output.destinations import GATE_TABLES, Outputs, table_option
@@ -26,12 +27,17 @@ HEADS = ("stored", "candidate")
 CHECKPOINT_FORMATS = ("fake", "pack-quantized")
 
 
-def _path(value) -> Path:
-    return Path(value)
-
-
-def _optional_path(value) -> Path | None:
-    return None if value is None else Path(value)
+def recipe_option(panel: str):
+    """--recipe FILE: a recipe applied to the model instead of one --scheme (gate's candidate, quantize's model)."""
+    return option(
+        None,
+        flags=("--recipe",),
+        help="Recipe TOML (unit → scheme, as `infoeval mix` writes) applied instead of one --scheme.",
+        accepts=str | Path | None,
+        cli=Path,
+        parse=optional_path,
+        panel=panel,
+    )
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,7 @@ class ReferenceRequest(RunRequest):
         help="Reference file to write (.safetensors).",
         accepts=str | Path,
         cli=Path,
-        parse=_path,
+        parse=Path,
         panel="Reference",
     )
     top_k: int = option(64, help="Most likely tokens kept per position.", panel="Reference")
@@ -98,7 +104,7 @@ class GateRequest:
         help="Reference file written by `infoeval reference`.",
         accepts=str | Path,
         cli=Path,
-        parse=_path,
+        parse=Path,
         panel="Candidate",
     )
     scheme: str | None = option(
@@ -107,15 +113,7 @@ class GateRequest:
         "hqq:int4-g64.",
         panel="Candidate",
     )
-    recipe: Path | None = option(
-        None,
-        flags=("--recipe",),
-        help="Recipe TOML (unit → scheme, as `infoeval mix` writes) applied instead of one --scheme.",
-        accepts=str | Path | None,
-        cli=Path,
-        parse=_optional_path,
-        panel="Candidate",
-    )
+    recipe: Path | None = recipe_option("Candidate")
     calibration: CalibrationSettings = group(CalibrationSettings, panel="Calibration")
     limits: str | None = option(  # not a Path: that would read ./strict as the set strict
         None,
@@ -137,7 +135,7 @@ class GateRequest:
         "when worse beyond noise) or a result JSON (by --baseline-tolerance).",
         accepts=str | Path | None,
         cli=Path,
-        parse=_optional_path,
+        parse=optional_path,
         panel="Limits",
     )
     baseline_tolerance: float = option(0.05, help="Relative tolerance for --baseline.", panel="Limits")
@@ -160,8 +158,9 @@ class GateRequest:
         asked = [k for k in _SEQUENTIAL if k in self.given - self.filed]
         if not self.sequential and asked:
             raise UsageError(f"{spell(asked[0])} needs {spell('sequential')}")
-        self.settings()
+        self.settings  # noqa: B018  (checked now, before anything loads; kept for the run)
 
+    @functools.cached_property
     def settings(self) -> GateSettings:
         """The fixed gate's settings (the candidate as its spec: a model object is the API's to pass on)."""
         from infoeval.gating.limits import limits_from
@@ -201,7 +200,7 @@ class QuantizeRequest:
         help="Folder to write the checkpoint to.",
         accepts=str | Path,
         cli=Path,
-        parse=_path,
+        parse=Path,
         panel="Checkpoint",
     )
     scheme: str | None = option(  # None: int8-channel, unless --recipe
@@ -210,15 +209,7 @@ class QuantizeRequest:
         default_text="int8-channel",
         panel="Checkpoint",
     )
-    recipe: Path | None = option(
-        None,
-        flags=("--recipe",),
-        help="Recipe TOML (unit → scheme, as `infoeval mix` writes) applied instead of one --scheme.",
-        accepts=str | Path | None,
-        cli=Path,
-        parse=_optional_path,
-        panel="Checkpoint",
-    )
+    recipe: Path | None = recipe_option("Checkpoint")
     include: tuple[str, ...] = include_option()
     exclude: tuple[str, ...] = exclude_option()
     force: bool = option(False, flags=("--force",), help="Replace --out if it exists.", panel="Checkpoint")

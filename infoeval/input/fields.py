@@ -268,6 +268,22 @@ def at_least(keyword: str, least: int):
     return parse
 
 
+def comma_text(value) -> str:
+    """A list keyword as the command line's comma-separated text: text as it is, one number, or a sequence joined.
+
+    >>> comma_text((0.5, 1)), comma_text(2), comma_text("1,2")
+    ('0.5,1', '2', '1,2')
+    """
+    if isinstance(value, str):
+        return value
+    return str(value) if isinstance(value, (int, float)) else ",".join(map(str, value))
+
+
+def optional_path(value) -> Path | None:
+    """A path option's value: a Path, or None where none was given."""
+    return None if value is None else Path(value)
+
+
 def names(value) -> tuple[str, ...]:
     """A list keyword as a tuple of names: comma-separated text (as typed) or a sequence; blanks dropped."""
     items = value.split(",") if isinstance(value, str) else [str(v) for v in value]

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from infoeval.errors import UsageError, spell
-from infoeval.input.fields import names, option
+from infoeval.input.fields import comma_text, names, option
 from infoeval.input.provenance import provenance
 from infoeval.klfit.report import klfit_frame
 from infoeval.output.results import Result
@@ -86,8 +86,9 @@ def _starts(value) -> tuple[float, ...]:
     try:
         return tuple(float(v) for v in items if str(v).strip())
     except ValueError:
-        shown = value if isinstance(value, str) else ",".join(map(str, value))
-        raise UsageError(f"{spell('starts')} '{shown}' is not a comma-separated list of numbers, e.g. 30,60") from None
+        raise UsageError(
+            f"{spell('starts')} '{comma_text(value)}' is not a comma-separated list of numbers, e.g. 30,60"
+        ) from None
 
 
 def parse_target(text: str) -> tuple[Bump, ...]:

@@ -7,13 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from infoeval.errors import UsageError, spell
-from infoeval.input.fields import given_field, group, option
+from infoeval.input.fields import comma_text, given_field, group, option
 from infoeval.input.settings import ModelSettings, TextSettings
 from infoeval.mutual_information.estimator import DEFAULT_BATCH_TOKENS, DEFAULT_BLOCKS, DEFAULT_LENGTHS, parse_lengths
-
-
-def _lengths(value) -> tuple[int, ...]:
-    return parse_lengths(value if isinstance(value, str) else ",".join(map(str, value)))
 
 
 @dataclass(frozen=True)
@@ -23,7 +19,7 @@ class MISettings:
         help="Comma-separated block lengths L in tokens, each even (X = first L/2, Y = last L/2).",
         accepts=str | Sequence[int],
         cli=str,
-        parse=_lengths,
+        parse=lambda value: parse_lengths(comma_text(value)),
         default_text=DEFAULT_LENGTHS,
     )
     blocks: int = option(DEFAULT_BLOCKS, help="Blocks per length (fewer when the text is short; at least 2 needed).")

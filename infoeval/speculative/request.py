@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from infoeval.errors import spell
-from infoeval.input.fields import at_least, given_field, group, names, option
+from infoeval.input.fields import at_least, comma_text, given_field, group, names, option
 from infoeval.input.request import RunRequest
 from infoeval.input.settings import ModelSettings
 
@@ -23,14 +23,7 @@ def temperatures_option(default: str, help: str):
     def parse(value) -> tuple[float, ...]:
         from infoeval.speculative.accept import parse_temperatures
 
-        text = (
-            value
-            if isinstance(value, str)
-            else str(value)
-            if isinstance(value, (int, float))
-            else ",".join(map(str, value))
-        )
-        return parse_temperatures(text, spell("temperature"))
+        return parse_temperatures(comma_text(value), spell("temperature"))
 
     return option(
         parse(default),
@@ -149,10 +142,6 @@ class SpecDecodeRequest:
     given: frozenset = given_field()
 
 
-def _numbers(value) -> str:
-    return value if isinstance(value, str) else ",".join(map(str, value))
-
-
 @dataclass(frozen=True)
 class TemperatureRequest:
     """temperature: softmax(z/T) per class at each temperature, for logits given by hand or a model's."""
@@ -162,7 +151,7 @@ class TemperatureRequest:
         help="Comma-separated logits, e.g. 9.1,6.2,4.6,3.3.",
         accepts=str | Sequence[float] | None,
         cli=str,
-        parse=lambda value: None if value is None else _numbers(value),
+        parse=lambda value: None if value is None else comma_text(value),
     )
     labels: str | None = option(
         None,
