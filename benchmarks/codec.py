@@ -24,9 +24,9 @@ from infoeval import engine
 from infoeval.codec import core, segments
 from infoeval.codec.container import pack, unpack
 from infoeval.codec.pipeline import load, load_as
-from infoeval.comparison.compressors import compress_all
 from infoeval.input.prepare import Reporter
 from infoeval.input.text import load_text
+from infoeval.measure.compressors import compress_all
 
 TF_ROWS = 4  # rows per teacher-forced forward pass (logits of 4 × 512 positions: 0.4 GB)
 

@@ -7,7 +7,7 @@ import sys
 
 if __name__ == "__main__":
     if os.environ.get("RANK") == os.environ.get("INFOEVAL_TEST_FAULT_RANK"):
-        from infoeval import engine
+        from infoeval.engine import forward
         from infoeval.quant import apply
 
         def broken(*args, **kwargs):
@@ -16,7 +16,7 @@ if __name__ == "__main__":
         if os.environ.get("INFOEVAL_TEST_FAULT_STAGE") == "quantize":
             apply.encode_with_sqnr = broken
         else:
-            engine.forward_logits = broken
+            forward.forward_logits = broken
     from infoeval.cli import main
 
     sys.exit(main())

@@ -22,10 +22,10 @@ import zstandard
 from tiny_models import as_json
 
 from infoeval.comparison import pipeline as compare_pipeline
-from infoeval.comparison.compressors import COMPRESSORS, compress_all
 from infoeval.comparison.pipeline import REF_COLUMNS, VARIANT_COLUMNS, run_lockstep
 from infoeval.input import prepare as runs
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.measure.compressors import COMPRESSORS, compress_all
 from infoeval.models import load_model
 from infoeval.quant.apply import fake_quantize_, quantize_variant
 from infoeval.quant.schemes import parse_scheme

@@ -19,7 +19,7 @@ def _rel(p: Path) -> str:
 
 def test_the_forward_pass_lives_in_the_engine_only():
     hits = {_rel(p) for p in SOURCES if re.search(r"logits_to_keep|model\(input_ids", p.read_text(encoding="utf-8"))}
-    assert hits == {"infoeval/engine/__init__.py"}
+    assert hits == {"infoeval/engine/forward.py"}
 
 
 def test_no_module_over_300_lines():
@@ -64,7 +64,9 @@ def test_one_ln2():
 # (module-level and function-level imports alike). ``infoeval`` itself (``__version__``) is open to all.
 STAGES: list[tuple[str, set[str]]] = [
     ("core", {"errors", "distributed", "heap", "switches"}),  # failures and exit codes; ranks; the process's allocator
-    ("input", {"input", "models", "quant"}),  # settings, text → tokens → windows, provenance; models and variants
+    ("models", {"models"}),  # a model and its tokenizer loaded, and what they are recorded as
+    ("input", {"input"}),  # options and settings, text → tokens (the model's tokenizer) → windows, provenance
+    ("quant", {"quant"}),  # the variants made of the loaded model: schemes, methods, recipes, checkpoints
     ("engine", {"engine"}),  # the one window loop: batches, columns, roles, logits, caches
     ("measure", {"measure"}),  # per-position information theory, aggregates, SEs, the metric registry
     ("output", {"output", "schemas"}),  # results, tables, llama.cpp's block, plots; the results' JSON Schemas
@@ -154,3 +156,85 @@ def test_the_stage_check_catches_a_later_import(tmp_path):
         "infoeval/measure/probe.py:1 imports infoeval.output.results (measure → output)",
         "infoeval/measure/probe.py:6 imports infoeval.comparison (measure → commands)",
     ]
+
+
+# ---- no import circles: between modules, and between the packages of one stage -------------------------------
+def _module_name(p: Path, root: Path) -> str:
+    return ".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+
+
+def import_graph(sources: list[Path], root: Path = PACKAGE.parent) -> dict[str, set[str]]:
+    """{module: the infoeval modules it imports} (at any depth, TYPE_CHECKING too; ``from pkg import sub`` is an
+    import of the submodule). ``infoeval`` itself is left out: its ``__version__`` is open to all and it
+    re-exports the API lazily, when first asked (PEP 562)."""
+    names = {_module_name(p, root) for p in sources}
+    graph = {}
+    for p in sources:
+        own, out = _module_name(p, root), set()
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                out |= {
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in names else node.module for a in node.names
+                }
+            elif isinstance(node, ast.Import):
+                out |= {a.name for a in node.names}
+        graph[own] = {m for m in out if m in names and m not in (own, "infoeval")}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan's algorithm, iteratively), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            node, edges = work[-1]
+            nxt = next((w for w in edges if w not in index or w in stack), None)
+            if nxt is not None and nxt not in index:
+                index[nxt] = low[nxt] = len(index)
+                stack.append(nxt)
+                work.append((nxt, iter(sorted(graph[nxt]))))
+                continue
+            if nxt is not None:
+                low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                part = stack[stack.index(node) :]
+                del stack[stack.index(node) :]
+                if len(part) > 1:
+                    found.append(sorted(part))
+    return found
+
+
+def test_no_import_circle_between_modules():
+    assert not circles(import_graph(SOURCES)), circles(import_graph(SOURCES))
+
+
+def test_no_import_circle_between_packages():
+    # the stage order forbids circles between stages; this catches one between two command families
+    units: dict[str, set[str]] = {}
+    for module, imported in import_graph(SOURCES).items():
+        units.setdefault(_unit(module), set()).update(_unit(m) for m in imported if _unit(m) != _unit(module))
+    assert not circles(units), circles(units)
+
+
+def test_the_circle_check_finds_a_circle(tmp_path):
+    pkg = tmp_path / "infoeval" / "measure"
+    pkg.mkdir(parents=True)
+    (pkg / "a.py").write_text("from infoeval.measure.b import f\n", encoding="utf-8")
+    (pkg / "b.py").write_text("def f():\n    from infoeval.measure import c\n", encoding="utf-8")
+    (pkg / "c.py").write_text("from infoeval.measure import a\nfrom infoeval import __version__\n", encoding="utf-8")
+    (pkg / "d.py").write_text("from infoeval.measure import a\n", encoding="utf-8")
+    graph = import_graph(sorted(pkg.glob("*.py")), tmp_path)
+    assert graph["infoeval.measure.d"] == {"infoeval.measure.a"}
+    assert circles(graph) == [["infoeval.measure.a", "infoeval.measure.b", "infoeval.measure.c"]]

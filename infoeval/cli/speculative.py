@@ -9,7 +9,7 @@ import typer
 
 from infoeval.cli.command import command
 from infoeval.cli.outputs import Outputs, emit
-from infoeval.models import DEFAULT_MODEL
+from infoeval.input.settings import DEFAULT_MODEL
 from infoeval.speculative.request import DistillRequest, SpecAcceptRequest, SpecDecodeRequest, TemperatureRequest
 
 

@@ -15,7 +15,7 @@ from infoeval.codec.coder import coder_name
 from infoeval.codec.container import Archive
 from infoeval.codec.core import Coding
 from infoeval.codec.frequencies import bucket_width, cost_bound_bits, n_buckets
-from infoeval.comparison.compressors import compress_all
+from infoeval.measure.compressors import compress_all
 
 COMPARED = ("xz -9", "zstd -19")
 

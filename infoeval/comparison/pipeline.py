@@ -10,7 +10,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from infoeval import engine
-from infoeval.comparison.compressors import scored_bytes  # noqa: F401  (re-exported)
 from infoeval.comparison.floor import floor_block, noise_floor
 from infoeval.comparison.frames import compress_frame, summary_frame
 from infoeval.comparison.lockstep import (  # noqa: F401  (REFERENCE … VARIANT_COLUMNS, lockstep_reducer: re-exported)
@@ -35,6 +34,7 @@ from infoeval.input.request import MAX_TOP_K
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.tokens import token_texts
 from infoeval.measure.column_metrics import reference_metrics, variant_metrics
+from infoeval.measure.compressors import scored_bytes  # noqa: F401  (re-exported)
 from infoeval.measure.confidence import confidence_block
 from infoeval.measure.frontier import frontier_block
 from infoeval.measure.paired import PairedSettings, paired_block
@@ -258,7 +258,7 @@ def compress_bits(
     a real arithmetic-coded file of those bytes, measured by a round trip (``codec.verify``); with ``until`` the
     windows in a seeded order until the bits/byte SE is ≤ the target (the compressors then get those windows'
     bytes, in text order)."""
-    from infoeval.comparison.compressors import compress_all
+    from infoeval.measure.compressors import compress_all
 
     reporter = reporter or Reporter()
     text_settings = _checked_text(text_settings, window_settings, until, top_k)

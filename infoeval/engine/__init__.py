@@ -1,11 +1,11 @@
-"""The forward stage: the only code that runs a model. Everything else receives logits from here.
+"""The forward stage: the window loop, the only code that runs a model (its calls: ``engine/forward.py``).
 
 ``run`` turns (models by role, token stream, windows) into per-position columns:
 
     for each batch of windows (one window, or several of one length batched together):
         inputs  = the windows' token ids (first token replaced by the prefix token where the window says so)
         for each role, when the reducer asks for it:
-            logits = model(inputs, logits_to_keep = the scored positions)    (B, n, V), checked finite*
+            logits = forward_logits(model, inputs, the scored positions)     (B, n, V), checked finite*
         columns[batch.rows] = reducer(step)                                  per-position numbers only
 
 The reducer is a command's own per-window reduction (``(step) → {column: (B·n,) tensor}``); it asks for each
@@ -34,29 +34,22 @@ import numpy as np
 import torch
 
 from infoeval import distributed, heap
+from infoeval.engine import forward
 
 # plan, plan_shared: re-exported
 from infoeval.engine.batches import Batch, each_window, plan, plan_shared  # noqa: F401
 from infoeval.engine.clock import Clock
 from infoeval.engine.columns import IDENTITY, Columns, as_numpy, identity_columns
-from infoeval.engine.kvcache import cache_kw, crop_to, new_cache  # noqa: F401  (crop_to, new_cache: re-exported)
+
+# forward_logits, last_logits, CachedModel, step_logits; crop_to, new_cache: re-exported
+from infoeval.engine.forward import CachedModel, forward_logits, last_logits, step_logits  # noqa: F401
+from infoeval.engine.kvcache import crop_to, new_cache  # noqa: F401
 from infoeval.engine.roles import model_device, parts
 from infoeval.engine.shared import run_blocks, splits
 from infoeval.errors import RuntimeFailure
 from infoeval.input.windows import window_inputs, window_targets
 
 Reducer = Callable[["Step"], Mapping[str, "torch.Tensor | np.ndarray"]]
-
-
-def forward_logits(model, inputs: torch.Tensor, keep: torch.Tensor | int) -> torch.Tensor:
-    """THE forward pass: logits of the kept positions of ``inputs`` (B, T) → (B, n, V), no cache."""
-    return model(input_ids=inputs, use_cache=False, logits_to_keep=keep).logits
-
-
-@torch.inference_mode()
-def last_logits(model, inputs: torch.Tensor) -> torch.Tensor:
-    """Next-token logits after each row of ``inputs`` (B, T) → (B, V)."""
-    return forward_logits(model, inputs, 1)[:, -1]
 
 
 def require_finite(values: torch.Tensor, role: str, batch: Batch) -> None:
@@ -113,7 +106,7 @@ class RoleLogits(Mapping):
         device = model_device(model, next(iter(self._inputs.values())).device)
         if device not in self._inputs:
             self._inputs[device] = next(iter(self._inputs.values())).to(device)
-        return forward_logits(model, self._inputs[device], self._batch.keep)
+        return forward.forward_logits(model, self._inputs[device], self._batch.keep)
 
     def __contains__(self, role) -> bool:  # without computing anything (Mapping's would ask for the logits)
         return role in self._roles
@@ -230,43 +223,3 @@ def run(
             for rows, part in rank_rows:
                 cols.put(rows, part)
     return cols.data
-
-
-# ---- cached, token-by-token forwards (sampling) ------------------------------------------------------------
-class CachedModel:
-    """A model fed token by token with its own KV cache; counts and times its forward passes."""
-
-    def __init__(self, model):
-        self.model = model  # a module or a callable wrapper with a .config and a .model
-        self.cache = new_cache(model)
-        self.kw = cache_kw(model)
-        self.calls = 0
-        self.seconds = 0.0
-
-    @property
-    def length(self) -> int:
-        return self.cache.get_seq_length()
-
-    def logits(self, ids: torch.Tensor, keep: int, finish: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """Feed ``ids`` (1-D) after the cached tokens; ``finish`` of the last ``keep`` logits (keep, V). The
-        time counted includes ``finish`` (which should copy to the host, so that the device has finished)."""
-        t0 = time.perf_counter()
-        out = self.model(input_ids=ids[None], use_cache=True, logits_to_keep=keep, **{self.kw: self.cache})
-        result = finish(out.logits[0, -keep:])
-        self.seconds += time.perf_counter() - t0
-        self.calls += 1
-        return result
-
-
-# ---- batched cached stepping (exact entropy coding) ---------------------------------------------------------
-@torch.inference_mode()
-def step_logits(model, cache, ids: torch.Tensor) -> torch.Tensor:
-    """Feed one token per row, ``ids`` (B,), after the rows' cached tokens (every row as long as the others) and
-    return the next-token logits (B, V), checked finite. A row's numbers depend on the shape of its batch, so a
-    caller that needs the very same numbers twice (an entropy coder's encoder and decoder) steps the same rows
-    together both times."""
-    out = model(input_ids=ids[:, None], use_cache=True, logits_to_keep=1, **{cache_kw(model): cache})
-    logits = out.logits[:, -1]
-    if not torch.isfinite(logits.sum()):
-        raise RuntimeFailure(f"the model produced non-finite logits at cached position {cache.get_seq_length() - 1}")
-    return logits

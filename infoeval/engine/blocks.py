@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 import torch
 
-from infoeval import engine
+from infoeval.engine import forward
 from infoeval.errors import RuntimeFailure
 from infoeval.quant.apply import swapped
 from infoeval.quant.selection import decoder_prefix
@@ -87,7 +87,7 @@ def capture(model, inputs: torch.Tensor, keep, blocks: Iterable[int]) -> tuple[t
 
     handles = [layer.register_forward_pre_hook(hook(i), with_kwargs=True) for i, layer in enumerate(dec.layers)]
     try:
-        logits = engine.forward_logits(model, inputs, keep)
+        logits = forward.forward_logits(model, inputs, keep)
     finally:
         for h in handles:
             h.remove()
@@ -158,7 +158,7 @@ def weight_grads(
         for w in weights:
             w.requires_grad_(True)
         with torch.inference_mode(False), torch.enable_grad():
-            grads = torch.autograd.grad(loss(engine.forward_logits(model, inputs, keep)), weights)
+            grads = torch.autograd.grad(loss(forward.forward_logits(model, inputs, keep)), weights)
     finally:
         for p in model.parameters():
             p.requires_grad_(before[id(p)])

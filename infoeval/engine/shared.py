@@ -23,7 +23,8 @@ from collections.abc import Collection, Mapping
 
 import torch
 
-from infoeval import engine, heap
+from infoeval import heap
+from infoeval.engine import forward
 from infoeval.engine.batches import Batch
 from infoeval.engine.clock import Clock
 from infoeval.engine.roles import headless, linears_row_by_row
@@ -37,9 +38,9 @@ def splits(model: torch.nn.Module, probe: torch.Tensor) -> bool:
     if model not in _SPLITS:
         ok = callable(getattr(model, "get_output_embeddings", None)) and model.get_output_embeddings() is not None
         if ok:
-            full = engine.forward_logits(model, probe, 0)
+            full = forward.forward_logits(model, probe, 0)
             with headless(model) as head:
-                hidden = engine.forward_logits(model, probe, 0)
+                hidden = forward.forward_logits(model, probe, 0)
             split = head(hidden)
             ok = split.shape == full.shape and split.dtype == full.dtype and torch.equal(split, full)
         _SPLITS[model] = ok
@@ -58,7 +59,7 @@ def run_blocks(
         row[role] = {k: j for j, k in enumerate(ks)}
         rows = inputs if len(ks) == len(b.windows) else inputs[ks]
         with clock.forward(role), active(), headless(module), linears_row_by_row(module):
-            hidden[role] = engine.forward_logits(module, rows, 0)  # (B, T, hidden): the head's inputs
+            hidden[role] = forward.forward_logits(module, rows, 0)  # (B, T, hidden): the head's inputs
     with clock.forward():
         heap.release_freed_memory()  # the blocks' activations are free and the heads' logits come next (heap.py)
     return hidden, row

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from infoeval import engine
+from infoeval.engine import forward
 from infoeval.engine.roles import Headless, model_device
 from infoeval.models.head import OutputHead, check
 
@@ -20,5 +20,5 @@ def check_head(model, head: OutputHead, inputs: torch.Tensor, architecture: str,
     """``head`` applied to ``model``'s last hidden states of ``inputs`` (1, T) must give its logits (``head.check``:
     else a usage error saying ``what`` cannot run, and to use ``instead``)."""
     inputs = inputs.to(model_device(model))
-    logits, states = engine.forward_logits(model, inputs, 0), engine.forward_logits(Headless(model), inputs, 0)
+    logits, states = forward.forward_logits(model, inputs, 0), forward.forward_logits(Headless(model), inputs, 0)
     check(head(states), logits, architecture, what, instead)

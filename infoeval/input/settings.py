@@ -9,6 +9,7 @@ from pathlib import Path
 
 from infoeval.errors import UsageError, spell
 from infoeval.input.fields import option
+from infoeval.input.protocols import REGISTRY, with_flag
 from infoeval.input.windows import DEFAULT_CTX, check_window_options  # noqa: F401  (DEFAULT_CTX: re-exported)
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -43,8 +44,6 @@ def _dataset_help() -> str:
 
 
 def _documents_help() -> str:
-    from infoeval.input.protocols import with_flag
-
     return (
         f"With --protocol {' or '.join(with_flag('reads_documents'))}: a JSONL file of documents, or 'articles' "
         "(the WikiText file split into articles, lm-eval's wikitext task)."
@@ -113,16 +112,9 @@ def max_tokens_of(value) -> int | None:
     return n
 
 
-def _protocols() -> dict:
-    """The window protocols' registry (``input/protocols``; imported when first asked, after this module)."""
-    from infoeval.input.protocols import REGISTRY
-
-    return REGISTRY
-
-
 def default_ctx(protocol: str) -> int:
     """--ctx when not given: the protocol's own default (2048 for gptq, the papers' length; 512 otherwise)."""
-    rules = _protocols().get(protocol)
+    rules = REGISTRY.get(protocol)
     return rules.default_ctx if rules is not None else DEFAULT_CTX
 
 
@@ -130,14 +122,14 @@ def _ctx_help() -> str:
     """``--ctx``'s default in words, from the registry: the common one, then each protocol's own."""
     own = [
         f"{rules.default_ctx} with --protocol {name}"
-        for name, rules in _protocols().items()
+        for name, rules in REGISTRY.items()
         if rules.default_ctx != DEFAULT_CTX
     ]
     return f"Window length in tokens (n_ctx); default {', '.join([str(DEFAULT_CTX), *own])}."
 
 
 def _protocol_help() -> str:
-    return " · ".join(f"{name}: {rules.summary}" for name, rules in _protocols().items()) + "."
+    return " · ".join(f"{name}: {rules.summary}" for name, rules in REGISTRY.items()) + "."
 
 
 @dataclass(frozen=True)
@@ -148,17 +140,14 @@ class WindowSettings:
     prefix: str = option("auto", help="Token put before the text: auto (BOS, else EOS), bos, eos or none.")
 
     def __post_init__(self) -> None:
-        registry = _protocols()
-        if self.protocol not in registry:
-            raise UsageError(f"unknown protocol '{self.protocol}'; allowed: {', '.join(registry)}")
+        if self.protocol not in REGISTRY:
+            raise UsageError(f"unknown protocol '{self.protocol}'; allowed: {', '.join(REGISTRY)}")
         if self.ctx is None:
             object.__setattr__(self, "ctx", default_ctx(self.protocol))
         if self.prefix not in PREFIXES:
             raise UsageError(f"unknown prefix policy '{self.prefix}'; allowed: {', '.join(PREFIXES)}")
         check_window_options(self.ctx, self.stride)
-        if not registry[self.protocol].takes_stride and self.stride not in (None, self.ctx):
-            from infoeval.input.protocols import with_flag
-
+        if not REGISTRY[self.protocol].takes_stride and self.stride not in (None, self.ctx):
             takes = " and ".join(with_flag("takes_stride"))
             raise UsageError(
                 f"{spell('stride')} cannot be set with {spell('protocol')} {self.protocol} (only {takes} windows "

@@ -8,24 +8,23 @@ first use (slow: ~25 s for SmolLM2-135M) and cached as safetensors under ``$INFO
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from infoeval import distributed
 from infoeval.errors import DeviceError, ModelLoadError, UsageError, spell
-from infoeval.input.settings import DEFAULT_MODEL
 from infoeval.models.files import (
+    BUILTIN,
     cached_gguf_bits,
     cached_sha256,
     gguf_cache_dir,
     gguf_file,
 )
+from infoeval.models.records import LoadedModel, ModelInfo, TokenizerInfo, tokenizer_info  # noqa: F401
 from infoeval.models.sources import from_folder, from_hub, hub_quantization, load_folder
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
@@ -37,54 +36,6 @@ _DTYPES = {
     "float16": torch.float16,
     "fp16": torch.float16,
 }
-
-
-@dataclass(frozen=True)
-class TokenizerInfo:
-    cls: str  # the tokenizer's class ("class" in JSON)
-    source: str  # how it was made: from which folder, GGUF file or hub id
-    vocab_size: int
-    bos_id: int | None
-    bos_token: str | None
-    eos_id: int | None
-    add_bos_token: bool
-
-    def to_json(self) -> dict:
-        d = dataclasses.asdict(self)
-        return {"class": d.pop("cls"), **d}
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What was loaded: the spec as given, where from (kind, path, sha256 of the weights or hub revision), the
-    architecture, dtype, device, parameter count and tokenizer."""
-
-    spec: str
-    kind: str  # "gguf", "folder" or "hub"
-    dtype: str
-    device: str
-    architecture: str
-    model_type: str
-    n_parameters: int
-    tokenizer: TokenizerInfo
-    path: str | None = None
-    sha256: str | None = None
-    revision: str | None = None
-    cache: str | None = None
-    gguf_add_bos: bool | None = None
-    quantization: dict | None = None  # a shipped quantized checkpoint's format and stored bits (models/shipped.py)
-
-    def to_json(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)} | {
-            "tokenizer": self.tokenizer.to_json()
-        }
-
-
-@dataclass(frozen=True)
-class LoadedModel:
-    model: torch.nn.Module
-    tokenizer: object
-    info: ModelInfo
 
 
 def resolve_device(device: str) -> torch.device:
@@ -141,20 +92,6 @@ def _quiet_transformers():
             os.environ["TQDM_DISABLE"] = old_tqdm
 
 
-def _tokenizer_info(tok, source: str) -> TokenizerInfo:
-    bos = getattr(tok, "bos_token_id", None)
-    return TokenizerInfo(
-        cls=type(tok).__name__,
-        source=source,
-        vocab_size=len(tok),
-        bos_id=bos,
-        bos_token=getattr(tok, "bos_token", None),
-        eos_id=getattr(tok, "eos_token_id", None),
-        # transformers 5 drops add_bos_token when saving a tokenizer.json, so ask the tokenizer itself
-        add_bos_token=bos is not None and tok("a").input_ids[:1] == [bos],
-    )
-
-
 def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: str | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer from a built-in name, a .gguf file, a folder or a hub id (or take a
     ``ModelObject``, a model already in memory, as it is: ``models/objects.py``)."""
@@ -199,7 +136,7 @@ def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: 
         else:
             raise ModelLoadError(
                 f"model '{spec}' is neither an existing file or folder nor a hub id; pass a model folder, a .gguf "
-                f"file, a hub id (org/name) or '{DEFAULT_MODEL}'"
+                f"file, a hub id (org/name) or {' or '.join(repr(b) for b in BUILTIN)}"
             )
     if device_map is None and not (info.get("kind") == "folder" and info.get("quantization")):
         model.to(device)  # a shipped quantized folder is placed by its library as it loads
@@ -209,6 +146,6 @@ def load_model(spec: str, device: torch.device, dtype: torch.dtype, device_map: 
         architecture=(getattr(model.config, "architectures", None) or [type(model).__name__])[0],
         model_type=model.config.model_type,
         n_parameters=sum(p.numel() for p in model.parameters()),
-        tokenizer=_tokenizer_info(tok, tok_source),
+        tokenizer=tokenizer_info(tok, tok_source),
     )
     return LoadedModel(model, tok, info)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from infoeval.errors import UsageError
+from infoeval.models.records import LoadedModel, ModelInfo, tokenizer_info
 
 DIGEST_LIMIT = 1 << 30  # bytes of tensors hashed at most (about 1.5 s of sha256)
 IN_MEMORY = "in-memory object"
@@ -102,8 +103,6 @@ def describe(model: torch.nn.Module) -> dict:
 def load_object(obj: ModelObject, device: torch.device, dtype: torch.dtype, device_map: str | None):
     """The object as a ``LoadedModel``, used where it is: a device, dtype or device map other than its own is a usage
     error (moving or casting it would change the caller's model)."""
-    from infoeval.models import LoadedModel, ModelInfo, _tokenizer_info
-
     own_device, own_dtype = weights_of(obj.model)
     if device_map is not None:
         raise UsageError("device_map is for loading a model; a model object is used where its weights are")
@@ -127,7 +126,7 @@ def load_object(obj: ModelObject, device: torch.device, dtype: torch.dtype, devi
         model_type=d["model_type"],
         n_parameters=d["n_parameters"],
         sha256=d["sha256"],
-        tokenizer=_tokenizer_info(obj.tokenizer, f"{type(obj.tokenizer).__name__} (in-memory object)"),
+        tokenizer=tokenizer_info(obj.tokenizer, f"{type(obj.tokenizer).__name__} (in-memory object)"),
     )
     return LoadedModel(obj.model, obj.tokenizer, info)
 

@@ -71,7 +71,7 @@ def method_name(qc: dict) -> str:
 
 
 def _installed(package: str) -> bool:
-    from infoeval.quant.methods import installed
+    from infoeval.models.libraries import installed
 
     return installed(package)
 
@@ -95,7 +95,7 @@ def loader_package(name: str, folder: Path) -> str | None:
 def _quiet():
     """The libraries' notices and progress bars (HQQ's, AutoRound's repacking) kept off the terminal while a
     checkpoint loads (INFOEVAL_DEBUG=1 shows them), and torch's print options as they were."""
-    from infoeval.quant.methods import kept_print_options, quiet_libraries
+    from infoeval.models.libraries import kept_print_options, quiet_libraries
 
     with kept_print_options():
         if os.environ.get("INFOEVAL_DEBUG"):

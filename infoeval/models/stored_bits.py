@@ -120,7 +120,7 @@ def _layers_from_files(files: list[Path], shapes: dict[str, int]) -> dict[str, i
 
 def _layers_from_modules(model: torch.nn.Module, shapes: dict[str, int]) -> dict[str, int]:
     """{layer: bytes of its state dict but the bias} for the layers a library replaced (not a plain Linear)."""
-    from infoeval.quant.methods.variant import stored_bytes
+    from infoeval.models.libraries import stored_bytes
 
     return {n: stored_bytes(m) for n, m in model.named_modules() if n in shapes and type(m) is not torch.nn.Linear}
 

@@ -16,7 +16,8 @@ same positions (``llamacpp_positions``). One module per protocol (``rolling.py``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 
@@ -25,8 +26,28 @@ from infoeval.input.tokens import TokenStream
 from infoeval.input.windows import DEFAULT_CTX, Window
 
 if TYPE_CHECKING:
-    from infoeval.input.settings import TextSettings, WindowSettings
     from infoeval.input.text import Text
+
+
+class TextSettings(Protocol):
+    """What a protocol reads of the run's text settings (``input/settings.TextSettings``, which is checked against
+    the protocols registered here, so the settings know the protocols and not the other way round)."""
+
+    text: Path | None
+    dataset: str | None
+    data_dir: Path | None
+    max_tokens: int | None
+    documents: str | None
+    document_field: str
+
+
+class WindowSettings(Protocol):
+    """What a protocol reads of the run's window settings (``input/settings.WindowSettings``)."""
+
+    ctx: int | None
+    stride: int | None
+    protocol: str
+    prefix: str
 
 
 @dataclass(frozen=True)

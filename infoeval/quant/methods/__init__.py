@@ -9,15 +9,15 @@ learns from calibration text (``methods/calibration.py``) over the whole model (
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
-import logging
-import warnings
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 
 from infoeval.errors import UsageError
+
+# installed, kept_print_options, quiet_libraries: also re-exported for the adapters
+from infoeval.models.libraries import LIBRARY_LOGGERS, installed, kept_print_options, quiet_libraries  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -114,14 +114,6 @@ def library_version(backend: Backend) -> str | None:
         return None
 
 
-def installed(package: str) -> bool:
-    """Whether a library can be imported (a dotted name whose parent package is missing is not installed)."""
-    try:
-        return importlib.util.find_spec(package) is not None
-    except ModuleNotFoundError:
-        return False
-
-
 def is_method(text: str) -> bool:
     """Whether a scheme name names a backend (``hqq:int4-g64``) rather than infoeval's own rounding."""
     return ":" in text
@@ -144,39 +136,3 @@ def parse_method(text: str) -> MethodScheme:
         )
     settings, bits, group = importlib.import_module(b.module).parse(spec, text)
     return MethodScheme(backend, spec, settings, bits, group)
-
-
-_PRINT_OPTIONS = ("precision", "threshold", "edgeitems", "linewidth", "sci_mode")
-
-
-@contextlib.contextmanager
-def kept_print_options():
-    """torch's print options as they were before the block (AutoRound sets them for the whole process)."""
-    import torch
-    from torch._tensor_str import PRINT_OPTS
-
-    printing = {k: getattr(PRINT_OPTS, k) for k in _PRINT_OPTIONS}
-    try:
-        yield
-    finally:
-        torch.set_printoptions(**printing)
-
-
-LIBRARY_LOGGERS = ("torchao", "torch.utils._pytree", "hqq", "optimum.quanto", "bitsandbytes", "autoround")
-
-
-@contextlib.contextmanager
-def quiet_libraries():
-    """The backends' import-time chatter (torchao's missing CUDA extensions, torch's pytree deprecations, hqq's
-    notices) kept off the user's terminal while a library is imported and used; errors still raise."""
-    loggers = [logging.getLogger(n) for n in LIBRARY_LOGGERS]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)

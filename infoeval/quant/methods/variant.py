@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from infoeval.errors import UsageError
+from infoeval.models.libraries import stored_bytes
 from infoeval.quant.methods import MethodScheme, quiet_libraries
 from infoeval.quant.selection import plan_layers
 from infoeval.quant.variant import LayerReport
@@ -63,23 +64,6 @@ class MethodVariant:
             **self.extra,
             "layers": [{**x.report.as_dict(), "stored_bytes": x.stored_bytes, **x.details} for x in self.layers],
         }
-
-
-def tensor_bytes(t: torch.Tensor) -> int:
-    """Bytes a tensor holds: a tensor subclass (torchao's, quanto's) by the plain tensors it is made of."""
-    if hasattr(t, "__tensor_flatten__"):
-        names, _ = t.__tensor_flatten__()
-        return sum(tensor_bytes(getattr(t, name)) for name in names)
-    return t.numel() * t.element_size()
-
-
-def stored_bytes(module: torch.nn.Module) -> int:
-    """Bytes of every tensor a quantized module stores but its bias (its state dict: what the library saves)."""
-    return sum(
-        tensor_bytes(t)
-        for k, t in module.state_dict().items()
-        if isinstance(t, torch.Tensor) and k.rsplit(".", 1)[-1] != "bias"
-    )
 
 
 @torch.inference_mode()  # as the engine runs: quanto's tensors made outside inference mode cannot be used inside it

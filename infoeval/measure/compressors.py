@@ -1,4 +1,4 @@
-"""General-purpose compressors on exactly the bytes the model scored, for ``compress-bits``.
+"""General-purpose compressors on exactly the bytes the model scored: compress-bits' and compress' baselines.
 
 A language model with arithmetic coding needs Σ −log₂ q(token) bits (plus a few bits of coder overhead and,
 unlike these compressors, the model itself): that is the "model" row these are compared with.

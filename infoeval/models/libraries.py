@@ -1,0 +1,74 @@
+"""The quantization libraries as installed here, seen from the loading side: whether one can be imported, their
+notices kept off the terminal while they are used, torch's print options kept as they were, and the bytes a
+library's module stores. Shared by the shipped checkpoints' loading (``models/shipped.py``) and the method variants
+(``quant/methods``)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import warnings
+
+import torch
+
+
+def installed(package: str) -> bool:
+    """Whether a library can be imported (a dotted name whose parent package is missing is not installed)."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+_PRINT_OPTIONS = ("precision", "threshold", "edgeitems", "linewidth", "sci_mode")
+
+
+@contextlib.contextmanager
+def kept_print_options():
+    """torch's print options as they were before the block (AutoRound sets them for the whole process)."""
+    import torch
+    from torch._tensor_str import PRINT_OPTS
+
+    printing = {k: getattr(PRINT_OPTS, k) for k in _PRINT_OPTIONS}
+    try:
+        yield
+    finally:
+        torch.set_printoptions(**printing)
+
+
+LIBRARY_LOGGERS = ("torchao", "torch.utils._pytree", "hqq", "optimum.quanto", "bitsandbytes", "autoround")
+
+
+@contextlib.contextmanager
+def quiet_libraries():
+    """The backends' import-time chatter (torchao's missing CUDA extensions, torch's pytree deprecations, hqq's
+    notices) kept off the user's terminal while a library is imported and used; errors still raise."""
+    loggers = [logging.getLogger(n) for n in LIBRARY_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes a tensor holds: a tensor subclass (torchao's, quanto's) by the plain tensors it is made of."""
+    if hasattr(t, "__tensor_flatten__"):
+        names, _ = t.__tensor_flatten__()
+        return sum(tensor_bytes(getattr(t, name)) for name in names)
+    return t.numel() * t.element_size()
+
+
+def stored_bytes(module: torch.nn.Module) -> int:
+    """Bytes of every tensor a quantized module stores but its bias (its state dict: what the library saves)."""
+    return sum(
+        tensor_bytes(t)
+        for k, t in module.state_dict().items()
+        if isinstance(t, torch.Tensor) and k.rsplit(".", 1)[-1] != "bias"
+    )
