@@ -22,8 +22,8 @@ from _record import add_save, emit  # benchmarks/_record.py
 
 from infoeval import engine
 from infoeval.codec import core, segments
+from infoeval.codec.compress import load, load_as
 from infoeval.codec.container import pack, unpack
-from infoeval.codec.pipeline import load, load_as
 from infoeval.input.prepare import Reporter
 from infoeval.input.text import load_text
 from infoeval.measure.compressors import compress_all

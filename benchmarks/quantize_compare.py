@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def child(mode: str, tokens: int, model: str, data_dir: str) -> dict:
     import torch
 
-    from infoeval.comparison.pipeline import quantize_compare
+    from infoeval.comparison.compare import quantize_compare
     from infoeval.input.prepare import Reporter, prepare
     from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
     from infoeval.quant.variant_settings import VariantSettings

@@ -321,13 +321,13 @@ def render_metrics() -> str:
 # ---- result schemas: from the dataclasses' type hints ----------------------------------------------------
 def result_types() -> dict[str, type]:
     """Every command that writes a result JSON (``--json``) → its result dataclass (a ``Result``)."""
-    from infoeval.codec.pipeline import CompressResult as CodecCompress
-    from infoeval.codec.pipeline import DecompressResult
-    from infoeval.comparison.pipeline import CompareResult, CompressResult
-    from infoeval.gating.records import GateResult
+    from infoeval.codec.compress import CompressResult as CodecCompress
+    from infoeval.codec.compress import DecompressResult
+    from infoeval.comparison.compare import CompareResult, CompressResult
+    from infoeval.gating.results import GateResult
     from infoeval.klfit.fit import KLFitResult
     from infoeval.mixing.result import MixResult
-    from infoeval.mutual_information.pipeline import MutualInfoResult
+    from infoeval.mutual_information.mutual_info import MutualInfoResult
     from infoeval.sensitivities.result import SensitivityResult
     from infoeval.speculative.accept import AcceptResult
     from infoeval.speculative.distill import DistillResult

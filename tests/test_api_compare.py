@@ -113,7 +113,7 @@ def test_the_default_run_api_equals_cli(tmp_path, monkeypatch):
     """The default run (SmolLM2, 8,192 python-docs tokens, the three default schemes), run once: the command line
     (in-process) hands the pipeline exactly the settings ``infoeval.compare()`` hands it, and writes the result the
     pipeline returned, every number; so the function and the command give the same JSON."""
-    from infoeval.comparison import pipeline
+    from infoeval.comparison import compare as pipeline
 
     real, calls = pipeline.quantize_compare, []
 

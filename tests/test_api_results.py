@@ -12,11 +12,11 @@ from golden_runs import compare
 from tiny_models import as_json, tiny_text
 
 import infoeval
-from infoeval.comparison import pipeline as compare_pipeline
+from infoeval.comparison import compare as compare_pipeline
 from infoeval.errors import DataError, UsageError
+from infoeval.gating.gate import GateSettings, build_reference, run_gate
 from infoeval.gating.limits import parse_limits
-from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
-from infoeval.gating.records import GateResult
+from infoeval.gating.results import GateResult
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.quant.variant_settings import VariantSettings
 

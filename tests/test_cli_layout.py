@@ -19,7 +19,7 @@ from rich.text import Text
 from typer.testing import CliRunner
 
 from infoeval import cli
-from infoeval.output.report import RichReporter
+from infoeval.output.tables import RichReporter
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -30,15 +30,15 @@ class _Stop(Exception):
 
 # command → (module of the library entry point the command calls, its name, arguments that make the command valid)
 ENTRY = {
-    "quantize-compare": ("infoeval.comparison.pipeline", "quantize_compare", []),
-    "compress-bits": ("infoeval.comparison.pipeline", "compress_bits", []),
-    "reference": ("infoeval.gating.pipeline", "build_reference", []),
-    "gate": ("infoeval.gating.pipeline", "run_gate", []),
+    "quantize-compare": ("infoeval.comparison.compare", "quantize_compare", []),
+    "compress-bits": ("infoeval.comparison.compare", "compress_bits", []),
+    "reference": ("infoeval.gating.gate", "build_reference", []),
+    "gate": ("infoeval.gating.gate", "run_gate", []),
     "quantize": ("infoeval.gating.checkpoint", "quantize_checkpoint", []),
     "spec-accept": ("infoeval.speculative.accept", "spec_accept", ["--draft-layers", "1"]),
     "spec-decode": ("infoeval.speculative.generate", "spec_decode", ["--draft-layers", "1"]),
     "distill": ("infoeval.speculative.distill", "distill", ["--student-layers", "1"]),
-    "mutual-info": ("infoeval.mutual_information.pipeline", "run_mutual_info", []),
+    "mutual-info": ("infoeval.mutual_information.mutual_info", "run_mutual_info", []),
 }
 
 
@@ -183,11 +183,11 @@ def _golden(name: str) -> dict:
 
 
 def _print_reports(console: Console) -> None:
-    from infoeval.comparison import report
-    from infoeval.gating import report as gate_report
-    from infoeval.klfit import report as klfit_report
-    from infoeval.mutual_information import report as mi_report
-    from infoeval.speculative import report as spec_report
+    from infoeval.comparison import tables as report
+    from infoeval.gating import tables as gate_report
+    from infoeval.klfit import tables as klfit_report
+    from infoeval.mutual_information import tables as mi_report
+    from infoeval.speculative import tables as spec_report
 
     report.print_quantize_compare(console, _golden("quantize-compare-llama"))
     report.print_compress_bits(console, _golden("compress-bits-qwen3"))
@@ -244,7 +244,7 @@ def test_no_table_title_is_wider_than_its_table():
 def test_captions_print_at_full_width():
     """The 'tokens per call' table is about 20 columns wide; its explanation is printed on one line below it."""
     console = _Recorder()
-    from infoeval.speculative import report as spec_report
+    from infoeval.speculative import tables as spec_report
 
     spec_report.print_spec_accept(console, _golden("spec-accept-layers"))
     out = console.file.getvalue()
@@ -257,12 +257,12 @@ def test_report_modules_build_tables_through_report_table():
     import re
 
     root = Path(cli.__file__).resolve().parents[1]
-    for rel in ("output/report.py", "speculative/report.py", "gating/report.py", "mutual_information/report.py"):
+    for rel in ("output/tables.py", "speculative/tables.py", "gating/tables.py", "mutual_information/tables.py"):
         assert not re.search(r"(?<![A-Za-z])Table\(title", (root / rel).read_text(encoding="utf-8")), rel
 
 
 def test_a_report_tables_row_fills_every_column():
-    from infoeval.output.report import report_table
+    from infoeval.output.tables import report_table
 
     t = report_table("T", ["a", "b", "c"])
     t.add_row("1", "2", "3")

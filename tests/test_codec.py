@@ -11,7 +11,7 @@ import pytest
 
 from infoeval import cli
 from infoeval.codec import container, environment
-from infoeval.codec.pipeline import CodecSettings, compress, decompress
+from infoeval.codec.compress import CodecSettings, compress, decompress
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -201,7 +201,7 @@ def test_refused_fallback_and_bad_input_exit_2(tiny_llama_dir, tmp_path, monkeyp
 
 
 def test_compress_bits_verify_coding_adds_a_measured_row(tiny_llama_dir):
-    from infoeval.comparison.pipeline import compress_bits
+    from infoeval.comparison.compare import compress_bits
     from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
     model_settings, text_settings, window_settings = (
@@ -220,7 +220,7 @@ def test_compress_bits_verify_coding_adds_a_measured_row(tiny_llama_dir):
 def test_compress_bits_passes_verify_coding(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
-    from infoeval.comparison import pipeline
+    from infoeval.comparison import compare as pipeline
 
     seen = []
     monkeypatch.setattr(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from tiny_models import requires_smollm2
 
-from infoeval.codec.pipeline import CodecSettings, compress, decompress
+from infoeval.codec.compress import CodecSettings, compress, decompress
 from infoeval.input.text import load_text
 
 pytestmark = [pytest.mark.slow, requires_smollm2, pytest.mark.usefixtures("one_thread")]

@@ -11,7 +11,7 @@ import pytest
 from cuda_device import DRY_RUN, GPU, ON_GPU
 
 import infoeval
-from infoeval.codec import pipeline
+from infoeval.codec import compress as pipeline
 from infoeval.codec.environment import EnvironmentMismatch
 from infoeval.errors import DataError
 from infoeval.quant.variant_settings import CalibrationSettings

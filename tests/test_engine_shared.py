@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from infoeval import engine
-from infoeval.comparison import pipeline as compare_pipeline
+from infoeval.comparison import compare as compare_pipeline
 from infoeval.engine import roles
 from infoeval.engine.roles import linears_row_by_row
 from infoeval.errors import RuntimeFailure

@@ -21,8 +21,8 @@ import torch
 import zstandard
 from tiny_models import as_json
 
-from infoeval.comparison import pipeline as compare_pipeline
-from infoeval.comparison.pipeline import REF_COLUMNS, VARIANT_COLUMNS, run_lockstep
+from infoeval.comparison import compare as compare_pipeline
+from infoeval.comparison.compare import REF_COLUMNS, VARIANT_COLUMNS, run_lockstep
 from infoeval.input import prepare as runs
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure.compressors import COMPRESSORS, compress_all

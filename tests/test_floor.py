@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from infoeval import engine
-from infoeval.comparison import pipeline as compare_pipeline
+from infoeval.comparison import compare as compare_pipeline
 from infoeval.input.tokens import TokenStream
 from infoeval.input.windows import rolling_windows
 from infoeval.measure import floor as fm

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from tiny_models import as_json, tiny_reference
 
+from infoeval.gating.gate import GateSettings, build_reference, run_gate
 from infoeval.gating.limits import floor_line, parse_limits
-from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
 from infoeval.gating.sequential_gate import SequentialSettings, run_sequential_gate
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure.floor import floor_windows

@@ -11,9 +11,9 @@ import pytest
 from rich.console import Console
 
 from infoeval.comparison.frames import CSV_COLUMNS, summary_frame
-from infoeval.comparison.report import variants_tables
+from infoeval.comparison.tables import variants_tables
 from infoeval.gating.limits import below_floor, floor_line, judge, parse_limits
-from infoeval.gating.report import floor_lines
+from infoeval.gating.tables import floor_lines
 from infoeval.report.data import floor_header
 
 METRICS = {
@@ -158,7 +158,7 @@ def test_csv_frame_round_trips_booleans():
 
 
 def test_the_llama_cpp_layout_ends_with_the_floor_line():
-    from infoeval.comparison.report import floor_summary
+    from infoeval.comparison.tables import floor_summary
 
     line = floor_summary(FLOOR)
     assert "noise floor (2 of 8 windows, sampled): mean KL 3.000e-05" in line and "int8-channel 100×" in line

@@ -10,7 +10,7 @@ import pytest
 import tomllib
 
 from infoeval.errors import UsageError
-from infoeval.gating.ci_report import junit_xml, markdown
+from infoeval.gating.ci_summary import junit_xml, markdown
 from infoeval.gating.limits import DEFAULT_LIMITS, compare_baseline, judge, parse_limits
 
 ROOT = Path(__file__).resolve().parents[1]

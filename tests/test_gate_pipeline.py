@@ -13,8 +13,8 @@ from cli_run import run_cli
 from tiny_models import as_json, scored_log_probs
 
 from infoeval.errors import DataError, UsageError
+from infoeval.gating.gate import GateSettings, build_reference, run_gate
 from infoeval.gating.limits import parse_limits
-from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
 from infoeval.gating.reference_file import read_reference
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.quant.apply import fake_quantize_

@@ -15,9 +15,9 @@ import tomllib
 from machine import fingerprint
 from tiny_models import as_json, requires_smollm2
 
-from infoeval.comparison import pipeline as compare_pipeline
+from infoeval.comparison import compare as compare_pipeline
+from infoeval.gating.gate import GateSettings, build_reference, run_gate
 from infoeval.gating.limits import parse_limits
-from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.quant.variant_settings import VariantSettings
 

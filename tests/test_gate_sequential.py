@@ -18,12 +18,12 @@ from cli_run import run_cli
 from tiny_models import as_json
 
 from infoeval.errors import UsageError
-from infoeval.gating.ci_report import junit_xml, markdown
+from infoeval.gating.ci_summary import junit_xml, markdown
+from infoeval.gating.gate import GateSettings, build_reference, run_gate
 from infoeval.gating.limit_streams import QUANTILES, Plan, limit_stream, window_columns
 from infoeval.gating.limits import parse_limits
-from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
-from infoeval.gating.report import gate_table
 from infoeval.gating.sequential_gate import SequentialSettings, run_sequential_gate
+from infoeval.gating.tables import gate_table
 from infoeval.input.prepare import Reporter
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure import stopping as st
@@ -301,7 +301,7 @@ def test_bad_settings_are_usage_errors(ref_file, monkeypatch):
     ):
         with pytest.raises(UsageError):
             SequentialSettings(**kw)
-    from infoeval.gating import pipeline
+    from infoeval.gating import gate as pipeline
 
     def no_load(*args):
         raise AssertionError("the candidate was loaded before the options were checked")

@@ -15,8 +15,8 @@ from tiny_models import as_json, build_tiny_llama, scored_log_probs
 import infoeval
 from infoeval.errors import UsageError
 from infoeval.gating import hidden
+from infoeval.gating.gate import GateSettings, build_reference, run_gate
 from infoeval.gating.limits import parse_limits
-from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
 from infoeval.gating.reference_file import read_reference
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.models.head import head_of
@@ -235,7 +235,7 @@ def test_head_candidate_needs_the_hidden_format(tiny_llama_dir, tiny_text, tmp_p
 
 
 def test_the_markdown_summary_says_the_kl_is_exact(case):
-    from infoeval.gating.ci_report import markdown
+    from infoeval.gating.ci_summary import markdown
 
     model_dir, d, info = case
     text = markdown(_gate(d / "ref.safetensors", None, "int4-g32")[0])

@@ -524,9 +524,9 @@ def test_every_reducer_gives_the_whole_windows_columns_in_3_row_chunks(
 ):
     """quantize-compare, reference, gate, spec-accept and distill on the tiny Llama (its windows fit one chunk):
     chunks of 3 rows give the very columns of one chunk per window."""
-    from infoeval.comparison.pipeline import quantize_compare
+    from infoeval.comparison.compare import quantize_compare
+    from infoeval.gating.gate import GateSettings, build_reference, run_gate
     from infoeval.gating.limits import parse_limits
-    from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
     from infoeval.gating.reference_file import read_reference
     from infoeval.input import settings as st
     from infoeval.quant.variant_settings import VariantSettings

@@ -418,7 +418,7 @@ def test_the_engine_runs_a_method_variant_as_its_own_role(model, spec):
     import numpy as np
 
     from infoeval import engine
-    from infoeval.comparison import pipeline
+    from infoeval.comparison import compare as pipeline
     from infoeval.input.windows import rolling_windows
 
     variant = build_method_variant(model, parse_method(spec))

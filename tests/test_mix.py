@@ -153,7 +153,7 @@ def test_split_windows_is_disjoint():
 @pytest.fixture(scope="module")
 def mixed(tiny_llama_dir, tmp_path_factory):
     from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
-    from infoeval.mixing.pipeline import MixSettings, mix
+    from infoeval.mixing.mix import MixSettings, mix
 
     settings = (ModelSettings(str(tiny_llama_dir), device="cpu"), TextSettings(max_tokens=512), WindowSettings(ctx=128))
     mix_settings = MixSettings(
@@ -173,7 +173,7 @@ def test_mix_measures_held_out_tokens_after_the_sweep(mixed):
 
 
 def test_mix_uniform_points_equal_quantize_compare(mixed):
-    from infoeval.comparison.pipeline import quantize_compare
+    from infoeval.comparison.compare import quantize_compare
     from infoeval.quant.variant_settings import VariantSettings
 
     settings, mx, data, _, _, _ = mixed
@@ -203,7 +203,7 @@ def test_mix_rows_are_consistent(mixed):
 
 
 def test_recipe_round_trip_gives_the_measured_numbers_again(mixed):
-    from infoeval.comparison.pipeline import quantize_compare
+    from infoeval.comparison.compare import quantize_compare
     from infoeval.quant.variant_settings import VariantSettings
 
     settings, _, data, _, _, tmp = mixed
@@ -218,7 +218,7 @@ def test_recipe_round_trip_gives_the_measured_numbers_again(mixed):
 
 
 def test_mix_from_its_own_sensitivity_file(mixed, monkeypatch):
-    from infoeval.mixing.pipeline import mix
+    from infoeval.mixing.mix import mix
 
     settings, mx, data, _, sweep_json, tmp = mixed
     path = tmp / "sens.json"

@@ -29,7 +29,7 @@ from infoeval.mutual_information.estimator import (
     score_blocks,
     summarize,
 )
-from infoeval.mutual_information.pipeline import MISettings, check_settings, run_mutual_info
+from infoeval.mutual_information.mutual_info import MISettings, check_settings, run_mutual_info
 
 NEG = -1e4  # a logit that makes a token's probability exp(−1e4) = 0 in float32
 

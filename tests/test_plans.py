@@ -145,7 +145,7 @@ def test_auto_takes_what_fits_and_refuses_below_both(tiny_llama_dir, work, monke
 
 
 def test_the_cli_refuses_before_loading(tiny_llama_dir, work, monkeypatch, capsys):
-    from infoeval.comparison import pipeline
+    from infoeval.comparison import compare as pipeline
 
     monkeypatch.setattr(pipeline, "prepare", lambda *a, **k: pytest.fail("the model was loaded"))
     run = ["--text", work / "t.txt", "--ctx", "64", "--max-tokens", "300", "--device", "cpu", "-q"]

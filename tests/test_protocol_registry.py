@@ -183,7 +183,7 @@ def test_the_protocols_with_figures_answer_them_from_the_nll_columns():
 def test_the_figure_table_is_laid_out_by_the_protocol(capsys):
     from rich.console import Console
 
-    from infoeval.comparison.report import print_protocol_figures
+    from infoeval.comparison.tables import print_protocol_figures
 
     figures = {"ppl": 12.3456789, "windows": 3, "nll_mean": 2.5}
     result = {"protocol_metrics": {"protocol": "gptq", "complete": False, "figures": {"reference": figures}}}

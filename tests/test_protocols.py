@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from infoeval.comparison.pipeline import compress_bits, quantize_compare
+from infoeval.comparison.compare import compress_bits, quantize_compare
 from infoeval.errors import DataError, UsageError
 from infoeval.input.documents import (
     count_words,

@@ -16,8 +16,8 @@ import pytest
 import torch
 from tiny_models import as_json, requires_smollm2
 
-from infoeval.comparison import pipeline as compare_pipeline
-from infoeval.comparison.pipeline import run_lockstep
+from infoeval.comparison import compare as compare_pipeline
+from infoeval.comparison.compare import run_lockstep
 from infoeval.input import prepare as runs
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.quant.variant_settings import VariantSettings

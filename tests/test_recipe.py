@@ -239,7 +239,7 @@ def test_bad_recipes_exit_2_with_one_line(command, text, message, tiny_llama_dir
         "quantize": [tiny_llama_dir, "--recipe", recipe, "--out", tmp_path / "q"],
     }[command]
     if command == "gate":
-        from infoeval.gating.pipeline import build_reference
+        from infoeval.gating.gate import build_reference
         from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
         build_reference(
@@ -329,9 +329,9 @@ def test_config_groups_parse_in_compressed_tensors():
 
 
 def test_gate_recipe_judges_the_mix(tiny_llama_dir, tmp_path):
-    from infoeval.comparison.pipeline import quantize_compare
+    from infoeval.comparison.compare import quantize_compare
+    from infoeval.gating.gate import GateSettings, build_reference, run_gate
     from infoeval.gating.limits import parse_limits
-    from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
     from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
     from infoeval.quant.variant_settings import VariantSettings
 
@@ -360,7 +360,7 @@ def test_gate_recipe_judges_the_mix(tiny_llama_dir, tmp_path):
 
 
 def test_one_scheme_recipe_gives_the_plain_schemes_numbers(tiny_qwen3_dir, tmp_path):
-    from infoeval.comparison.pipeline import quantize_compare
+    from infoeval.comparison.compare import quantize_compare
     from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
     from infoeval.quant.variant_settings import VariantSettings
 

@@ -93,7 +93,7 @@ def test_the_gate_holds_out_every_byte_the_references_windows_read(protocol, tin
     import torch
 
     from infoeval.gating.candidate import bytes_read
-    from infoeval.gating.pipeline import build_reference
+    from infoeval.gating.gate import build_reference
     from infoeval.gating.reference_file import read_reference
     from infoeval.input.prepare import Reporter, prepare
     from infoeval.input.settings import ModelSettings, WindowSettings

@@ -16,8 +16,8 @@ from shipped_formats import SAVERS, library_model
 from tiny_models import as_json, requires_smollm2, tiny_reference
 
 from infoeval.errors import DataError, DeviceError, UsageError
+from infoeval.gating.gate import GateSettings, build_reference, run_gate
 from infoeval.gating.limits import parse_limits
-from infoeval.gating.pipeline import GateSettings, build_reference, run_gate
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.models import load_model
 from infoeval.models.shipped import FORMATS

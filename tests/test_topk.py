@@ -10,7 +10,7 @@ from tiny_models import as_json
 from typer.testing import CliRunner
 
 from infoeval import cli
-from infoeval.comparison import pipeline
+from infoeval.comparison import compare as pipeline
 from infoeval.errors import UsageError
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure.topk import BLOCK, top_k_logits, top_k_probs

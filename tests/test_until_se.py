@@ -14,7 +14,7 @@ import pytest
 from cli_run import run_cli
 from tiny_models import as_json
 
-from infoeval.comparison import pipeline
+from infoeval.comparison import compare as pipeline
 from infoeval.comparison.until import MIN_WINDOWS, UntilSettings
 from infoeval.errors import UsageError
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings

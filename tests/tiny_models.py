@@ -318,7 +318,7 @@ def as_json(out):
 def tiny_reference(folder: Path, model_dir: Path, text: str, max_tokens: int) -> Path:
     """A gate's reference file of ``model_dir`` on ``text`` (written to ``folder``): windows of 64, top-16 and 32
     tail samples, seed 0."""
-    from infoeval.gating.pipeline import build_reference
+    from infoeval.gating.gate import build_reference
     from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
     (folder / "text.txt").write_text(text, encoding="utf-8")

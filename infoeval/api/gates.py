@@ -27,7 +27,7 @@ def reference(request: ReferenceRequest):
     head, or with ``head="candidate"`` only its sha256; the windows' token ids, provenance); returns its
     ``ReferenceResult``. Called with the keywords of ``ReferenceRequest`` (the text, window and device keywords as
     ``compare``'s), a request, or ``config=``."""
-    from infoeval.gating.pipeline import build_reference
+    from infoeval.gating.gate import build_reference
     from infoeval.models.objects import evaluating
 
     model, model_settings = _prepared(request)
@@ -73,7 +73,7 @@ def gate(request: GateRequest):
     ``config=``."""
     import dataclasses
 
-    from infoeval.gating.pipeline import run_gate
+    from infoeval.gating.gate import run_gate
     from infoeval.gating.positions import positions_frame
     from infoeval.models.objects import evaluating, own_settings
 

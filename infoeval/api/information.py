@@ -22,7 +22,7 @@ def mutual_info(request: MutualInfoRequest):
     may use (None: as many as they need). Called with the keywords of ``MutualInfoRequest``, a request, or
     ``config=``."""
     from infoeval.models.objects import evaluating
-    from infoeval.mutual_information.pipeline import run_mutual_info
+    from infoeval.mutual_information.mutual_info import run_mutual_info
 
     model, model_settings = _prepared(request)
     with evaluating(model):

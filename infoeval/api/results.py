@@ -13,13 +13,13 @@ from infoeval.output.results import SCHEMA_VERSION, Result, positions_table, rea
 
 def _classes() -> dict[str, type[Result]]:
     """Each command's result class, by the command its schema names."""
-    from infoeval.codec.pipeline import CompressResult as CodecCompress
-    from infoeval.codec.pipeline import DecompressResult
-    from infoeval.comparison.pipeline import CompareResult, CompressResult
-    from infoeval.gating.records import GateResult, ReferenceResult
+    from infoeval.codec.compress import CompressResult as CodecCompress
+    from infoeval.codec.compress import DecompressResult
+    from infoeval.comparison.compare import CompareResult, CompressResult
+    from infoeval.gating.results import GateResult, ReferenceResult
     from infoeval.klfit.fit import KLFitResult
     from infoeval.mixing.result import MixResult
-    from infoeval.mutual_information.pipeline import MutualInfoResult
+    from infoeval.mutual_information.mutual_info import MutualInfoResult
     from infoeval.sensitivities.result import SensitivityResult
     from infoeval.speculative.accept import AcceptResult
     from infoeval.speculative.distill import DistillResult

@@ -18,7 +18,7 @@ from infoeval.comparison.request import CompareRequest, CompressRequest
 
 
 def _reporter(progress: bool):
-    from infoeval.output.report import RichReporter
+    from infoeval.output.tables import RichReporter
 
     return RichReporter(enabled=progress)
 
@@ -47,14 +47,14 @@ def compare(request: CompareRequest):
     variants; every other is compared with it on the same positions, verdicts at ``alpha`` (default 0.05;
     ``result.paired``). ``plan``: "auto", "lockstep" or "reference-first", chosen against ``memory_budget`` (GiB;
     None: 90 % of the memory available) before anything loads (``result.memory_plan``)."""
-    from infoeval.comparison import pipeline
+    from infoeval.comparison.compare import quantize_compare
     from infoeval.comparison.frames import positions_frame
     from infoeval.models.objects import evaluating
 
     reference, model_settings = _prepared(request)
     variants = request.variants
     with evaluating(reference, *variants.modules):
-        result, cols = pipeline.quantize_compare(
+        result, cols = quantize_compare(
             model_settings,
             request.text,
             request.window,
@@ -73,13 +73,13 @@ def compress_bits(request: CompressRequest):
     """compress-bits: the model's code length for the text beside gzip, bz2, xz and zstd on the same bytes (and with
     ``verify_coding`` a real arithmetic-coded file of them); returns the ``CompressResult`` with its positions.
     Called as ``compare`` is (keywords of ``CompressRequest``, a request, or ``config=``)."""
-    from infoeval.comparison import pipeline
+    from infoeval.comparison.compare import compress_bits as run_compress_bits
     from infoeval.comparison.frames import positions_frame
     from infoeval.models.objects import evaluating
 
     reference, model_settings = _prepared(request)
     with evaluating(reference):
-        result, cols = pipeline.compress_bits(
+        result, cols = run_compress_bits(
             model_settings,
             request.text,
             request.window,

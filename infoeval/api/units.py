@@ -48,7 +48,7 @@ def mix(request: MixRequest):
     types, compressed-tensors config; ``sweep``: the sweep's own result) with its positions. Called with the
     keywords of ``MixRequest``, a request, or ``config=``."""
     from infoeval.comparison.frames import positions_frame
-    from infoeval.mixing.pipeline import mix as run_mix
+    from infoeval.mixing.mix import mix as run_mix
     from infoeval.models.objects import evaluating
 
     reference, model_settings = _prepared(request)

@@ -10,8 +10,8 @@ from infoeval.codec.request import DecodeRequest, EncodeRequest
 def compress(request: EncodeRequest, outputs: Outputs) -> None:
     """Compress FILE losslessly with a language model and a range coder: a real .iez file, its size against
     Σ −log₂ q and against xz and zstd."""
-    from infoeval.codec.pipeline import compress as run
-    from infoeval.codec.report import print_compress
+    from infoeval.codec.compress import compress as run
+    from infoeval.codec.tables import print_compress
 
     result = run(request.file, request.output, request.settings, request.force, outputs.reporter())
     emit(
@@ -27,8 +27,8 @@ def compress(request: EncodeRequest, outputs: Outputs) -> None:
 
 def decompress(request: DecodeRequest, outputs: Outputs) -> None:
     """Give back the file a .iez file was made from, byte for byte (checked against its sha256)."""
-    from infoeval.codec.pipeline import decompress as run
-    from infoeval.codec.report import print_decompress
+    from infoeval.codec.compress import decompress as run
+    from infoeval.codec.tables import print_decompress
 
     result = run(request.file, request.output, request.model, request.force, outputs.reporter())
     emit(

@@ -13,7 +13,7 @@ def quantize_compare(request: CompareRequest, outputs: CompareOutputs) -> None:
     """Fake-quantize a model's weights with each scheme and compare every variant with the original: PPL,
     KL(reference‖variant) mean and tails, top-1 agreement, reverse KL and TV on the same windows."""
     from infoeval.api.scoring import compare
-    from infoeval.comparison.report import (
+    from infoeval.comparison.tables import (
         print_quantize_compare,
         print_quantize_compare_confidence,
         print_quantize_compare_llamacpp,
@@ -53,7 +53,7 @@ def compress_bits(request: CompressRequest, outputs: Outputs) -> None:
     """Total bits, bits/token and bits/byte of a model on a text, beside gzip, bz2, xz and zstd on the very
     same bytes (and, with --verify-coding, a real arithmetic-coded file of them)."""
     from infoeval.api.scoring import compress_bits as run_compress_bits
-    from infoeval.comparison.report import print_compress_bits
+    from infoeval.comparison.tables import print_compress_bits
 
     outputs.check()  # before the long run
     result = run_compress_bits(outputs.running(request))

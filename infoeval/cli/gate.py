@@ -21,7 +21,7 @@ def reference(request: ReferenceRequest, outputs: Outputs) -> None:
     mass and tail samples per scored position (--format topk), or the last hidden states and the head (--format
     hidden: exact), the token ids of every window, provenance."""
     from infoeval.api.gates import reference as build_reference
-    from infoeval.gating.report import reference_summary_table
+    from infoeval.gating.tables import reference_summary_table
 
     info = as_json(build_reference(outputs.running(request)))
     emit(
@@ -51,8 +51,8 @@ def _emit_gate(result, outputs: Outputs, suffix: str | None, extra_paths: dict, 
     """Write the gate's result files (JSON, CSVs, JUnit, markdown, the tokens' text and the page; ``outputs``: the
     output options, ``suffix``: the scheme or recipe that names the run) and print its tables."""
 
-    from infoeval.gating.ci_report import junit_xml, markdown
-    from infoeval.gating.report import floor_lines, gate_table, print_gate_llamacpp, summary_table
+    from infoeval.gating.ci_summary import junit_xml, markdown
+    from infoeval.gating.tables import floor_lines, gate_table, print_gate_llamacpp, summary_table
 
     makers = {"junit": lambda: junit_xml(data), "markdown": lambda: markdown(data)}
     files = {path: makers[kind] for path, kind in extra_paths.items() if path}
@@ -85,7 +85,7 @@ def _emit_gate(result, outputs: Outputs, suffix: str | None, extra_paths: dict, 
 def quantize(request: QuantizeRequest, outputs: None) -> None:
     """Write a fake-quantized checkpoint (safetensors, config, tokenizer, per-layer report) that transformers loads."""
     from infoeval.api.gates import quantize as write_checkpoint
-    from infoeval.output.report import stdout_console
+    from infoeval.output.tables import stdout_console
 
     info = write_checkpoint(request)
     stdout_console().print(

@@ -14,7 +14,7 @@ def kl_fit(settings: KLFitSettings, outputs: Outputs) -> None:
     """Fit one discretized Gaussian to a two-bump target by forward KL (mode covering) and by reverse KL
     (mode seeking), from each start; prints centre, width and KL of each fit."""
     from infoeval.api.information import kl_fit as fit
-    from infoeval.klfit.report import print_kl_fit
+    from infoeval.klfit.tables import print_kl_fit
 
     outputs.check()
     data = as_json(fit(settings))

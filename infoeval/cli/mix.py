@@ -17,7 +17,7 @@ def mix(request: MixRequest, outputs: MixOutputs) -> None:
     mix and every uniform scheme on held-out text, and write the recipe, a llama.cpp --tensor-type file and a
     compressed-tensors config."""
     from infoeval.api.units import mix as run_mix
-    from infoeval.mixing.report import plot_mix, print_mix
+    from infoeval.mixing.tables import plot_mix, print_mix
 
     outputs.check()  # before the long run
     result = run_mix(outputs.running(request))

@@ -14,7 +14,7 @@ def mutual_info(request: MutualInfoRequest, outputs: Outputs) -> None:
     """How much the first half of a block of L tokens tells the model about the second half, I(L) ≈ H(Y) −
     H(Y|X) in bits, for each length; and the power law I(L) ≈ A·L^β with a bootstrap CI for β (L²M)."""
     from infoeval.api.information import mutual_info as run_mutual_info
-    from infoeval.mutual_information.report import mi_blocks_frame, print_mutual_info
+    from infoeval.mutual_information.tables import mi_blocks_frame, print_mutual_info
 
     outputs.check()  # before the long run
     data = as_json(run_mutual_info(outputs.running(request)))

@@ -12,7 +12,7 @@ def sensitivity(request: SensitivityRequest, outputs: Outputs) -> None:
     the original on the same windows: mean KL ± SE, P99, top-1 agreement, Δ ln PPL ± SE, ranked; with the
     diagonal-Fisher proxy and how well it ranks the units (Spearman ρ)."""
     from infoeval.api.units import sensitivity as run_sensitivity
-    from infoeval.sensitivities.report import print_sensitivity
+    from infoeval.sensitivities.tables import print_sensitivity
 
     outputs.check()
     result = run_sensitivity(outputs.running(request))

@@ -18,7 +18,7 @@ def spec_accept(request: SpecAcceptRequest, outputs: Outputs) -> None:
     acceptance by target-entropy quartile, top-1 runs and expected tokens per target call, at each temperature."""
     from infoeval.api.drafting import spec_accept as run_accept
     from infoeval.speculative.accept import plot_acceptance
-    from infoeval.speculative.report import print_spec_accept
+    from infoeval.speculative.tables import print_spec_accept
 
     outputs.check()
     result = run_accept(outputs.running(request))
@@ -38,7 +38,7 @@ def spec_decode(request: SpecDecodeRequest, outputs: Outputs) -> None:
     """Speculative sampling with KV caches (draft proposes γ tokens, the target verifies them in one pass) against
     plain sampling from the target: acceptance, tokens per target call, wall time and speed-up."""
     from infoeval.api.drafting import spec_decode as run_decode
-    from infoeval.speculative.report import print_spec_decode
+    from infoeval.speculative.tables import print_spec_decode
 
     result = run_decode(outputs.running(request))
     emit(
@@ -56,7 +56,7 @@ def distill(request: DistillRequest, outputs: Outputs) -> None:
     """Distillation terms per temperature: hard CE, KL(p_T‖q_T), T²·KL and the total loss, the teacher's entropy and
     tail mass, and the norm of the soft gradient with and without the T² factor."""
     from infoeval.api.drafting import distill as run_distill
-    from infoeval.speculative.report import print_distill
+    from infoeval.speculative.tables import print_distill
 
     result = run_distill(outputs.running(request))
     emit(
@@ -73,7 +73,7 @@ def temperature(request: TemperatureRequest, outputs: Outputs) -> None:
     """The temperature slider as a table: softmax(z/T) per class, top probability, tail mass and entropy in bits,
     for --logits given by hand or a model's next-token logits (--model M --prompt TEXT)."""
     from infoeval.api.drafting import temperature as temperature_table
-    from infoeval.speculative.report import print_temperature
+    from infoeval.speculative.tables import print_temperature
 
     model = request.model.model
     emit(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from infoeval.codec.pipeline import CodecSettings
+from infoeval.codec.compress import CodecSettings
 from infoeval.errors import UsageError, spell
 from infoeval.input.fields import group, option, optional_path
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from infoeval.codec import core
+from infoeval.codec.compress import load_as
 from infoeval.codec.container import pack, unpack
-from infoeval.codec.pipeline import load_as
 from infoeval.engine import model_device
 from infoeval.errors import RuntimeFailure, spell
 from infoeval.input.prepare import Reporter

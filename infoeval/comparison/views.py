@@ -8,7 +8,7 @@ from rich.table import Table
 
 from infoeval.measure.frontier import frontier_points
 from infoeval.measure.paired import LABELS as COLUMNS  # noqa: E402  (metric → its column's title)
-from infoeval.output.report import ReportTable, fmt_num, fmt_pm, report_table
+from infoeval.output.tables import ReportTable, fmt_num, fmt_pm, report_table
 
 STYLE = {"better": "green", "worse": "red", "not distinguishable": "dim"}
 WORD = {"better": "better", "worse": "worse", "not distinguishable": "≈"}

@@ -19,11 +19,11 @@ from infoeval.errors import UsageError, spell
 from infoeval.gating.baseline import judge_baseline
 from infoeval.gating.columns import GATE_COLUMNS, gate_metrics, gate_reducer, reference_columns
 from infoeval.gating.floor import floor_roles, gate_floor
+from infoeval.gating.gate import GateSettings, open_gate
 from infoeval.gating.limit_streams import Plan, limit_stream, window_columns
 from infoeval.gating.limits import below_floor, judge
-from infoeval.gating.pipeline import GateSettings, open_gate
 from infoeval.gating.positions import REFERENCE_TOP_COLUMNS, TOP_COLUMNS, row_columns
-from infoeval.gating.records import GateResult, gate_result
+from infoeval.gating.results import GateResult, gate_result
 from infoeval.gating.sequential_block import sequential_report
 from infoeval.gating.settings import SequentialSettings  # noqa: F401  (re-exported)
 from infoeval.input.prepare import Reporter, progress

@@ -30,7 +30,7 @@ import torch
 from infoeval.errors import UsageError, spell
 from infoeval.input.fields import comma_text, names, option
 from infoeval.input.provenance import provenance
-from infoeval.klfit.report import klfit_frame
+from infoeval.klfit.tables import klfit_frame
 from infoeval.output.results import Result
 
 DIRECTIONS = ("forward", "reverse")

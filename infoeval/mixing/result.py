@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from infoeval.mixing.problem import Problem
-from infoeval.mixing.report import summary_frame
 from infoeval.mixing.solve import Choice
+from infoeval.mixing.tables import summary_frame
 from infoeval.output.results import Result
 
 

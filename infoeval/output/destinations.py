@@ -88,7 +88,7 @@ class Outputs:
 
     def reporter(self):
         """The progress bar on stderr (none with -q)."""
-        from infoeval.output.report import RichReporter
+        from infoeval.output.tables import RichReporter
 
         return RichReporter(enabled=not self.quiet)
 

@@ -45,8 +45,8 @@ def emit(
     wanted; ``summary``: the command's own summary table, which the caller knows), then each extra file
     (path → its text), then the plot (``draw(plot)``); print the tables (``tables(console, data)``) on stdout and
     the files written on stderr. Returns the result's JSON dict."""
-    from infoeval.output.report import stdout_console
     from infoeval.output.results import atomic_write_bytes, write_outputs
+    from infoeval.output.tables import stdout_console
 
     data = as_json(result)
     if not distributed.is_main():  # under a launcher rank 0 writes and prints; the others stay silent

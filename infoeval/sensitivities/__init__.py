@@ -2,7 +2,7 @@
 quantized alone: units · pipeline (the sweep through the engine and the block-level stage) · proxy (the
 diagonal-Fisher predictor) · ranking (Spearman) · result · report · plot."""
 
-from infoeval.sensitivities.pipeline import sweep, sweep_prepared
 from infoeval.sensitivities.result import SensitivityResult
+from infoeval.sensitivities.sweep import sweep, sweep_prepared
 
 __all__ = ["SensitivityResult", "sweep", "sweep_prepared"]

@@ -15,7 +15,7 @@ import numpy as np
 from infoeval.measure.metrics import METRICS, Metric
 from infoeval.measure.stats import mean_se, quantile
 from infoeval.output.results import Result
-from infoeval.sensitivities.report import summary_frame
+from infoeval.sensitivities.tables import summary_frame
 
 UNIT_METRICS: dict[str, Metric] = {
     "n_weights": Metric("weights", None, "weights the unit quantizes"),

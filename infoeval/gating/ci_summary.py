@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from infoeval.gating.report import _num, baseline_row, candidate_label, sequential_line, sequential_rows, verdict_rows
+from infoeval.gating.tables import _num, baseline_row, candidate_label, sequential_line, sequential_rows, verdict_rows
 
 
 def _sequential_junit_rows(result: dict) -> list[tuple[str, str, str, str, str]]:

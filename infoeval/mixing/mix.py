@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from infoeval.comparison.pipeline import CompareColumns, run_lockstep
+from infoeval.comparison.compare import CompareColumns, run_lockstep
 from infoeval.errors import UsageError, spell
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings

@@ -9,7 +9,7 @@ from rich.table import Table
 from infoeval.input.protocols import registered
 from infoeval.measure.stats import MIN_BLOCKS
 from infoeval.output.llamacpp_table import print_block, scope_note
-from infoeval.output.report import fmt_num, fmt_pm, report_table, run_header
+from infoeval.output.tables import fmt_num, fmt_pm, report_table, run_header
 
 
 def _layers(q: dict) -> str:

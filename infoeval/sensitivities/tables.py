@@ -6,7 +6,7 @@ import pandas as pd
 from rich import box
 from rich.console import Console
 
-from infoeval.output.report import fmt_num, fmt_pm, report_table, run_header
+from infoeval.output.tables import fmt_num, fmt_pm, report_table, run_header
 
 COLUMNS = (
     "unit",

@@ -6,7 +6,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from infoeval.output.report import report_table
+from infoeval.output.tables import report_table
 
 MI_CSV_COLUMNS = [
     "length",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from infoeval.output.report import fmt_num, fmt_pm, report_table
+from infoeval.output.tables import fmt_num, fmt_pm, report_table
 
 
 def _cond(c: dict) -> str:

@@ -1,5 +1,5 @@
 """Gate and reference results as rich tables, the lines printed under them, and the cells that JUnit XML and
-markdown (``ci_report``) share. No torch."""
+markdown (``ci_summary``) share. No torch."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from rich.table import Table
 
 from infoeval.gating.limits import floor_line
 from infoeval.output.llamacpp_table import print_block, scope_note
-from infoeval.output.report import report_table
 from infoeval.output.results import atomic_write_bytes
+from infoeval.output.tables import report_table
 
 
 def _num(x, digits: int = 4) -> str:

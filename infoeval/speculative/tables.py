@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from infoeval.output.report import fmt_num, fmt_pm, report_table, run_header
-from infoeval.speculative.accept_report import accept_tables
+from infoeval.output.tables import fmt_num, fmt_pm, report_table, run_header
+from infoeval.speculative.accept_tables import accept_tables
 
 
 def _table(title: str, columns: list[str], caption: str | None = None, left: int = 1) -> Table:

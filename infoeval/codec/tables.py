@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from infoeval.output.report import fmt_num, report_table
+from infoeval.output.tables import fmt_num, report_table
 
 
 def _header_line(data: dict, verb: str) -> str:

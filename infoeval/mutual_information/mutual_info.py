@@ -22,8 +22,8 @@ from infoeval.mutual_information.estimator import (
     forwards_needed,
 )
 from infoeval.mutual_information.powerlaw import fit_with_ci
-from infoeval.mutual_information.report import mi_summary_frame
 from infoeval.mutual_information.request import MISettings, check_settings  # noqa: F401  (re-exported)
+from infoeval.mutual_information.tables import mi_summary_frame
 from infoeval.output.results import Result
 
 

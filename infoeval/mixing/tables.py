@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from rich.console import Console
 
-from infoeval.output.report import fmt_num, fmt_pm, report_table, run_header
+from infoeval.output.tables import fmt_num, fmt_pm, report_table, run_header
 
 CSV_COLUMNS = [
     "name",

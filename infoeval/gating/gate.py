@@ -21,8 +21,8 @@ from infoeval.gating.floor import floor_roles, gate_floor
 from infoeval.gating.hidden import HEAD_SOURCES, HIDDEN_KEYS, candidate_head, hidden_meta, hidden_pass
 from infoeval.gating.limits import below_floor, judge
 from infoeval.gating.positions import REFERENCE_TOP_COLUMNS, TOP_COLUMNS, check_top_k, row_columns
-from infoeval.gating.records import GateResult, ReferenceResult, gate_result
 from infoeval.gating.reference_file import KINDS, Reference, read_reference, write_reference
+from infoeval.gating.results import GateResult, ReferenceResult, gate_result
 from infoeval.gating.settings import GateSettings  # noqa: F401  (re-exported)
 from infoeval.input.prepare import Reporter, prepare, progress
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infoeval.gating.reference_file import Reference
-from infoeval.gating.report import verdicts_frame
 from infoeval.gating.settings import GateSettings
+from infoeval.gating.tables import verdicts_frame
 from infoeval.input.provenance import provenance
 from infoeval.output.results import Result
 
