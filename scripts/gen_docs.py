@@ -116,6 +116,8 @@ def _default(param) -> str:
 def _type(param, ctx) -> str:
     if getattr(param, "is_flag", False):
         return "flag"
+    if "≥" in (getattr(param, "metavar", None) or ""):  # a bound the request's field checks (fields.at_least)
+        return param.metavar.lower()
     try:
         label = param.display_type(ctx)
     except Exception:  # a parameter that is not Typer's: click's own type name
@@ -321,22 +323,18 @@ def render_metrics() -> str:
 # ---- result schemas: from the dataclasses' type hints ----------------------------------------------------
 def result_types() -> dict[str, type]:
     """Every command that writes a result JSON (``--json``) → its result dataclass (a ``Result``)."""
-    from infoeval.codec.compress import CompressResult as CodecCompress
-    from infoeval.codec.compress import DecompressResult
-    from infoeval.comparison.compare import CompareResult, CompressResult
+    from infoeval.codec.results import CompressResult, DecompressResult
+    from infoeval.comparison.results import CompareResult, CompressBitsResult
     from infoeval.gating.results import GateResult
-    from infoeval.klfit.fit import KLFitResult
+    from infoeval.klfit.result import KLFitResult
     from infoeval.mixing.result import MixResult
-    from infoeval.mutual_information.mutual_info import MutualInfoResult
+    from infoeval.mutual_information.result import MutualInfoResult
     from infoeval.sensitivities.result import SensitivityResult
-    from infoeval.speculative.accept import AcceptResult
-    from infoeval.speculative.distill import DistillResult
-    from infoeval.speculative.generate import DecodeResult
-    from infoeval.speculative.temperature import TemperatureResult
+    from infoeval.speculative.results import AcceptResult, DecodeResult, DistillResult, TemperatureResult
 
     return {
         "quantize-compare": CompareResult,
-        "compress-bits": CompressResult,
+        "compress-bits": CompressBitsResult,
         "gate": GateResult,
         "spec-accept": AcceptResult,
         "spec-decode": DecodeResult,
@@ -344,7 +342,7 @@ def result_types() -> dict[str, type]:
         "temperature": TemperatureResult,
         "mutual-info": MutualInfoResult,
         "kl-fit": KLFitResult,
-        "compress": CodecCompress,
+        "compress": CompressResult,
         "decompress": DecompressResult,
         "sensitivity": SensitivityResult,
         "mix": MixResult,

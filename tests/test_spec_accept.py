@@ -14,7 +14,7 @@ from tiny_models import as_json
 from infoeval.errors import UsageError
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.models import load_model
-from infoeval.speculative import accept, accept_columns
+from infoeval.speculative import accept, accept_columns, results
 from infoeval.speculative.drafts import DraftSettings
 
 CTX, MAX_TOKENS = 48, 150
@@ -136,8 +136,8 @@ def test_outputs_shape(layer1):
     result, cols = layer1
     frame = accept.positions_frame(cols)
     assert list(frame.columns) == accept.POSITION_COLUMNS and len(frame) == MAX_TOKENS * 5
-    rows = accept.summary_rows(result)
-    assert len(rows) == 5 and set(rows[0]) == set(accept.SUMMARY_COLUMNS)
+    rows = results.accept_rows(result)
+    assert len(rows) == 5 and set(rows[0]) == set(results.ACCEPT_COLUMNS)
     assert result["schema"].startswith("infoeval/spec-accept/")
     pv = result["provenance"]
     assert pv["draft"]["kind"] == "layers" and pv["draft"]["layers"] == 1 and pv["command"] == "spec-accept"

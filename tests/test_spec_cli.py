@@ -14,8 +14,8 @@ import pytest
 from cli_jobs import JobPool, declared_jobs
 from cli_run import run_cli
 
-from infoeval.speculative.accept import POSITION_COLUMNS, SUMMARY_COLUMNS
-from infoeval.speculative.generate import SUMMARY_COLUMNS as DECODE_COLUMNS
+from infoeval.speculative.accept import POSITION_COLUMNS
+from infoeval.speculative.results import ACCEPT_COLUMNS, DECODE_COLUMNS
 
 # one thread per run: three runs share the cores, and tiny models gain nothing from a second thread (OpenMP
 # threads that wait on a busy core made a tiny-model run 30× slower here)
@@ -182,7 +182,7 @@ def test_spec_accept_outputs(runs):
     assert result["schema"] == "infoeval/spec-accept/4" and result["provenance"]["draft"]["layers"] == 1
     assert {"model", "text", "protocol", "dtype", "device", "versions", "argv"} <= set(result["provenance"])
     summary = pd.read_csv(cwd / "o" / "s.csv")
-    assert list(summary.columns) == SUMMARY_COLUMNS and summary["mode"].tolist() == ["both", "both", "target"]
+    assert list(summary.columns) == ACCEPT_COLUMNS and summary["mode"].tolist() == ["both", "both", "target"]
     positions = pd.read_csv(cwd / "o" / "p.csv")
     assert list(positions.columns) == POSITION_COLUMNS and len(positions) == 96 * 3
     assert (positions["beta"] - (1 - positions["tv"])).abs().max() < 1e-5

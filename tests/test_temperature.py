@@ -11,6 +11,7 @@ from tiny_models import as_json
 from infoeval.errors import UsageError
 from infoeval.models import load_model
 from infoeval.speculative import temperature as tm
+from infoeval.speculative.results import temperature_frame
 
 Z = [9.1, 6.2, 4.6, 3.3]
 
@@ -54,7 +55,7 @@ def test_shown_subset_and_other():
 def test_table_from_logits():
     r = as_json(tm.temperature_table([1.0, 2.0], logits=Z, labels="cat,lion,lynx,dog"))
     assert r["labels"] == ["cat", "lion", "lynx", "dog"] and r["logits"] == pytest.approx(Z)
-    frame = tm.summary_frame(r)
+    frame = temperature_frame(r)
     assert list(frame.columns) == [
         "temperature",
         "p(cat)",

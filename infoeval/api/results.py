@@ -13,23 +13,19 @@ from infoeval.output.results import SCHEMA_VERSION, Result, positions_table, rea
 
 def _classes() -> dict[str, type[Result]]:
     """Each command's result class, by the command its schema names."""
-    from infoeval.codec.compress import CompressResult as CodecCompress
-    from infoeval.codec.compress import DecompressResult
-    from infoeval.comparison.compare import CompareResult, CompressResult
+    from infoeval.codec.results import CompressResult, DecompressResult
+    from infoeval.comparison.results import CompareResult, CompressBitsResult
     from infoeval.gating.results import GateResult, ReferenceResult
-    from infoeval.klfit.fit import KLFitResult
+    from infoeval.klfit.result import KLFitResult
     from infoeval.mixing.result import MixResult
-    from infoeval.mutual_information.mutual_info import MutualInfoResult
+    from infoeval.mutual_information.result import MutualInfoResult
     from infoeval.sensitivities.result import SensitivityResult
-    from infoeval.speculative.accept import AcceptResult
-    from infoeval.speculative.distill import DistillResult
-    from infoeval.speculative.generate import DecodeResult
-    from infoeval.speculative.temperature import TemperatureResult
+    from infoeval.speculative.results import AcceptResult, DecodeResult, DistillResult, TemperatureResult
 
     return {
         "quantize-compare": CompareResult,
-        "compress-bits": CompressResult,
-        "compress": CodecCompress,
+        "compress-bits": CompressBitsResult,
+        "compress": CompressResult,
         "decompress": DecompressResult,
         "reference": ReferenceResult,
         "gate": GateResult,

@@ -71,7 +71,7 @@ def compare(request: CompareRequest):
 @takes(CompressRequest, "compress-bits")
 def compress_bits(request: CompressRequest):
     """compress-bits: the model's code length for the text beside gzip, bz2, xz and zstd on the same bytes (and with
-    ``verify_coding`` a real arithmetic-coded file of them); returns the ``CompressResult`` with its positions.
+    ``verify_coding`` a real arithmetic-coded file of them); returns the ``CompressBitsResult`` with its positions.
     Called as ``compare`` is (keywords of ``CompressRequest``, a request, or ``config=``)."""
     from infoeval.comparison.compare import compress_bits as run_compress_bits
     from infoeval.comparison.frames import positions_frame

@@ -61,8 +61,10 @@ def parameter(entry: Entry, help: str | None = None) -> inspect.Parameter:
     if opt.argument:
         info = typer.Argument(metavar=opt.positional, help=help or opt.text(), show_default=False)
     else:
+        least = getattr(opt.parse, "least", None)
+        metavar = opt.metavar or (f"INTEGER (≥ {least})" if least is not None else None)
         info = typer.Option(
-            *opt.flags, help=help or opt.text(), show_default=show, rich_help_panel=entry.panel, metavar=opt.metavar
+            *opt.flags, help=help or opt.text(), show_default=show, rich_help_panel=entry.panel, metavar=metavar
         )
     if opt.required:
         shown = ...  # Typer's mark of a required parameter

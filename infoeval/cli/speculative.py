@@ -89,7 +89,11 @@ def temperature(request: TemperatureRequest, outputs: Outputs) -> None:
 def register(app: typer.Typer) -> None:
     """Add spec-accept, spec-decode, distill and temperature to the infoeval app."""
     tables = ("csv", "json", "positions", "folder", "quiet")
-    target = {"metavar": "TARGET", "what": "the target"}
+    target = {
+        "metavar": "TARGET",
+        "what": "the target",
+        "positional_help": "The target (teacher) model; same as --model.",
+    }
     plot = "Also draw acceptance against target entropy (T = 1) into this PNG (needs matplotlib)."
     accept = command(
         SpecAcceptRequest, spec_accept, outputs=Outputs, output_names=(*tables, "plot"), helps={"plot": plot}, **target
@@ -99,7 +103,13 @@ def register(app: typer.Typer) -> None:
         SpecDecodeRequest, spec_decode, outputs=Outputs, output_names=tables, helps={"positions": rounds}, **target
     )
     teacher = command(
-        DistillRequest, distill, outputs=Outputs, output_names=tables, metavar="TEACHER", what="the teacher"
+        DistillRequest,
+        distill,
+        outputs=Outputs,
+        output_names=tables,
+        metavar="TEACHER",
+        what="the teacher",
+        positional_help="The teacher model; same as --model.",
     )
     helps = {
         "model": f"Use this model's next-token logits after --prompt (e.g. {DEFAULT_MODEL}).",

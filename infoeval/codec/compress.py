@@ -16,6 +16,7 @@ from pathlib import Path
 
 from infoeval.codec import core, environment
 from infoeval.codec.container import DamagedPayload, pack, unpack
+from infoeval.codec.results import CompressResult, DecompressResult
 from infoeval.codec.summary import rate, summarize
 from infoeval.errors import DataError, RuntimeFailure, UsageError, spell
 from infoeval.input.fields import option
@@ -24,7 +25,7 @@ from infoeval.input.provenance import provenance
 from infoeval.input.settings import DEFAULT_MODEL
 from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.models.files import BUILTIN
-from infoeval.output.results import Result, atomic_write_bytes, check_file_option
+from infoeval.output.results import atomic_write_bytes, check_file_option
 
 
 @dataclass(frozen=True)
@@ -58,37 +59,6 @@ class CodecSettings:
             raise UsageError(
                 f"{spell('fallback')} {self.fallback} is not allowed; allowed: {', '.join(core.FALLBACKS)}"
             )
-
-
-@dataclass(frozen=True)
-class CompressResult(Result):
-    """compress: sizes, the ideal and the achieved bits, the overhead by cause, xz/zstd, throughput."""
-
-    input: dict
-    output: dict
-    mode: str
-    reason: str | None
-    layout: dict
-    bits: dict
-    bits_per_byte: dict
-    overhead: dict
-    compressors: tuple[dict, ...]
-    throughput: dict
-    exactness: dict | None
-    FAMILY = "compress"
-
-
-@dataclass(frozen=True)
-class DecompressResult(Result):
-    """decompress: sizes, tokens, throughput and the environment differences that --force let through."""
-
-    input: dict
-    output: dict
-    mode: str
-    tokens: int
-    throughput: dict
-    forced: tuple[str, ...]
-    FAMILY = "decompress"
 
 
 def read_input(path: Path) -> bytes:

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from infoeval import engine
 from infoeval.comparison.floor import floor_block, noise_floor
-from infoeval.comparison.frames import compress_frame, summary_frame
 from infoeval.comparison.lockstep import (  # noqa: F401  (REFERENCE … VARIANT_COLUMNS, lockstep_reducer: re-exported)
     FLOOR_STATISTICS,
     REF_COLUMNS,
@@ -25,6 +23,7 @@ from infoeval.comparison.lockstep import (  # noqa: F401  (REFERENCE … VARIANT
 )
 from infoeval.comparison.plans import PlanSettings, choose
 from infoeval.comparison.reference_first import evaluate_reference_first
+from infoeval.comparison.results import CompareResult, CompressBitsResult, VariantResult
 from infoeval.comparison.until import UntilSettings, bpb_ses, budget_windows, check_protocol, evaluate_until, kl_ses
 from infoeval.comparison.variants import build_planned, plan_variants
 from infoeval.errors import RuntimeFailure, UsageError, spell
@@ -39,54 +38,8 @@ from infoeval.measure.confidence import confidence_block
 from infoeval.measure.frontier import frontier_block
 from infoeval.measure.paired import PairedSettings, paired_block
 from infoeval.measure.protocol_metrics import protocol_figures
-from infoeval.output.results import Result
 from infoeval.quant.floor import FLOOR, FloorVariant
 from infoeval.quant.variant_settings import VariantSettings
-
-
-@dataclass(frozen=True)
-class VariantResult:
-    name: str
-    metrics: dict[str, float]
-    quantization: dict  # the scheme and the per-layer report
-
-
-@dataclass(frozen=True)
-class CompareResult(Result):
-    """quantize-compare: the reference's metrics and each variant's."""
-
-    reference: dict[str, float]
-    variants: tuple[VariantResult, ...]
-    protocol_metrics: dict | None = None  # the lm-eval / gptq protocol's own figures, per model
-    # --until-se: the target, whether it was reached, the tokens it took (comparison/until.py)
-    until_se: dict | None = None
-    floor: dict | None = None  # the noise floor: its windows, metrics, and each variant against it (measure/floor.py)
-    paired: dict | None = None  # --baseline: every other variant against it, paired verdicts (measure/paired.py)
-    # the bits-per-weight against KL frontier: the Pareto-optimal variants (measure/frontier.py)
-    frontier: dict | None = None
-    # each variant's mean KL and top-1 by the reference's top-1 probability (measure/confidence.py)
-    by_confidence: dict | None = None
-    # the plan taken (lockstep or reference-first), why, the memory budget and each plan's estimate (plans.py)
-    memory_plan: dict | None = None
-    FAMILY = "quantize-compare"
-    SUMMARY = staticmethod(summary_frame)
-    # without --until-se, with --floor off, without --baseline or a second variant
-    OMITTED_WHEN_NONE = ("until_se", "floor", "paired", "frontier", "by_confidence", "memory_plan")
-
-
-@dataclass(frozen=True)
-class CompressResult(Result):
-    """compress-bits: the model's code length and each compressor's, on the same bytes."""
-
-    reference: dict[str, float]
-    compressors: tuple[dict, ...]
-    model_over_xz: float | None
-    protocol_metrics: dict | None = None  # the lm-eval / gptq protocol's own figures
-    # --until-se: the target, whether it was reached, the tokens it took (comparison/until.py)
-    until_se: dict | None = None
-    FAMILY = "compress-bits"
-    SUMMARY = staticmethod(compress_frame)
-    OMITTED_WHEN_NONE = ("until_se",)  # without --until-se, the same record as before
 
 
 def _protocol_metrics(p: Prepared, cols: CompareColumns) -> dict | None:
@@ -253,7 +206,7 @@ def compress_bits(
     verify_coding: bool = False,
     until: UntilSettings | None = None,
     top_k: int = 0,
-) -> tuple[CompressResult, CompareColumns]:
+) -> tuple[CompressBitsResult, CompareColumns]:
     """The model's code length and each compressor's on the scored bytes; with ``verify_coding`` also the size of
     a real arithmetic-coded file of those bytes, measured by a round trip (``codec.verify``); with ``until`` the
     windows in a seeded order until the bits/byte SE is ≤ the target (the compressors then get those windows'
@@ -278,7 +231,7 @@ def compress_bits(
         reporter.stage("arithmetic coding (round trip)")
         rows.append(arithmetic_coded_row(p.loaded, data, window_settings.ctx, reporter))
     xz_bits = next(r["bits"] for r in rows if r["method"] == "xz -9")
-    result = CompressResult(
+    result = CompressBitsResult(
         p.provenance("compress-bits", **({"top_k": top_k} if top_k else {})),
         {**p.timings, **eval_timings},
         reference=ref,

@@ -248,23 +248,18 @@ def one_of(keyword: str, allowed: tuple[str, ...] | Callable[[], tuple[str, ...]
 
 def non_negative(keyword: str):
     """A parse that takes an integer ≥ 0 (a seed)."""
-
-    def parse(value):
-        if int(value) < 0:
-            raise UsageError(f"{spell(keyword)} {value} is not allowed; give an integer ≥ 0")
-        return value
-
-    return parse
+    return at_least(keyword, 0)
 
 
 def at_least(keyword: str, least: int):
     """A parse that takes an integer ≥ ``least``."""
 
     def parse(value):
-        if value < least:
+        if int(value) < least:
             raise UsageError(f"{spell(keyword)} {value} is not allowed; give an integer ≥ {least}")
         return value
 
+    parse.least = least  # the front ends show the bound (--help: INTEGER (≥ 1))
     return parse
 
 

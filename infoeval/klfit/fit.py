@@ -30,8 +30,7 @@ import torch
 from infoeval.errors import UsageError, spell
 from infoeval.input.fields import comma_text, names, option
 from infoeval.input.provenance import provenance
-from infoeval.klfit.tables import klfit_frame
-from infoeval.output.results import Result
+from infoeval.klfit.result import KLFitResult
 
 DIRECTIONS = ("forward", "reverse")
 
@@ -222,18 +221,6 @@ def run_kl_fit(s: KLFitSettings) -> tuple[torch.Tensor, torch.Tensor, list[Fit]]
     x = grid(s.support)
     lp = target_log_probs(x, s.target)
     return x, lp, fit_gaussians(lp, x, [(d, m0) for d in s.directions for m0 in s.starts], s)
-
-
-@dataclass(frozen=True)
-class KLFitResult(Result):
-    """kl-fit: the target p on its grid, and every fitted q with its centre, width and divergences."""
-
-    settings: dict
-    x: tuple[float, ...]
-    p: tuple[float, ...]
-    fits: tuple[dict, ...]
-    FAMILY = "kl-fit"
-    SUMMARY = staticmethod(klfit_frame)
 
 
 def kl_fit_result(s: KLFitSettings) -> KLFitResult:

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infoeval.errors import UsageError, spell
-from infoeval.input.fields import group, one_of, option
+from infoeval.input.fields import group, option
 from infoeval.input.request import RunRequest
 from infoeval.mixing.problem import parse_sweep
 from infoeval.mixing.solve import as_budget
 from infoeval.output.destinations import Outputs
 from infoeval.quant.schemes import Scheme, SchemeError, parse_scheme, parse_schemes
-from infoeval.sensitivities.units import KINDS
+from infoeval.sensitivities.units import KINDS, block_cache_option, by_option
 
 DEFAULT_MIX_SCHEMES = "int3-g128-asym,int4-g128,int4-g128-asym,int5-g128-asym,int8-channel"
 
@@ -39,11 +39,7 @@ class MixSettings:
         cli=str,
         parse=str,
     )
-    by: str = option(
-        "type",
-        help="Units: linear (each Linear), block (each decoder block) or type (each layer type).",
-        parse=one_of("by", KINDS),
-    )
+    by: str = by_option()
     sensitivity: tuple[Path, ...] = option(
         (),
         help="Per-unit KLs from `infoeval sensitivity` JSON (repeatable) instead of sweeping.",
@@ -55,12 +51,7 @@ class MixSettings:
         None, help="Also solve and measure budgets START:STOP:STEP (bits per weight) for the KL-vs-bits curve."
     )
     sweep_tokens: int = option(2048, help="Tokens the sensitivity sweep reads, right after the measured ones.")
-    block_cache: bool = option(
-        True,
-        flags=("--block-cache/--no-block-cache",),
-        help="Sweep each unit from the reference's cached input of its first block (--no-block-cache: from the "
-        "embeddings).",
-    )
+    block_cache: bool = block_cache_option()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "schemes", tuple(parse_schemes(self.schemes)))  # frozen: parsed once, here

@@ -4,7 +4,6 @@ the power-law fit with its bootstrap CI, and the result."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,20 +22,7 @@ from infoeval.mutual_information.estimator import (
 )
 from infoeval.mutual_information.powerlaw import fit_with_ci
 from infoeval.mutual_information.request import MISettings, check_settings  # noqa: F401  (re-exported)
-from infoeval.mutual_information.tables import mi_summary_frame
-from infoeval.output.results import Result
-
-
-@dataclass(frozen=True)
-class MutualInfoResult(Result):
-    """mutual-info: I(L) per length with its per-token view and profiles, the power-law fit, every block."""
-
-    settings: dict
-    lengths: tuple[dict, ...]
-    fit: dict
-    blocks: tuple[dict, ...]
-    FAMILY = "mutual-info"
-    SUMMARY = staticmethod(mi_summary_frame)
+from infoeval.mutual_information.result import MutualInfoResult
 
 
 def _block_rows(summaries: list[LengthSummary], nbytes: np.ndarray) -> list[dict]:

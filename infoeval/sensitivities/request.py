@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from infoeval.input.fields import group, non_negative, one_of, option
+from infoeval.input.fields import group, non_negative, option
 from infoeval.input.request import RunRequest
 from infoeval.input.settings import TextSettings
 from infoeval.quant.schemes import Scheme, parse_schemes
-from infoeval.sensitivities.units import KINDS, split_globs
+from infoeval.sensitivities.units import block_cache_option, by_option, split_globs
 
 SENSITIVITY_MAX_TOKENS = 2048  # sensitivity's --max-tokens default
 SENSITIVITY_SCHEMES = "int4-g128"
@@ -32,13 +32,7 @@ class SensitivityRequest(RunRequest):
         default_text=SENSITIVITY_SCHEMES,
         panel="Units",
     )
-    by: str = option(
-        "type",
-        help="Units: linear (one Linear layer), block (one decoder block), type (one layer type in every block, e.g. "
-        "mlp.down_proj).",
-        parse=one_of("by", KINDS),
-        panel="Units",
-    )
+    by: str = by_option(panel="Units")
     units: tuple[str, ...] = option(
         (),
         help="Keep only the units matching this glob (repeatable or comma-separated), e.g. '*mlp*'.",
@@ -47,13 +41,7 @@ class SensitivityRequest(RunRequest):
         parse=split_globs,
         panel="Units",
     )
-    block_cache: bool = option(
-        True,
-        flags=("--block-cache/--no-block-cache",),
-        help="Start each unit's forward from the reference's cached input of its first block (--no-block-cache: from "
-        "the embeddings, to time the plain path).",
-        panel="Units",
-    )
+    block_cache: bool = block_cache_option(panel="Units")
     proxy: bool = option(
         True,
         flags=("--proxy/--no-proxy",),

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from infoeval.errors import UsageError, spell
+from infoeval.input.fields import one_of, option
 from infoeval.quant.selection import decoder_prefix, plan_layers
 
 KINDS = ("linear", "block", "type")
@@ -88,3 +89,26 @@ def enumerate_units(model, by: str, globs: Sequence[str] = ()) -> list[Unit]:
 def split_globs(values: Sequence[str] | None) -> tuple[str, ...]:
     """--units given repeatedly or comma-separated: 'a,b' → ('a', 'b')."""
     return tuple(g.strip() for v in values or () for g in v.split(",") if g.strip())
+
+
+def by_option(**kw):
+    """--by linear|block|type: what one unit is (sensitivity's and mix's, declared once)."""
+    return option(
+        "type",
+        help="Units: linear (one Linear layer), block (one decoder block), type (one layer type in every block, e.g. "
+        "mlp.down_proj).",
+        parse=one_of("by", KINDS),
+        **kw,
+    )
+
+
+def block_cache_option(**kw):
+    """--block-cache/--no-block-cache: each unit's pass from its first block's cached input (sensitivity's and mix's
+    sweep, declared once)."""
+    return option(
+        True,
+        flags=("--block-cache/--no-block-cache",),
+        help="Start each unit's forward from the reference's cached input of its first block (--no-block-cache: from "
+        "the embeddings, to time the plain path).",
+        **kw,
+    )

@@ -12,7 +12,6 @@ tensor is made but the logits.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,12 +20,10 @@ from infoeval.input.prepare import Reporter, prepare, progress
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure.stats import LN2, mean_se, pearson, pinsker
 from infoeval.models import resolve_device, resolve_dtype
-from infoeval.output.results import Result
 from infoeval.speculative.accept_columns import AcceptColumns, evaluate_windows, key
 from infoeval.speculative.drafts import DraftSettings, build_draft
+from infoeval.speculative.results import GAMMAS, AcceptResult
 from infoeval.speculative.theory import entropy_quartiles, expected_tokens_table, run_length_table, run_lengths
-
-GAMMAS = tuple(range(1, 9))
 
 
 def parse_temperatures(spec: str | float, option: str = "--temperature") -> tuple[float, ...]:
@@ -46,18 +43,6 @@ def parse_temperatures(spec: str | float, option: str = "--temperature") -> tupl
             raise UsageError(f"{option} lists {s} twice")
         temps.append(t)
     return tuple(temps)
-
-
-@dataclass(frozen=True)
-class AcceptResult(Result):
-    """spec-accept: per condition (T, mode) the acceptance summary; greedy agreement and its runs."""
-
-    notation: str
-    temperatures: tuple[float, ...]
-    conditions: tuple[dict, ...]
-    top1: dict
-    FAMILY = "spec-accept"
-    SUMMARY = staticmethod(lambda data: summary_table_frame(data))
 
 
 def summarize(cols: AcceptColumns, t: float, mode: str) -> dict:
@@ -136,69 +121,6 @@ def spec_accept(
     return result, cols
 
 
-def summary_rows(result: dict) -> list[dict]:
-    """One flat row per condition, with stable column names (see SUMMARY_COLUMNS)."""
-    rows = []
-    t1 = result["top1"]
-    for c in result["conditions"]:
-        row = {
-            k: c[k]
-            for k in (
-                "temperature",
-                "mode",
-                "tokens",
-                "alpha",
-                "alpha_se",
-                "kl_mean",
-                "kl_se",
-                "tv_mean",
-                "pearson_r",
-                "pearson_n",
-                "entropy_p_bits",
-                "entropy_q_bits",
-                "nll_p",
-                "nll_q",
-            )
-        }
-        row["pinsker_violations"] = c["pinsker"]["violations"]
-        row["pinsker_max_ratio"] = c["pinsker"]["max_ratio"]
-        row["top1"], row["top1_se"] = t1["top1"], t1["top1_se"]
-        for q in c["quartiles"]:
-            row[f"alpha_{q['quartile'].lower()}"] = q["alpha"]
-        for e in c["expected_tokens"]:
-            row[f"e_mean_alpha_g{e['gamma']}"] = e["e_mean_alpha"]
-            row[f"e_per_position_g{e['gamma']}"] = e["e_per_position"]
-        rows.append(row)
-    return rows
-
-
-SUMMARY_COLUMNS = [
-    "temperature",
-    "mode",
-    "tokens",
-    "alpha",
-    "alpha_se",
-    "kl_mean",
-    "kl_se",
-    "tv_mean",
-    "pinsker_violations",
-    "pinsker_max_ratio",
-    "pearson_r",
-    "pearson_n",
-    "entropy_p_bits",
-    "entropy_q_bits",
-    "nll_p",
-    "nll_q",
-    "top1",
-    "top1_se",
-    "alpha_q1",
-    "alpha_q2",
-    "alpha_q3",
-    "alpha_q4",
-    *[f"e_mean_alpha_g{g}" for g in GAMMAS],
-    *[f"e_per_position_g{g}" for g in GAMMAS],
-]
-
 POSITION_COLUMNS = [
     "window",
     "position",
@@ -251,10 +173,3 @@ def plot_acceptance(result: dict, cols: AcceptColumns, path) -> None:
     pv = result["provenance"]
     title = f"{pv['model']['spec']} vs draft {name} on {pv['text']['source']}, T = {t:g} ({mode})"
     plot_acceptance_by_entropy(s["entropy_p"].astype(np.float64) / LN2, s["beta"].astype(np.float64), title, Path(path))
-
-
-def summary_table_frame(result: dict):
-    """The CLI's summary.csv of a spec-accept result: one row per condition, SUMMARY_COLUMNS."""
-    import pandas as pd
-
-    return pd.DataFrame(summary_rows(result)).reindex(columns=SUMMARY_COLUMNS)

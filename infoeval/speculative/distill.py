@@ -30,9 +30,9 @@ from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure.infotheory import by_rows, chunk_rows, log_softmax_t, nll
 from infoeval.measure.stats import LN2, mean_se
 from infoeval.models import resolve_device, resolve_dtype
-from infoeval.output.results import Result
 from infoeval.speculative.drafts import DraftSettings, build_draft
 from infoeval.speculative.pairs import base_of, run_paired
+from infoeval.speculative.results import DistillResult
 
 TERMS = (
     "hard_ce",
@@ -90,19 +90,6 @@ def distill_terms(
         "grad_norm": grad_norm,
         "t2_grad_norm": t2 * grad_norm,
     }
-
-
-@dataclass(frozen=True)
-class DistillResult(Result):
-    """distill: the loss terms at each temperature, and the check of the closed-form gradient."""
-
-    notation: str
-    alpha: float
-    temperatures: tuple[float, ...]
-    rows: tuple[dict, ...]
-    grad_check: dict
-    FAMILY = "distill"
-    SUMMARY = staticmethod(lambda data: rows_frame(data))
 
 
 @dataclass
@@ -189,35 +176,6 @@ def distill(
     return result, cols
 
 
-SUMMARY_COLUMNS = [
-    "temperature",
-    "alpha",
-    "tokens",
-    "hard_ce",
-    "hard_ce_se",
-    "kl",
-    "kl_se",
-    "t2_kl",
-    "t2_kl_se",
-    "loss",
-    "loss_se",
-    "soft_ce",
-    "hard_ce_bits",
-    "kl_bits",
-    "t2_kl_bits",
-    "loss_bits",
-    "soft_ce_bits",
-    "teacher_entropy_bits",
-    "teacher_entropy_bits_se",
-    "teacher_tail_mass",
-    "teacher_tail_mass_se",
-    "grad_norm",
-    "grad_norm_se",
-    "t2_grad_norm",
-    "t2_grad_norm_se",
-]
-
-
 def positions_frame(cols: DistillColumns):
     """Long format: one row per scored position and temperature."""
     import pandas as pd
@@ -230,10 +188,3 @@ def positions_frame(cols: DistillColumns):
             f[k if k != "teacher_entropy" else "teacher_entropy_bits"] = c[k] / LN2 if k == "teacher_entropy" else c[k]
         frames.append(f)
     return pd.concat(frames, ignore_index=True)
-
-
-def rows_frame(result: dict):
-    """The CLI's summary.csv of a distill result: its rows, SUMMARY_COLUMNS."""
-    import pandas as pd
-
-    return pd.DataFrame(result["rows"]).reindex(columns=SUMMARY_COLUMNS)

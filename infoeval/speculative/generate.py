@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass
 
 import torch
 
@@ -15,25 +14,11 @@ from infoeval.input.prepare import Reporter, progress
 from infoeval.input.provenance import provenance
 from infoeval.input.settings import ModelSettings
 from infoeval.models import load_model, resolve_device, resolve_dtype
-from infoeval.output.results import Result
 from infoeval.speculative.decode import Generation, plain_sample, speculative_sample
 from infoeval.speculative.drafts import DraftSettings, build_draft
+from infoeval.speculative.results import DecodeResult
 from infoeval.speculative.theory import break_even_alpha, expected_tokens
 from infoeval.speculative.verify import theorem1_check
-
-
-@dataclass(frozen=True)
-class DecodeResult(Result):
-    """spec-decode: plain and speculative sampling measured, and the model of the speed-up."""
-
-    settings: dict
-    plain: dict
-    speculative: dict
-    speedup: float
-    model_of_speedup: dict
-    verify: dict | None
-    FAMILY = "spec-decode"
-    SUMMARY = staticmethod(lambda data: summary_frame(data))
 
 
 def check_options(gamma: int, max_new: int, temperature: float, repeats: int, verify: int) -> None:
@@ -181,42 +166,6 @@ def spec_decode(
         verify=verified,
     )
     return result, spec
-
-
-SUMMARY_COLUMNS = [
-    "method",
-    "new_tokens",
-    "wall_s",
-    "tokens_per_s",
-    "speedup",
-    "target_calls",
-    "tokens_per_target_call",
-    "draft_calls",
-    "proposed",
-    "accepted",
-    "acceptance",
-    "verified",
-    "alpha",
-]
-
-
-def summary_frame(result: dict):
-    import pandas as pd
-
-    rows = []
-    for method in ("plain", "speculative"):
-        r = result[method]
-        rows.append(
-            {
-                "method": method,
-                **{k: r[k] for k in SUMMARY_COLUMNS[1:] if k in r},
-                "speedup": 1.0 if method == "plain" else result["speedup"],
-            }
-        )
-    frame = pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS)
-    for c in ("new_tokens", "target_calls", "draft_calls", "proposed", "accepted", "verified"):
-        frame[c] = frame[c].astype("Int64")
-    return frame
 
 
 def rounds_frame(spec: Generation):

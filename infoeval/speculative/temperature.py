@@ -12,7 +12,6 @@ entropy 1.7769 bits. T → ∞ tends to uniform (2 bits), T → 0 to one-hot (0 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
@@ -20,18 +19,7 @@ from infoeval.engine import last_logits
 from infoeval.errors import UsageError, spell
 from infoeval.input.provenance import provenance
 from infoeval.measure.stats import LN2
-from infoeval.output.results import Result
-
-
-@dataclass(frozen=True)
-class TemperatureResult(Result):
-    """temperature: softmax(z/T) of the shown classes at each T."""
-
-    labels: tuple[str, ...]
-    logits: tuple[float, ...]
-    rows: tuple[dict, ...]
-    FAMILY = "temperature"
-    SUMMARY = staticmethod(lambda data: summary_frame(data))
+from infoeval.speculative.results import TemperatureResult
 
 
 def parse_logits(spec: str) -> list[float]:
@@ -127,16 +115,3 @@ def temperature_table(
         logits=tuple(float(z[i]) for i in shown),
         rows=tuple(temperature_rows(z, temps, shown)),
     )
-
-
-def summary_frame(result: dict):
-    """One row per T: T, p(<label>) for each shown class, other, top_prob, tail_mass, entropy_bits."""
-    import pandas as pd
-
-    rows = []
-    for r in result["rows"]:
-        row = {"temperature": r["temperature"]}
-        row.update({f"p({name})": pr for name, pr in zip(result["labels"], r["probs"])})
-        row.update({k: r[k] for k in ("other", "top_prob", "tail_mass", "entropy_bits")})
-        rows.append(row)
-    return pd.DataFrame(rows)
