@@ -183,6 +183,7 @@ def run_lockstep(
         check_logits=False,
         clock=clock,
         only=only,
+        device=None if states is None else states[1].weight.device,
     )
     rows = cols["nll"].shape[0]
     floor_cols = (

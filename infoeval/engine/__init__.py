@@ -181,6 +181,7 @@ def run(
     check_logits: bool = True,
     clock: Clock | None = None,
     only: Mapping[str, Collection[int]] | None = None,
+    device: torch.device | None = None,
 ) -> dict[str, np.ndarray]:
     """Evaluate every batch with the roles the reducer asks for; returns the columns (identity columns, ``bytes``
     when ``nbytes`` is given, and the reducer's). ``n_rows`` defaults to the rows of ``batches``. Every role's
@@ -190,8 +191,9 @@ def run(
     where it runs (``role in step.logits``), and a column the reducer fills for it only there stays 0 elsewhere.
 
     Under a launcher (``distributed.launched()``) this rank evaluates its share of the batches and the rows of
-    all ranks are gathered, so every rank returns the same columns as one process would."""
-    device = model_device(next(iter(roles.values())))
+    all ranks are gathered, so every rank returns the same columns as one process would. ``device``: where the
+    inputs go when no role is a model (a reducer that makes every logit from stored states)."""
+    device = model_device(next(iter(roles.values()))) if roles else device or torch.device("cpu")
     n = n_rows if n_rows is not None else max((b.rows.stop for b in batches), default=0)
     cols = Columns(n, {**IDENTITY, "bytes": np.int64, **(schema or {})})
     parallel = distributed.launched()

@@ -1,0 +1,212 @@
+"""Layer-major passes: a model read from its safetensors one decoder layer at a time, run over every window at once.
+
+    capture:  the model's own forward on each batch of windows with its decoder layers replaced by recorders:
+              the first layer's input (the embeddings, scaled as the model scales them) and what the model gives
+              each layer (position embeddings, masks, position ids), as GPTQ's layer pipelines capture them
+    layers:   for ℓ = 0 … L−1: layer ℓ's tensors read from the checkpoint (memory-mapped, that layer's alone),
+              h_b = layer_ℓ(h_b, **given_ℓ,b) for every batch b, then the layer freed
+    last:     the final norm of each batch's kept positions: the last hidden states, (n, d) over the scored rows,
+              with the head (``models.head.OutputHead``) that makes the logits from them
+
+so the model is read once per pass, whatever the number of windows, and the memory of a pass is one layer plus the
+windows' hidden states. The rest of the model is a skeleton on the meta device (accelerate's ``init_empty_weights``:
+parameters on meta, buffers such as the rotary frequencies real); only the embeddings (during the capture), one
+layer, and the final norm and head are ever materialized. Every operation is the model's own, in its order, on the
+batches ``engine.plan`` makes, so the states are the ordinary forward's (``tests/test_streaming.py``). An
+architecture whose decoder is not a stack of layers between embeddings and a final norm is refused with one line.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from infoeval.engine import forward
+from infoeval.engine.batches import Batch
+from infoeval.engine.blocks import decoder
+from infoeval.errors import RuntimeFailure, UsageError, spell
+from infoeval.input.windows import window_inputs
+from infoeval.models.head import OutputHead, head_of
+
+
+@dataclass
+class Reads:
+    """What a pass read from the checkpoint and where its time went."""
+
+    bytes: int = 0
+    read_s: float = 0.0
+    compute_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"bytes_read": self.bytes, "read_s": self.read_s, "compute_s": self.compute_s}
+
+
+@dataclass
+class TensorFiles:
+    """The tensors of a folder's safetensors: which file holds each (one file, or a sharded index)."""
+
+    folder: Path
+    files: dict[str, Path]
+    reads: Reads = field(default_factory=Reads)
+
+    @classmethod
+    def of(cls, folder: Path) -> TensorFiles:
+        index, single = folder / "model.safetensors.index.json", folder / "model.safetensors"
+        if index.is_file():
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            return cls(folder, {name: folder / file for name, file in weight_map.items()})
+        if single.is_file():
+            from safetensors import safe_open
+
+            with safe_open(single, framework="pt") as f:
+                return cls(folder, {name: single for name in f.keys()})  # noqa: SIM118  (a safetensors handle)
+        found = sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".gguf", ".pt", ".pth"))
+        raise UsageError(
+            f"{spell('stream')} layers reads a model folder's safetensors (model.safetensors or a sharded "
+            f"model.safetensors.index.json); '{folder}' has {', '.join(found) or 'neither'}"
+        )
+
+    def read(self, names: dict[str, str], dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
+        """{key: tensor} for {key: the checkpoint's tensor name}, each read alone from its file, cast and placed."""
+        from safetensors import safe_open
+
+        t0, out, by_file = time.perf_counter(), {}, {}
+        for key, name in names.items():
+            if name not in self.files:
+                raise RuntimeFailure(f"the checkpoint in '{self.folder}' has no tensor '{name}'")
+            by_file.setdefault(self.files[name], []).append((key, name))
+        for file, wanted in by_file.items():
+            with safe_open(file, framework="pt", device="cpu") as f:
+                for key, name in wanted:
+                    t = f.get_tensor(name)
+                    self.reads.bytes += t.numel() * t.element_size()
+                    out[key] = t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
+        self.reads.read_s += time.perf_counter() - t0
+        return out
+
+
+def skeleton(folder: Path, dtype: torch.dtype) -> torch.nn.Module:
+    """The model of ``folder``'s config with every parameter on the meta device (buffers real), nothing read."""
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(folder)
+    with init_empty_weights(include_buffers=False):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return model.eval()
+
+
+class StreamedModel:
+    """A causal LM as a skeleton and its checkpoint: parts of it materialized when a pass needs them, then freed."""
+
+    def __init__(self, folder: Path, dtype: torch.dtype, device: torch.device):
+        self.files = TensorFiles.of(Path(folder))
+        self.model, self.dtype, self.device = skeleton(Path(folder), dtype), dtype, device
+        try:
+            self.decoder = decoder(self.model)
+        except RuntimeFailure:
+            raise UsageError(
+                f"{spell('stream')} layers runs a decoder that is a stack of layers between the embeddings and a final "
+                f"norm; {type(self.model).__name__} is not laid out so"
+            ) from None
+        self.names = {id(m): name for name, m in self.model.named_modules()}
+        self.reads = self.files.reads
+
+    def load(self, module: torch.nn.Module) -> torch.nn.Module:
+        """``module``'s parameters read from the checkpoint (a tied head's from the embeddings')."""
+        prefix = self.names[id(module)]
+        wanted = {n: f"{prefix}.{n}" for n, _ in module.named_parameters()}
+        if wanted.get("weight") not in self.files.files and module is self.model.get_output_embeddings():
+            if getattr(self.model.config, "tie_word_embeddings", False):
+                wanted["weight"] = f"{self.names[id(self.model.get_input_embeddings())]}.weight"
+        module.load_state_dict(self.files.read(wanted, self.dtype, self.device), assign=True)
+        return module
+
+    @staticmethod
+    def free(module: torch.nn.Module) -> None:
+        module.to("meta")
+
+
+class _Captured(Exception):
+    """Raised by the last layer's recorder: everything after the decoder layers is not needed."""
+
+
+@dataclass
+class Given:
+    """One batch's input of the first layer and what the model gives each layer besides the hidden states."""
+
+    hidden: torch.Tensor
+    layers: list[tuple[tuple, dict]]
+
+
+def capture(streamed: StreamedModel, inputs: torch.Tensor) -> Given:
+    """The model's own forward on ``inputs`` (B, T) up to its decoder layers, each replaced by a recorder."""
+    layers, given, first = streamed.decoder.layers, [], []
+
+    def recorder(index: int):
+        def record(*args, **kwargs):
+            hidden = args[0] if args else kwargs.pop("hidden_states")
+            given.append((tuple(args[1:]), kwargs))
+            if index == 0:
+                first.append(hidden)
+            if index == len(layers) - 1:
+                raise _Captured
+            return hidden
+
+        return record
+
+    for i, layer in enumerate(layers):
+        layer.forward = recorder(i)
+    try:
+        forward.forward_logits(streamed.model, inputs, 1)
+    except _Captured:
+        pass
+    finally:
+        for layer in layers:
+            del layer.forward
+    if len(given) != len(layers):
+        raise RuntimeFailure(f"internal error: {len(given)} of {len(layers)} decoder layers were called")
+    return Given(first[0], given)
+
+
+@torch.inference_mode()
+def last_states(
+    streamed: StreamedModel, stream_ids: torch.Tensor, batches: list[Batch], bos_id: int | None, on_layer=None
+) -> tuple[np.ndarray, OutputHead]:
+    """The last hidden states (after the final norm) of every scored row of ``batches``, as float32 (n, d), by one
+    layer-major pass; and the head that makes the logits from them. ``on_layer()`` after each layer."""
+    dec, reads = streamed.decoder, streamed.reads
+    embeddings = streamed.load(streamed.model.get_input_embeddings())
+    t0 = time.perf_counter()
+    inputs = [torch.cat([window_inputs(stream_ids, w, bos_id) for w in b.windows]).to(streamed.device) for b in batches]
+    given = [capture(streamed, x) for x in inputs]
+    reads.compute_s += time.perf_counter() - t0
+    streamed.free(embeddings)
+    hidden = [g.hidden for g in given]
+    for i, layer in enumerate(dec.layers):
+        streamed.load(layer)
+        t0 = time.perf_counter()
+        for b, g in enumerate(given):
+            args, kwargs = g.layers[i]
+            out = layer(hidden[b], *args, **kwargs)
+            hidden[b] = out[0] if isinstance(out, tuple) else out
+        reads.compute_s += time.perf_counter() - t0
+        streamed.free(layer)
+        if on_layer is not None:
+            on_layer()
+    norm = streamed.load(dec.norm)
+    n = batches[-1].rows.stop if batches else 0
+    states = np.empty((n, hidden[0].shape[-1] if hidden else 0), np.float32)
+    t0 = time.perf_counter()
+    for b, h in zip(batches, hidden):
+        kept = h[:, slice(-b.keep, None) if isinstance(b.keep, int) else b.keep.to(h.device), :]
+        states[b.rows] = norm(kept).float().reshape(-1, kept.shape[-1]).cpu().numpy()
+    reads.compute_s += time.perf_counter() - t0
+    streamed.load(streamed.model.get_output_embeddings())
+    head = head_of(streamed.model)
+    return states, head

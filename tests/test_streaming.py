@@ -1,0 +1,189 @@
+"""Layer-major passes (``engine/streaming.py``): the model read one decoder layer at a time, over every window, gives
+the ordinary forward's last hidden states and per-position NLL, on tiny Llama, Qwen3, Mistral-style (a sliding
+window shorter than the context) and Gemma-style (scaled embeddings, alternating sliding layers, a soft-capped head)
+models, in float32 and bfloat16; the checkpoint is read once per pass, and what cannot be streamed is refused."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from tiny_models import _save, make_tokenizer
+
+from infoeval import engine
+from infoeval.comparison.lockstep import run_lockstep
+from infoeval.comparison.reference_first import reference_states
+from infoeval.engine.streaming import StreamedModel, last_states
+from infoeval.errors import UsageError
+from infoeval.input.prepare import Reporter, prepare
+from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+
+CTX = 64
+
+
+def _mistral(folder):
+    """Two Mistral layers with a 16-token sliding window: the mask differs from the causal one inside a window."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    tok = make_tokenizer(bos=True)
+    config = MistralConfig(
+        vocab_size=len(tok),
+        hidden_size=48,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=12,
+        sliding_window=16,
+        max_position_embeddings=512,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(1)
+    return _save(MistralForCausalLM(config), tok, folder)
+
+
+def _gemma2(folder):
+    """Three Gemma 2 layers (sliding, full, sliding: a 16-token window), scaled embeddings, soft-capped attention
+    and head, tied embeddings."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    tok = make_tokenizer(bos=True)
+    config = Gemma2Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        sliding_window=16,
+        final_logit_softcapping=2.0,
+        max_position_embeddings=512,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(2)
+    return _save(Gemma2ForCausalLM(config), tok, folder)
+
+
+def _gemma3(folder):
+    """Gemma 3's text model: two rotary bases (local and global layers get different position embeddings), q/k
+    norms, a 16-token sliding window on every layer but the last."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    tok = make_tokenizer(bos=True)
+    config = Gemma3TextConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        sliding_window=16,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        max_position_embeddings=512,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(3)
+    return _save(Gemma3ForCausalLM(config), tok, folder)
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory, tiny_text):
+    path = tmp_path_factory.mktemp("text") / "tiny.txt"
+    path.write_text(tiny_text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, tiny_llama_dir, tiny_qwen3_dir):
+    root = tmp_path_factory.mktemp("streamed")
+    return {
+        "llama": tiny_llama_dir,
+        "qwen3": tiny_qwen3_dir,
+        "mistral": _mistral(root / "mistral"),
+        "gemma2": _gemma2(root / "gemma2"),
+        "gemma3": _gemma3(root / "gemma3"),
+    }
+
+
+def _prepared(folder, text_file, dtype: str):
+    return prepare(
+        ModelSettings(str(folder), "cpu", dtype),
+        TextSettings(text=text_file, max_tokens=5 * CTX),
+        WindowSettings(ctx=CTX),
+        Reporter(),
+    )
+
+
+def _streamed(p, folder, dtype: str):
+    streamed = StreamedModel(folder, getattr(torch, dtype), torch.device("cpu"))
+    layers = []
+    states, head = last_states(
+        streamed, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id, lambda: layers.append(1)
+    )
+    return states, head, streamed, len(layers)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "mistral", "gemma2", "gemma3"])
+def test_the_streamed_pass_gives_the_forward_passes_states_and_nll(folders, text_file, tmp_path, arch, dtype):
+    p = _prepared(folders[arch], text_file, dtype)
+    states, head, streamed, layers = _streamed(p, folders[arch], dtype)
+    assert layers == p.loaded.model.config.num_hidden_layers and len(p.windows) == 5
+    # the states the model's own forward gives (reference-first's pass), bit for bit
+    expected = reference_states(p, None, engine.Clock(), str(tmp_path))
+    assert states.shape == expected.shape and np.array_equal(states, expected)
+    # and the NLL of every scored position, through the same reducer as the ordinary lockstep's
+    ordinary = run_lockstep(p.loaded.model, p.stream, p.windows, bos_id=p.protocol.prefix_id)
+    from_states = run_lockstep(None, p.stream, p.windows, bos_id=p.protocol.prefix_id, states=(states, head))
+    assert np.max(np.abs(from_states.reference["nll"] - ordinary.reference["nll"])) <= 1e-5
+    assert from_states.reference["nll"].shape == ordinary.reference["nll"].shape
+
+
+def test_the_checkpoint_is_read_once_per_pass(folders, text_file):
+    p = _prepared(folders["qwen3"], text_file, "float32")
+    _, _, streamed, _ = _streamed(p, folders["qwen3"], "float32")
+    stored = sum(t.numel() * t.element_size() for t in p.loaded.model.state_dict().values())
+    assert streamed.reads.bytes == stored  # embeddings, each layer, the norm and the head: each once
+    assert streamed.reads.read_s > 0 and streamed.reads.compute_s > 0
+    assert all(t.device.type == "meta" for t in streamed.model.model.layers.parameters())  # every layer freed
+
+
+def test_a_tied_head_is_read_from_the_embeddings(folders, text_file):
+    p = _prepared(folders["gemma2"], text_file, "float32")
+    assert p.loaded.model.config.tie_word_embeddings
+    _, head, _, _ = _streamed(p, folders["gemma2"], "float32")
+    assert torch.equal(head.weight, p.loaded.model.get_input_embeddings().weight)
+
+
+def test_a_folder_without_safetensors_is_refused(tmp_path, tiny_llama_dir):
+    folder = tmp_path / "bin-model"
+    folder.mkdir()
+    (folder / "config.json").write_text((tiny_llama_dir / "config.json").read_text(), encoding="utf-8")
+    (folder / "pytorch_model.bin").write_bytes(b"")
+    with pytest.raises(UsageError, match="reads a model folder's safetensors .* has pytorch_model.bin$"):
+        StreamedModel(folder, torch.float32, torch.device("cpu"))
+
+
+def test_a_sharded_checkpoint_is_read_by_its_index(folders, text_file, tmp_path):
+    """A checkpoint saved in shards (model.safetensors.index.json) streams to the same states."""
+    from tiny_models import _quiet
+
+    p = _prepared(folders["llama"], text_file, "float32")
+    sharded = tmp_path / "sharded"
+    with _quiet():
+        p.loaded.model.save_pretrained(sharded, max_shard_size="40KB")
+    index = json.loads((sharded / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 2
+    states, _, _, _ = _streamed(p, sharded, "float32")
+    expected, _, _, _ = _streamed(p, folders["llama"], "float32")
+    assert np.array_equal(states, expected)
