@@ -10,7 +10,7 @@ fixed or sequential) and ``infoeval.quantize`` (a fake-quantized checkpoint); th
 from __future__ import annotations
 
 from infoeval.api.requests import takes
-from infoeval.api.scoring import _prepared, _reporter
+from infoeval.api.scoring import _reporter, _run
 from infoeval.errors import UsageError, spell
 from infoeval.gating.request import (
     LIMITS,  # noqa: F401  (re-exported)
@@ -28,22 +28,18 @@ def reference(request: ReferenceRequest):
     ``ReferenceResult``. Called with the keywords of ``ReferenceRequest`` (the text, window and device keywords as
     ``compare``'s), a request, or ``config=``."""
     from infoeval.gating.gate import build_reference
-    from infoeval.models.objects import evaluating
 
-    model, model_settings = _prepared(request)
-    with evaluating(model):
-        return build_reference(
-            model_settings,
-            request.text,
-            request.window,
-            request.out,
-            request.top_k,
-            request.tail_samples,
-            request.seed,
-            _reporter(request.progress),
-            request.format,
-            request.head,
-        )
+    return _run(
+        request,
+        build_reference,
+        request.out,
+        request.top_k,
+        request.tail_samples,
+        request.seed,
+        _reporter(request.progress),
+        request.format,
+        request.head,
+    )
 
 
 def _candidate(request: GateRequest):

@@ -35,6 +35,16 @@ def _prepared(request):
     return reference, dataclasses.replace(request.model, model=reference, **own)
 
 
+def _run(request, pipeline, *args, **kwargs):
+    """``pipeline(model settings, text settings, window settings, *args, **kwargs)`` on the request's model (an
+    object in memory is used where it is, and left as it was: ``models.objects.evaluating``)."""
+    from infoeval.models.objects import evaluating
+
+    model, model_settings = _prepared(request)
+    with evaluating(model):
+        return pipeline(model_settings, request.text, request.window, *args, **kwargs)
+
+
 @takes(CompareRequest, "quantize-compare")
 def compare(request: CompareRequest):
     """quantize-compare: the reference and each variant (``schemes``, ``recipes``, ``checkpoints``: saved folders,

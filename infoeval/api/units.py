@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from infoeval.api.requests import takes
-from infoeval.api.scoring import _prepared, _reporter
+from infoeval.api.scoring import _reporter, _run
 from infoeval.mixing.settings import MixRequest
 from infoeval.sensitivities.request import SENSITIVITY_MAX_TOKENS, SensitivityRequest  # noqa: F401  (re-exported)
 
@@ -21,23 +21,19 @@ def sensitivity(request: SensitivityRequest):
     scheme and measured against the original on the same windows (mean KL ± SE, P99, top-1, Δ ln PPL ± SE), with
     the diagonal-Fisher proxy (``proxy``) and its Spearman ρ; returns the ``SensitivityResult``. Called with the
     keywords of ``SensitivityRequest``, a request, or ``config=`` a TOML file of them."""
-    from infoeval.models.objects import evaluating
     from infoeval.sensitivities import sweep
 
-    reference, model_settings = _prepared(request)
-    with evaluating(reference):
-        return sweep(
-            model_settings,
-            request.text,
-            request.window,
-            request.schemes,
-            by=request.by,
-            units=request.units,
-            block_cache=request.block_cache,
-            proxy=request.proxy,
-            seed=request.seed,
-            reporter=_reporter(request.progress),
-        )
+    return _run(
+        request,
+        sweep,
+        request.schemes,
+        by=request.by,
+        units=request.units,
+        block_cache=request.block_cache,
+        proxy=request.proxy,
+        seed=request.seed,
+        reporter=_reporter(request.progress),
+    )
 
 
 @takes(MixRequest, "mix")
@@ -49,11 +45,6 @@ def mix(request: MixRequest):
     keywords of ``MixRequest``, a request, or ``config=``."""
     from infoeval.comparison.frames import positions_frame
     from infoeval.mixing.mix import mix as run_mix
-    from infoeval.models.objects import evaluating
 
-    reference, model_settings = _prepared(request)
-    with evaluating(reference):
-        result, cols, sweep_json = run_mix(
-            model_settings, request.text, request.window, request.mix, _reporter(request.progress)
-        )
+    result, cols, sweep_json = _run(request, run_mix, request.mix, _reporter(request.progress))
     return result.with_positions(lambda: positions_frame(cols.reference, cols.variants), cols).with_sweep(sweep_json)

@@ -26,7 +26,6 @@ def mix(request: MixRequest, outputs: MixOutputs) -> None:
     emit(
         outputs,
         data,
-        command="mix",
         model=request.model.model,
         positions=lambda: result.positions,
         draw=lambda path: plot_mix(data, path),

@@ -12,24 +12,28 @@ def emit(
     outputs,
     result,
     *,
-    command: str,
     model: str,
     tables,
+    command: str | None = None,
     source: str | None = None,
     positions=None,
     draw=None,
     extras: dict | Callable[[dict], dict] | None = None,
     also_written: tuple[str, ...] = (),
 ) -> dict:
-    """Write, draw and print a result (``cli.output.emit``) into this command's paths; ``source``: the text's
-    name in the run folder's name (default: the result's provenance); ``extras``: more files, or a function of
-    the paths that gives them. Returns the result's JSON dict."""
+    """Write, draw and print a result (``output.emit``) into this command's paths; ``command``: the command in the
+    run folder's name (default: the result's provenance); ``source``: the text's name there (default: the
+    result's provenance); ``positions``: the positions frame (default: a typed result's ``positions``);
+    ``extras``: more files, or a function of the paths that gives them. Returns the result's JSON dict."""
     from infoeval.api import summary_of
     from infoeval.output.emit import as_json
     from infoeval.output.emit import emit as write
 
     data = as_json(result)
+    command = command or data["provenance"]["command"]
     paths = outputs.paths(command, model, source if source is not None else data["provenance"]["text"]["source"])
+    if positions is None and not isinstance(result, dict) and hasattr(result, "positions"):
+        positions = lambda: result.positions  # noqa: E731
     return write(
         data,
         paths=paths,

@@ -26,7 +26,6 @@ def spec_accept(request: SpecAcceptRequest, outputs: Outputs) -> None:
     emit(
         outputs,
         data,
-        command="spec-accept",
         model=request.model.model,
         positions=lambda: result.positions,
         draw=lambda path: plot_acceptance(data, result.columns, path),
@@ -44,10 +43,8 @@ def spec_decode(request: SpecDecodeRequest, outputs: Outputs) -> None:
     emit(
         outputs,
         result,
-        command="spec-decode",
         model=request.model.model,
         source="prompt",
-        positions=lambda: result.positions,
         tables=print_spec_decode,
     )
 
@@ -62,9 +59,7 @@ def distill(request: DistillRequest, outputs: Outputs) -> None:
     emit(
         outputs,
         result,
-        command="distill",
         model=request.model.model,
-        positions=lambda: result.positions,
         tables=print_distill,
     )
 
