@@ -13,7 +13,7 @@ import torch
 from tiny_models import _save, make_tokenizer
 
 from infoeval import engine
-from infoeval.comparison.lockstep import run_lockstep
+from infoeval.comparison.lockstep import REFERENCE, run_lockstep
 from infoeval.comparison.reference_first import reference_states
 from infoeval.engine.streaming import StreamedModel, last_states
 from infoeval.errors import UsageError
@@ -127,9 +127,10 @@ def _prepared(folder, text_file, dtype: str):
 def _streamed(p, folder, dtype: str):
     streamed = StreamedModel(folder, getattr(torch, dtype), torch.device("cpu"))
     layers = []
-    states, head = last_states(
-        streamed, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id, lambda: layers.append(1)
+    out = last_states(
+        streamed, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id, on_layer=lambda: layers.append(1)
     )
+    states, head = out["reference"]
     return states, head, streamed, len(layers)
 
 
@@ -144,7 +145,9 @@ def test_the_streamed_pass_gives_the_forward_passes_states_and_nll(folders, text
     assert states.shape == expected.shape and np.array_equal(states, expected)
     # and the NLL of every scored position, through the same reducer as the ordinary lockstep's
     ordinary = run_lockstep(p.loaded.model, p.stream, p.windows, bos_id=p.protocol.prefix_id)
-    from_states = run_lockstep(None, p.stream, p.windows, bos_id=p.protocol.prefix_id, states=(states, head))
+    from_states = run_lockstep(
+        None, p.stream, p.windows, bos_id=p.protocol.prefix_id, stored={REFERENCE: (states, head)}
+    )
     assert np.max(np.abs(from_states.reference["nll"] - ordinary.reference["nll"])) <= 1e-5
     assert from_states.reference["nll"].shape == ordinary.reference["nll"].shape
 
@@ -187,3 +190,56 @@ def test_a_sharded_checkpoint_is_read_by_its_index(folders, text_file, tmp_path)
     states, _, _, _ = _streamed(p, sharded, "float32")
     expected, _, _, _ = _streamed(p, folders["llama"], "float32")
     assert np.array_equal(states, expected)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_streamed_variants_and_floor_equal_the_lockstep(folders, text_file, arch):
+    """Schemes, a recipe and the noise floor quantized layer by layer as the pass loads them: every column of the
+    lockstep (both models in memory) again, and each variant's report (SQNR, stored bytes) the same."""
+    from infoeval.comparison.lockstep import FLOOR
+    from infoeval.engine.streaming import Role
+    from infoeval.quant.apply import build_variants
+    from infoeval.quant.floor import build_floor
+    from infoeval.quant.layerwise import LayerwiseFloor, LayerwiseVariant
+    from infoeval.quant.recipe import parse_recipe
+    from infoeval.quant.schemes import parse_schemes
+
+    p = _prepared(folders[arch], text_file, "float32")
+    schemes = parse_schemes("int4-g32,int8-channel")
+    recipe = parse_recipe(
+        {"recipe": {"default": "int4-g32"}, "units": {"*mlp.down_proj": "int8-channel"}}, name="mixed"
+    )
+    include = ["lm_head"]  # the head quantized too: the variants' heads differ from the reference's
+    model, at = p.loaded.model, [1, 3]
+    expected = run_lockstep(
+        model,
+        p.stream,
+        p.windows,
+        build_variants(model, schemes, [recipe], include, lazy=True),
+        p.protocol.prefix_id,
+        floor=build_floor(model, include, seed=7),
+        floor_at=at,
+    )
+    streamed = StreamedModel(folders[arch], torch.float32, torch.device("cpu"))
+    batches = engine.plan(p.windows)
+    layerwise = [LayerwiseVariant(streamed.model, s, include) for s in [*schemes, recipe]]
+    floor = LayerwiseFloor(streamed.model, include, seed=7)
+    roles = [
+        Role(REFERENCE, None, range(len(batches))),
+        *[Role(v.name, v, range(len(batches))) for v in layerwise],
+        Role(FLOOR, floor, [i for i, b in enumerate(batches) if b.windows[0].index in at]),
+    ]
+    stored = last_states(streamed, p.stream.ids, batches, p.protocol.prefix_id, roles)
+    variants = [v.finished(streamed.model) for v in layerwise]
+    got = run_lockstep(
+        None, p.stream, p.windows, variants, p.protocol.prefix_id, floor=floor, floor_at=at, stored=stored
+    )
+    for name, cols in expected.variants.items():
+        for key, column in cols.items():
+            assert np.allclose(got.variants[name][key], column, rtol=0, atol=1e-6), (name, key)
+    for key, column in expected.floor.items():
+        assert np.allclose(got.floor[key], column, rtol=0, atol=1e-6), key
+    assert np.array_equal(got.reference["nll"], expected.reference["nll"])
+    whole = build_variants(model, schemes, [recipe], include, lazy=True)
+    assert [v.summary() for v in variants] == [v.summary() for v in whole]
+    assert floor.summary() == build_floor(model, include, seed=7).summary()

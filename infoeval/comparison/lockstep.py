@@ -6,7 +6,7 @@ reference (``infotheory.compare``); only per-position numbers are kept."""
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -85,21 +85,31 @@ class CompareColumns:
 
 
 def lockstep_reducer(
-    variant_names: Sequence[str], top_k: int = 0, clock: engine.Clock | None = None, states=None
+    variant_names: Sequence[str],
+    top_k: int = 0,
+    clock: engine.Clock | None = None,
+    stored: Mapping[str, tuple] | None = None,
+    floor_at: Collection[int] = (),
 ) -> engine.Reducer:
     """Reference statistics, then each variant against them, window by window (buffers reused across windows);
-    the reference's logits its model's, or with ``states`` ((n, d) last hidden states of every row, and the head:
-    ``comparison/reference_first.py``) the head applied to the step's rows of them;
-    the noise floor's columns where it runs (``FLOOR in step.logits``: the windows ``engine.run(only=…)`` gives it;
-    its statistics' seconds go to ``clock.roles[FLOOR_STATISTICS]``).
+    each model's logits its own, or for a role in ``stored`` (role → (n, d) last hidden states of every row, and
+    the head: ``comparison/reference_first.py``, ``engine/streaming.py``) the head applied to the step's rows of
+    them; the noise floor's columns where it runs (``FLOOR in step.logits``: the windows ``engine.run(only=…)``
+    gives it; a stored floor: the windows ``floor_at``; its statistics' seconds go to
+    ``clock.roles[FLOOR_STATISTICS]``).
     Each model's entropies are checked finite, which they are exactly when its logits are (``engine.run`` leaves
     the check to this reducer: one pass over the logits fewer per model and window). With ``top_k`` every model's
     k most likely tokens and their probabilities too (``top_ids``, ``top_p``: (n, k) columns)."""
-    workspace = Workspace()
+    workspace, stored, at = Workspace(), stored or {}, frozenset(floor_at)
+
+    def logits(step: engine.Step, role: str) -> torch.Tensor:
+        if role in stored:
+            return stored_logits(stored[role], step.batch.rows, step.targets[0].device)
+        return step.logits[role][0]
 
     def reduce(step: engine.Step) -> dict:
         targets = step.targets[0]
-        z = step.logits[REFERENCE][0] if states is None else stored_logits(states, step.batch.rows, targets.device)
+        z = logits(step, REFERENCE)
         ref = reference_stats(z, targets, workspace)
         engine.require_finite(ref.entropy, REFERENCE, step.batch)
         out = {
@@ -111,14 +121,14 @@ def lockstep_reducer(
         if top_k:
             out["top_ids"], out["top_p"] = top_k_probs(z, top_k, log_normalizer=ref.max + ref.log_sum)
         for name in variant_names:
-            zq = step.logits[name][0]
+            zq = logits(step, name)
             columns = compare(ref, zq, targets, workspace)
             engine.require_finite(columns["entropy"], name, step.batch)
             out |= {f"{name}/{k}": columns[k] for k in VARIANT_COLUMNS}
             if top_k:
                 out[f"{name}/top_ids"], out[f"{name}/top_p"] = top_k_probs(zq, top_k, max_log_prob=columns["max_logq"])
-        if FLOOR in step.logits:
-            zf = step.logits[FLOOR][0]
+        if FLOOR in step.logits or FLOOR in stored and all(w.index in at for w in step.batch.windows):
+            zf = logits(step, FLOOR)
             t0 = time.perf_counter()
             columns = compare(ref, zf, targets, workspace)
             engine.require_finite(columns["entropy"], FLOOR, step.batch)
@@ -147,17 +157,19 @@ def run_lockstep(
     top_k: int = 0,
     floor: FloorVariant | None = None,
     floor_at: Collection[int] = (),
-    states=None,
+    stored: Mapping[str, tuple] | None = None,
 ) -> CompareColumns:
     """Evaluate the reference and every variant on every window, window by window (``clock``: ``engine.run``'s;
     ``top_k``: also every model's k most likely tokens per position); with ``floor``, the noise floor too, in the
-    same lockstep, on the windows ``floor_at`` (indices) only. With ``states`` (``lockstep_reducer``'s) the
-    reference does not run: its logits come from them."""
+    same lockstep, on the windows ``floor_at`` (indices) only. A role in ``stored`` (``lockstep_reducer``'s) does
+    not run: its logits come from its stored states."""
+    stored = stored or {}
     roles = {
-        **({} if states is not None else {REFERENCE: model}),
+        **({} if REFERENCE in stored else {REFERENCE: model}),
         **{
             v.name: v.model if isinstance(v, (MethodVariant, ModuleVariant)) else WithVariant(model, v)
             for v in variants
+            if v.name not in stored
         },
     }
     top = TOP_COLUMNS if top_k else {}
@@ -166,24 +178,25 @@ def run_lockstep(
     names = [v.name for v in variants]
     only, at = {}, frozenset(floor_at)
     if floor is not None and any(w.index in at for w in windows):
-        roles[FLOOR], only[FLOOR] = WithVariant(model, floor), at
+        if FLOOR not in stored:
+            roles[FLOOR], only[FLOOR] = WithVariant(model, floor), at
         schema |= {f"{FLOOR}/{k}": t for k, t in FLOOR_COLUMNS.items()}
     # with SHARED_TOKENS > ctx the variants' blocks see several windows at a time and dequantize once per batch
-    shared = (len(roles) > 1 or states is not None) and not switches.off("shared_batches")
+    shared = (len(roles) > 1 or bool(stored)) and not switches.off("shared_batches")
     batches = engine.plan_shared(windows, SHARED_TOKENS) if shared else engine.plan(windows)
     cols = engine.run(
         roles,
         stream.ids,
         batches,
         bos_id,
-        lockstep_reducer(names, top_k, clock, states),
+        lockstep_reducer(names, top_k, clock, stored, at),
         schema,
         stream.nbytes,
         on_forward,
         check_logits=False,
         clock=clock,
         only=only,
-        device=None if states is None else states[1].weight.device,
+        device=next(iter(stored.values()))[1].weight.device if stored else None,
     )
     rows = cols["nll"].shape[0]
     floor_cols = (

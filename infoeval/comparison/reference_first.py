@@ -26,7 +26,7 @@ import torch
 
 from infoeval import distributed, engine, heap
 from infoeval.comparison.floor import noise_floor
-from infoeval.comparison.lockstep import CompareColumns, run_lockstep
+from infoeval.comparison.lockstep import REFERENCE, CompareColumns, run_lockstep
 from infoeval.engine.roles import Headless
 from infoeval.engine.states import check_head
 from infoeval.errors import spell
@@ -113,7 +113,7 @@ def run_reference_first(
                 top_k,
                 floor if with_floor else None,
                 floor_at if with_floor else (),
-                states=states,
+                stored={REFERENCE: states},
             )
 
         parts, done = [], list(light)

@@ -18,8 +18,10 @@ architecture whose decoder is not a stack of layers between embeddings and a fin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +34,7 @@ from infoeval.engine.blocks import decoder
 from infoeval.errors import RuntimeFailure, UsageError, spell
 from infoeval.input.windows import window_inputs
 from infoeval.models.head import OutputHead, head_of
+from infoeval.quant.apply import swapped
 
 
 @dataclass
@@ -174,39 +177,98 @@ def capture(streamed: StreamedModel, inputs: torch.Tensor) -> Given:
     return Given(first[0], given)
 
 
+def _materialized(part):
+    """A layer's variant with its weights made once for every batch of the pass (not once per forward call)."""
+    if part is None:
+        return None
+    weights = {n: w.materialize() if hasattr(w, "materialize") else w for n, w in part.weights.items()}
+    return dataclasses.replace(part, weights=weights)
+
+
+@dataclass
+class Role:
+    """A model a streamed pass runs: the reference (``variant`` None) or a variant made layer by layer
+    (``quant.layerwise``), on some of the batches (their indices)."""
+
+    name: str
+    variant: object | None
+    batches: Sequence[int]
+
+
+def _check_streamable(streamed: StreamedModel, roles: Sequence[Role]) -> str:
+    """The head's module name; a variant that quantizes a module outside the decoder layers and the head is refused."""
+    head = streamed.names[id(streamed.model.get_output_embeddings())]
+    for role in roles:
+        for name in role.variant.selected() if role.variant is not None else ():
+            if not name.startswith(streamed.decoder.prefix + ".") and name != head:
+                raise UsageError(
+                    f"{spell('stream')} layers quantizes the decoder layers and the head; {role.name} also selects "
+                    f"{name} (leave it out with --exclude)"
+                )
+    return head
+
+
+def _run_layer(streamed: StreamedModel, index: int, roles: Sequence[Role], given: list[Given], hidden: dict) -> None:
+    """Layer ``index`` loaded, run over each role's batches (a variant's weights swapped in), freed."""
+    layer = streamed.load(streamed.decoder.layers[index])
+    prefix = f"{streamed.decoder.prefix}.{index}."
+    names = [n for n in streamed.names.values() if n.startswith(prefix)]
+    t0 = time.perf_counter()
+    for role in roles:
+        part = _materialized(role.variant.part(streamed.model, names)) if role.variant is not None else None
+        with swapped(streamed.model, part):
+            for b in role.batches:
+                args, kwargs = given[b].layers[index]
+                out = layer(hidden[role.name][b], *args, **kwargs)
+                hidden[role.name][b] = out[0] if isinstance(out, tuple) else out
+    streamed.reads.compute_s += time.perf_counter() - t0
+    streamed.free(layer)
+
+
+def _role_head(streamed: StreamedModel, role: Role, head: OutputHead, head_name: str) -> OutputHead:
+    """The head a role computes its logits with: the reference's, or a variant's quantized one where it selects it."""
+    part = role.variant.part(streamed.model, [head_name]) if role.variant is not None else None
+    if part is None:
+        return head
+    return dataclasses.replace(head, weight=_materialized(part).weights[head_name])
+
+
 @torch.inference_mode()
 def last_states(
-    streamed: StreamedModel, stream_ids: torch.Tensor, batches: list[Batch], bos_id: int | None, on_layer=None
-) -> tuple[np.ndarray, OutputHead]:
-    """The last hidden states (after the final norm) of every scored row of ``batches``, as float32 (n, d), by one
-    layer-major pass; and the head that makes the logits from them. ``on_layer()`` after each layer."""
-    dec, reads = streamed.decoder, streamed.reads
+    streamed: StreamedModel,
+    stream_ids: torch.Tensor,
+    batches: list[Batch],
+    bos_id: int | None,
+    roles: Sequence[Role] = (),
+    on_layer=None,
+) -> dict[str, tuple[np.ndarray, OutputHead]]:
+    """{role: (its last hidden states after the final norm, float32 (n, d) over every scored row of ``batches``,
+    zero on the rows of the batches it does not run; its head)} by one layer-major pass; ``roles`` (default: the
+    reference alone, named "reference"). ``on_layer()`` after each layer."""
+    roles = list(roles) or [Role("reference", None, range(len(batches)))]
+    head_name = _check_streamable(streamed, roles)
     embeddings = streamed.load(streamed.model.get_input_embeddings())
     t0 = time.perf_counter()
     inputs = [torch.cat([window_inputs(stream_ids, w, bos_id) for w in b.windows]).to(streamed.device) for b in batches]
     given = [capture(streamed, x) for x in inputs]
-    reads.compute_s += time.perf_counter() - t0
+    streamed.reads.compute_s += time.perf_counter() - t0
     streamed.free(embeddings)
-    hidden = [g.hidden for g in given]
-    for i, layer in enumerate(dec.layers):
-        streamed.load(layer)
-        t0 = time.perf_counter()
-        for b, g in enumerate(given):
-            args, kwargs = g.layers[i]
-            out = layer(hidden[b], *args, **kwargs)
-            hidden[b] = out[0] if isinstance(out, tuple) else out
-        reads.compute_s += time.perf_counter() - t0
-        streamed.free(layer)
+    hidden = {role.name: {b: given[b].hidden for b in role.batches} for role in roles}
+    for i in range(len(streamed.decoder.layers)):
+        _run_layer(streamed, i, roles, given, hidden)
         if on_layer is not None:
             on_layer()
-    norm = streamed.load(dec.norm)
-    n = batches[-1].rows.stop if batches else 0
-    states = np.empty((n, hidden[0].shape[-1] if hidden else 0), np.float32)
-    t0 = time.perf_counter()
-    for b, h in zip(batches, hidden):
-        kept = h[:, slice(-b.keep, None) if isinstance(b.keep, int) else b.keep.to(h.device), :]
-        states[b.rows] = norm(kept).float().reshape(-1, kept.shape[-1]).cpu().numpy()
-    reads.compute_s += time.perf_counter() - t0
+    norm = streamed.load(streamed.decoder.norm)
     streamed.load(streamed.model.get_output_embeddings())
-    head = head_of(streamed.model)
-    return states, head
+    head, out = head_of(streamed.model), {}
+    n, d = (batches[-1].rows.stop if batches else 0), (given[0].hidden.shape[-1] if given else 0)
+    t0 = time.perf_counter()
+    for role in roles:
+        states = np.zeros((n, d), np.float32)
+        for b, h in hidden[role.name].items():
+            keep = batches[b].keep
+            kept = h[:, slice(-keep, None) if isinstance(keep, int) else keep.to(h.device), :]
+            states[batches[b].rows] = norm(kept).float().reshape(-1, d).cpu().numpy()
+        out[role.name] = (states, _role_head(streamed, role, head, head_name))
+    streamed.reads.compute_s += time.perf_counter() - t0
+    return out

@@ -115,11 +115,9 @@ def quantize_plan(
     return QuantizedVariant(scheme, weights, tuple(reports), label, chosen if label else None, stored if lazy else None)
 
 
-def recipe_variant(
-    model: torch.nn.Module, recipe: Recipe, include=(), exclude=(), signals=None, lazy: bool = False
-) -> QuantizedVariant:
-    """The mix a recipe describes (each Linear layer with its own scheme), named after the recipe; a unit that
-    matches no Linear layer, or units that overlap with different schemes, are usage errors."""
+def recipe_plan(model: torch.nn.Module, recipe: Recipe, include=(), exclude=()) -> tuple[list, Scheme]:
+    """The plan of the mix a recipe describes (each Linear layer with its own scheme) and its most common scheme; a
+    unit that matches no Linear layer, or units that overlap with different schemes, are usage errors."""
     linears = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
     plan = assign(recipe, linears, plan_layers(model, list(include), list(exclude)))
     counts: dict[str, int] = {}
@@ -129,6 +127,14 @@ def recipe_variant(
     main = next(
         (s for _, s, _ in plan if s is not None and counts[s.name] == max(counts.values())), recipe.schemes()[0]
     )
+    return plan, main
+
+
+def recipe_variant(
+    model: torch.nn.Module, recipe: Recipe, include=(), exclude=(), signals=None, lazy: bool = False
+) -> QuantizedVariant:
+    """The mix a recipe describes, named after the recipe (``recipe_plan``)."""
+    plan, main = recipe_plan(model, recipe, include, exclude)
     return quantize_plan(model, plan, main, label=recipe.name, signals=signals, lazy=lazy)
 
 
