@@ -105,3 +105,11 @@ def test_device_map_auto_gives_the_numbers_of_one_device(tiny_llama_dir, text):
     mapped = infoeval.compare(str(tiny_llama_dir), device_map="auto", **kw).to_json()
     assert close(numbers(mapped["variants"]), numbers(one["variants"]), RTOL, ATOL) == []
     assert close(numbers(mapped["reference"]), numbers(one["reference"]), RTOL, ATOL) == []
+
+
+def test_stream_layers_on_the_gpu_equals_the_cpu(tiny_llama_dir, text):
+    """--stream layers with each layer placed on the GPU as it is read, the hidden states kept there."""
+    run = dict(text=text, ctx=64, max_tokens=300, schemes=("int4-g32",), dtype="float32", stream="layers")
+    cpu, gpu = (infoeval.compare(str(tiny_llama_dir), device=d, **run).to_json() for d in ("cpu", GPU))
+    assert gpu.pop("memory_plan")["plan"] == cpu.pop("memory_plan")["plan"] == "streamed"  # budgets: each device's
+    assert not close(numbers(gpu), numbers(cpu), RTOL, ATOL)

@@ -257,3 +257,14 @@ def test_reference_first_two_ranks_equal_one_process_lockstep(work, tiny_llama_d
     assert b["memory_plan"]["plan"] == "reference-first"
     a.pop("memory_plan"), b.pop("memory_plan")
     assert compare(a, b, "quantize-compare") == []
+
+
+@pytest.mark.slow
+def test_streamed_two_ranks_equal_one_process(work, tiny_llama_dir):
+    """--stream layers under two ranks: each rank streams its share of the windows through every layer, the last
+    hidden states gathered, then the statistics sharded as the lockstep's: the single process's every number."""
+    args = ["quantize-compare", tiny_llama_dir, "--stream", "layers", "--schemes", "int4-g32,int8-channel", *COMMON]
+    a, b = _both(work, "streamed", args, positions=True, tables=False, rank1_rows=64)
+    assert (
+        compare(a, b, "quantize-compare") == [] and a["memory_plan"]["plan"] == b["memory_plan"]["plan"] == "streamed"
+    )

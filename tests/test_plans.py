@@ -119,12 +119,12 @@ def test_a_lazy_variant_reports_what_its_codes_would_store(tiny_qwen3_dir):
 
 def _estimates(model_dir, tokens=300):
     ms, vs = ModelSettings(str(model_dir), "cpu"), VariantSettings(schemes=SCHEMES)
-    return {p: plans.estimate_run(ms, vs, 64, p, tokens).total for p in ("lockstep", "reference-first")}
+    return {p: plans.estimate_run(ms, vs, 64, p, tokens).total for p in ("lockstep", "reference-first", "streamed")}
 
 
 def test_auto_takes_what_fits_and_refuses_below_both(tiny_llama_dir, work, monkeypatch, capsys):
     est = _estimates(tiny_llama_dir)
-    assert est["reference-first"] < est["lockstep"]
+    assert est["streamed"] < est["reference-first"] < est["lockstep"]
 
     def choose(budget, plan="auto", until=None):
         ms, vs = ModelSettings(str(tiny_llama_dir), "cpu"), VariantSettings(schemes=SCHEMES)
@@ -133,8 +133,10 @@ def test_auto_takes_what_fits_and_refuses_below_both(tiny_llama_dir, work, monke
     assert choose(est["lockstep"]).plan == "lockstep"
     middle = choose(est["lockstep"] - 1)
     assert middle.plan == "reference-first" and "lockstep's estimated" in middle.reason
+    last = choose(est["reference-first"] - 1)  # a model folder with safetensors: the layer-streamed plan
+    assert last.plan == "streamed" and "lockstep's estimated 0.5 GiB and reference-first's" in last.reason
     with pytest.raises(UsageError, match=r"the smallest that would do: memory_budget \d+\.\d"):
-        choose(est["reference-first"] - 1)
+        choose(est["streamed"] - 1)
     with pytest.raises(UsageError, match="lockstep .* cannot run within the memory budget"):
         choose(est["lockstep"] - 1, "lockstep")
     with pytest.raises(UsageError, match="until_se runs with plan lockstep or auto"):

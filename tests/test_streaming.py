@@ -173,7 +173,9 @@ def test_a_folder_without_safetensors_is_refused(tmp_path, tiny_llama_dir):
     folder.mkdir()
     (folder / "config.json").write_text((tiny_llama_dir / "config.json").read_text(), encoding="utf-8")
     (folder / "pytorch_model.bin").write_bytes(b"")
-    with pytest.raises(UsageError, match="reads a model folder's safetensors .* has pytorch_model.bin$"):
+    with pytest.raises(
+        UsageError, match=r"reads a model folder's safetensors .* without safetensors \(pytorch_model.bin\)$"
+    ):
         StreamedModel(folder, torch.float32, torch.device("cpu"))
 
 

@@ -24,6 +24,7 @@ from infoeval.comparison.lockstep import (  # noqa: F401  (REFERENCE … VARIANT
 from infoeval.comparison.plans import PlanSettings, choose
 from infoeval.comparison.reference_first import evaluate_reference_first
 from infoeval.comparison.results import CompareResult, CompressBitsResult, VariantResult
+from infoeval.comparison.streamed import evaluate_streamed
 from infoeval.comparison.until import UntilSettings, bpb_ses, budget_windows, check_protocol, evaluate_until, kl_ses
 from infoeval.comparison.variants import build_planned, plan_variants
 from infoeval.errors import RuntimeFailure, UsageError, spell
@@ -133,13 +134,20 @@ def _lockstep(p, plan, settings, device_map, reporter, until, top_k) -> tuple:
     variants, calibration, build_s = build_planned(p, plan, settings, device_map, reporter)
     floor, floor_at = noise_floor(p, settings, 1 + len(variants), until)
     cols, eval_timings, p, block = _evaluate(p, variants, reporter, until, kl_ses, top_k, floor, floor_at)
-    return p, cols, variants, calibration, {**p.timings, **build_s, **eval_timings}, floor, floor_at, block
+    return p, cols, variants, calibration, {**p.timings, **build_s, **eval_timings}, floor, floor_at, block, {}
 
 
 def _reference_first(p, plan, settings, device_map, reporter, until, top_k) -> tuple:
     """reference-first's evaluation (``until``: refused before, by ``plans.choose``)."""
     out = evaluate_reference_first(p, plan, settings, device_map, reporter, top_k)
-    return p, *out[:3], {**p.timings, **out[3]}, *out[4:], None
+    return p, *out[:3], {**p.timings, **out[3]}, *out[4:], None, {}
+
+
+def _streamed(p, plan, settings, device_map, reporter, until, top_k) -> tuple:
+    """The streamed plan's evaluation (``until``: refused before, by ``plans.choose``); its reads go into the
+    memory plan's record."""
+    cols, done, calibration, timings, floor, at, reads = evaluate_streamed(p, plan, settings, reporter, top_k)
+    return p, cols, done, calibration, {**p.timings, **timings}, floor, at, None, {"stream": reads}
 
 
 def quantize_compare(
@@ -164,10 +172,10 @@ def quantize_compare(
     choice = choose(
         plan_settings or PlanSettings(), model_settings, variant_settings, window_settings.ctx, tokens, until
     )
-    p = prepare(model_settings, text_settings, window_settings, reporter)
+    p = prepare(model_settings, text_settings, window_settings, reporter, skeleton=choice.plan == "streamed")
     reporter.note(choice.line())
-    run = _reference_first if choice.plan == "reference-first" else _lockstep
-    p, cols, variants, calibration, timings, floor, floor_at, block = run(
+    run = {"reference-first": _reference_first, "streamed": _streamed}.get(choice.plan, _lockstep)
+    p, cols, variants, calibration, timings, floor, floor_at, block, notes = run(
         p, plan, variant_settings, model_settings.device_map, reporter, until, top_k
     )
     if top_k:
@@ -193,7 +201,7 @@ def quantize_compare(
             [{"name": r.name, "metrics": r.metrics, "quantization": r.quantization} for r in records]
         ),
         by_confidence=confidence_block(cols.reference["p_top1"], cols.variants) if cols.variants else None,
-        memory_plan=choice.to_json(),
+        memory_plan=choice.to_json() | notes,
     )
     return result, cols
 

@@ -20,6 +20,12 @@ reference-first (``comparison/reference_first.py``) holds no codes and one model
     quantization    the lazy variants' fake quantization of the largest quantized layer (QUANTIZE_COPIES floats)
     states          the reference's last hidden states, tokens × hidden floats (past SPILL_BYTES: a file)
 
+layer-streamed (``comparison/streamed.py``) holds no model: one part at a time, read from the checkpoint:
+
+    peak ≈ process + max(the embeddings, the largest layer + its quantized copy + quantization)
+           + the head (and each variant's quantized head) + every role's running hidden states (the model's dtype)
+           + every role's last hidden states (float32) + what the model gives each layer (masks) + logits
+
 PROCESS_BYTES and LOGIT_COPIES were fitted on two measured runs (``benchmarks/scale.py``: SmolLM2-135M, V = 49,152,
 and a Qwen3-0.6B-shaped model, V = 151,936; the three default schemes, 1,024 tokens, ctx 512, float32) and checked on
 a third (Qwen3-1.7B-shaped); the record holds each estimate beside the measured peak.
@@ -137,6 +143,41 @@ def estimate_reference_first(
     return MemoryEstimate("reference-first", parts)
 
 
+def _layer_bytes(shape: ModelShape) -> tuple[int, int, int]:
+    """(the largest decoder layer's parameters, its largest Linear weight: elements; the embeddings' bytes)."""
+    from infoeval.quant.selection import decoder_prefix
+
+    modules = dict(shape.meta.named_modules())
+    layers = modules.get(decoder_prefix(shape.meta) or "", ())
+    sizes = [sum(p.numel() for p in layer.parameters()) for layer in layers]
+    linears = [m.weight.numel() for layer in layers for m in layer.modules() if isinstance(m, torch.nn.Linear)]
+    embed = shape.meta.get_input_embeddings().weight.numel()
+    return max(sizes, default=0), max(linears, default=0), embed
+
+
+def estimate_streamed(shape: ModelShape, settings: VariantSettings, ctx: int, tokens: int) -> MemoryEstimate:
+    """The layer-streamed plan's peak (module docstring) over ``tokens`` scored tokens in windows of ``ctx``."""
+    codes, _ = variant_bytes(shape, settings)
+    roles = 1 + len(codes) + (settings.floor != "off")
+    size = torch.empty((), dtype=shape.dtype).element_size()
+    layer, linear, embed = _layer_bytes(shape)
+    head = shape.meta.get_output_embeddings()
+    names = {id(m): n for n, m in shape.meta.named_modules()}
+    planned = plan_layers(shape.meta, list(settings.include), list(settings.exclude))
+    heads = 1 + len(codes) * any(sel and name == names.get(id(head)) for name, sel, _ in planned)
+    windows = -(-tokens // ctx)
+    parts = {
+        "process": PROCESS_BYTES,
+        "layer": max(embed * size, 2 * layer * size + QUANTIZE_COPIES * linear * 4),
+        "head": heads * shape.head_bytes,
+        "hidden": (roles + 1) * windows * ctx * shape.hidden * size,
+        "states": roles * tokens * shape.hidden * 4,
+        "given": 2 * windows * ctx * ctx * 4,
+        "logits": int(LOGIT_COPIES * ctx * shape.vocab * 4),
+    }
+    return MemoryEstimate("streamed", parts)
+
+
 def estimate_run(
     model_settings: ModelSettings,
     variant_settings: VariantSettings,
@@ -148,9 +189,12 @@ def estimate_run(
     scored tokens, None: unknown), loading no weight."""
     dtype = resolve_dtype(model_settings.dtype, resolve_device(model_settings.device))
     shape = model_shape(model_settings.model, dtype)
-    est = (estimate_reference_first if plan == "reference-first" else estimate_lockstep)(
-        shape, variant_settings, ctx, *((tokens,) if plan == "reference-first" else ())
-    )
+    if plan == "streamed":
+        est = estimate_streamed(shape, variant_settings, ctx, tokens)
+    elif plan == "reference-first":
+        est = estimate_reference_first(shape, variant_settings, ctx, tokens)
+    else:
+        est = estimate_lockstep(shape, variant_settings, ctx)
     if isinstance(model_settings.model, ModelObject):  # a model passed in is in memory already
         return dataclasses.replace(est, parts={**est.parts, "weights": 0})
     return est

@@ -3,9 +3,12 @@ each plan's peak estimated from the config (``memory_plan``) against the memory 
 default BUDGET_SHARE of the memory available now: the host's RAM, or the GPU's free memory on CUDA).
 
     auto             lockstep where its estimate fits the budget (it runs the reference once per window beside
-                     the variants, and takes --until-se), else reference-first where that fits, else refused
+                     the variants, and takes --until-se), else reference-first where that fits, else streamed
+                     (a model folder with safetensors) where that fits, else refused
     lockstep         every model at once; refused when its estimate is over the budget
     reference-first  one model at a time (``reference_first``); refused when over the budget, and with --until-se
+    streamed         --stream layers: each model read one decoder layer at a time (``streamed``); refused when
+                     over the budget, with --until-se, and for a model that is not a folder with safetensors
 
 A refusal is one line (exit 2) before any weight loads, naming the smallest budget that would do.
 """
@@ -16,7 +19,9 @@ from dataclasses import dataclass
 
 from infoeval.comparison.memory_plan import MemoryEstimate, estimate_run
 from infoeval.comparison.request import PLANS, PlanSettings  # noqa: F401  (PlanSettings: re-exported)
+from infoeval.comparison.streamed import unstreamable
 from infoeval.errors import UsageError, spell
+from infoeval.models.skeleton import is_streamable, streamable_folder
 
 BUDGET_SHARE = 0.9  # of the memory available when the run starts: the rest for the OS and what else runs
 GIB = 2**30
@@ -71,23 +76,43 @@ def _at_least(n: int) -> str:
     return f"{-(-n * 10 // GIB) / 10:.1f}"
 
 
+def _candidates(settings: PlanSettings, model_settings, variant_settings, tokens, until) -> list[str]:
+    """The plans a run may take, in the order auto tries them; --stream layers' own refusals."""
+    plans = ["lockstep"] if until is not None else ["lockstep", "reference-first"]
+    if until is None and tokens is not None and is_streamable(model_settings.model):
+        plans += [] if unstreamable(variant_settings) else ["streamed"]
+    if settings.stream == "layers":
+        streamable_folder(model_settings.model)  # else one line: what it can stream
+        if unstreamable(variant_settings):
+            raise UsageError(unstreamable(variant_settings))
+        if tokens is None:
+            raise UsageError(
+                f"{spell('stream')} layers holds every window's hidden states: give {spell('max_tokens')} (its "
+                "memory is planned before loading)"
+            )
+        return ["streamed"]
+    return plans if settings.plan == "auto" else [settings.plan]
+
+
 def choose(settings: PlanSettings, model_settings, variant_settings, ctx: int, tokens, until) -> PlanChoice:
     """The plan of a run (module docstring); a plan that cannot run within the budget is a usage error."""
-    if until is not None and settings.plan == "reference-first":
+    if until is not None and (settings.plan == "reference-first" or settings.stream == "layers"):
         raise UsageError(
-            f"{spell('until_se')} runs with {spell('plan')} lockstep or auto (reference-first needs every window "
-            "up front)"
+            f"{spell('until_se')} runs with {spell('plan')} lockstep or auto (reference-first and {spell('stream')} "
+            "layers need every window up front)"
         )
     budget = (
         int(settings.memory_budget_gib * GIB)
         if settings.memory_budget_gib is not None
         else int(BUDGET_SHARE * available_memory(model_settings.device))
     )
-    plans = ["lockstep"] if until is not None else ["lockstep", "reference-first"]
-    if settings.plan != "auto":
-        plans = [settings.plan]
-    unplanned = "lockstep" if settings.plan == "auto" else settings.plan
+    plans = _candidates(settings, model_settings, variant_settings, tokens, until)
+    unplanned = plans[0] if settings.plan == "auto" else settings.plan
     if model_settings.device_map:  # accelerate places the model over devices (and offloads) by its own budget
+        if settings.stream == "layers":
+            raise UsageError(
+                f"{spell('stream')} layers places one layer at a time itself; leave out {spell('device_map')}"
+            )
         return PlanChoice(unplanned, "not estimated: --device-map places the model", budget, {})
     try:
         est = {p: estimate_run(model_settings, variant_settings, ctx, p, tokens) for p in plans}
@@ -101,8 +126,10 @@ def choose(settings: PlanSettings, model_settings, variant_settings, ctx: int, t
     for name, e in est.items():
         if e.total <= budget:
             why = f"estimated peak {_gib(e.total)} within the {_gib(budget)} budget, {where}"
-            if name != plans[0]:
-                why = f"lockstep's estimated {_gib(est['lockstep'].total)} is over the {_gib(budget)} budget; " + why
+            over = [f"{n}'s estimated {_gib(e.total)}" for n, e in est.items() if e.total > budget]
+            if over:
+                are = "is" if len(over) == 1 else "are"
+                why = f"{' and '.join(over)} {are} over the {_gib(budget)} budget; " + why
             return PlanChoice(name, why, budget, est)
     least = min(est.values(), key=lambda e: e.total)
     raise UsageError(

@@ -12,16 +12,25 @@ from infoeval.output.destinations import TABLES, Outputs, table_option
 from infoeval.quant.variant_settings import VariantSettings
 
 PLANS = ("auto", "lockstep", "reference-first")
+STREAMS = ("off", "layers")
 
 
 @dataclass(frozen=True)
 class PlanSettings:
     plan: str = "auto"
     memory_budget_gib: float | None = None  # None: BUDGET_SHARE of the available memory
+    stream: str = "off"  # "layers": the layer-streamed plan (``comparison/streamed.py``)
 
     def __post_init__(self) -> None:
         if self.plan not in PLANS:
             raise UsageError(f"{spell('plan')} {self.plan} is not allowed; give one of {', '.join(PLANS)}")
+        if self.stream not in STREAMS:
+            raise UsageError(f"{spell('stream')} {self.stream} is not allowed; give one of {', '.join(STREAMS)}")
+        if self.stream == "layers" and self.plan != "auto":
+            raise UsageError(
+                f"{spell('stream')} layers is a plan of its own (each model read one layer at a time); leave out "
+                f"{spell('plan')} {self.plan}"
+            )
         if self.memory_budget_gib is not None and not self.memory_budget_gib > 0:
             raise UsageError(
                 f"{spell('memory_budget')} {self.memory_budget_gib} is not allowed; give a size in GiB above 0"
@@ -93,8 +102,16 @@ class CompareRequest(Scoring):
     )
     plan: str = option(
         "auto",
-        help="auto (lockstep where its estimated peak fits --memory-budget, else reference-first), lockstep (every "
-        "model at once) or reference-first (the reference's last hidden states first, then one model at a time).",
+        help="auto (lockstep where its estimated peak fits --memory-budget, else reference-first, else --stream "
+        "layers), lockstep (every model at once) or reference-first (the reference's last hidden states first, then "
+        "one model at a time).",
+        panel="Memory",
+    )
+    stream: str = option(
+        "off",
+        help="layers: read each model one decoder layer at a time from its folder's safetensors, over every window "
+        "at once (a pass holds one layer and the windows' hidden states: models larger than memory); off: load "
+        "models whole.",
         panel="Memory",
     )
     memory_budget: float | None = option(
@@ -120,7 +137,7 @@ class CompareRequest(Scoring):
         )
 
     def plan_settings(self) -> PlanSettings:
-        return PlanSettings(self.plan, self.memory_budget)
+        return PlanSettings(self.plan, self.memory_budget, self.stream)
 
 
 @dataclass(frozen=True)

@@ -19,97 +19,36 @@ architecture whose decoder is not a stack of layers between embeddings and a fin
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from infoeval import distributed
 from infoeval.engine import forward
 from infoeval.engine.batches import Batch
 from infoeval.engine.blocks import decoder
 from infoeval.errors import RuntimeFailure, UsageError, spell
 from infoeval.input.windows import window_inputs
 from infoeval.models.head import OutputHead, head_of
+from infoeval.models.skeleton import TensorFiles, skeleton, storage_read_bytes
 from infoeval.quant.apply import swapped
-
-
-@dataclass
-class Reads:
-    """What a pass read from the checkpoint and where its time went."""
-
-    bytes: int = 0
-    read_s: float = 0.0
-    compute_s: float = 0.0
-
-    def as_dict(self) -> dict:
-        return {"bytes_read": self.bytes, "read_s": self.read_s, "compute_s": self.compute_s}
-
-
-@dataclass
-class TensorFiles:
-    """The tensors of a folder's safetensors: which file holds each (one file, or a sharded index)."""
-
-    folder: Path
-    files: dict[str, Path]
-    reads: Reads = field(default_factory=Reads)
-
-    @classmethod
-    def of(cls, folder: Path) -> TensorFiles:
-        index, single = folder / "model.safetensors.index.json", folder / "model.safetensors"
-        if index.is_file():
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            return cls(folder, {name: folder / file for name, file in weight_map.items()})
-        if single.is_file():
-            from safetensors import safe_open
-
-            with safe_open(single, framework="pt") as f:
-                return cls(folder, {name: single for name in f.keys()})  # noqa: SIM118  (a safetensors handle)
-        found = sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".gguf", ".pt", ".pth"))
-        raise UsageError(
-            f"{spell('stream')} layers reads a model folder's safetensors (model.safetensors or a sharded "
-            f"model.safetensors.index.json); '{folder}' has {', '.join(found) or 'neither'}"
-        )
-
-    def read(self, names: dict[str, str], dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
-        """{key: tensor} for {key: the checkpoint's tensor name}, each read alone from its file, cast and placed."""
-        from safetensors import safe_open
-
-        t0, out, by_file = time.perf_counter(), {}, {}
-        for key, name in names.items():
-            if name not in self.files:
-                raise RuntimeFailure(f"the checkpoint in '{self.folder}' has no tensor '{name}'")
-            by_file.setdefault(self.files[name], []).append((key, name))
-        for file, wanted in by_file.items():
-            with safe_open(file, framework="pt", device="cpu") as f:
-                for key, name in wanted:
-                    t = f.get_tensor(name)
-                    self.reads.bytes += t.numel() * t.element_size()
-                    out[key] = t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
-        self.reads.read_s += time.perf_counter() - t0
-        return out
-
-
-def skeleton(folder: Path, dtype: torch.dtype) -> torch.nn.Module:
-    """The model of ``folder``'s config with every parameter on the meta device (buffers real), nothing read."""
-    from accelerate import init_empty_weights
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.from_pretrained(folder)
-    with init_empty_weights(include_buffers=False):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    return model.eval()
 
 
 class StreamedModel:
     """A causal LM as a skeleton and its checkpoint: parts of it materialized when a pass needs them, then freed."""
 
-    def __init__(self, folder: Path, dtype: torch.dtype, device: torch.device):
+    def __init__(self, folder: Path, dtype: torch.dtype, device: torch.device, model: torch.nn.Module | None = None):
         self.files = TensorFiles.of(Path(folder))
-        self.model, self.dtype, self.device = skeleton(Path(folder), dtype), dtype, device
+        self.model = model if model is not None else skeleton(Path(folder), dtype)
+        self.dtype, self.device = dtype, device
+        for module in self.model.modules():  # the real buffers (rotary frequencies) where the layers will run
+            for name, buffer in module.named_buffers(recurse=False):
+                if buffer.device.type != "meta" and buffer.device != device:
+                    module._buffers[name] = buffer.to(device)
         try:
             self.decoder = decoder(self.model)
         except RuntimeFailure:
@@ -233,6 +172,40 @@ def _role_head(streamed: StreamedModel, role: Role, head: OutputHead, head_name:
     return dataclasses.replace(head, weight=_materialized(part).weights[head_name])
 
 
+def _pass(streamed: StreamedModel, stream_ids, batches: list[Batch], bos_id, roles: Sequence[Role], on_layer):
+    """The layer-major pass over the roles' batches: ({role: {batch: its rows of last hidden states}}, {role: head})."""
+    head_name = _check_streamable(streamed, roles)
+    mine = sorted({b for role in roles for b in role.batches})
+    embeddings = streamed.load(streamed.model.get_input_embeddings())
+    t0 = time.perf_counter()
+    given = {
+        b: capture(
+            streamed, torch.cat([window_inputs(stream_ids, w, bos_id) for w in batches[b].windows]).to(streamed.device)
+        )
+        for b in mine
+    }
+    streamed.reads.compute_s += time.perf_counter() - t0
+    streamed.free(embeddings)
+    hidden = {role.name: {b: given[b].hidden for b in role.batches} for role in roles}
+    for i in range(len(streamed.decoder.layers)):
+        _run_layer(streamed, i, roles, given, hidden)
+        if on_layer is not None:
+            on_layer()
+    norm = streamed.load(streamed.decoder.norm)
+    streamed.load(streamed.model.get_output_embeddings())
+    head, rows, heads = head_of(streamed.model), {}, {}
+    t0 = time.perf_counter()
+    for role in roles:
+        rows[role.name] = {}
+        for b, h in hidden[role.name].items():
+            keep = batches[b].keep
+            kept = h[:, slice(-keep, None) if isinstance(keep, int) else keep.to(h.device), :]
+            rows[role.name][b] = norm(kept).float().reshape(-1, kept.shape[-1]).cpu().numpy()
+        heads[role.name] = _role_head(streamed, role, head, head_name)
+    streamed.reads.compute_s += time.perf_counter() - t0
+    return rows, heads
+
+
 @torch.inference_mode()
 def last_states(
     streamed: StreamedModel,
@@ -244,31 +217,33 @@ def last_states(
 ) -> dict[str, tuple[np.ndarray, OutputHead]]:
     """{role: (its last hidden states after the final norm, float32 (n, d) over every scored row of ``batches``,
     zero on the rows of the batches it does not run; its head)} by one layer-major pass; ``roles`` (default: the
-    reference alone, named "reference"). ``on_layer()`` after each layer."""
+    reference alone, named "reference"). ``on_layer()`` after each layer. Under a launcher each rank runs its share
+    of the batches (``distributed.shard``) and every rank gets every rank's rows; a rank's failure stops them all."""
     roles = list(roles) or [Role("reference", None, range(len(batches)))]
-    head_name = _check_streamable(streamed, roles)
-    embeddings = streamed.load(streamed.model.get_input_embeddings())
-    t0 = time.perf_counter()
-    inputs = [torch.cat([window_inputs(stream_ids, w, bos_id) for w in b.windows]).to(streamed.device) for b in batches]
-    given = [capture(streamed, x) for x in inputs]
-    streamed.reads.compute_s += time.perf_counter() - t0
-    streamed.free(embeddings)
-    hidden = {role.name: {b: given[b].hidden for b in role.batches} for role in roles}
-    for i in range(len(streamed.decoder.layers)):
-        _run_layer(streamed, i, roles, given, hidden)
-        if on_layer is not None:
-            on_layer()
-    norm = streamed.load(streamed.decoder.norm)
-    streamed.load(streamed.model.get_output_embeddings())
-    head, out = head_of(streamed.model), {}
-    n, d = (batches[-1].rows.stop if batches else 0), (given[0].hidden.shape[-1] if given else 0)
-    t0 = time.perf_counter()
+    ids = list(range(len(batches)))
+    mine = set(distributed.shard(ids)) if distributed.launched() else set(ids)
+    roles = [dataclasses.replace(r, batches=[b for b in r.batches if b in mine]) for r in roles]
+    error, rows, heads, before = None, {}, {}, storage_read_bytes()
+    try:
+        rows, heads = _pass(streamed, stream_ids, batches, bos_id, roles, on_layer)
+        after = storage_read_bytes()
+        if before is not None and after is not None:
+            streamed.reads.storage_bytes = (streamed.reads.storage_bytes or 0) + after - before
+    except Exception as e:  # noqa: BLE001  (under a launcher every rank must reach the gather)
+        if not distributed.launched():
+            raise
+        error = e
+    parts = [rows]
+    if distributed.launched():
+        parts = distributed.gather([rows], error, counted=False)
+        parts = [p for rank in parts for p in rank]
+    n = batches[-1].rows.stop if batches else 0
+    d = streamed.model.get_input_embeddings().weight.shape[-1]
+    out = {}
     for role in roles:
         states = np.zeros((n, d), np.float32)
-        for b, h in hidden[role.name].items():
-            keep = batches[b].keep
-            kept = h[:, slice(-keep, None) if isinstance(keep, int) else keep.to(h.device), :]
-            states[batches[b].rows] = norm(kept).float().reshape(-1, d).cpu().numpy()
-        out[role.name] = (states, _role_head(streamed, role, head, head_name))
-    streamed.reads.compute_s += time.perf_counter() - t0
+        for part in parts:
+            for b, values in part.get(role.name, {}).items():
+                states[batches[b].rows] = values
+        out[role.name] = (states, heads[role.name])
     return out

@@ -25,6 +25,7 @@ from infoeval.input.text import Text
 from infoeval.input.tokens import TokenStream, encode
 from infoeval.input.windows import Window, describe
 from infoeval.models import LoadedModel, load_model, resolve_device, resolve_dtype
+from infoeval.models.skeleton import load_skeleton
 
 
 class Reporter:
@@ -157,9 +158,11 @@ def prepare(
     window_settings: WindowSettings,
     reporter: Reporter,
     check_ctx: bool = True,
+    skeleton: bool = False,
 ) -> Prepared:
     """Load text and model, tokenize, and cut the stream into windows (no longer than the model's positions unless
-    ``check_ctx`` is False: a caller whose own option sets the length checks it in its own words)."""
+    ``check_ctx`` is False: a caller whose own option sets the length checks it in its own words). ``skeleton``:
+    the model's skeleton alone, no weight read (a layer-streamed pass reads them: ``models/skeleton.py``)."""
     timings = {}
     rules = registered(window_settings.protocol)
     text, docs = _load(text_settings, window_settings, rules)
@@ -167,7 +170,10 @@ def prepare(
     dtype = resolve_dtype(model_settings.dtype, device)
     reporter.stage(f"loading {model_settings.model}")
     t0 = time.perf_counter()
-    loaded = load_model(model_settings.model, device, dtype, model_settings.device_map)
+    if skeleton:
+        loaded = load_skeleton(model_settings.model, device, dtype)
+    else:
+        loaded = load_model(model_settings.model, device, dtype, model_settings.device_map)
     timings["load_s"] = time.perf_counter() - t0
     if check_ctx:
         default = f"{spell('protocol')} {rules.name}'s default" if window_settings.ctx == rules.default_ctx else ""

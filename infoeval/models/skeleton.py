@@ -1,0 +1,141 @@
+"""A model folder as a skeleton: its config's model with every parameter on the meta device (buffers such as the
+rotary frequencies real) and its tokenizer, nothing of the weights read; and its tensors (``TensorFiles``: which
+safetensors file holds each), read one part at a time, counted. A layer-streamed pass (``engine/streaming.py``)
+materializes the parts it needs from them."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from infoeval.errors import RuntimeFailure, UsageError, spell
+from infoeval.models.files import BUILTIN, gguf_file, weights_digest
+from infoeval.models.records import LoadedModel, ModelInfo, tokenizer_info
+
+
+def skeleton(folder: Path, dtype: torch.dtype) -> torch.nn.Module:
+    """The model of ``folder``'s config with every parameter on the meta device (buffers real), nothing read."""
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(folder)
+    with init_empty_weights(include_buffers=False):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return model.eval()
+
+
+def streamable_folder(spec) -> Path:
+    """The folder a streamed pass reads: a model folder with safetensors; anything else is refused with one line
+    naming what can be streamed."""
+    what = None
+    if not isinstance(spec, str):
+        what = "a model object in memory"
+    elif spec.lower() in BUILTIN or gguf_file(spec) is not None:
+        what = "a GGUF file"
+    elif not Path(spec).is_dir():
+        what = "not a folder here (a hub id: download it first, e.g. huggingface-cli download ORG/NAME --local-dir DIR)"
+    elif not any(Path(spec, name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")):
+        found = sorted(p.name for p in Path(spec).iterdir() if p.suffix in (".bin", ".gguf", ".pt", ".pth"))
+        what = f"a folder without safetensors ({', '.join(found) or 'no weights'})"
+    if what is not None:
+        raise UsageError(
+            f"{spell('stream')} layers reads a model folder's safetensors (model.safetensors or a sharded "
+            f"model.safetensors.index.json); '{spec}' is {what}"
+        )
+    return Path(spec)
+
+
+def is_streamable(spec) -> bool:
+    """Whether ``spec`` is a model folder a streamed pass can read."""
+    try:
+        streamable_folder(spec)
+    except UsageError:
+        return False
+    return True
+
+
+def load_skeleton(spec, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    """A model folder's skeleton and tokenizer as a ``LoadedModel`` (its provenance as ``load_model`` records a
+    folder: the weights' sha256, the architecture, the parameter count)."""
+    from transformers import AutoTokenizer
+
+    folder = streamable_folder(spec)
+    model = skeleton(folder, dtype)
+    tok = AutoTokenizer.from_pretrained(folder)
+    info = ModelInfo(
+        spec=spec,
+        kind="folder",
+        dtype=str(dtype).replace("torch.", ""),
+        device=str(device),
+        architecture=(getattr(model.config, "architectures", None) or [type(model).__name__])[0],
+        model_type=model.config.model_type,
+        n_parameters=sum(p.numel() for p in model.parameters()),
+        tokenizer=tokenizer_info(tok, f"{type(tok).__name__} from {spec}"),
+        path=str(folder.resolve()),
+        sha256=weights_digest(folder),
+    )
+    return LoadedModel(model, tok, info)
+
+
+def storage_read_bytes() -> int | None:
+    """Bytes this process has had read from storage so far (Linux's /proc/self/io ``read_bytes``: page-cache hits
+    excluded), or None where the kernel does not say."""
+    try:
+        with open("/proc/self/io", encoding="ascii") as f:
+            return int(dict(line.split(":", 1) for line in f)["read_bytes"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+@dataclass
+class Reads:
+    """What a pass read from the checkpoint (the tensors' bytes; the storage's, where the kernel says) and where its
+    time went."""
+
+    bytes: int = 0
+    read_s: float = 0.0
+    compute_s: float = 0.0
+    storage_bytes: int | None = None
+
+
+@dataclass
+class TensorFiles:
+    """The tensors of a folder's safetensors: which file holds each (one file, or a sharded index)."""
+
+    folder: Path
+    files: dict[str, Path]
+    reads: Reads = field(default_factory=Reads)
+
+    @classmethod
+    def of(cls, folder: Path) -> TensorFiles:
+        index = streamable_folder(str(folder)) / "model.safetensors.index.json"
+        if index.is_file():
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            return cls(folder, {name: folder / file for name, file in weight_map.items()})
+        from safetensors import safe_open
+
+        single = folder / "model.safetensors"
+        with safe_open(single, framework="pt") as f:
+            return cls(folder, {name: single for name in f.keys()})  # noqa: SIM118  (a safetensors handle)
+
+    def read(self, names: dict[str, str], dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
+        """{key: tensor} for {key: the checkpoint's tensor name}, each read alone from its file, cast and placed."""
+        from safetensors import safe_open
+
+        t0, out, by_file = time.perf_counter(), {}, {}
+        for key, name in names.items():
+            if name not in self.files:
+                raise RuntimeFailure(f"the checkpoint in '{self.folder}' has no tensor '{name}'")
+            by_file.setdefault(self.files[name], []).append((key, name))
+        for file, wanted in by_file.items():
+            with safe_open(file, framework="pt", device="cpu") as f:
+                for key, name in wanted:
+                    t = f.get_tensor(name)
+                    self.reads.bytes += t.numel() * t.element_size()
+                    out[key] = t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
+        self.reads.read_s += time.perf_counter() - t0
+        return out
