@@ -39,7 +39,7 @@ SHARD_BYTES = 2 << 30
 TOKENS, CTX = 1024, 512
 
 
-def qwen3_config(name: str):
+def qwen3_config(name: str, dtype: str | None = None):
     from transformers import Qwen3Config
 
     hidden, inter, layers, heads, kv, tied = QWEN3[name]
@@ -58,7 +58,7 @@ def qwen3_config(name: str):
         use_sliding_window=False,
         bos_token_id=151643,
         eos_token_id=151645,
-        dtype=DTYPE.get(name, "float32"),
+        dtype=dtype or DTYPE.get(name, "float32"),
     )
 
 
@@ -70,15 +70,15 @@ def _tokenizer_folder() -> Path:
     return gguf_cache_dir(gguf, cached_sha256(gguf))
 
 
-def write_random_model(name: str, folder: Path, seed: int = 0) -> Path:
-    """A seeded random-weight Qwen3 of ``name``'s shape in ``folder``: norms 1, every other tensor N(0, 0.02²),
-    written a shard at a time (never the whole model in memory)."""
+def write_random_model(name: str, folder: Path, seed: int = 0, dtype: str | None = None) -> Path:
+    """A seeded random-weight Qwen3 of ``name``'s shape in ``folder`` (``dtype``: default ``DTYPE``'s): norms 1,
+    every other tensor N(0, 0.02²), written a shard at a time (never the whole model in memory)."""
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
 
-    config = qwen3_config(name)
-    dtype = getattr(torch, DTYPE.get(name, "float32"))
+    config = qwen3_config(name, dtype)
+    dtype = getattr(torch, dtype or DTYPE.get(name, "float32"))
     with torch.device("meta"):
         meta = AutoModelForCausalLM.from_config(config)
     folder.mkdir(parents=True, exist_ok=True)

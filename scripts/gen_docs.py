@@ -43,6 +43,7 @@ import compare_example  # noqa: E402  (scripts/compare_example.py)
 import methods_table  # noqa: E402  (scripts/methods_table.py)
 import performance_page  # noqa: E402  (scripts/performance_page.py)
 import protocols_table  # noqa: E402  (scripts/protocols_table.py)
+import streaming_table  # noqa: E402  (scripts/streaming_table.py)
 
 CLI_PAGE = Path("docs/reference/cli.md")
 METRICS_PAGE = Path("docs/reference/metrics.md")
@@ -784,6 +785,7 @@ def outputs() -> dict[Path, str]:
     out[methods_table.PAGE] = methods_table.render(ROOT)
     out[compare_example.PAGE] = compare_example.render(ROOT)
     out[protocols_table.PAGE] = protocols_table.render(ROOT)
+    out[streaming_table.PAGE] = streaming_table.render(ROOT)
     out |= checkpoints_table.render(ROOT, out)
     return out
 

@@ -32,6 +32,14 @@ SHOWN_VERSIONS = ("infoeval", "python", "torch", "transformers", "tokenizers", "
 INLINE_KEYS = 12  # a dict of plain values with more keys than this is written in one cell
 
 INTROS = {
+    "streaming": (
+        "Models larger than memory (see [Big models](big-models.md)): `quantize-compare --stream layers` on a "
+        "seeded random-weight model of Qwen3-8B's shape in float32 (larger than this machine's memory), the reference "
+        "pass streamed beside accelerate's offload under the same memory cap, and the streamed plan beside the "
+        "lockstep at 0.6B. Targets: the 8B run's peak RSS ≤ 4 GiB and its bytes read within 5 % of the model's "
+        "size; the streamed reference pass's wall ≤ 0.75 × accelerate's; at 0.6B the streamed wall ≤ 1.3 × the "
+        "lockstep's."
+    ),
     "quantize_compare": (
         "The whole `quantize-compare` pipeline as the CLI runs it (load, tokenize, quantize, lockstep evaluation, "
         "metrics; see [Comparing variants](compare.md)) in a fresh process, against the floor any tool doing a "

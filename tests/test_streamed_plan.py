@@ -78,20 +78,36 @@ def test_auto_streams_when_nothing_else_fits(both):
     assert chosen["reason"].startswith("lockstep's estimated 0.5 GiB and reference-first's estimated 0.5 GiB are over")
 
 
+@pytest.mark.parametrize("method, library", [("hqq:int4-g64", "hqq"), ("quanto:int4", "optimum.quanto")])
+def test_a_library_method_streams_layer_by_layer(both, method, library):
+    """A method whose library quantizes one Linear at a time runs its own modules in each layer as it is read: the
+    lockstep's numbers and report (SQNR, stored bytes) again."""
+    pytest.importorskip(library)
+    _, _, kw = both
+    run = {**kw, "schemes": (method,), "floor": "off"}
+    lockstep, streamed = infoeval.compare(**run, plan="lockstep"), infoeval.compare(**run, stream="layers")
+    a, b = lockstep.to_json(), streamed.to_json()
+    x, y = _numbers(a), _numbers(b)
+    drop = [k for k in x if k.endswith("/quantize_s") or "/seconds" in k]  # the library's own timing
+    assert x.keys() == y.keys() and len(x) > 50
+    worst = max(abs(x[k] - y[k]) for k in x if k not in drop and isinstance(x[k], float) and math.isfinite(x[k]))
+    assert worst <= 1e-6
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
         ({"plan": "lockstep"}, r"^stream layers is a plan of its own .* leave out plan lockstep$"),
         ({"until_se": 0.01}, r"^until_se runs with plan lockstep or auto"),
-        ({"schemes": ("hqq:int4-g64",)}, r"hqq:int4-g64 is a model of its own \(use plan reference-first\)$"),
+        ({"schemes": ("autoround:int4-g64",)}, r"cannot run autoround:int4-g64: it calibrates over the whole model"),
         ({"memory_budget": 0.01}, r"^streamed \(estimated .* GiB\) cannot run within the memory budget of .* GiB"),
         ({"max_tokens": None}, r"^stream layers holds every window's hidden states: give max_tokens"),
     ],
 )
 def test_what_cannot_stream_is_refused_before_loading(both, extra, message):
     _, _, kw = both
-    if "hqq" in str(extra.get("schemes")):
-        pytest.importorskip("hqq")
+    if "autoround" in str(extra.get("schemes")):
+        pytest.importorskip("auto_round")
     with pytest.raises(UsageError, match=message):
         infoeval.compare(**{**kw, "stream": "layers", **extra})
 

@@ -194,7 +194,7 @@ def test_a_sharded_checkpoint_is_read_by_its_index(folders, text_file, tmp_path)
     assert np.array_equal(states, expected)
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "gemma2"])
 def test_streamed_variants_and_floor_equal_the_lockstep(folders, text_file, arch):
     """Schemes, a recipe and the noise floor quantized layer by layer as the pass loads them: every column of the
     lockstep (both models in memory) again, and each variant's report (SQNR, stored bytes) the same."""
@@ -232,7 +232,7 @@ def test_streamed_variants_and_floor_equal_the_lockstep(folders, text_file, arch
         Role(FLOOR, floor, [i for i, b in enumerate(batches) if b.windows[0].index in at]),
     ]
     stored = last_states(streamed, p.stream.ids, batches, p.protocol.prefix_id, roles)
-    variants = [v.finished(streamed.model) for v in layerwise]
+    variants = [v.finished() for v in layerwise]
     got = run_lockstep(
         None, p.stream, p.windows, variants, p.protocol.prefix_id, floor=floor, floor_at=at, stored=stored
     )

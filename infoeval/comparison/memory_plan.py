@@ -158,7 +158,7 @@ def _layer_bytes(shape: ModelShape) -> tuple[int, int, int]:
 def estimate_streamed(shape: ModelShape, settings: VariantSettings, ctx: int, tokens: int) -> MemoryEstimate:
     """The layer-streamed plan's peak (module docstring) over ``tokens`` scored tokens in windows of ``ctx``."""
     codes, _ = variant_bytes(shape, settings)
-    roles = 1 + len(codes) + (settings.floor != "off")
+    roles = 1 + len(codes) + len(settings.methods) + (settings.floor != "off")
     size = torch.empty((), dtype=shape.dtype).element_size()
     layer, linear, embed = _layer_bytes(shape)
     head = shape.meta.get_output_embeddings()

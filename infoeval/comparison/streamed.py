@@ -8,8 +8,9 @@ time from its folder's safetensors (``engine/streaming.py``):
        head (``lockstep.run_lockstep(stored=…)``): the same columns, metrics and reports as the lockstep's
 
 Memory: one layer and its quantized copy, every model's hidden states (tokens × hidden), the head; the checkpoint is
-read once. Variants that are models of their own (a library's method, a saved checkpoint, a module passed in) are
-refused with one line: they need their whole model.
+read once. A library's method that quantizes one Linear at a time runs its modules in each loaded layer; a method that
+calibrates over the whole model, a saved checkpoint and a module passed in (models of their own) are refused with
+one line.
 """
 
 from __future__ import annotations
@@ -24,21 +25,26 @@ from infoeval.comparison.lockstep import FLOOR, REFERENCE, run_lockstep
 from infoeval.engine.streaming import Role, StreamedModel, last_states
 from infoeval.errors import UsageError, spell
 from infoeval.input.prepare import progress
-from infoeval.quant.layerwise import LayerwiseFloor, LayerwiseVariant
+from infoeval.quant.layerwise import LayerwiseFloor, LayerwiseMethod, LayerwiseVariant
 from infoeval.quant.variant_settings import VariantSettings
 
 
 def unstreamable(settings: VariantSettings) -> str | None:
-    """Why the settings' variants cannot be streamed (a model of their own), or None."""
-    own = [*(m.name for m in settings.methods), *(c.name for c in settings.checkpoints)]
-    own += [m.name for m in settings.modules]
-    if not own:
-        return None
-    return (
-        f"{spell('stream')} layers quantizes infoeval's own schemes and recipes as each layer is read; "
-        f"{', '.join(own)} {'is a model' if len(own) == 1 else 'are models'} of its own (use {spell('plan')} "
-        "reference-first)"
-    )
+    """Why the settings' variants cannot be streamed (a model of their own, or a method that calibrates over the
+    whole model), or None."""
+    own = [*(c.name for c in settings.checkpoints), *(m.name for m in settings.modules)]
+    if own:
+        return (
+            f"{spell('stream')} layers quantizes each layer as it is read; {', '.join(own)} "
+            f"{'is a model' if len(own) == 1 else 'are models'} of its own (use {spell('plan')} reference-first)"
+        )
+    calibrated = [m.name for m in settings.methods if getattr(m.adapter(), "CALIBRATED", False)]
+    if calibrated:
+        return (
+            f"{spell('stream')} layers cannot run {', '.join(calibrated)}: it calibrates over the whole model (use "
+            f"{spell('plan')} reference-first)"
+        )
+    return None
 
 
 def evaluate_streamed(p, plan, settings: VariantSettings, reporter, top_k: int = 0):
@@ -52,6 +58,7 @@ def evaluate_streamed(p, plan, settings: VariantSettings, reporter, top_k: int =
     streamed = StreamedModel(loaded.info.path, dtype, torch.device(loaded.info.device), loaded.model)
     variants = [LayerwiseVariant(loaded.model, s, settings.include, settings.exclude) for s in plan.schemes]
     variants += [LayerwiseVariant(loaded.model, r, settings.include, settings.exclude) for r in plan.recipes]
+    variants += [LayerwiseMethod(loaded.model, m, settings.include, settings.exclude) for m in plan.methods]
     batches = engine.plan(p.windows)
     everything = range(len(batches))
     roles = [Role(REFERENCE, None, everything), *(Role(v.name, v, everything) for v in variants)]
@@ -66,7 +73,7 @@ def evaluate_streamed(p, plan, settings: VariantSettings, reporter, top_k: int =
         stored = last_states(streamed, p.stream.ids, batches, p.protocol.prefix_id, roles, on_layer=bar.step)
     reporter.stage("statistics")
     t0 = time.perf_counter()
-    done = [v.finished(loaded.model) for v in variants]
+    done = [v.finished() for v in variants]
     cols = run_lockstep(None, p.stream, p.windows, done, p.protocol.prefix_id, None, clock, top_k, floor, at, stored)
     statistics_s = time.perf_counter() - t0
     reads = streamed.reads

@@ -154,8 +154,12 @@ def _run_layer(streamed: StreamedModel, index: int, roles: Sequence[Role], given
     names = [n for n in streamed.names.values() if n.startswith(prefix)]
     t0 = time.perf_counter()
     for role in roles:
-        part = _materialized(role.variant.part(streamed.model, names)) if role.variant is not None else None
-        with swapped(streamed.model, part):
+        part = role.variant.part(streamed.model, names) if role.variant is not None else None
+        # a library's modules swapped in (``quant.layerwise.ModuleSwap``), or the variant's weights made once
+        context = (
+            part.swapped(streamed.model) if hasattr(part, "swapped") else swapped(streamed.model, _materialized(part))
+        )
+        with context:
             for b in role.batches:
                 args, kwargs = given[b].layers[index]
                 out = layer(hidden[role.name][b], *args, **kwargs)

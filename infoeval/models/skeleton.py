@@ -25,6 +25,7 @@ def skeleton(folder: Path, dtype: torch.dtype) -> torch.nn.Module:
     config = AutoConfig.from_pretrained(folder)
     with init_empty_weights(include_buffers=False):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.tie_weights()  # a tied head is the embeddings' Parameter, as from_pretrained leaves it
     return model.eval()
 
 

@@ -31,12 +31,14 @@ from infoeval.quant.selection import plan_layers
 from infoeval.quant.variant import LayerReport, QuantizedVariant
 
 
-def _tied_names(model: torch.nn.Module) -> dict[int, list[str]]:
+def tied_weights(model: torch.nn.Module) -> dict[str, str]:
+    """{a parameter's name: the first other name of the same tensor} for every parameter two modules share (a head
+    tied to the embeddings)."""
     owners: dict[int, list[str]] = {}
     for mname, mod in model.named_modules():
         for pname, p in mod.named_parameters(recurse=False):
             owners.setdefault(id(p), []).append(f"{mname}.{pname}" if mname else pname)
-    return owners
+    return {name: next(o for o in names if o != name) for names in owners.values() if len(names) > 1 for name in names}
 
 
 @torch.no_grad()
@@ -76,22 +78,23 @@ def quantize_plan(
     label: str | None = None,
     signals: dict[str, float] | None = None,
     lazy: bool = False,
+    ties: dict[str, str] | None = None,
 ) -> QuantizedVariant:
     """Quantize each layer of ``plan`` ((name, its scheme or None to skip, reason) per Linear layer and embedding)
     with its own scheme. With ``label`` the variant is a mix named ``label`` (``scheme``: its most common scheme);
     a layer is encoded the same way whatever else the plan holds, so a one-scheme plan gives ``quantize_variant``'s
     codes bit for bit. ``signals``: Σw² per layer name, filled and reused by the variants of one model (SQNR).
     ``lazy``: each layer's codes are made for its report and let go; the variant holds ``lazy.LazyWeight``s, made
-    again at each forward pass (no stored bytes; its ``nbytes`` are the codes')."""
+    again at each forward pass (no stored bytes; its ``nbytes`` are the codes'). ``ties``: ``tied_weights``' map
+    (default: the model's now; a layer-streamed variant passes its skeleton's, taken before any part is loaded)."""
     modules = dict(model.named_modules())
-    owners = _tied_names(model)
+    tied_to = tied_weights(model) if ties is None else ties
     signals = {} if signals is None else signals
     weights: dict[str, PackedWeight] = {}
     reports, chosen, stored = [], {}, 0
     for name, layer_scheme, reason in plan:
         w = modules[name].weight
-        others = [o for o in owners.get(id(w), []) if o != f"{name}.weight"]
-        tied = others[0] if others else None
+        tied = tied_to.get(f"{name}.weight")
         if layer_scheme is None:
             reports.append(LayerReport(name, tuple(w.shape), False, reason, tied_to=tied))
             continue

@@ -117,9 +117,7 @@ def build_method_variant(
             extra = {**extra, "calibration": calibration.provenance}
             _replace(model, copied, adapter, plan, lambda name, source: made.get(name), layers)
         else:
-            _replace(
-                model, copied, adapter, plan, lambda name, source: _per_layer(adapter, source, scheme.settings), layers
-            )
+            _replace(model, copied, adapter, plan, per_layer(adapter, scheme.settings), layers)
     seconds = extra.pop("quantize_s", sum(x.seconds for x in layers))
     return MethodVariant(scheme, copied.eval(), tuple(layers), seconds, extra)
 
@@ -131,30 +129,37 @@ def _per_layer(adapter, source: torch.nn.Linear, settings: dict) -> tuple[torch.
     return quantized, stored_bytes(quantized), time.perf_counter() - t0
 
 
+def quantize_layer(adapter, name: str, source, selected: bool, reason: str, make):
+    """One layer of a method variant: (the module ``make(name, source)`` gives for it, or None where it is left as it
+    is, and its report: the bytes the module stores, the seconds it took, its SQNR read back through it)."""
+    made = make(name, source) if selected and isinstance(source, torch.nn.Linear) else None
+    if made is None:
+        why = (
+            reason
+            if not selected or not isinstance(source, torch.nn.Linear)
+            else f"{adapter.__name__.rsplit('.', 1)[-1]} does not quantize it"
+        )
+        shape = tuple(getattr(source, "weight", torch.empty(0)).shape)
+        return None, MethodLayer(LayerReport(name, shape, False, why), 0, 0.0, {})
+    quantized, stored, seconds = made
+    # read through a copy: a library may change its module at the first call (bitsandbytes repacks for its CPU kernel)
+    w_hat = effective_weight(_probe_copy(quantized), source.in_features, source.weight)
+    report = LayerReport(name, tuple(source.weight.shape), True, reason, sqnr_db(source.weight, w_hat))
+    details = adapter.describe(quantized) if hasattr(adapter, "describe") else {}
+    return quantized, MethodLayer(report, stored, seconds, details)
+
+
+def per_layer(adapter, settings: dict):
+    """``quantize_layer``'s ``make`` for a backend that quantizes one Linear at a time."""
+    return lambda name, source: _per_layer(adapter, source, settings)
+
+
 def _replace(model, copied, adapter, plan, make, layers: list) -> None:
-    """Replace each selected Linear of ``copied`` by the module ``make(name, source)`` gives, with its stored bytes
-    and seconds (None: the library left that layer as it is); report every layer."""
+    """Replace each selected Linear of ``copied`` by the module ``make(name, source)`` gives (None: the library left
+    that layer as it is); report every layer."""
     for name, selected, reason in plan:
-        source = model.get_submodule(name)
-        made = make(name, source) if selected and isinstance(source, torch.nn.Linear) else None
-        if made is None:
-            why = (
-                reason
-                if not selected or not isinstance(source, torch.nn.Linear)
-                else f"{adapter.__name__.rsplit('.', 1)[-1]} does not quantize it"
-            )
-            layers.append(
-                MethodLayer(
-                    LayerReport(name, tuple(getattr(source, "weight", torch.empty(0)).shape), False, why), 0, 0.0, {}
-                )
-            )
-            continue
-        quantized, stored, seconds = made
-        parent, _, child = name.rpartition(".")
-        setattr(copied.get_submodule(parent) if parent else copied, child, quantized)
-        # read through a copy: a library may change its module at the first call
-        # (bitsandbytes repacks for its CPU kernel)
-        w_hat = effective_weight(_probe_copy(quantized), source.in_features, source.weight)
-        report = LayerReport(name, tuple(source.weight.shape), True, reason, sqnr_db(source.weight, w_hat))
-        details = adapter.describe(quantized) if hasattr(adapter, "describe") else {}
-        layers.append(MethodLayer(report, stored, seconds, details))
+        quantized, layer = quantize_layer(adapter, name, model.get_submodule(name), selected, reason, make)
+        if quantized is not None:
+            parent, _, child = name.rpartition(".")
+            setattr(copied.get_submodule(parent) if parent else copied, child, quantized)
+        layers.append(layer)
