@@ -245,3 +245,19 @@ def test_streamed_variants_and_floor_equal_the_lockstep(folders, text_file, arch
     whole = build_variants(model, schemes, [recipe], include, lazy=True)
     assert [v.summary() for v in variants] == [v.summary() for v in whole]
     assert floor.summary() == build_floor(model, include, seed=7).summary()
+
+
+def test_accelerate_s_disk_offload_gives_the_streamed_pass_s_nll(folders, text_file, tmp_path):
+    """The baseline users reach for, accelerate's offload with every layer on disk, through the engine (its inputs
+    stay where the offloaded model's hooks take them from): the streamed pass's NLL, and the in-memory model's."""
+    from transformers import AutoModelForCausalLM
+
+    p = _prepared(folders["llama"], text_file, "float32")
+    states, head, _, _ = _streamed(p, folders["llama"], "float32")
+    offloaded = AutoModelForCausalLM.from_pretrained(
+        folders["llama"], dtype=torch.float32, device_map="auto", max_memory={"cpu": 10_000}, offload_folder=tmp_path
+    ).eval()
+    assert set(offloaded.hf_device_map.values()) == {"disk"}
+    on_disk = run_lockstep(offloaded, p.stream, p.windows, bos_id=p.protocol.prefix_id)
+    stored = run_lockstep(None, p.stream, p.windows, bos_id=p.protocol.prefix_id, stored={REFERENCE: (states, head)})
+    assert np.max(np.abs(on_disk.reference["nll"] - stored.reference["nll"])) <= 1e-5

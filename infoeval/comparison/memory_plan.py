@@ -22,9 +22,10 @@ reference-first (``comparison/reference_first.py``) holds no codes and one model
 
 layer-streamed (``comparison/streamed.py``) holds no model: one part at a time, read from the checkpoint:
 
-    peak ≈ process + max(the embeddings, the largest layer + its quantized copy + quantization)
-           + the head (and each variant's quantized head) + every role's running hidden states (the model's dtype)
-           + every role's last hidden states (float32) + what the model gives each layer (masks) + logits
+    peak ≈ process + every role's running hidden states (the model's dtype) + every role's last hidden states
+           (float32) + what the model gives each layer (masks) + the largest of its phases: the capture (the
+           embeddings), the layers (the largest layer, its quantized copy, quantization), the statistics (the head,
+           each variant's quantized head, the logits)
 
 PROCESS_BYTES and LOGIT_COPIES were fitted on two measured runs (``benchmarks/scale.py``: SmolLM2-135M, V = 49,152,
 and a Qwen3-0.6B-shaped model, V = 151,936; the three default schemes, 1,024 tokens, ctx 512, float32) and checked on
@@ -166,14 +167,17 @@ def estimate_streamed(shape: ModelShape, settings: VariantSettings, ctx: int, to
     planned = plan_layers(shape.meta, list(settings.include), list(settings.exclude))
     heads = 1 + len(codes) * any(sel and name == names.get(id(head)) for name, sel, _ in planned)
     windows = -(-tokens // ctx)
+    phases = {  # what each phase of the pass holds besides what it keeps throughout; they do not overlap
+        "capture": embed * size,
+        "layers": 2 * layer * size + QUANTIZE_COPIES * linear * 4,
+        "statistics": heads * shape.head_bytes + int(LOGIT_COPIES * ctx * shape.vocab * 4),
+    }
     parts = {
         "process": PROCESS_BYTES,
-        "layer": max(embed * size, 2 * layer * size + QUANTIZE_COPIES * linear * 4),
-        "head": heads * shape.head_bytes,
         "hidden": (roles + 1) * windows * ctx * shape.hidden * size,
         "states": roles * tokens * shape.hidden * 4,
         "given": 2 * windows * ctx * ctx * 4,
-        "logits": int(LOGIT_COPIES * ctx * shape.vocab * 4),
+        "largest_phase": max(phases.values()),
     }
     return MemoryEstimate("streamed", parts)
 

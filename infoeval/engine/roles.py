@@ -13,11 +13,12 @@ from infoeval.errors import RuntimeFailure, spell
 
 
 def model_device(model, default: torch.device | None = None) -> torch.device:
-    """The device of a model's first parameter (a wrapper's inner ``.model`` is looked at too)."""
+    """The device of a model's first parameter that holds data (a wrapper's inner ``.model`` is looked at too): one
+    offloaded to disk by accelerate is on the meta device, and its hooks bring the inputs where it runs."""
     for m in (model, getattr(model, "model", None)):
         params = getattr(m, "parameters", None)
         if callable(params):
-            first = next(iter(params()), None)
+            first = next((p for p in params() if p.device.type != "meta"), None)
             if first is not None:
                 return first.device
     return default if default is not None else torch.device("cpu")
