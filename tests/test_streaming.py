@@ -23,77 +23,62 @@ from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 CTX = 64
 
 
-def _mistral(folder):
-    """Two Mistral layers with a 16-token sliding window: the mask differs from the causal one inside a window."""
-    from transformers import MistralConfig, MistralForCausalLM
+def _tiny(folder, model_class: str, config_class: str, seed: int, **shape):
+    """A tiny transformers model of ``model_class`` with the 512-token BOS tokenizer, saved into ``folder``."""
+    import transformers
 
     tok = make_tokenizer(bos=True)
-    config = MistralConfig(
+    config = getattr(transformers, config_class)(
         vocab_size=len(tok),
-        hidden_size=48,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=12,
-        sliding_window=16,
         max_position_embeddings=512,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
+        **shape,
     )
-    torch.manual_seed(1)
-    return _save(MistralForCausalLM(config), tok, folder)
+    torch.manual_seed(seed)
+    return _save(getattr(transformers, model_class)(config), tok, folder)
 
 
-def _gemma2(folder):
-    """Three Gemma 2 layers (sliding, full, sliding: a 16-token window), scaled embeddings, soft-capped attention
-    and head, tied embeddings."""
-    from transformers import Gemma2Config, Gemma2ForCausalLM
-
-    tok = make_tokenizer(bos=True)
-    config = Gemma2Config(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        sliding_window=16,
-        final_logit_softcapping=2.0,
-        max_position_embeddings=512,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    torch.manual_seed(2)
-    return _save(Gemma2ForCausalLM(config), tok, folder)
-
-
-def _gemma3(folder):
-    """Gemma 3's text model: two rotary bases (local and global layers get different position embeddings), q/k
-    norms, a 16-token sliding window on every layer but the last."""
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    tok = make_tokenizer(bos=True)
-    config = Gemma3TextConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        sliding_window=16,
-        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
-        max_position_embeddings=512,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    torch.manual_seed(3)
-    return _save(Gemma3ForCausalLM(config), tok, folder)
+SMALL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=1)
+TINY = {
+    # two Mistral layers with a 16-token sliding window: the mask differs from the causal one inside a window
+    "mistral": (
+        "MistralForCausalLM",
+        "MistralConfig",
+        1,
+        dict(
+            SMALL,
+            hidden_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=96,
+            head_dim=12,
+            sliding_window=16,
+        ),
+    ),
+    # Gemma 2: sliding, full, sliding layers (a 16-token window), scaled embeddings, soft-capped attention and head,
+    # tied embeddings
+    "gemma2": (
+        "Gemma2ForCausalLM",
+        "Gemma2Config",
+        2,
+        dict(SMALL, head_dim=16, sliding_window=16, final_logit_softcapping=2.0),
+    ),
+    # Gemma 3's text model: two rotary bases (local and global layers get different position embeddings), q/k norms
+    "gemma3": (
+        "Gemma3ForCausalLM",
+        "Gemma3TextConfig",
+        3,
+        dict(
+            SMALL,
+            head_dim=16,
+            sliding_window=16,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        ),
+    ),
+}
 
 
 @pytest.fixture(scope="module")
@@ -109,9 +94,10 @@ def folders(tmp_path_factory, tiny_llama_dir, tiny_qwen3_dir):
     return {
         "llama": tiny_llama_dir,
         "qwen3": tiny_qwen3_dir,
-        "mistral": _mistral(root / "mistral"),
-        "gemma2": _gemma2(root / "gemma2"),
-        "gemma3": _gemma3(root / "gemma3"),
+        **{
+            name: _tiny(root / name, model, config, seed, **shape)
+            for name, (model, config, seed, shape) in TINY.items()
+        },
     }
 
 

@@ -170,7 +170,8 @@ def estimate_streamed(shape: ModelShape, settings: VariantSettings, ctx: int, to
     phases = {  # what each phase of the pass holds besides what it keeps throughout; they do not overlap
         "capture": embed * size,
         "layers": 2 * layer * size + QUANTIZE_COPIES * linear * 4,
-        "statistics": heads * shape.head_bytes + int(LOGIT_COPIES * ctx * shape.vocab * 4),
+        # the lockstep's logits, and each stored role's made again from its states by its head
+        "statistics": heads * shape.head_bytes + int((LOGIT_COPIES + 1) * ctx * shape.vocab * 4),
     }
     parts = {
         "process": PROCESS_BYTES,

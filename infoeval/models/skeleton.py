@@ -5,7 +5,6 @@ materializes the parts it needs from them."""
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import torch
 
 from infoeval.errors import RuntimeFailure, UsageError, spell
-from infoeval.models.files import BUILTIN, gguf_file, weights_digest
+from infoeval.models.files import BUILTIN, SafetensorsTensor, checkpoint_tensors, gguf_file, weights_digest
 from infoeval.models.records import LoadedModel, ModelInfo, tokenizer_info
 
 
@@ -105,41 +104,28 @@ class Reads:
 
 @dataclass
 class TensorFiles:
-    """The tensors of a folder's safetensors: which file holds each (one file, or a sharded index)."""
+    """The tensors of a folder's safetensors (one file, or a sharded index): where each lies, read one at a time."""
 
     folder: Path
-    files: dict[str, Path]
+    tensors: dict[str, SafetensorsTensor]
     reads: Reads = field(default_factory=Reads)
 
     @classmethod
     def of(cls, folder: Path) -> TensorFiles:
-        index = streamable_folder(str(folder)) / "model.safetensors.index.json"
-        if index.is_file():
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            return cls(folder, {name: folder / file for name, file in weight_map.items()})
-        from safetensors import safe_open
-
-        single = folder / "model.safetensors"
-        with safe_open(single, framework="pt") as f:
-            return cls(folder, {name: single for name in f.keys()})  # noqa: SIM118  (a safetensors handle)
+        return cls(folder, checkpoint_tensors(streamable_folder(str(folder))))
 
     def read(self, names: dict[str, str], dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
-        """{key: tensor} for {key: the checkpoint's tensor name}, each read alone from its file, cast and placed."""
-        from safetensors import safe_open
-
-        t0, out, by_file = time.perf_counter(), {}, {}
-        for key, name in names.items():
-            if name not in self.files:
-                raise RuntimeFailure(f"the checkpoint in '{self.folder}' has no tensor '{name}'")
-            by_file.setdefault(self.files[name], []).append((key, name))
-        for file, wanted in by_file.items():
-            with safe_open(file, framework="pt", device="cpu") as f:
-                for key, name in wanted:
-                    t = f.get_tensor(name)
-                    self.reads.bytes += t.numel() * t.element_size()
-                    moved = t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
-                    # a tensor left on the file's memory map is read at its first use: read it here, into its own
-                    # memory, so that the read is timed as one and no page of the file stays mapped
-                    out[key] = moved.clone() if moved.data_ptr() == t.data_ptr() else moved
+        """{key: tensor} for {key: the checkpoint's tensor name}: each read from its file (in file order) into memory
+        of its own, cast and placed."""
+        missing = [name for name in names.values() if name not in self.tensors]
+        if missing:
+            raise RuntimeFailure(f"the checkpoint in '{self.folder}' has no tensor '{missing[0]}'")
+        t0, out = time.perf_counter(), {}
+        for key, name in sorted(names.items(), key=lambda kv: (self.tensors[kv[1]].file, self.tensors[kv[1]].start)):
+            meta = self.tensors[name]
+            with open(meta.file, "rb") as fh:
+                t = meta.read(fh)
+            self.reads.bytes += meta.nbytes
+            out[key] = t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
         self.reads.read_s += time.perf_counter() - t0
         return out
