@@ -79,12 +79,13 @@ def _at_least(n: int) -> str:
 def _candidates(settings: PlanSettings, model_settings, variant_settings, tokens, until) -> list[str]:
     """The plans a run may take, in the order auto tries them; --stream layers' own refusals."""
     plans = ["lockstep"] if until is not None else ["lockstep", "reference-first"]
-    if until is None and tokens is not None and is_streamable(model_settings.model):
-        plans += [] if unstreamable(variant_settings) else ["streamed"]
+    why_not = unstreamable(variant_settings)
+    if until is None and tokens is not None and why_not is None and is_streamable(model_settings.model):
+        plans.append("streamed")
     if settings.stream == "layers":
         streamable_folder(model_settings.model)  # else one line: what it can stream
-        if unstreamable(variant_settings):
-            raise UsageError(unstreamable(variant_settings))
+        if why_not is not None:
+            raise UsageError(why_not)
         if tokens is None:
             raise UsageError(
                 f"{spell('stream')} layers holds every window's hidden states: give {spell('max_tokens')} (its "

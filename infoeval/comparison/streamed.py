@@ -66,7 +66,8 @@ def evaluate_streamed(p, plan, settings: VariantSettings, reporter, top_k: int =
     if settings.floor != "off":
         floor = LayerwiseFloor(loaded.model, settings.include, settings.exclude, settings.floor_seed)
         at = floor_at(p, 1 + len(variants), None, settings.floor, settings.floor_seed)
-        roles.append(Role(FLOOR, floor, [i for i, b in enumerate(batches) if b.windows[0].index in set(at)]))
+        on = set(at)
+        roles.append(Role(FLOOR, floor, [i for i, b in enumerate(batches) if b.windows[0].index in on]))
     layers, clock = len(streamed.decoder.layers), engine.Clock()
     label = f"{len(p.windows)} windows × {len(roles)} models, {layers} layers read one at a time"
     with progress(reporter, layers, label) as bar:

@@ -114,12 +114,17 @@ class FloorVariant:
     scratch = {}  # no shared dequantization buffers (``DequantBuffers.reserve``)
 
     def summary(self) -> dict:
-        return {
-            "definition": DEFINITION,
-            "seed": self.seed,
-            "layers": len(self.weights),
-            "params": sum(int(w.source.numel()) for w in self.weights.values()),
-        }
+        return floor_summary(self.seed, [w.source.shape for w in self.weights.values()])
+
+
+def floor_summary(seed: int, shapes) -> dict:
+    """The floor's record: its definition, seed, and the layers and parameters it moves (their weights' shapes)."""
+    return {
+        "definition": DEFINITION,
+        "seed": seed,
+        "layers": len(shapes),
+        "params": sum(int(torch.Size(s).numel()) for s in shapes),
+    }
 
 
 def build_floor(

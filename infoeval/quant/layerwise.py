@@ -19,7 +19,7 @@ import torch
 
 from infoeval.errors import UsageError, spell
 from infoeval.quant.apply import quantize_plan, recipe_plan, tied_weights
-from infoeval.quant.floor import DEFINITION, FLOOR, FloorVariant, NoisyWeight
+from infoeval.quant.floor import FLOOR, FloorVariant, NoisyWeight, floor_summary
 from infoeval.quant.methods import MethodScheme, quiet_libraries
 from infoeval.quant.methods.variant import MethodVariant, per_layer, quantize_layer
 from infoeval.quant.recipe import Recipe
@@ -100,8 +100,7 @@ class LayerwiseFloor:
 
     def summary(self) -> dict:
         """The floor's summary, as ``FloorVariant.summary`` gives it for the whole model."""
-        params = sum(int(torch.Size(s).numel()) for s in self.shapes.values())
-        return {"definition": DEFINITION, "seed": self.seed, "layers": len(self.ordinal), "params": params}
+        return floor_summary(self.seed, list(self.shapes.values()))
 
 
 class ModuleSwap:
