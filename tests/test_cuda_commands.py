@@ -113,3 +113,29 @@ def test_stream_layers_on_the_gpu_equals_the_cpu(tiny_llama_dir, text):
     cpu, gpu = (infoeval.compare(str(tiny_llama_dir), device=d, **run).to_json() for d in ("cpu", GPU))
     assert gpu.pop("memory_plan")["plan"] == cpu.pop("memory_plan")["plan"] == "streamed"  # budgets: each device's
     assert not close(numbers(gpu), numbers(cpu), RTOL, ATOL)
+
+
+def test_stream_layers_parked_in_host_memory_equal_kept_on_the_gpu(tiny_llama_dir, text):
+    """The hidden states parked in host memory between layers (a GPU that cannot hold them all): the same bits."""
+    import numpy as np
+    import torch
+
+    from infoeval import engine
+    from infoeval.engine.stream_layout import StreamLayout
+    from infoeval.engine.streaming import StreamedModel, last_states
+    from infoeval.input.prepare import Reporter, prepare
+    from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+
+    p = prepare(
+        ModelSettings(str(tiny_llama_dir), GPU, "float32"),
+        TextSettings(text=text, max_tokens=300),
+        WindowSettings(ctx=64),
+        Reporter(),
+        skeleton=True,
+    )
+    states = {}
+    for layout in (StreamLayout(), StreamLayout(parked=True)):
+        streamed = StreamedModel(tiny_llama_dir, torch.float32, torch.device(GPU), layout=layout)
+        out = last_states(streamed, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id)
+        states[layout.parked] = out["reference"][0]
+    assert np.array_equal(states[True], states[False]) and np.abs(states[False]).sum() > 0

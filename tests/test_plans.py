@@ -17,12 +17,16 @@ from tiny_models import build_tiny_llama
 import infoeval
 from infoeval.cli import main
 from infoeval.comparison import plans, reference_first
+from infoeval.comparison.memory_plan import estimate_streamed
 from infoeval.comparison.plans import PlanSettings
+from infoeval.engine.stream_layout import StreamLayout, layouts
 from infoeval.errors import UsageError
 from infoeval.input.settings import ModelSettings
+from infoeval.models.shapes import model_shape
 from infoeval.quant import codes
-from infoeval.quant.apply import quantize_variant
+from infoeval.quant.apply import encode_with_sqnr, quantize_variant
 from infoeval.quant.lazy import LazyWeight
+from infoeval.quant.primitives import signal_power
 from infoeval.quant.schemes import parse_scheme
 from infoeval.quant.variant_settings import VariantSettings
 
@@ -107,6 +111,10 @@ def test_a_lazy_weight_is_the_stored_codes_bits(scheme, dtype):
     stored, _ = codes.encode_dequantized(w, s)
     want = stored.to(dtype) if s.fmt else codes.dequantize(stored)
     assert torch.equal(LazyWeight(w, s).materialize(), want)
+    # the ŵ a layer-streamed variant keeps from its encoding (each layer quantized once): the same bits, contiguous
+    _, sqnr, kept = encode_with_sqnr(w, s, signal_power(w), keep=True)
+    assert torch.equal(kept, want) and kept.is_contiguous() and kept.dtype == dtype
+    assert sqnr == encode_with_sqnr(w, s, signal_power(w))[1]
 
 
 def test_a_lazy_variant_reports_what_its_codes_would_store(tiny_qwen3_dir):
@@ -115,6 +123,41 @@ def test_a_lazy_variant_reports_what_its_codes_would_store(tiny_qwen3_dir):
         stored, lazy = (quantize_variant(model, parse_scheme(scheme), lazy=z) for z in (False, True))
         assert lazy.summary() == stored.summary() and not lazy.scratch
         assert all(isinstance(w, LazyWeight) for w in lazy.weights.values())
+
+
+def test_the_streamed_plan_reads_ahead_where_the_budget_holds_one_more_layer(tiny_llama_dir):
+    ms, vs = ModelSettings(str(tiny_llama_dir), "cpu"), VariantSettings(schemes=SCHEMES)
+    ahead, inline = (plans.estimate_run(ms, vs, 8, "streamed", 64, StreamLayout(r)).total for r in (True, False))
+    layer = infoeval.models.load_model(str(tiny_llama_dir), torch.device("cpu"), torch.float32).model.model.layers[0]
+    assert ahead - inline == sum(p.numel() * 4 for p in layer.parameters())  # one float32 layer more (ctx 8: the
+    # layers are the largest phase)
+
+    def choose(budget):
+        return plans.choose(PlanSettings("auto", budget / 2**30, "layers"), ms, vs, 8, 64, None)
+
+    fast, slow = choose(ahead + 8), choose(ahead - 8)  # (a GiB budget's bytes may round down by one)
+    assert fast.plan == slow.plan == "streamed" and fast.layout == StreamLayout()
+    assert slow.layout == StreamLayout(read_ahead=False) and "no layer read ahead" in slow.reason
+    assert "read ahead" not in fast.reason
+    assert (fast.to_json()["layout"]["read_ahead"], slow.to_json()["layout"]["read_ahead"]) == (True, False)
+    with pytest.raises(UsageError, match=r"cannot run within the memory budget.* memory_budget \d+\.\d"):
+        choose(inline - 8)
+
+
+def test_on_a_gpu_the_layer_read_ahead_waits_on_the_host_and_parked_states_are_one_window(tiny_llama_dir):
+    shape = model_shape(str(tiny_llama_dir), torch.float32)
+    vs, windows = VariantSettings(schemes=SCHEMES), 8
+
+    def parts(layout, on_host):
+        return estimate_streamed(shape, vs, 8, 8 * windows, layout, on_host).parts
+
+    host, gpu = parts(StreamLayout(), True), parts(StreamLayout(), False)
+    assert gpu == parts(StreamLayout(read_ahead=False), False)  # nothing of the read-ahead on the device
+    assert host["largest_phase"] > gpu["largest_phase"] and host["hidden"] == gpu["hidden"]
+    parked = parts(StreamLayout(parked=True), False)
+    assert parked["hidden"] == 2 * 8 * shape.hidden * 4  # one window's states in and out, float32
+    assert parked["given"] * windows == gpu["given"] and parked["states"] == gpu["states"]
+    assert layouts("cpu")[1] == StreamLayout(read_ahead=False) and layouts("cuda")[1] == StreamLayout(parked=True)
 
 
 def _estimates(model_dir, tokens=300):

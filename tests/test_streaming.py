@@ -15,8 +15,9 @@ from tiny_models import _save, make_tokenizer
 from infoeval import engine
 from infoeval.comparison.lockstep import REFERENCE, run_lockstep
 from infoeval.comparison.reference_first import reference_states
+from infoeval.engine.stream_layout import FASTEST, StreamLayout, moved
 from infoeval.engine.streaming import StreamedModel, last_states
-from infoeval.errors import UsageError
+from infoeval.errors import RuntimeFailure, UsageError
 from infoeval.input.prepare import Reporter, prepare
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 
@@ -110,8 +111,8 @@ def _prepared(folder, text_file, dtype: str):
     )
 
 
-def _streamed(p, folder, dtype: str):
-    streamed = StreamedModel(folder, getattr(torch, dtype), torch.device("cpu"))
+def _streamed(p, folder, dtype: str, layout=FASTEST):
+    streamed = StreamedModel(folder, getattr(torch, dtype), torch.device("cpu"), layout=layout)
     layers = []
     out = last_states(
         streamed, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id, on_layer=lambda: layers.append(1)
@@ -145,6 +146,44 @@ def test_the_checkpoint_is_read_once_per_pass(folders, text_file):
     assert streamed.reads.bytes == stored  # embeddings, each layer, the norm and the head: each once
     assert streamed.reads.read_s > 0 and streamed.reads.compute_s > 0
     assert all(t.device.type == "meta" for t in streamed.model.model.layers.parameters())  # every layer freed
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_no_layout_changes_a_bit_or_the_bytes_read(folders, text_file, dtype):
+    p = _prepared(folders["gemma2"], text_file, dtype)  # masks of two kinds, given to every layer
+    ahead, _, read_ahead, _ = _streamed(p, folders["gemma2"], dtype)
+    inline, _, read_inline, _ = _streamed(p, folders["gemma2"], dtype, StreamLayout(read_ahead=False))
+    parked, _, _, _ = _streamed(p, folders["gemma2"], dtype, StreamLayout(parked=True))  # on the host: a no-op move
+    assert np.array_equal(ahead, inline) and np.array_equal(ahead, parked)
+    assert read_ahead.reads.bytes == read_inline.reads.bytes > 0
+    assert read_inline.reads.wait_s == 0.0 and read_ahead.reads.wait_s >= 0.0
+
+
+def test_moving_given_inputs_moves_a_shared_tensor_once_and_keeps_the_structure():
+    mask, cos, sin = torch.ones(1, 1, 4, 4), torch.zeros(1, 4, 8), torch.zeros(1, 4, 8)
+    given = [((), {"attention_mask": mask, "position_embeddings": (cos, sin), "use_cache": False})] * 3
+    out = moved(given, torch.device("meta"), memo := {})
+    assert type(out) is list and all(type(args) is tuple and type(kw) is dict for args, kw in out)
+    assert {id(kw["attention_mask"]) for _, kw in out} == {id(out[0][1]["attention_mask"])}  # one copy for 3 layers
+    assert out[0][1]["attention_mask"].device.type == "meta" and out[2][1]["position_embeddings"][1].is_meta
+    assert out[1][1]["use_cache"] is False and len(memo) == 3
+    assert moved(mask, torch.device("cpu")) is mask  # already there: not copied
+
+
+def test_a_read_that_fails_ahead_fails_the_pass(folders, text_file, monkeypatch):
+    p = _prepared(folders["qwen3"], text_file, "float32")
+    streamed = StreamedModel(folders["qwen3"], torch.float32, torch.device("cpu"))
+    real, calls = streamed.files.read, []
+
+    def failing(names, *args):
+        calls.append(names)
+        if len(calls) == 3:  # the read of layer 1, made in the reader thread while layer 0 runs
+            raise RuntimeFailure("the disk went away")
+        return real(names, *args)
+
+    monkeypatch.setattr(streamed.files, "read", failing)
+    with pytest.raises(RuntimeFailure, match="the disk went away"):
+        last_states(streamed, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id)
 
 
 def test_a_tied_head_is_read_from_the_embeddings(folders, text_file):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 
 import numpy as np
@@ -27,6 +28,7 @@ from infoeval.comparison.results import CompareResult, CompressBitsResult, Varia
 from infoeval.comparison.streamed import evaluate_streamed
 from infoeval.comparison.until import UntilSettings, bpb_ses, budget_windows, check_protocol, evaluate_until, kl_ses
 from infoeval.comparison.variants import build_planned, plan_variants
+from infoeval.engine.stream_layout import FASTEST
 from infoeval.errors import RuntimeFailure, UsageError, spell
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.input.protocols import registered
@@ -143,10 +145,10 @@ def _reference_first(p, plan, settings, device_map, reporter, until, top_k) -> t
     return p, *out[:3], {**p.timings, **out[3]}, *out[4:], None, {}
 
 
-def _streamed(p, plan, settings, device_map, reporter, until, top_k) -> tuple:
+def _streamed(p, plan, settings, device_map, reporter, until, top_k, layout=FASTEST) -> tuple:
     """The streamed plan's evaluation (``until``: refused before, by ``plans.choose``); its reads go into the
     memory plan's record."""
-    cols, done, calibration, timings, floor, at, reads = evaluate_streamed(p, plan, settings, reporter, top_k)
+    cols, done, calibration, timings, floor, at, reads = evaluate_streamed(p, plan, settings, reporter, top_k, layout)
     return p, cols, done, calibration, {**p.timings, **timings}, floor, at, None, {"stream": reads}
 
 
@@ -174,7 +176,8 @@ def quantize_compare(
     )
     p = prepare(model_settings, text_settings, window_settings, reporter, skeleton=choice.plan == "streamed")
     reporter.note(choice.line())
-    run = {"reference-first": _reference_first, "streamed": _streamed}.get(choice.plan, _lockstep)
+    streamed = functools.partial(_streamed, layout=choice.layout)
+    run = {"reference-first": _reference_first, "streamed": streamed}.get(choice.plan, _lockstep)
     p, cols, variants, calibration, timings, floor, floor_at, block, notes = run(
         p, plan, variant_settings, model_settings.device_map, reporter, until, top_k
     )

@@ -24,8 +24,9 @@ layer-streamed (``comparison/streamed.py``) holds no model: one part at a time, 
 
     peak ≈ process + every role's running hidden states (the model's dtype) + every role's last hidden states
            (float32) + what the model gives each layer (masks) + the largest of its phases: the capture (the
-           embeddings), the layers (the largest layer, its quantized copy, quantization), the statistics (the head,
-           each variant's quantized head, the logits)
+           embeddings), the layers (the largest layer, its quantized copy, quantization, and the next layer read
+           ahead on the host unless the budget leaves no room for it: ``engine/stream_layout.py``), the statistics
+           (the head, each variant's quantized head, the logits)
 
 PROCESS_BYTES and LOGIT_COPIES were fitted on two measured runs (``benchmarks/scale.py``: SmolLM2-135M, V = 49,152,
 and a Qwen3-0.6B-shaped model, V = 151,936; the three default schemes, 1,024 tokens, ctx 512, float32) and checked on
@@ -42,6 +43,7 @@ import torch
 from infoeval import distributed
 from infoeval.comparison.lockstep import SHARED_TOKENS
 from infoeval.comparison.reference_first import SPILL_BYTES
+from infoeval.engine.stream_layout import FASTEST
 from infoeval.input.settings import ModelSettings
 from infoeval.models import resolve_device, resolve_dtype
 from infoeval.models.objects import ModelObject
@@ -156,8 +158,12 @@ def _layer_bytes(shape: ModelShape) -> tuple[int, int, int]:
     return max(sizes, default=0), max(linears, default=0), embed
 
 
-def estimate_streamed(shape: ModelShape, settings: VariantSettings, ctx: int, tokens: int) -> MemoryEstimate:
-    """The layer-streamed plan's peak (module docstring) over ``tokens`` scored tokens in windows of ``ctx``."""
+def estimate_streamed(
+    shape: ModelShape, settings: VariantSettings, ctx: int, tokens: int, layout=FASTEST, on_host: bool = True
+) -> MemoryEstimate:
+    """The layer-streamed plan's peak (module docstring) over ``tokens`` scored tokens in windows of ``ctx`` in the
+    memory it runs in (``on_host``: the host's, else a device's, where a layer read ahead does not wait and parked
+    hidden states are one window's)."""
     codes, _ = variant_bytes(shape, settings)
     roles = 1 + len(codes) + len(settings.methods) + (settings.floor != "off")
     size = torch.empty((), dtype=shape.dtype).element_size()
@@ -169,15 +175,16 @@ def estimate_streamed(shape: ModelShape, settings: VariantSettings, ctx: int, to
     windows = -(-tokens // ctx)
     phases = {  # what each phase of the pass holds besides what it keeps throughout; they do not overlap
         "capture": embed * size,
-        "layers": 2 * layer * size + QUANTIZE_COPIES * linear * 4,
+        "layers": (3 if layout.read_ahead and on_host else 2) * layer * size + QUANTIZE_COPIES * linear * 4,
         # the lockstep's logits, and each stored role's made again from its states by its head
         "statistics": heads * shape.head_bytes + int((LOGIT_COPIES + 1) * ctx * shape.vocab * 4),
     }
+    held = 1 if layout.parked and not on_host else windows  # the windows whose states are on the device
     parts = {
         "process": PROCESS_BYTES,
-        "hidden": (roles + 1) * windows * ctx * shape.hidden * size,
+        "hidden": (roles + 1 if held == windows else 2) * held * ctx * shape.hidden * size,
         "states": roles * tokens * shape.hidden * 4,
-        "given": 2 * windows * ctx * ctx * 4,
+        "given": 2 * held * ctx * ctx * 4,
         "largest_phase": max(phases.values()),
     }
     return MemoryEstimate("streamed", parts)
@@ -189,13 +196,15 @@ def estimate_run(
     ctx: int,
     plan: str = "lockstep",
     tokens: int | None = None,
+    layout=FASTEST,
 ) -> MemoryEstimate:
     """The estimated peak of quantize-compare under ``plan`` on the settings' model and variants (``tokens``: the
     scored tokens, None: unknown), loading no weight."""
-    dtype = resolve_dtype(model_settings.dtype, resolve_device(model_settings.device))
+    device = resolve_device(model_settings.device)
+    dtype = resolve_dtype(model_settings.dtype, device)
     shape = model_shape(model_settings.model, dtype)
     if plan == "streamed":
-        est = estimate_streamed(shape, variant_settings, ctx, tokens)
+        est = estimate_streamed(shape, variant_settings, ctx, tokens, layout, device.type == "cpu")
     elif plan == "reference-first":
         est = estimate_reference_first(shape, variant_settings, ctx, tokens)
     else:

@@ -7,8 +7,11 @@ default BUDGET_SHARE of the memory available now: the host's RAM, or the GPU's f
                      (a model folder with safetensors) where that fits, else refused
     lockstep         every model at once; refused when its estimate is over the budget
     reference-first  one model at a time (``reference_first``); refused when over the budget, and with --until-se
-    streamed         --stream layers: each model read one decoder layer at a time (``streamed``); refused when
-                     over the budget, with --until-se, and for a model that is not a folder with safetensors
+    streamed         --stream layers: each model read one decoder layer at a time (``streamed``), the next layer
+                     read while one runs and the hidden states on the device; where that is over the budget, the
+                     next layout that fits (``stream_layout.layouts``: no layer read ahead on the host, the states
+                     parked in host memory on a GPU); refused when over the budget in each, with --until-se, and
+                     for a model that is not a folder with safetensors
 
 A refusal is one line (exit 2) before any weight loads, naming the smallest budget that would do.
 """
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from infoeval.comparison.memory_plan import MemoryEstimate, estimate_run
 from infoeval.comparison.request import PLANS, PlanSettings  # noqa: F401  (PlanSettings: re-exported)
 from infoeval.comparison.streamed import unstreamable
+from infoeval.engine.stream_layout import FASTEST, StreamLayout, layouts
 from infoeval.errors import UsageError, spell
 from infoeval.models.skeleton import is_streamable, streamable_folder
 
@@ -35,6 +39,7 @@ class PlanChoice:
     reason: str
     budget: int
     estimates: dict[str, MemoryEstimate]
+    layout: StreamLayout = FASTEST  # the streamed plan's
 
     def line(self) -> str:
         return f"plan: {self.plan} ({self.reason})"
@@ -45,6 +50,7 @@ class PlanChoice:
             "reason": self.reason,
             "budget_bytes": self.budget,
             "estimates": {name: e.to_json() for name, e in self.estimates.items()},
+            **({"layout": self.layout.to_json()} if self.plan == "streamed" else {}),
         }
 
 
@@ -123,6 +129,14 @@ def choose(settings: PlanSettings, model_settings, variant_settings, ctx: int, t
         return PlanChoice(
             unplanned, f"not estimated: {(str(e).splitlines() or [type(e).__name__])[0][:160]}", budget, {}
         )
+    layout = FASTEST
+    if "streamed" in est and est["streamed"].total > budget:  # the next layouts, to the smallest (the refusal's)
+        from infoeval.models import resolve_device
+
+        for layout in layouts(resolve_device(model_settings.device).type)[1:]:
+            est["streamed"] = estimate_run(model_settings, variant_settings, ctx, "streamed", tokens, layout)
+            if est["streamed"].total <= budget:
+                break
     where = "given" if settings.memory_budget_gib is not None else f"{BUDGET_SHARE:.0%} of the memory available"
     for name, e in est.items():
         if e.total <= budget:
@@ -131,7 +145,9 @@ def choose(settings: PlanSettings, model_settings, variant_settings, ctx: int, t
             if over:
                 are = "is" if len(over) == 1 else "are"
                 why = f"{' and '.join(over)} {are} over the {_gib(budget)} budget; " + why
-            return PlanChoice(name, why, budget, est)
+            if name == "streamed" and layout.note():
+                why += f"; {layout.note()}"
+            return PlanChoice(name, why, budget, est, layout if name == "streamed" else FASTEST)
     least = min(est.values(), key=lambda e: e.total)
     raise UsageError(
         f"{' and '.join(f'{n} (estimated {_gib(e.total)})' for n, e in est.items())} cannot run within the memory "

@@ -22,6 +22,7 @@ import torch
 from infoeval import engine
 from infoeval.comparison.floor import floor_at
 from infoeval.comparison.lockstep import FLOOR, REFERENCE, run_lockstep
+from infoeval.engine.stream_layout import FASTEST
 from infoeval.engine.streaming import Role, StreamedModel, last_states
 from infoeval.errors import UsageError, spell
 from infoeval.input.prepare import progress
@@ -47,15 +48,15 @@ def unstreamable(settings: VariantSettings) -> str | None:
     return None
 
 
-def evaluate_streamed(p, plan, settings: VariantSettings, reporter, top_k: int = 0):
+def evaluate_streamed(p, plan, settings: VariantSettings, reporter, top_k: int = 0, layout=FASTEST):
     """quantize-compare's evaluation under the streamed plan: (columns, the variants as evaluated, no calibration,
-    timings, the floor, its windows)."""
+    timings, the floor, its windows; ``layout``: the memory plan's, ``engine/stream_layout.py``)."""
     why = unstreamable(settings)
     if why is not None:
         raise UsageError(why)
     loaded = p.loaded
     dtype = next(loaded.model.parameters()).dtype
-    streamed = StreamedModel(loaded.info.path, dtype, torch.device(loaded.info.device), loaded.model)
+    streamed = StreamedModel(loaded.info.path, dtype, torch.device(loaded.info.device), loaded.model, layout)
     variants = [LayerwiseVariant(loaded.model, s, settings.include, settings.exclude) for s in plan.schemes]
     variants += [LayerwiseVariant(loaded.model, r, settings.include, settings.exclude) for r in plan.recipes]
     variants += [LayerwiseMethod(loaded.model, m, settings.include, settings.exclude) for m in plan.methods]
@@ -81,6 +82,7 @@ def evaluate_streamed(p, plan, settings: VariantSettings, reporter, top_k: int =
     timings = {
         "eval_s": bar.seconds,
         "stream_read_s": reads.read_s,
+        "stream_wait_s": reads.wait_s,
         "stream_compute_s": reads.compute_s,
         "statistics_s": statistics_s,
         **clock.timings(),

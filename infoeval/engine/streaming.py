@@ -3,7 +3,8 @@
     capture:  the model's own forward on each batch of windows with its decoder layers replaced by recorders:
               the first layer's input (the embeddings, scaled as the model scales them) and what the model gives
               each layer (position embeddings, masks, position ids), as GPTQ's layer pipelines capture them
-    layers:   for ℓ = 0 … L−1: layer ℓ's tensors read from the checkpoint (memory-mapped, that layer's alone),
+    layers:   for ℓ = 0 … L−1: layer ℓ's tensors read from the checkpoint (that layer's alone; layer ℓ+1's are read
+              in a thread meanwhile, so the reads overlap the compute),
               h_b = layer_ℓ(h_b, **given_ℓ,b) for every batch b, then the layer freed
     last:     the final norm of each batch's kept positions: the last hidden states, (n, d) over the scored rows,
               with the head (``models.head.OutputHead``) that makes the logits from them
@@ -21,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,18 +33,28 @@ from infoeval import distributed
 from infoeval.engine import forward
 from infoeval.engine.batches import Batch
 from infoeval.engine.blocks import decoder
+from infoeval.engine.stream_layout import FASTEST, StreamLayout, moved
 from infoeval.errors import RuntimeFailure, UsageError, spell
 from infoeval.input.windows import window_inputs
 from infoeval.models.head import OutputHead, head_of
-from infoeval.models.skeleton import TensorFiles, skeleton, storage_read_bytes
+from infoeval.models.skeleton import TensorFiles, place, skeleton, storage_read_bytes
 from infoeval.quant.apply import swapped
 
 
 class StreamedModel:
     """A causal LM as a skeleton and its checkpoint: parts of it materialized when a pass needs them, then freed."""
 
-    def __init__(self, folder: Path, dtype: torch.dtype, device: torch.device, model: torch.nn.Module | None = None):
+    def __init__(
+        self,
+        folder: Path,
+        dtype: torch.dtype,
+        device: torch.device,
+        model: torch.nn.Module | None = None,
+        layout: StreamLayout = FASTEST,
+    ):
         self.files = TensorFiles.of(Path(folder))
+        self.layout = layout
+        self.home = torch.device("cpu") if layout.parked else device  # where the hidden states wait between layers
         self.model = model if model is not None else skeleton(Path(folder), dtype)
         self.dtype, self.device = dtype, device
         for module in self.model.modules():  # the real buffers (rotary frequencies) where the layers will run
@@ -59,15 +71,42 @@ class StreamedModel:
         self.names = {id(m): name for name, m in self.model.named_modules()}
         self.reads = self.files.reads
 
-    def load(self, module: torch.nn.Module) -> torch.nn.Module:
-        """``module``'s parameters read from the checkpoint (a tied head's from the embeddings')."""
+    def wanted(self, module: torch.nn.Module) -> dict[str, str]:
+        """{parameter: the checkpoint's tensor} of ``module`` (a tied head's weight: the embeddings')."""
         prefix = self.names[id(module)]
         wanted = {n: f"{prefix}.{n}" for n, _ in module.named_parameters()}
         if wanted.get("weight") not in self.files.tensors and module is self.model.get_output_embeddings():
             if getattr(self.model.config, "tie_word_embeddings", False):
                 wanted["weight"] = f"{self.names[id(self.model.get_input_embeddings())]}.weight"
-        module.load_state_dict(self.files.read(wanted, self.dtype, self.device), assign=True)
+        return wanted
+
+    def load(self, module: torch.nn.Module, tensors: dict[str, torch.Tensor] | None = None) -> torch.nn.Module:
+        """``module``'s parameters: ``tensors`` as read (``files.read(wanted(module))``; emptied, so that freeing the
+        module frees them), else read now; cast and placed."""
+        tensors = self.files.read(self.wanted(module)) if tensors is None else tensors
+        module.load_state_dict(place(tensors, self.dtype, self.device), assign=True)
+        tensors.clear()
         return module
+
+    def layers(self):
+        """(layer, its tensors as read) for each decoder layer in order; with the layout's ``read_ahead`` the next
+        layer is read in a thread while the caller runs this one (the reads overlap the compute; one more layer in
+        host memory)."""
+        layers = self.decoder.layers
+        if not self.layout.read_ahead:
+            for layer in layers:
+                yield layer, self.files.read(self.wanted(layer))
+            return
+        with ThreadPoolExecutor(1, thread_name_prefix="infoeval-read") as pool:
+            ahead = pool.submit(self.files.read, self.wanted(layers[0]))
+            for i, layer in enumerate(layers):
+                t0 = time.perf_counter()
+                tensors = ahead.result()
+                self.reads.wait_s += time.perf_counter() - t0
+                if i + 1 < len(layers):
+                    ahead = pool.submit(self.files.read, self.wanted(layers[i + 1]))
+                yield layer, tensors
+                del tensors
 
     @staticmethod
     def free(module: torch.nn.Module) -> None:
@@ -147,9 +186,11 @@ def _check_streamable(streamed: StreamedModel, roles: Sequence[Role]) -> str:
     return head
 
 
-def _run_layer(streamed: StreamedModel, index: int, roles: Sequence[Role], given: list[Given], hidden: dict) -> None:
-    """Layer ``index`` loaded, run over each role's batches (a variant's weights swapped in), freed."""
-    layer = streamed.load(streamed.decoder.layers[index])
+def _run_layer(streamed: StreamedModel, index: int, tensors: dict, roles: Sequence[Role], given, hidden) -> None:
+    """Layer ``index`` loaded from its ``tensors``, run over each role's batches (a variant's weights swapped in),
+    freed."""
+    layer = streamed.load(streamed.decoder.layers[index], tensors)
+    del tensors
     prefix = f"{streamed.decoder.prefix}.{index}."
     names = [n for n in streamed.names.values() if n.startswith(prefix)]
     t0 = time.perf_counter()
@@ -161,9 +202,9 @@ def _run_layer(streamed: StreamedModel, index: int, roles: Sequence[Role], given
         )
         with context:
             for b in role.batches:
-                args, kwargs = given[b].layers[index]
-                out = layer(hidden[role.name][b], *args, **kwargs)
-                hidden[role.name][b] = out[0] if isinstance(out, tuple) else out
+                args, kwargs = moved(given[b].layers[index], streamed.device)
+                out = layer(moved(hidden[role.name][b], streamed.device), *args, **kwargs)
+                hidden[role.name][b] = moved(out[0] if isinstance(out, tuple) else out, streamed.home)
     streamed.reads.compute_s += time.perf_counter() - t0
     streamed.free(layer)
 
@@ -190,9 +231,13 @@ def _pass(streamed: StreamedModel, stream_ids, batches: list[Batch], bos_id, rol
     }
     streamed.reads.compute_s += time.perf_counter() - t0
     streamed.free(embeddings)
+    for g in given.values():  # parked: into host memory (what every layer is given, once)
+        memo = {}
+        g.hidden, g.layers = moved(g.hidden, streamed.home, memo), moved(g.layers, streamed.home, memo)
     hidden = {role.name: {b: given[b].hidden for b in role.batches} for role in roles}
-    for i in range(len(streamed.decoder.layers)):
-        _run_layer(streamed, i, roles, given, hidden)
+    for i, (_, tensors) in enumerate(streamed.layers()):
+        _run_layer(streamed, i, tensors, roles, given, hidden)
+        del tensors
         if on_layer is not None:
             on_layer()
     norm = streamed.load(streamed.decoder.norm)
@@ -203,7 +248,7 @@ def _pass(streamed: StreamedModel, stream_ids, batches: list[Batch], bos_id, rol
         rows[role.name] = {}
         for b, h in hidden[role.name].items():
             keep = batches[b].keep
-            kept = h[:, slice(-keep, None) if isinstance(keep, int) else keep.to(h.device), :]
+            kept = moved(h[:, slice(-keep, None) if isinstance(keep, int) else keep.to(h.device), :], streamed.device)
             rows[role.name][b] = norm(kept).float().reshape(-1, kept.shape[-1]).cpu().numpy()
         heads[role.name] = _role_head(streamed, role, head, head_name)
     streamed.reads.compute_s += time.perf_counter() - t0

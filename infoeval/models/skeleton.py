@@ -97,7 +97,8 @@ class Reads:
     time went."""
 
     bytes: int = 0
-    read_s: float = 0.0
+    read_s: float = 0.0  # reading (in a reader thread when the pass reads ahead: overlapping the compute)
+    wait_s: float = 0.0  # the pass waiting for a read
     compute_s: float = 0.0
     storage_bytes: int | None = None
 
@@ -114,9 +115,11 @@ class TensorFiles:
     def of(cls, folder: Path) -> TensorFiles:
         return cls(folder, checkpoint_tensors(streamable_folder(str(folder))))
 
-    def read(self, names: dict[str, str], dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
+    def read(
+        self, names: dict[str, str], dtype: torch.dtype | None = None, device: torch.device | None = None
+    ) -> dict[str, torch.Tensor]:
         """{key: tensor} for {key: the checkpoint's tensor name}: each read from its file (in file order) into memory
-        of its own, cast and placed."""
+        of its own, then cast to ``dtype`` (floating tensors) and placed on ``device`` where given (``place``)."""
         missing = [name for name in names.values() if name not in self.tensors]
         if missing:
             raise RuntimeFailure(f"the checkpoint in '{self.folder}' has no tensor '{missing[0]}'")
@@ -126,6 +129,16 @@ class TensorFiles:
             with open(meta.file, "rb") as fh:
                 t = meta.read(fh)
             self.reads.bytes += meta.nbytes
-            out[key] = t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
+            out[key] = t
         self.reads.read_s += time.perf_counter() - t0
-        return out
+        return place(out, dtype, device) if dtype is not None or device is not None else out
+
+
+def place(tensors: dict[str, torch.Tensor], dtype: torch.dtype | None, device: torch.device | None) -> dict:
+    """``tensors``, each replaced by itself cast to ``dtype`` (floating ones) and moved to ``device`` (None: as it
+    is), one at a time: each one's source let go before the next is made."""
+    for k, t in tensors.items():
+        tensors[k] = t.to(
+            device=device or t.device, dtype=dtype if dtype is not None and t.is_floating_point() else t.dtype
+        )
+    return tensors

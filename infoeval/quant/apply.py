@@ -54,20 +54,27 @@ def quantize_variant(
     return quantize_plan(model, plan, scheme, signals=signals, lazy=lazy)
 
 
-def encode_with_sqnr(w: torch.Tensor, scheme: Scheme, signal: float) -> tuple[PackedWeight, float]:
-    """A layer's stored weight and its SQNR (``signal``: its Σw², ``signal_power``): how every layer is encoded."""
+def encode_with_sqnr(
+    w: torch.Tensor, scheme: Scheme, signal: float, keep: bool = False
+) -> tuple[PackedWeight, float, torch.Tensor | None]:
+    """A layer's stored weight, its SQNR (``signal``: its Σw², ``signal_power``) and, with ``keep``, ŵ (contiguous,
+    the weight's dtype: the bits its codes dequantize to), else None: how every layer is encoded."""
     packed, w_hat = codes.encode_dequantized(w, scheme)
-    return packed, sqnr_db(w, w_hat, signal, overwrite=True)
+    if keep:
+        w_hat = w_hat.contiguous()
+        return packed, sqnr_db(w, w_hat, signal), w_hat
+    return packed, sqnr_db(w, w_hat, signal, overwrite=True), None
 
 
-def _encode_layer(name: str, w: torch.Tensor, scheme: Scheme, signals: dict[str, float], encoded: int):
-    """(stored weight, SQNR) of one layer (``encoded``: how many layers this variant encoded before it)."""
+def _encode_layer(name: str, w: torch.Tensor, scheme: Scheme, signals: dict[str, float], encoded: int, keep: bool):
+    """(stored weight, SQNR, ŵ with ``keep``) of one layer (``encoded``: how many layers this variant encoded before
+    it)."""
     if encoded % heap.TRIM_EVERY == heap.TRIM_EVERY - 1:
         heap.release_freed_memory()  # the freed temporaries of the last layers (heap.py)
     signal = signals.get(name)
     if signal is None:
         signal = signals[name] = signal_power(w)
-    return encode_with_sqnr(w, scheme, signal)
+    return encode_with_sqnr(w, scheme, signal, keep)
 
 
 @torch.no_grad()
@@ -79,14 +86,17 @@ def quantize_plan(
     signals: dict[str, float] | None = None,
     lazy: bool = False,
     ties: dict[str, str] | None = None,
+    dequantized: bool = False,
 ) -> QuantizedVariant:
     """Quantize each layer of ``plan`` ((name, its scheme or None to skip, reason) per Linear layer and embedding)
     with its own scheme. With ``label`` the variant is a mix named ``label`` (``scheme``: its most common scheme);
     a layer is encoded the same way whatever else the plan holds, so a one-scheme plan gives ``quantize_variant``'s
     codes bit for bit. ``signals``: Σw² per layer name, filled and reused by the variants of one model (SQNR).
     ``lazy``: each layer's codes are made for its report and let go; the variant holds ``lazy.LazyWeight``s, made
-    again at each forward pass (no stored bytes; its ``nbytes`` are the codes'). ``ties``: ``tied_weights``' map
-    (default: the model's now; a layer-streamed variant passes its skeleton's, taken before any part is loaded)."""
+    again at each forward pass (no stored bytes; its ``nbytes`` are the codes'); with ``dequantized`` too, it holds
+    each layer's ŵ as encoded instead (the same bits, made once: a layer-streamed pass uses each weight once).
+    ``ties``: ``tied_weights``' map (default: the model's now; a layer-streamed variant passes its skeleton's, taken
+    before any part is loaded)."""
     modules = dict(model.named_modules())
     tied_to = tied_weights(model) if ties is None else ties
     signals = {} if signals is None else signals
@@ -98,10 +108,11 @@ def quantize_plan(
         if layer_scheme is None:
             reports.append(LayerReport(name, tuple(w.shape), False, reason, tied_to=tied))
             continue
-        packed, sqnr = _encode_layer(name, w.data, layer_scheme, signals, len(weights))
+        keep = lazy and dequantized
+        packed, sqnr, w_hat = _encode_layer(name, w.data, layer_scheme, signals, len(weights), keep)
         if lazy:
             stored += packed.nbytes if isinstance(packed, PackedWeight) else packed.numel() * packed.element_size()
-            packed = LazyWeight(w.data, layer_scheme)
+            packed = w_hat if keep else LazyWeight(w.data, layer_scheme)
         if layer_scheme.group_size is not None and layer_scheme.group_size >= w.shape[1]:
             reason += f"; group {layer_scheme.group_size} ≥ {w.shape[1]} inputs, so one group per row"
         elif layer_scheme.group_size is not None and w.shape[1] % layer_scheme.group_size:

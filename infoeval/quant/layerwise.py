@@ -6,7 +6,8 @@ The whole plan is made first, from the layers' names and shapes alone (``selecti
 --exclude, the same reasons; a recipe's ``assign``). When a pass has loaded some modules, ``part(model, names)``
 quantizes those of them the plan selects, exactly as ``apply.quantize_plan`` does for a whole model with
 ``lazy=True`` (the same codes, so the same dequantized weights, SQNR and stored bytes), and returns the variant of those
-modules alone for ``apply.swapped``; the floor's part is its ``NoisyWeight``s with their ordinals in the whole plan.
+modules alone for ``apply.swapped``, holding each one's ŵ as encoded (each layer quantized once); the floor's part is
+its ``NoisyWeight``s with their ordinals in the whole plan.
 ``finished()`` is the variant a whole-model run would have reported, its layers in the plan's order.
 """
 
@@ -61,7 +62,9 @@ class LayerwiseVariant:
         plan = [entry for entry in self.plan if entry[0] in wanted and entry[1] is not None]
         if not plan:
             return None
-        part = quantize_plan(model, plan, self.scheme, self.label, self.signals, lazy=True, ties=self.tied)
+        part = quantize_plan(
+            model, plan, self.scheme, self.label, self.signals, lazy=True, ties=self.tied, dequantized=True
+        )
         self.reports.update({r.name: r for r in part.layers})
         self.stored += part.nbytes
         return part
