@@ -3,8 +3,8 @@
     capture:  the model's own forward on each batch of windows with its decoder layers replaced by recorders:
               the first layer's input (the embeddings, scaled as the model scales them) and what the model gives
               each layer (position embeddings, masks, position ids), as GPTQ's layer pipelines capture them
-    layers:   for ℓ = 0 … L−1: layer ℓ's tensors read from the checkpoint (that layer's alone; layer ℓ+1's are read
-              in a thread meanwhile, so the reads overlap the compute),
+    layers:   for ℓ = 0 … L−1: layer ℓ's tensors read from the checkpoint (that layer's alone; the kernel asked
+              for layer ℓ+1's meanwhile, so that the disk reads overlap the compute),
               h_b = layer_ℓ(h_b, **given_ℓ,b) for every batch b, then the layer freed
     last:     the final norm of each batch's kept positions: the last hidden states, (n, d) over the scored rows,
               with the head (``models.head.OutputHead``) that makes the logits from them
@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,24 +88,16 @@ class StreamedModel:
         return module
 
     def layers(self):
-        """(layer, its tensors as read) for each decoder layer in order; with the layout's ``read_ahead`` the next
-        layer is read in a thread while the caller runs this one (the reads overlap the compute; one more layer in
-        host memory)."""
+        """(layer, its tensors as read) for each decoder layer in order; with the layout's ``read_ahead`` the kernel
+        is asked for the next layer's bytes before this one is handed over (``TensorFiles.advise``), so that the disk
+        reads overlap the caller's compute and the next read copies from memory."""
         layers = self.decoder.layers
-        if not self.layout.read_ahead:
-            for layer in layers:
-                yield layer, self.files.read(self.wanted(layer))
-            return
-        with ThreadPoolExecutor(1, thread_name_prefix="infoeval-read") as pool:
-            ahead = pool.submit(self.files.read, self.wanted(layers[0]))
-            for i, layer in enumerate(layers):
-                t0 = time.perf_counter()
-                tensors = ahead.result()
-                self.reads.wait_s += time.perf_counter() - t0
-                if i + 1 < len(layers):
-                    ahead = pool.submit(self.files.read, self.wanted(layers[i + 1]))
-                yield layer, tensors
-                del tensors
+        for i, layer in enumerate(layers):
+            tensors = self.files.read(self.wanted(layer))
+            if self.layout.read_ahead and i + 1 < len(layers):
+                self.files.advise(list(self.wanted(layers[i + 1]).values()))
+            yield layer, tensors
+            del tensors
 
     @staticmethod
     def free(module: torch.nn.Module) -> None:

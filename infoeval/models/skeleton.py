@@ -5,7 +5,9 @@ materializes the parts it needs from them."""
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,8 +99,7 @@ class Reads:
     time went."""
 
     bytes: int = 0
-    read_s: float = 0.0  # reading (in a reader thread when the pass reads ahead: overlapping the compute)
-    wait_s: float = 0.0  # the pass waiting for a read
+    read_s: float = 0.0
     compute_s: float = 0.0
     storage_bytes: int | None = None
 
@@ -132,6 +133,30 @@ class TensorFiles:
             out[key] = t
         self.reads.read_s += time.perf_counter() - t0
         return place(out, dtype, device) if dtype is not None or device is not None else out
+
+    def advise(self, names: Sequence[str]) -> None:
+        """Ask the kernel to read these tensors' bytes into its page cache now (``posix_fadvise`` WILLNEED: the disk
+        reads run while the caller computes, in the kernel's memory, not this process's), so that their ``read``
+        later copies from memory. Each file's ranges merged; a no-op where the call does not exist."""
+        if not hasattr(os, "posix_fadvise"):
+            return
+        ranges: dict[Path, list[tuple[int, int]]] = {}
+        for name in names:
+            meta = self.tensors[name]
+            ranges.setdefault(meta.file, []).append((meta.start, meta.start + meta.nbytes))
+        for path, spans in ranges.items():
+            merged: list[list[int]] = []
+            for a, b in sorted(spans):
+                if merged and a <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], b)
+                else:
+                    merged.append([a, b])
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                for a, b in merged:
+                    os.posix_fadvise(fd, a, b - a, os.POSIX_FADV_WILLNEED)
+            finally:
+                os.close(fd)
 
 
 def place(tensors: dict[str, torch.Tensor], dtype: torch.dtype | None, device: torch.device | None) -> dict:
