@@ -25,10 +25,15 @@ def reference(request: ReferenceRequest):
     """reference: one pass of the reference model writes the reference file ``out`` that ``gate`` reads (``format``
     "topk": top-K log-probs, tail mass and samples per scored position; "hidden": the last hidden states and the
     head, or with ``head="candidate"`` only its sha256; the windows' token ids, provenance); returns its
-    ``ReferenceResult``. Called with the keywords of ``ReferenceRequest`` (the text, window and device keywords as
-    ``compare``'s), a request, or ``config=``."""
+    ``ReferenceResult`` (with ``cache_key=True``: only the ``CacheKey`` it would be cached under, nothing loaded).
+    Called with the keywords of ``ReferenceRequest`` (the text, window and device keywords as ``compare``'s), a
+    request, or ``config=``."""
     from infoeval.gating.gate import build_reference
 
+    if request.cache_key:
+        from infoeval.gating.cache_key import CacheKey
+
+        return CacheKey.of(request)
     return _run(
         request,
         build_reference,

@@ -23,7 +23,11 @@ def reference(request: ReferenceRequest, outputs: Outputs) -> None:
     from infoeval.api.gates import reference as build_reference
     from infoeval.gating.tables import reference_summary_table
 
-    info = as_json(build_reference(outputs.running(request)))
+    result = build_reference(outputs.running(request))
+    if request.cache_key:  # the key alone on stdout, for a workflow to read
+        typer.echo(result.key)
+        return
+    info = as_json(result)
     emit(
         outputs,
         info,

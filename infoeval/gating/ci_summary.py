@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from infoeval.gating.tables import _num, baseline_row, candidate_label, sequential_line, sequential_rows, verdict_rows
+from infoeval.gating.tables import (
+    _num,
+    baseline_row,
+    candidate_label,
+    floor_lines,
+    sequential_line,
+    sequential_rows,
+    verdict_rows,
+)
 
 
 def _sequential_junit_rows(result: dict) -> list[tuple[str, str, str, str, str]]:
@@ -98,4 +106,7 @@ def markdown(result: dict) -> str:
         f"TV {_num(m['tv_mean'])}.",
         "",
     ]
+    floor = floor_lines(result)  # the noise floor and the limits below it
+    if floor:
+        lines += [*(f"- {line}" for line in floor), ""]
     return "\n".join(lines)

@@ -74,6 +74,13 @@ class ReferenceRequest(RunRequest):
         parse=one_of("head", HEADS),
         panel="Reference",
     )
+    cache_key: bool = option(
+        False,
+        flags=("--cache-key",),
+        help="Print the key a CI cache keeps this reference under (the model's file hashes, the text's sha256, the "
+        "protocol and these settings: the same on any machine) and exit, loading no weights.",
+        panel="Reference",
+    )
 
 
 @dataclass(frozen=True)
