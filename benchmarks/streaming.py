@@ -106,6 +106,7 @@ def compare_run(folder: Path, out: Path, extra: list[str], limit: float) -> dict
         if "stream" in plan:
             row |= {"stream": plan["stream"], "stream_read_s": round(data["timings"]["stream_read_s"], 1)}
             row["stream_compute_s"] = round(data["timings"]["stream_compute_s"], 1)
+            row["stream_wait_s"] = round(data["timings"]["stream_wait_s"], 1)
     return row
 
 
@@ -147,7 +148,7 @@ def child(mode: str, folder: str, out: str, cap_gib: float) -> None:
         states = last_states(streamed, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id)
         cols = run_lockstep(None, p.stream, p.windows, (), p.protocol.prefix_id, stored={REFERENCE: states[REFERENCE]})
         reads = streamed.reads
-        timed = {"stream_read_s": reads.read_s, "stream_compute_s": reads.compute_s}
+        timed = {"stream_read_s": reads.read_s, "stream_wait_s": reads.wait_s, "stream_compute_s": reads.compute_s}
     else:
         from transformers import AutoModelForCausalLM
 

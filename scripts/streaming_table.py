@@ -33,6 +33,8 @@ def _run(label: str, r: dict) -> str:
     read = stream.get("storage_read_bytes")
     read = _gib(read) if read is not None else _f(r.get("storage_read_gib"), 2)
     reading = _f(r.get("stream_read_s", r.get("load_s")))
+    if r.get("stream_wait_s") is not None:
+        reading += f" ({_f(r['stream_wait_s'])})"
     return (
         f"| {label} | {_f(r['wall_s'])} | {_f(r['peak_rss_mib'] / 1024, 2)} | {read} | "
         f"{reading} | {_f(r.get('stream_compute_s', r.get('pass_s')))} |"
@@ -46,7 +48,7 @@ def measured(root: Path) -> str:
     rec = json.loads(path.read_text(encoding="utf-8"))
     fig = rec["figures"]
     rows = [
-        "| run | wall s | peak RSS GiB | storage read GiB | read (load) s | compute (pass) s |",
+        "| run | wall s | peak RSS GiB | storage read GiB | read (load) s (waited) | compute (pass) s |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     notes = []

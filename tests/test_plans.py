@@ -125,20 +125,39 @@ def test_a_lazy_variant_reports_what_its_codes_would_store(tiny_qwen3_dir):
         assert all(isinstance(w, LazyWeight) for w in lazy.weights.values())
 
 
-def test_on_a_gpu_whose_budget_cannot_hold_the_states_they_are_parked_one_window_at_a_time(tiny_llama_dir):
+def test_the_streamed_plan_reads_ahead_where_the_budget_holds_one_more_layer(tiny_llama_dir):
+    ms, vs = ModelSettings(str(tiny_llama_dir), "cpu"), VariantSettings(schemes=SCHEMES)
+    ahead, inline = (plans.estimate_run(ms, vs, 8, "streamed", 64, StreamLayout(r)).total for r in (True, False))
+    layer = infoeval.models.load_model(str(tiny_llama_dir), torch.device("cpu"), torch.float32).model.model.layers[0]
+    assert ahead - inline == sum(p.numel() * 4 for p in layer.parameters())  # one float32 layer more (ctx 8: the
+    # layers are the largest phase)
+
+    def choose(budget):
+        return plans.choose(PlanSettings("auto", budget / 2**30, "layers"), ms, vs, 8, 64, None)
+
+    fast, slow = choose(ahead + 8), choose(ahead - 8)  # (a GiB budget's bytes may round down by one)
+    assert fast.plan == slow.plan == "streamed" and fast.layout == StreamLayout()
+    assert slow.layout == StreamLayout(read_ahead=False) and "no layer read ahead" in slow.reason
+    assert "read ahead" not in fast.reason
+    assert (fast.to_json()["layout"]["read_ahead"], slow.to_json()["layout"]["read_ahead"]) == (True, False)
+    with pytest.raises(UsageError, match=r"cannot run within the memory budget.* memory_budget \d+\.\d"):
+        choose(inline - 8)
+
+
+def test_on_a_gpu_the_layer_read_ahead_waits_on_the_host_and_parked_states_are_one_window(tiny_llama_dir):
     shape = model_shape(str(tiny_llama_dir), torch.float32)
     vs, windows = VariantSettings(schemes=SCHEMES), 8
 
     def parts(layout, on_host):
         return estimate_streamed(shape, vs, 8, 8 * windows, layout, on_host).parts
 
-    assert parts(StreamLayout(), True) == parts(StreamLayout(), False) == parts(StreamLayout(read_ahead=False), False)
-    gpu, parked = parts(StreamLayout(), False), parts(StreamLayout(parked=True), False)
+    host, gpu = parts(StreamLayout(), True), parts(StreamLayout(), False)
+    assert gpu == parts(StreamLayout(read_ahead=False), False)  # nothing of the read-ahead on the device
+    assert host["largest_phase"] > gpu["largest_phase"] and host["hidden"] == gpu["hidden"]
+    parked = parts(StreamLayout(parked=True), False)
     assert parked["hidden"] == 2 * 8 * shape.hidden * 4  # one window's states in and out, float32
     assert parked["given"] * windows == gpu["given"] and parked["states"] == gpu["states"]
-    assert parts(StreamLayout(parked=True), True) == parts(StreamLayout(), True)  # on the host: nowhere else
-    assert layouts("cpu") == [StreamLayout()] and layouts("cuda") == [StreamLayout(), StreamLayout(parked=True)]
-    assert StreamLayout(parked=True).note().startswith("the hidden states kept in host memory")
+    assert layouts("cpu")[1] == StreamLayout(read_ahead=False) and layouts("cuda")[1] == StreamLayout(parked=True)
 
 
 def _estimates(model_dir, tokens=300):

@@ -20,6 +20,7 @@ from infoeval.engine.streaming import StreamedModel, last_states
 from infoeval.errors import RuntimeFailure, UsageError
 from infoeval.input.prepare import Reporter, prepare
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
+from infoeval.models.skeleton import BufferPool
 
 CTX = 64
 
@@ -156,36 +157,36 @@ def test_no_layout_changes_a_bit_or_the_bytes_read(folders, text_file, dtype):
     parked, _, _, _ = _streamed(p, folders["gemma2"], dtype, StreamLayout(parked=True))  # on the host: a no-op move
     assert np.array_equal(ahead, inline) and np.array_equal(ahead, parked)
     assert read_ahead.reads.bytes == read_inline.reads.bytes > 0
+    assert read_inline.reads.wait_s == 0.0 and read_ahead.reads.wait_s >= 0.0
 
 
-@pytest.mark.parametrize("read_ahead", [True, False])
-def test_the_kernel_is_asked_for_the_next_layer_while_one_runs(folders, text_file, monkeypatch, read_ahead):
-    p = _prepared(folders["qwen3"], text_file, "float32")
-    streamed = StreamedModel(folders["qwen3"], torch.float32, torch.device("cpu"), layout=StreamLayout(read_ahead))
-    events, read, advise = [], streamed.files.read, streamed.files.advise
-    monkeypatch.setattr(streamed.files, "read", lambda names, *a: events.append(("read", names)) or read(names, *a))
-    monkeypatch.setattr(streamed.files, "advise", lambda names: events.append(("advise", names)) or advise(names))
-    last_states(streamed, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id)
-    layers = [
-        sorted(streamed.wanted(layer).values()) for layer in streamed.decoder.layers
-    ]  # each layer read once, in order, and advised just before (but the first)
-    read_layers = [sorted(names.values()) for kind, names in events if kind == "read"][1:-2]
-    advised = [sorted(names) for kind, names in events if kind == "advise"]
-    assert read_layers == layers and advised == (layers[1:] if read_ahead else [])
-    if read_ahead:
-        order = [kind for kind, _ in events][1:-2]  # read 0, advise 1, read 1, advise 2, …
-        assert order == ["read", "advise"] * (len(layers) - 1) + ["read"]
+def test_a_read_ahead_layer_is_read_into_the_buffers_the_layer_before_it_left(text_file, tmp_path, monkeypatch):
+    shape = dict(hidden_size=32, num_hidden_layers=6, num_attention_heads=2, num_key_value_heads=1)
+    folder = _tiny(tmp_path / "deep", "MistralForCausalLM", "MistralConfig", 3, intermediate_size=64, **shape)
+    p = _prepared(folder, text_file, "float32")
+    streamed = StreamedModel(folder, torch.float32, torch.device("cpu"))
+    taken, take = [], streamed.pool.take
+    monkeypatch.setattr(streamed.pool, "take", lambda shape, dtype: taken.append(take(shape, dtype)) or taken[-1])
+    states = last_states(streamed, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id)["reference"][0]
+    per_layer = len(streamed.wanted(streamed.decoder.layers[0]))
+    layers = len(streamed.decoder.layers)
+    reused = [t is not None for t in taken[: per_layer * layers]]
+    # layer 0 is read into new memory; later layers into freed ones' where the pool has them when the reader asks
+    # (a tiny layer computes faster than its successor is read: how many varies)
+    assert reused[:per_layer] == [False] * per_layer and reused.count(True) >= per_layer and layers == 6
+    assert not streamed.pool._free  # let go after the last layer
+    plain = StreamedModel(folder, torch.float32, torch.device("cpu"), layout=StreamLayout(read_ahead=False))
+    expected = last_states(plain, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id)["reference"][0]
+    assert np.array_equal(states, expected)
 
 
-def test_advising_a_range_reads_the_same_bytes(folders):
-    from infoeval.models.skeleton import TensorFiles
-
-    files = TensorFiles.of(folders["llama"])
-    names = sorted(files.tensors)
-    files.advise(names)  # the whole file, in merged ranges: nothing read into the process
-    assert files.reads.bytes == 0
-    got = files.read({n: n for n in names})
-    assert all(got[n].shape == files.tensors[n].shape for n in names)
+def test_a_buffer_something_else_holds_is_not_reused():
+    pool = BufferPool()
+    held, alone = torch.ones(4, 4), torch.ones(4, 4)
+    view = held[1:]  # e.g. a floor's weight kept from a layer
+    pool.give([held, alone, torch.ones(8)[:4]])  # a view of a larger storage: not kept either
+    assert pool.take((4, 4), torch.float32) is not None and pool.take((4, 4), torch.float32) is None
+    assert pool.take((4,), torch.float32) is None and view.sum() == 12
 
 
 def test_moving_given_inputs_moves_a_shared_tensor_once_and_keeps_the_structure():
@@ -199,14 +200,14 @@ def test_moving_given_inputs_moves_a_shared_tensor_once_and_keeps_the_structure(
     assert moved(mask, torch.device("cpu")) is mask  # already there: not copied
 
 
-def test_a_read_that_fails_fails_the_pass(folders, text_file, monkeypatch):
+def test_a_read_that_fails_ahead_fails_the_pass(folders, text_file, monkeypatch):
     p = _prepared(folders["qwen3"], text_file, "float32")
     streamed = StreamedModel(folders["qwen3"], torch.float32, torch.device("cpu"))
     real, calls = streamed.files.read, []
 
     def failing(names, *args):
         calls.append(names)
-        if len(calls) == 3:  # the read of layer 1
+        if len(calls) == 3:  # the read of layer 1, made in the reader thread while layer 0 runs
             raise RuntimeFailure("the disk went away")
         return real(names, *args)
 

@@ -24,9 +24,9 @@ layer-streamed (``comparison/streamed.py``) holds no model: one part at a time, 
 
     peak ≈ process + every role's running hidden states (the model's dtype) + every role's last hidden states
            (float32) + what the model gives each layer (masks) + the largest of its phases: the capture (the
-           embeddings), the layers (the largest layer, its quantized copy, quantization), the statistics (the
-           head, each variant's quantized head, the logits); on a GPU whose budget cannot hold every window's
-           hidden states, one window's (the others parked in host memory: ``engine/stream_layout.py``)
+           embeddings), the layers (the largest layer, its quantized copy, quantization, and the next layer read
+           ahead on the host unless the budget leaves no room for it: ``engine/stream_layout.py``), the statistics
+           (the head, each variant's quantized head, the logits)
 
 PROCESS_BYTES and LOGIT_COPIES were fitted on two measured runs (``benchmarks/scale.py``: SmolLM2-135M, V = 49,152,
 and a Qwen3-0.6B-shaped model, V = 151,936; the three default schemes, 1,024 tokens, ctx 512, float32) and checked on
@@ -162,7 +162,8 @@ def estimate_streamed(
     shape: ModelShape, settings: VariantSettings, ctx: int, tokens: int, layout=FASTEST, on_host: bool = True
 ) -> MemoryEstimate:
     """The layer-streamed plan's peak (module docstring) over ``tokens`` scored tokens in windows of ``ctx`` in the
-    memory it runs in (``on_host``: the host's, else a device's, where parked hidden states are one window's)."""
+    memory it runs in (``on_host``: the host's, else a device's, where a layer read ahead does not wait and parked
+    hidden states are one window's)."""
     codes, _ = variant_bytes(shape, settings)
     roles = 1 + len(codes) + len(settings.methods) + (settings.floor != "off")
     size = torch.empty((), dtype=shape.dtype).element_size()
@@ -174,7 +175,7 @@ def estimate_streamed(
     windows = -(-tokens // ctx)
     phases = {  # what each phase of the pass holds besides what it keeps throughout; they do not overlap
         "capture": embed * size,
-        "layers": 2 * layer * size + QUANTIZE_COPIES * linear * 4,
+        "layers": (3 if layout.read_ahead and on_host else 2) * layer * size + QUANTIZE_COPIES * linear * 4,
         # the lockstep's logits, and each stored role's made again from its states by its head
         "statistics": heads * shape.head_bytes + int((LOGIT_COPIES + 1) * ctx * shape.vocab * 4),
     }

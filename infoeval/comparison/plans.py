@@ -7,10 +7,11 @@ default BUDGET_SHARE of the memory available now: the host's RAM, or the GPU's f
                      (a model folder with safetensors) where that fits, else refused
     lockstep         every model at once; refused when its estimate is over the budget
     reference-first  one model at a time (``reference_first``); refused when over the budget, and with --until-se
-    streamed         --stream layers: each model read one decoder layer at a time (``streamed``), the hidden states
-                     on the device; on a GPU where they do not fit the budget, parked in host memory between layers
-                     (``stream_layout.layouts``); refused when over the budget, with --until-se, and for a model
-                     that is not a folder with safetensors
+    streamed         --stream layers: each model read one decoder layer at a time (``streamed``), the next layer
+                     read while one runs and the hidden states on the device; where that is over the budget, the
+                     next layout that fits (``stream_layout.layouts``: no layer read ahead on the host, the states
+                     parked in host memory on a GPU); refused when over the budget in each, with --until-se, and
+                     for a model that is not a folder with safetensors
 
 A refusal is one line (exit 2) before any weight loads, naming the smallest budget that would do.
 """

@@ -82,6 +82,7 @@ def evaluate_streamed(p, plan, settings: VariantSettings, reporter, top_k: int =
     timings = {
         "eval_s": bar.seconds,
         "stream_read_s": reads.read_s,
+        "stream_wait_s": reads.wait_s,
         "stream_compute_s": reads.compute_s,
         "statistics_s": statistics_s,
         **clock.timings(),

@@ -23,9 +23,12 @@ class StreamLayout:
 
     def note(self) -> str:
         """What the plan gave up to fit its budget ('' where nothing)."""
+        notes = []
+        if not self.read_ahead:
+            notes.append("no layer read ahead (the budget leaves no room for one)")
         if self.parked:
-            return "the hidden states kept in host memory between layers (they do not fit the device)"
-        return ""
+            notes.append("the hidden states kept in host memory between layers (they do not fit the device)")
+        return "; ".join(notes)
 
     def to_json(self) -> dict:
         return {"read_ahead": self.read_ahead, "parked": self.parked}
@@ -35,8 +38,11 @@ FASTEST = StreamLayout()  # the layout a plan tries first (the default)
 
 
 def layouts(device_type: str) -> list[StreamLayout]:
-    """The layouts a plan tries, fastest first: on a device, then with the hidden states parked in host memory."""
-    return [FASTEST] if device_type == "cpu" else [FASTEST, StreamLayout(parked=True)]
+    """The layouts a plan tries, fastest first: on the host, without reading ahead next; on a device (where a layer
+    read ahead waits in host memory) with the hidden states parked in host memory."""
+    if device_type == "cpu":
+        return [FASTEST, StreamLayout(read_ahead=False)]
+    return [FASTEST, StreamLayout(parked=True)]
 
 
 def moved(value, device: torch.device, memo: dict | None = None):

@@ -3,8 +3,8 @@
     capture:  the model's own forward on each batch of windows with its decoder layers replaced by recorders:
               the first layer's input (the embeddings, scaled as the model scales them) and what the model gives
               each layer (position embeddings, masks, position ids), as GPTQ's layer pipelines capture them
-    layers:   for ℓ = 0 … L−1: layer ℓ's tensors read from the checkpoint (that layer's alone; the kernel asked
-              for layer ℓ+1's meanwhile, so that the disk reads overlap the compute),
+    layers:   for ℓ = 0 … L−1: layer ℓ's tensors read from the checkpoint (that layer's alone; layer ℓ+1's read in a
+              thread meanwhile, into layer ℓ−1's buffers, so that the disk reads overlap the compute),
               h_b = layer_ℓ(h_b, **given_ℓ,b) for every batch b, then the layer freed
     last:     the final norm of each batch's kept positions: the last hidden states, (n, d) over the scored rows,
               with the head (``models.head.OutputHead``) that makes the logits from them
@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,14 +30,14 @@ import numpy as np
 import torch
 
 from infoeval import distributed
-from infoeval.engine import forward
 from infoeval.engine.batches import Batch
 from infoeval.engine.blocks import decoder
+from infoeval.engine.capture import capture
 from infoeval.engine.stream_layout import FASTEST, StreamLayout, moved
 from infoeval.errors import RuntimeFailure, UsageError, spell
 from infoeval.input.windows import window_inputs
 from infoeval.models.head import OutputHead, head_of
-from infoeval.models.skeleton import TensorFiles, place, skeleton, storage_read_bytes
+from infoeval.models.skeleton import BufferPool, TensorFiles, place, skeleton, storage_read_bytes
 from infoeval.quant.apply import swapped
 
 
@@ -53,6 +54,7 @@ class StreamedModel:
     ):
         self.files = TensorFiles.of(Path(folder))
         self.layout = layout
+        self.pool = BufferPool()  # a freed layer's buffers, for the next layer's reads
         self.home = torch.device("cpu") if layout.parked else device  # where the hidden states wait between layers
         self.model = model if model is not None else skeleton(Path(folder), dtype)
         self.dtype, self.device = dtype, device
@@ -88,62 +90,39 @@ class StreamedModel:
         return module
 
     def layers(self):
-        """(layer, its tensors as read) for each decoder layer in order; with the layout's ``read_ahead`` the kernel
-        is asked for the next layer's bytes before this one is handed over (``TensorFiles.advise``), so that the disk
-        reads overlap the caller's compute and the next read copies from memory."""
+        """(layer, its tensors as read) for each decoder layer in order. With the layout's ``read_ahead`` the next
+        layer is read in a thread while the caller runs this one (the disk reads overlap the compute; one layer more
+        in memory), into the buffers the layer before it left (``recycle``: a copy, no page faults, no new memory)."""
         layers = self.decoder.layers
-        for i, layer in enumerate(layers):
-            tensors = self.files.read(self.wanted(layer))
-            if self.layout.read_ahead and i + 1 < len(layers):
-                self.files.advise(list(self.wanted(layers[i + 1]).values()))
-            yield layer, tensors
-            del tensors
+        if not self.layout.read_ahead:
+            for layer in layers:
+                yield layer, self.files.read(self.wanted(layer), pool=self.pool)
+            return
+        with ThreadPoolExecutor(1, thread_name_prefix="infoeval-read") as reader:
+            ahead = reader.submit(self.files.read, self.wanted(layers[0]), None, None, self.pool)
+            for i, layer in enumerate(layers):
+                t0 = time.perf_counter()
+                tensors = ahead.result()
+                self.reads.wait_s += time.perf_counter() - t0
+                if i + 1 < len(layers):
+                    ahead = reader.submit(self.files.read, self.wanted(layers[i + 1]), None, None, self.pool)
+                yield layer, tensors
+                del tensors
+
+    def recycle(self, layer: torch.nn.Module) -> None:
+        """Free a decoder layer, its parameters kept for the next layer's reads where they are the buffers read (no
+        cast, on the host; ``BufferPool.give`` keeps none that anything else holds)."""
+        wanted, params = self.wanted(layer), dict(layer.named_parameters())
+        self.free(layer)
+        same = [
+            p for n, p in params.items() if p.device.type == "cpu" and p.dtype == self.files.tensors[wanted[n]].dtype
+        ]
+        del params
+        self.pool.give(same)
 
     @staticmethod
     def free(module: torch.nn.Module) -> None:
         module.to("meta")
-
-
-class _Captured(Exception):
-    """Raised by the last layer's recorder: everything after the decoder layers is not needed."""
-
-
-@dataclass
-class Given:
-    """One batch's input of the first layer and what the model gives each layer besides the hidden states."""
-
-    hidden: torch.Tensor
-    layers: list[tuple[tuple, dict]]
-
-
-def capture(streamed: StreamedModel, inputs: torch.Tensor) -> Given:
-    """The model's own forward on ``inputs`` (B, T) up to its decoder layers, each replaced by a recorder."""
-    layers, given, first = streamed.decoder.layers, [], []
-
-    def recorder(index: int):
-        def record(*args, **kwargs):
-            hidden = args[0] if args else kwargs.pop("hidden_states")
-            given.append((tuple(args[1:]), kwargs))
-            if index == 0:
-                first.append(hidden)
-            if index == len(layers) - 1:
-                raise _Captured
-            return hidden
-
-        return record
-
-    for i, layer in enumerate(layers):
-        layer.forward = recorder(i)
-    try:
-        forward.forward_logits(streamed.model, inputs, 1)
-    except _Captured:
-        pass
-    finally:
-        for layer in layers:
-            del layer.forward
-    if len(given) != len(layers):
-        raise RuntimeFailure(f"internal error: {len(given)} of {len(layers)} decoder layers were called")
-    return Given(first[0], given)
 
 
 def _materialized(part):
@@ -196,8 +175,9 @@ def _run_layer(streamed: StreamedModel, index: int, tensors: dict, roles: Sequen
                 args, kwargs = moved(given[b].layers[index], streamed.device)
                 out = layer(moved(hidden[role.name][b], streamed.device), *args, **kwargs)
                 hidden[role.name][b] = moved(out[0] if isinstance(out, tuple) else out, streamed.home)
+        del part, context  # this role's weights let go before the next role's are made
     streamed.reads.compute_s += time.perf_counter() - t0
-    streamed.free(layer)
+    streamed.recycle(layer)
 
 
 def _role_head(streamed: StreamedModel, role: Role, head: OutputHead, head_name: str) -> OutputHead:
@@ -231,6 +211,7 @@ def _pass(streamed: StreamedModel, stream_ids, batches: list[Batch], bos_id, rol
         del tensors
         if on_layer is not None:
             on_layer()
+    streamed.pool.clear()  # the last layers' buffers: no more reads of their shapes
     norm = streamed.load(streamed.decoder.norm)
     streamed.load(streamed.model.get_output_embeddings())
     head, rows, heads = head_of(streamed.model), {}, {}

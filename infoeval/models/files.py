@@ -220,9 +220,10 @@ class SafetensorsTensor:
     dtype: torch.dtype
     shape: tuple[int, ...]
 
-    def read(self, fh) -> torch.Tensor:
-        """The tensor, its bytes read from the open file ``fh`` straight into memory of its own (no memory map)."""
-        t = torch.empty(self.shape, dtype=self.dtype)
+    def read(self, fh, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The tensor, its bytes read from the open file ``fh`` straight into memory of its own (no memory map):
+        ``out`` (contiguous, of its shape and dtype) where given, else new."""
+        t = torch.empty(self.shape, dtype=self.dtype) if out is None else out
         view, done = memoryview(t.reshape(-1).view(torch.uint8).numpy()), 0
         fh.seek(self.start)
         while done < self.nbytes:  # one read may return less (a read is capped near 2 GiB)

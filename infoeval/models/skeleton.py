@@ -5,9 +5,8 @@ materializes the parts it needs from them."""
 
 from __future__ import annotations
 
-import os
+import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,7 +98,8 @@ class Reads:
     time went."""
 
     bytes: int = 0
-    read_s: float = 0.0
+    read_s: float = 0.0  # reading (in the reader thread when the pass reads ahead: beside the compute)
+    wait_s: float = 0.0  # the pass waiting for a read
     compute_s: float = 0.0
     storage_bytes: int | None = None
 
@@ -117,10 +117,15 @@ class TensorFiles:
         return cls(folder, checkpoint_tensors(streamable_folder(str(folder))))
 
     def read(
-        self, names: dict[str, str], dtype: torch.dtype | None = None, device: torch.device | None = None
+        self,
+        names: dict[str, str],
+        dtype: torch.dtype | None = None,
+        device: torch.device | None = None,
+        pool: BufferPool | None = None,
     ) -> dict[str, torch.Tensor]:
         """{key: tensor} for {key: the checkpoint's tensor name}: each read from its file (in file order) into memory
-        of its own, then cast to ``dtype`` (floating tensors) and placed on ``device`` where given (``place``)."""
+        of its own (one of ``pool``'s where it has one), then cast to ``dtype`` (floating tensors) and placed on
+        ``device`` where given (``place``)."""
         missing = [name for name in names.values() if name not in self.tensors]
         if missing:
             raise RuntimeFailure(f"the checkpoint in '{self.folder}' has no tensor '{missing[0]}'")
@@ -128,35 +133,37 @@ class TensorFiles:
         for key, name in sorted(names.items(), key=lambda kv: (self.tensors[kv[1]].file, self.tensors[kv[1]].start)):
             meta = self.tensors[name]
             with open(meta.file, "rb") as fh:
-                t = meta.read(fh)
+                t = meta.read(fh, pool.take(meta.shape, meta.dtype) if pool is not None else None)
             self.reads.bytes += meta.nbytes
             out[key] = t
         self.reads.read_s += time.perf_counter() - t0
         return place(out, dtype, device) if dtype is not None or device is not None else out
 
-    def advise(self, names: Sequence[str]) -> None:
-        """Ask the kernel to read these tensors' bytes into its page cache now (``posix_fadvise`` WILLNEED: the disk
-        reads run while the caller computes, in the kernel's memory, not this process's), so that their ``read``
-        later copies from memory. Each file's ranges merged; a no-op where the call does not exist."""
-        if not hasattr(os, "posix_fadvise"):
-            return
-        ranges: dict[Path, list[tuple[int, int]]] = {}
-        for name in names:
-            meta = self.tensors[name]
-            ranges.setdefault(meta.file, []).append((meta.start, meta.start + meta.nbytes))
-        for path, spans in ranges.items():
-            merged: list[list[int]] = []
-            for a, b in sorted(spans):
-                if merged and a <= merged[-1][1]:
-                    merged[-1][1] = max(merged[-1][1], b)
-                else:
-                    merged.append([a, b])
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                for a, b in merged:
-                    os.posix_fadvise(fd, a, b - a, os.POSIX_FADV_WILLNEED)
-            finally:
-                os.close(fd)
+
+class BufferPool:
+    """Tensors a pass freed, kept for its next reads of their shape and dtype (the next decoder layer's): reading
+    into memory already touched costs a copy, not page faults and fresh memory. A tensor is kept only where nothing
+    else holds its storage. Thread-safe (the reader thread takes, the pass gives)."""
+
+    def __init__(self):
+        self._free: dict[tuple, list[torch.Tensor]] = {}
+        self._lock = threading.Lock()
+
+    def give(self, tensors) -> None:
+        for t in tensors:
+            alone = torch._C._storage_Use_Count(t.untyped_storage()._cdata) <= 2  # t's, and the one asking
+            if t.device.type == "cpu" and alone and t.is_contiguous() and t.storage_offset() == 0:
+                with self._lock:
+                    self._free.setdefault((tuple(t.shape), t.dtype), []).append(t.detach())
+
+    def take(self, shape: tuple, dtype: torch.dtype) -> torch.Tensor | None:
+        with self._lock:
+            stack = self._free.get((tuple(shape), dtype))
+            return stack.pop() if stack else None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._free.clear()
 
 
 def place(tensors: dict[str, torch.Tensor], dtype: torch.dtype | None, device: torch.device | None) -> dict:
