@@ -90,23 +90,23 @@ class StreamedModel:
         return module
 
     def layers(self):
-        """(layer, its tensors as read) for each decoder layer in order. With the layout's ``read_ahead`` the next
-        layer is read in a thread while the caller runs this one (the disk reads overlap the compute; one layer more
-        in memory), into the buffers the layer before it left (``recycle``: a copy, no page faults, no new memory)."""
+        """Each decoder layer's tensors as read, in order. With the layout's ``read_ahead`` the next layer is read in a
+        thread while the caller runs this one (the disk reads overlap the compute; one layer more in memory), into
+        the buffers the layer before it left (``recycle``: a copy, no page faults, no new memory)."""
         layers = self.decoder.layers
         if not self.layout.read_ahead:
             for layer in layers:
-                yield layer, self.files.read(self.wanted(layer), pool=self.pool)
+                yield self.files.read(self.wanted(layer), pool=self.pool)
             return
         with ThreadPoolExecutor(1, thread_name_prefix="infoeval-read") as reader:
             ahead = reader.submit(self.files.read, self.wanted(layers[0]), None, None, self.pool)
-            for i, layer in enumerate(layers):
+            for i in range(len(layers)):
                 t0 = time.perf_counter()
                 tensors = ahead.result()
                 self.reads.wait_s += time.perf_counter() - t0
                 if i + 1 < len(layers):
                     ahead = reader.submit(self.files.read, self.wanted(layers[i + 1]), None, None, self.pool)
-                yield layer, tensors
+                yield tensors
                 del tensors
 
     def recycle(self, layer: torch.nn.Module) -> None:
@@ -206,7 +206,7 @@ def _pass(streamed: StreamedModel, stream_ids, batches: list[Batch], bos_id, rol
         memo = {}
         g.hidden, g.layers = moved(g.hidden, streamed.home, memo), moved(g.layers, streamed.home, memo)
     hidden = {role.name: {b: given[b].hidden for b in role.batches} for role in roles}
-    for i, (_, tensors) in enumerate(streamed.layers()):
+    for i, tensors in enumerate(streamed.layers()):
         _run_layer(streamed, i, tensors, roles, given, hidden)
         del tensors
         if on_layer is not None:

@@ -46,20 +46,19 @@ def _tokenizer_config_digest(path: Path, has_tokenizer_json: bool) -> str:
 
 def folder_identity(folder: Path) -> dict:
     """{file name: sha256} of a model folder's weights, config and tokenizer files."""
-    from infoeval.models.files import cached_sha256
+    from infoeval.models.files import cached_sha256, weight_files
 
-    files = {}
-    for path in sorted(folder.iterdir()):
-        if not path.is_file():
-            continue
-        weights = path.suffix in (".safetensors", ".bin", ".pt") or path.name == "model.safetensors.index.json"
-        if path.name == "tokenizer_config.json":
-            files[path.name] = _tokenizer_config_digest(path, (folder / "tokenizer.json").is_file())
-        elif weights or path.name == "config.json" or path.name in TOKENIZER_FILES:
-            files[path.name] = cached_sha256(path)
-    if not any(name.endswith((".safetensors", ".bin", ".pt")) for name in files):
+    weights = weight_files(folder)
+    if not weights:
         raise UsageError(f"model folder '{folder}' holds no weights (.safetensors, .bin or .pt)")
-    return files
+    files = {p.name: cached_sha256(p) for p in weights}
+    for name in ("model.safetensors.index.json", "config.json", *TOKENIZER_FILES):
+        path = folder / name
+        if name == "tokenizer_config.json" and path.is_file():
+            files[name] = _tokenizer_config_digest(path, (folder / "tokenizer.json").is_file())
+        elif path.is_file():
+            files[name] = cached_sha256(path)
+    return dict(sorted(files.items()))
 
 
 def hub_commit(repo: str, revision: str | None = None) -> str:

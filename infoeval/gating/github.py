@@ -87,15 +87,17 @@ def comment_body(markdown: str, tag: str, whole: Path) -> str:
     return head + cut_to(markdown, COMMENT_LIMIT - len(head), len, note)
 
 
-def run_infoeval(args: list[str]) -> int:
-    """``infoeval ARGS`` in this Python; its stderr passed through, its last line an ``::error::`` on failure."""
+def run_infoeval(args: list[str], ok: tuple[int, ...] = (0, 1)) -> tuple[int, str]:
+    """``infoeval ARGS`` in this Python: (its exit code, its stdout); its stderr passed through, its last line an
+    ``::error::`` when the code is not one of ``ok`` (0, 1: a verdict)."""
     print("infoeval " + " ".join(shlex.quote(a) for a in args), flush=True)
-    done = subprocess.run([sys.executable, "-m", "infoeval", *args], stderr=subprocess.PIPE, text=True)
+    done = subprocess.run([sys.executable, "-m", "infoeval", *args], capture_output=True, text=True)
+    sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)
-    if done.returncode not in (0, 1):
+    if done.returncode not in ok:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         annotate("error", lines[-1] if lines else f"infoeval {args[0]} exited with {done.returncode}")
-    return done.returncode
+    return done.returncode, done.stdout
 
 
 def reference_args(model: str, out: str) -> list[str]:
@@ -123,20 +125,17 @@ def prepare() -> int:
             return 2
         set_outputs(build="false", key="", path=reference)
         return 0
-    args = reference_args(reference, "unused")
-    done = subprocess.run([sys.executable, "-m", "infoeval", *args, "--cache-key", "-q"], capture_output=True)
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.decode().splitlines() if line.strip()]
-        annotate("error", lines[-1] if lines else f"infoeval reference --cache-key exited with {done.returncode}")
-        return done.returncode
-    key = done.stdout.decode().strip().splitlines()[-1]
+    code, out = run_infoeval([*reference_args(reference, "unused"), "--cache-key", "-q"], ok=(0,))
+    if code != 0:
+        return code
+    key = out.strip().splitlines()[-1]
     set_outputs(build="true", key=key, path=f"{CACHE_FOLDER}/{key}.safetensors")
     print(f"reference cache key: {key}")
     return 0
 
 
 def build() -> int:
-    return run_infoeval(reference_args(_input("reference"), os.environ["REFERENCE_PATH"]))
+    return run_infoeval(reference_args(_input("reference"), os.environ["REFERENCE_PATH"]))[0]
 
 
 def gate() -> int:
@@ -155,7 +154,7 @@ def gate() -> int:
     args += ["--sequential"] if _input("sequential") == "true" else []
     args += ["--baseline", _input("baseline")] if _input("baseline") else []
     args += ["--junit", str(files["junit"]), "--markdown", str(files["summary"]), "--json", str(files["verdicts"])]
-    code = run_infoeval([*args, "-q", *shlex.split(_input("extra-args"))])
+    code = run_infoeval([*args, "-q", *shlex.split(_input("extra-args"))])[0]
     if code not in (0, 1) or not files["summary"].is_file():
         return code or 3
     summary = os.environ.get("GITHUB_STEP_SUMMARY")

@@ -188,11 +188,15 @@ def _gguf_add_bos(gguf: Path) -> bool | None:
         return None
 
 
+def weight_files(folder: Path) -> list[Path]:
+    """The folder's weight files (.safetensors, .bin, .pt), by name."""
+    return sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".pt") and p.is_file())
+
+
 def weights_digest(folder: Path) -> str:
     """sha256 over the folder's weight files (name and content), cached by size and mtime."""
-    files = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".pt") and p.is_file())
     h = hashlib.sha256()
-    for p in files:
+    for p in weight_files(folder):
         h.update(p.name.encode())
         h.update(cached_sha256(p).encode())
     return h.hexdigest()

@@ -137,7 +137,7 @@ class TensorFiles:
             self.reads.bytes += meta.nbytes
             out[key] = t
         self.reads.read_s += time.perf_counter() - t0
-        return place(out, dtype, device) if dtype is not None or device is not None else out
+        return place(out, dtype, device)
 
 
 class BufferPool:
