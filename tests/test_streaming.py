@@ -20,7 +20,6 @@ from infoeval.engine.streaming import StreamedModel, last_states
 from infoeval.errors import RuntimeFailure, UsageError
 from infoeval.input.prepare import Reporter, prepare
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
-from infoeval.models.skeleton import BufferPool
 
 CTX = 64
 
@@ -160,33 +159,19 @@ def test_no_layout_changes_a_bit_or_the_bytes_read(folders, text_file, dtype):
     assert read_inline.reads.wait_s == 0.0 and read_ahead.reads.wait_s >= 0.0
 
 
-def test_a_read_ahead_layer_is_read_into_the_buffers_the_layer_before_it_left(text_file, tmp_path, monkeypatch):
+def test_a_read_ahead_layer_is_read_into_the_memory_the_layer_before_it_left(text_file, tmp_path):
     shape = dict(hidden_size=32, num_hidden_layers=6, num_attention_heads=2, num_key_value_heads=1)
     folder = _tiny(tmp_path / "deep", "MistralForCausalLM", "MistralConfig", 3, intermediate_size=64, **shape)
     p = _prepared(folder, text_file, "float32")
-    streamed = StreamedModel(folder, torch.float32, torch.device("cpu"))
-    taken, take = [], streamed.pool.take
-    monkeypatch.setattr(streamed.pool, "take", lambda shape, dtype: taken.append(take(shape, dtype)) or taken[-1])
-    states = last_states(streamed, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id)["reference"][0]
-    per_layer = len(streamed.wanted(streamed.decoder.layers[0]))
-    layers = len(streamed.decoder.layers)
-    reused = [t is not None for t in taken[: per_layer * layers]]
-    # layer 0 is read into new memory; later layers into freed ones' where the pool has them when the reader asks
-    # (a tiny layer computes faster than its successor is read: how many varies)
-    assert reused[:per_layer] == [False] * per_layer and reused.count(True) >= per_layer and layers == 6
-    assert not streamed.pool._free  # let go after the last layer
-    plain = StreamedModel(folder, torch.float32, torch.device("cpu"), layout=StreamLayout(read_ahead=False))
-    expected = last_states(plain, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id)["reference"][0]
-    assert np.array_equal(states, expected)
-
-
-def test_a_buffer_something_else_holds_is_not_reused():
-    pool = BufferPool()
-    held, alone = torch.ones(4, 4), torch.ones(4, 4)
-    view = held[1:]  # e.g. a floor's weight kept from a layer
-    pool.give([held, alone, torch.ones(8)[:4]])  # a view of a larger storage: not kept either
-    assert pool.take((4, 4), torch.float32) is not None and pool.take((4, 4), torch.float32) is None
-    assert pool.take((4,), torch.float32) is None and view.sum() == 12
+    made, states = [], []
+    for layout in (FASTEST, StreamLayout(read_ahead=False)):
+        streamed = StreamedModel(folder, torch.float32, torch.device("cpu"), layout=layout)
+        states.append(last_states(streamed, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id)["reference"][0])
+        assert not streamed.arenas._all  # let go after the last layer
+        made.append(streamed.arenas.made)
+    # 6 layers: read ahead, layer i + 1 goes into layer i - 1's memory (two arenas); read inline, into one
+    assert made == [2, 1] and len(streamed.decoder.layers) == 6
+    assert np.array_equal(states[0], states[1])
 
 
 def test_moving_given_inputs_moves_a_shared_tensor_once_and_keeps_the_structure():

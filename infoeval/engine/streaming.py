@@ -36,8 +36,9 @@ from infoeval.engine.capture import capture
 from infoeval.engine.stream_layout import FASTEST, StreamLayout, moved
 from infoeval.errors import RuntimeFailure, UsageError, spell
 from infoeval.input.windows import window_inputs
+from infoeval.models.arenas import Arenas
 from infoeval.models.head import OutputHead, head_of
-from infoeval.models.skeleton import BufferPool, TensorFiles, place, skeleton, storage_read_bytes
+from infoeval.models.skeleton import TensorFiles, place, skeleton, storage_read_bytes
 from infoeval.quant.apply import swapped
 
 
@@ -54,7 +55,7 @@ class StreamedModel:
     ):
         self.files = TensorFiles.of(Path(folder))
         self.layout = layout
-        self.pool = BufferPool()  # a freed layer's buffers, for the next layer's reads
+        self.arenas = Arenas()  # the memory a freed layer was read into, for the next layer's reads
         self.home = torch.device("cpu") if layout.parked else device  # where the hidden states wait between layers
         self.model = model if model is not None else skeleton(Path(folder), dtype)
         self.dtype, self.device = dtype, device
@@ -91,34 +92,23 @@ class StreamedModel:
 
     def layers(self):
         """Each decoder layer's tensors as read, in order. With the layout's ``read_ahead`` the next layer is read in a
-        thread while the caller runs this one (the disk reads overlap the compute; one layer more in memory), into
-        the buffers the layer before it left (``recycle``: a copy, no page faults, no new memory)."""
+        thread while the caller runs this one (the disk reads overlap the compute; one layer more in memory). Each is
+        read into the memory a layer freed before it (``Arenas``: no page faults, no new memory)."""
         layers = self.decoder.layers
         if not self.layout.read_ahead:
             for layer in layers:
-                yield self.files.read(self.wanted(layer), pool=self.pool)
+                yield self.files.read(self.wanted(layer), arenas=self.arenas)
             return
         with ThreadPoolExecutor(1, thread_name_prefix="infoeval-read") as reader:
-            ahead = reader.submit(self.files.read, self.wanted(layers[0]), None, None, self.pool)
+            ahead = reader.submit(self.files.read, self.wanted(layers[0]), None, None, self.arenas)
             for i in range(len(layers)):
                 t0 = time.perf_counter()
                 tensors = ahead.result()
                 self.reads.wait_s += time.perf_counter() - t0
                 if i + 1 < len(layers):
-                    ahead = reader.submit(self.files.read, self.wanted(layers[i + 1]), None, None, self.pool)
+                    ahead = reader.submit(self.files.read, self.wanted(layers[i + 1]), None, None, self.arenas)
                 yield tensors
                 del tensors
-
-    def recycle(self, layer: torch.nn.Module) -> None:
-        """Free a decoder layer, its parameters kept for the next layer's reads where they are the buffers read (no
-        cast, on the host; ``BufferPool.give`` keeps none that anything else holds)."""
-        wanted, params = self.wanted(layer), dict(layer.named_parameters())
-        self.free(layer)
-        same = [
-            p for n, p in params.items() if p.device.type == "cpu" and p.dtype == self.files.tensors[wanted[n]].dtype
-        ]
-        del params
-        self.pool.give(same)
 
     @staticmethod
     def free(module: torch.nn.Module) -> None:
@@ -177,7 +167,7 @@ def _run_layer(streamed: StreamedModel, index: int, tensors: dict, roles: Sequen
                 hidden[role.name][b] = moved(out[0] if isinstance(out, tuple) else out, streamed.home)
         del part, context  # this role's weights let go before the next role's are made
     streamed.reads.compute_s += time.perf_counter() - t0
-    streamed.recycle(layer)
+    streamed.free(layer)  # its arena read into again (``Arenas``)
 
 
 def _role_head(streamed: StreamedModel, role: Role, head: OutputHead, head_name: str) -> OutputHead:
@@ -211,7 +201,7 @@ def _pass(streamed: StreamedModel, stream_ids, batches: list[Batch], bos_id, rol
         del tensors
         if on_layer is not None:
             on_layer()
-    streamed.pool.clear()  # the last layers' buffers: no more reads of their shapes
+    streamed.arenas.clear()  # the last layers' memory: no more layers to read
     norm = streamed.load(streamed.decoder.norm)
     streamed.load(streamed.model.get_output_embeddings())
     head, rows, heads = head_of(streamed.model), {}, {}

@@ -224,19 +224,6 @@ class SafetensorsTensor:
     dtype: torch.dtype
     shape: tuple[int, ...]
 
-    def read(self, fh, out: torch.Tensor | None = None) -> torch.Tensor:
-        """The tensor, its bytes read from the open file ``fh`` straight into memory of its own (no memory map):
-        ``out`` (contiguous, of its shape and dtype) where given, else new."""
-        t = torch.empty(self.shape, dtype=self.dtype) if out is None else out
-        view, done = memoryview(t.reshape(-1).view(torch.uint8).numpy()), 0
-        fh.seek(self.start)
-        while done < self.nbytes:  # one read may return less (a read is capped near 2 GiB)
-            got = fh.readinto(view[done:])
-            if not got:
-                raise ModelLoadError(f"'{self.file}' ends inside a tensor (truncated?)")
-            done += got
-        return t
-
 
 def checkpoint_tensors(folder: Path) -> dict[str, SafetensorsTensor]:
     """Every tensor of a folder's safetensors files (one file, or the files of its index), from their headers; empty

@@ -5,7 +5,6 @@ materializes the parts it needs from them."""
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import torch
 
 from infoeval.errors import RuntimeFailure, UsageError, spell
+from infoeval.models.arenas import ALIGN, Arenas, read_range, runs
 from infoeval.models.files import BUILTIN, SafetensorsTensor, checkpoint_tensors, gguf_file, weights_digest
 from infoeval.models.records import LoadedModel, ModelInfo, tokenizer_info
 
@@ -121,49 +121,35 @@ class TensorFiles:
         names: dict[str, str],
         dtype: torch.dtype | None = None,
         device: torch.device | None = None,
-        pool: BufferPool | None = None,
+        arenas: Arenas | None = None,
     ) -> dict[str, torch.Tensor]:
-        """{key: tensor} for {key: the checkpoint's tensor name}: each read from its file (in file order) into memory
-        of its own (one of ``pool``'s where it has one), then cast to ``dtype`` (floating tensors) and placed on
-        ``device`` where given (``place``)."""
+        """{key: tensor} for {key: the checkpoint's tensor name}: each file's tensors read as few byte ranges, in file
+        order, into page-aligned memory (one of ``arenas``' where given; ``models/arenas.py``), each tensor a view of
+        it, then cast to ``dtype`` (floating tensors) and placed on ``device`` where given (``place``)."""
         missing = [name for name in names.values() if name not in self.tensors]
         if missing:
             raise RuntimeFailure(f"the checkpoint in '{self.folder}' has no tensor '{missing[0]}'")
-        t0, out = time.perf_counter(), {}
-        for key, name in sorted(names.items(), key=lambda kv: (self.tensors[kv[1]].file, self.tensors[kv[1]].start)):
-            meta = self.tensors[name]
-            with open(meta.file, "rb") as fh:
-                t = meta.read(fh, pool.take(meta.shape, meta.dtype) if pool is not None else None)
-            self.reads.bytes += meta.nbytes
-            out[key] = t
+        t0, out, by_file = time.perf_counter(), {}, {}
+        for key, name in names.items():
+            by_file.setdefault(self.tensors[name].file, []).append((key, self.tensors[name]))
+        for file, metas in sorted(by_file.items()):
+            for lo, hi in runs([(m.start, m.start + m.nbytes) for _, m in metas]):
+                chunk = read_range(file, lo, hi, arenas.take(hi - lo + 2 * ALIGN) if arenas is not None else None)
+                for key, meta in metas:
+                    if key not in out and lo <= meta.start and meta.start + meta.nbytes <= hi:
+                        out[key] = _view(chunk, meta.start - lo, meta)
+            self.reads.bytes += sum(m.nbytes for _, m in metas)
         self.reads.read_s += time.perf_counter() - t0
         return place(out, dtype, device)
 
 
-class BufferPool:
-    """Tensors a pass freed, kept for its next reads of their shape and dtype (the next decoder layer's): reading
-    into memory already touched costs a copy, not page faults and fresh memory. A tensor is kept only where nothing
-    else holds its storage. Thread-safe (the reader thread takes, the pass gives)."""
-
-    def __init__(self):
-        self._free: dict[tuple, list[torch.Tensor]] = {}
-        self._lock = threading.Lock()
-
-    def give(self, tensors) -> None:
-        for t in tensors:
-            alone = torch._C._storage_Use_Count(t.untyped_storage()._cdata) <= 2  # t's, and the one asking
-            if t.device.type == "cpu" and alone and t.is_contiguous() and t.storage_offset() == 0:
-                with self._lock:
-                    self._free.setdefault((tuple(t.shape), t.dtype), []).append(t.detach())
-
-    def take(self, shape: tuple, dtype: torch.dtype) -> torch.Tensor | None:
-        with self._lock:
-            stack = self._free.get((tuple(shape), dtype))
-            return stack.pop() if stack else None
-
-    def clear(self) -> None:
-        with self._lock:
-            self._free.clear()
+def _view(chunk: torch.Tensor, offset: int, meta: SafetensorsTensor) -> torch.Tensor:
+    """``meta``'s tensor as a view of ``chunk`` (uint8) from ``offset``; a copy where its bytes are not aligned to its
+    element size."""
+    raw = chunk[offset : offset + meta.nbytes]
+    if raw.storage_offset() % meta.dtype.itemsize:
+        raw = raw.clone()
+    return raw.view(meta.dtype).view(meta.shape)
 
 
 def place(tensors: dict[str, torch.Tensor], dtype: torch.dtype | None, device: torch.device | None) -> dict:
