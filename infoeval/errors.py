@@ -82,3 +82,12 @@ def flag_spelling(own: dict[str, str] | None = None):
         yield
     finally:
         _FLAGS.reset(token)
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1, thousands separated: "1 window", "1,024 tokens".
+
+    >>> counted(1, "window"), counted(0, "model"), counted(1024, "token"), counted(2, "pass", "passes")
+    ('1 window', '0 models', '1,024 tokens', '2 passes')
+    """
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

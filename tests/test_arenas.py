@@ -9,7 +9,7 @@ import torch
 
 from infoeval.errors import ModelLoadError
 from infoeval.models import arenas
-from infoeval.models.arenas import ALIGN, Arenas, read_range, runs
+from infoeval.models.arenas import ALIGN, Arenas, past_the_cache, read_range, runs
 from infoeval.models.files import SafetensorsTensor
 from infoeval.models.skeleton import _view
 
@@ -87,3 +87,8 @@ def test_a_tensor_is_a_view_of_its_range_and_a_copy_where_unaligned(tmp_path):
         assert torch.equal(t, values.view(3, 4))
         assert (t.untyped_storage().data_ptr() == chunk.untyped_storage().data_ptr()) is shared
     assert _view(chunk, 0, SafetensorsTensor(path, 1, 0, torch.float32, (0,))).shape == (0,)  # empty
+
+
+def test_only_files_larger_than_the_memory_available_are_read_past_the_cache(monkeypatch):
+    monkeypatch.setattr(arenas, "host_available", lambda: 10 * ALIGN)
+    assert past_the_cache(10 * ALIGN + 1) and not past_the_cache(10 * ALIGN)

@@ -148,3 +148,34 @@ def test_each_command_runs_from_its_entry_point(smoke, command):
         assert (d / "back.txt").read_bytes() == (d / "text.txt").read_bytes()
     if command == "gate":
         assert json.loads((d / "gate.json").read_text(encoding="utf-8"))["passed"] is False
+
+
+@pytest.mark.slow  # the same twelve processes
+@pytest.mark.parametrize("command", list(_jobs(Path("m"), Path("r"), Path("d"))))
+def test_each_commands_piped_tables_are_whole_and_hold_its_json(smoke, command):
+    """stdout is a pipe here, as in a CI log: no cell is clipped or cut to "…", and the cells hold the JSON's values
+    (the wide-table case itself: ``test_piped_tables.py``)."""
+    d, _, done = smoke
+    out = done[command].stdout
+    cells = _cells(out)
+    assert not any(c.endswith("…") for c in cells)
+    if command == "sensitivity":
+        units = json.loads((d / "sens.json").read_text(encoding="utf-8"))["units"]
+        prefix = "model.layers."
+        for u in units:
+            assert u["unit"].removeprefix(prefix) in cells and f"{u['n_weights']:,}" in cells
+    if command == "gate":
+        verdicts = json.loads((d / "gate.json").read_text(encoding="utf-8"))["verdicts"]
+        for v in verdicts:
+            assert v["metric"] in cells and ("PASS" if v["passed"] else "FAIL") in cells
+
+
+def _cells(stdout: str) -> list[str]:
+    """Every cell of every table (boxed or not) in ``stdout``: the stripped pieces of its rows."""
+    out = []
+    for line in stdout.splitlines():
+        if line.startswith(("│", "┃")):
+            out += [c.strip() for c in line.strip("│┃ ").replace("┃", "│").split("│")]
+        elif line.startswith(" ") and "  " in line.strip():
+            out += [c.strip() for c in line.split("  ") if c.strip()]
+    return out

@@ -315,6 +315,12 @@ def test_bad_settings_are_usage_errors(ref_file, monkeypatch):
         UsageError, match="min_tokens 1000000 is more than the budget's 1600 positions"
     ):  # the whole reference
         run_sequential_gate(gs, SequentialSettings(min_tokens=10**6), ModelSettings("", "cpu", "float32"))
+    # a budget of 96 positions holds 3 windows, fewer than the 4 before which no mean limit can pass at α = 0.05
+    with pytest.raises(
+        UsageError, match=r"needs at least 4 windows .* the budget allows 3: raise \S*max.tokens or use"
+    ):
+        run_sequential_gate(gs, SequentialSettings(max_tokens=96), ModelSettings("", "cpu", "float32"))
+    assert st.fewest_windows(0.05) == 4 and st.fewest_windows(0.2) == 3  # the t-mixture radius's first finite window
     gs = GateSettings(ref_file, None, "int8-channel", tuple(parse_limits({"max_kl_mean": 1.0})), point=True)
     with pytest.raises(UsageError, match="point"):
         run_sequential_gate(gs, SequentialSettings(), ModelSettings("", "cpu", "float32"))
@@ -382,6 +388,7 @@ def test_cli_exit_codes(ref_file, tmp_path):
         (["--min-tokens", 500, "--max-tokens", 100], "--min-tokens"),
         (["--point"], "--point"),
         (["--order", "random"], "--order"),
+        (["--max-tokens", 96], "needs at least 4 windows"),  # 3 windows of 32: no PASS before the 4th
     ]:
         r = _cli([*base, *extra], tmp_path)
         assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr

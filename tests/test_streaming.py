@@ -164,8 +164,10 @@ def test_a_read_ahead_layer_is_read_into_the_memory_the_layer_before_it_left(tex
     folder = _tiny(tmp_path / "deep", "MistralForCausalLM", "MistralConfig", 3, intermediate_size=64, **shape)
     p = _prepared(folder, text_file, "float32")
     made, states = [], []
-    for layout in (FASTEST, StreamLayout(read_ahead=False)):
+    for layout, direct in ((FASTEST, False), (StreamLayout(read_ahead=False), True)):
         streamed = StreamedModel(folder, torch.float32, torch.device("cpu"), layout=layout)
+        assert streamed.files.direct is False  # a tiny model: through the page cache
+        streamed.files.direct = direct  # as for a model larger than memory: past it (the same bytes)
         states.append(last_states(streamed, p.stream.ids, engine.plan(p.windows), p.protocol.prefix_id)["reference"][0])
         assert not streamed.arenas._all  # let go after the last layer
         made.append(streamed.arenas.made)

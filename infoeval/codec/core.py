@@ -22,7 +22,7 @@ import torch
 from infoeval.codec import environment, segments, stepping
 from infoeval.codec.container import Archive, BadFile, DamagedPayload, ids_crc
 from infoeval.codec.frequencies import PRECISION, bucket_width
-from infoeval.errors import DataError, UsageError, spell
+from infoeval.errors import DataError, UsageError, counted, spell
 from infoeval.input.prepare import Reporter, progress
 
 FALLBACKS = ("xz", "refuse")
@@ -101,7 +101,7 @@ def encode_bytes(
     runs = segments.groups(len(segs), group)
     streams, crcs, ideal, code = [], [], 0.0, 0.0
     t0 = time.perf_counter()
-    with progress(reporter, sum(len(segs[r[0]]) for r in runs), f"compressing {len(tok.ids):,} tokens") as bar:
+    with progress(reporter, sum(len(segs[r[0]]) for r in runs), f"compressing {counted(len(tok.ids), 'token')}") as bar:
         for run in runs:
             data, coded = stepping.encode_group(
                 loaded.model, [segs[i] for i in run], header["start_id"], header["exactness"]["vocab"], bar.step

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from infoeval.errors import counted
 from infoeval.output.tables import fmt_num, report_table
 
 
@@ -22,8 +23,8 @@ def _speed(rate: dict | None) -> tuple[str, str]:
 def sizes_table(data: dict):
     lay, bits, bpb = data["layout"], data["bits"], data["bits_per_byte"]
     caption = (
-        f"{lay['tokens']:,} tokens in {lay['segments']} segments of ≤ {lay['ctx']} tokens, {lay['groups']} "
-        f"group(s) of ≤ {lay['group']} segments stepped together; {lay['coder']}"
+        f"{counted(lay['tokens'], 'token')} in {counted(lay['segments'], 'segment')} of ≤ {lay['ctx']} tokens, "
+        f"{counted(lay['groups'], 'group')} of ≤ {lay['group']} segments stepped together; {lay['coder']}"
         if data["mode"] == "model"
         else "stored with xz -9 (the model was not used)"
     )

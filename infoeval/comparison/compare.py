@@ -29,7 +29,7 @@ from infoeval.comparison.streamed import evaluate_streamed
 from infoeval.comparison.until import UntilSettings, bpb_ses, budget_windows, check_protocol, evaluate_until, kl_ses
 from infoeval.comparison.variants import build_planned, plan_variants
 from infoeval.engine.stream_layout import FASTEST
-from infoeval.errors import RuntimeFailure, UsageError, spell
+from infoeval.errors import RuntimeFailure, UsageError, counted, spell
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.input.protocols import registered
 from infoeval.input.request import MAX_TOP_K
@@ -67,7 +67,7 @@ def _evaluate(
     clock, models = engine.Clock(), 1 + len(variants)
     windows = len(p.windows) if until is None else budget_windows(p, until)
     steps = windows * models + (len(floor_at) if floor is not None else 0)
-    label = f"{windows} windows × {models} models" + (
+    label = f"{counted(windows, 'window')} × {counted(models, 'model')}" + (
         f" + floor on {len(floor_at)}" if floor is not None and floor_at else ""
     )
     with progress(reporter, steps, label + ("" if until is None else ", until the SE is reached")) as bar:

@@ -25,6 +25,7 @@ from infoeval.comparison.request import PLANS, PlanSettings  # noqa: F401  (Plan
 from infoeval.comparison.streamed import unstreamable
 from infoeval.engine.stream_layout import FASTEST, StreamLayout, layouts
 from infoeval.errors import UsageError, spell
+from infoeval.models.arenas import host_available
 from infoeval.models.skeleton import is_streamable, streamable_folder
 
 BUDGET_SHARE = 0.9  # of the memory available when the run starts: the rest for the OS and what else runs
@@ -63,14 +64,7 @@ def available_memory(device: str) -> int:
     dev = resolve_device(device)
     if dev.type == "cuda":
         return int(torch.cuda.mem_get_info(dev)[0])
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            fields = dict(line.split(":", 1) for line in f)
-        return int(fields["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        import os
-
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    return host_available()
 
 
 def _gib(n: int) -> str:

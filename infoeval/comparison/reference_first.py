@@ -29,7 +29,7 @@ from infoeval.comparison.floor import noise_floor
 from infoeval.comparison.lockstep import REFERENCE, CompareColumns, run_lockstep
 from infoeval.engine.roles import Headless
 from infoeval.engine.states import check_head
-from infoeval.errors import spell
+from infoeval.errors import counted, spell
 from infoeval.input.prepare import progress
 from infoeval.input.windows import window_inputs
 from infoeval.models.checkpoints import load_checkpoints
@@ -189,7 +189,7 @@ def evaluate_reference_first(p, plan, settings, device_map, reporter, top_k: int
     floor, floor_at = noise_floor(p, settings, models, None)
     clock, windows = engine.Clock(), len(p.windows)
     steps = windows * models + (len(floor_at) if floor is not None else 0)
-    label = f"{windows} windows × {models} models, reference first" + (
+    label = f"{counted(windows, 'window')} × {counted(models, 'model')}, reference first" + (
         f" + floor on {len(floor_at)}" if floor_at else ""
     )
     with progress(reporter, steps, label) as bar:

@@ -24,7 +24,7 @@ from infoeval.comparison.floor import floor_at
 from infoeval.comparison.lockstep import FLOOR, REFERENCE, run_lockstep
 from infoeval.engine.stream_layout import FASTEST
 from infoeval.engine.streaming import Role, StreamedModel, last_states
-from infoeval.errors import UsageError, spell
+from infoeval.errors import UsageError, counted, spell
 from infoeval.input.prepare import progress
 from infoeval.quant.layerwise import LayerwiseFloor, LayerwiseMethod, LayerwiseVariant
 from infoeval.quant.variant_settings import VariantSettings
@@ -70,7 +70,10 @@ def evaluate_streamed(p, plan, settings: VariantSettings, reporter, top_k: int =
         on = set(at)
         roles.append(Role(FLOOR, floor, [i for i, b in enumerate(batches) if b.windows[0].index in on]))
     layers, clock = len(streamed.decoder.layers), engine.Clock()
-    label = f"{len(p.windows)} windows × {len(roles)} models, {layers} layers read one at a time"
+    label = (
+        f"{counted(len(p.windows), 'window')} × {counted(len(roles), 'model')}, "
+        f"{counted(layers, 'layer')} read one at a time"
+    )
     with progress(reporter, layers, label) as bar:
         stored = last_states(streamed, p.stream.ids, batches, p.protocol.prefix_id, roles, on_layer=bar.step)
     reporter.stage("statistics")

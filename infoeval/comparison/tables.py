@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from infoeval.errors import counted
 from infoeval.input.protocols import registered
 from infoeval.measure.stats import MIN_BLOCKS
 from infoeval.output.llamacpp_table import print_block, scope_note
@@ -64,7 +65,7 @@ def floor_note(floor: dict) -> str:
         return "; the noise floor ran on no window of this run"
     return (
         f"; floor: the reference with its weights moved by one bfloat16 rounding step, on {len(floor['windows'])} of "
-        f"{floor['windows_of_run']} windows ({floor['mode']}); × floor: mean KL over the floor's; at floor: "
+        f"{counted(floor['windows_of_run'], 'window')} ({floor['mode']}); × floor: mean KL over the floor's; at floor: "
         "within 2 SE of it"
     )
 
@@ -219,8 +220,8 @@ def floor_summary(floor: dict) -> str:
     m = floor["metrics"]
     times = ", ".join(f"{name} {floor_cell(v)}" for name, v in floor["variants"].items())
     return (
-        f"\nnoise floor ({len(floor['windows'])} of {floor['windows_of_run']} windows, {floor['mode']}): mean "
-        f"KL {fmt_pm(m['kl_mean'], m['kl_se'])}, "
+        f"\nnoise floor ({len(floor['windows'])} of {counted(floor['windows_of_run'], 'window')}, {floor['mode']}): "
+        f"mean KL {fmt_pm(m['kl_mean'], m['kl_se'])}, "
         f"P99 {fmt_num(m['kl_p99'], 3)}, top-1 disagreement {100 * m['top1_disagree']:.2f} %; × floor: {times}"
     )
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from infoeval import distributed
-from infoeval.errors import UsageError, spell
+from infoeval.errors import UsageError, counted, spell
 from infoeval.input.protocols import REGISTRY, with_flag
 from infoeval.measure.column_metrics import bits_per_byte_se
 from infoeval.measure.sequential import PASS
@@ -140,7 +140,7 @@ def until_line(block: dict) -> str:
         else f"SE ≤ {block['target']:g} NOT reached: budget spent"
     )
     return (
-        f"{head} after {block['windows_used']} of {block['windows_total']} windows in seeded order "
+        f"{head} after {block['windows_used']} of {counted(block['windows_total'], 'window')} in seeded order "
         f"({block['tokens_used']:,} of {block['tokens_total']:,} positions; SE {ses})"
     )
 

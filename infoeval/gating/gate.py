@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from infoeval import engine
-from infoeval.errors import UsageError, spell
+from infoeval.errors import UsageError, counted, spell
 from infoeval.gating.baseline import judge_baseline, read_baseline
 from infoeval.gating.candidate import load_candidate as _load_candidate  # under this name the tests replace it
 from infoeval.gating.candidate import vocab_fingerprint
@@ -97,7 +97,7 @@ def build_reference(
     check_file_option(out, spell("out"))
     reporter = reporter or Reporter()
     p = prepare(model_settings, text_settings, window_settings, reporter)
-    with progress(reporter, len(p.windows), f"reference: {len(p.windows)} windows") as bar:
+    with progress(reporter, len(p.windows), f"reference: {counted(len(p.windows), 'window')}") as bar:
         if fmt == "hidden":
             cols, out_head = hidden_pass(p, bar.step)
             vocab, extra = out_head.vocab, hidden_meta(out_head, head, cols["hidden"])
@@ -201,7 +201,7 @@ def run_gate(
     with progress(
         reporter,
         len(ref.windows) + len(floor_at),
-        f"candidate: {len(ref.windows)} windows" + (f", floor: {len(floor_at)}" if floor_at else ""),
+        f"candidate: {counted(len(ref.windows), 'window')}" + (f", floor: {len(floor_at)}" if floor_at else ""),
     ) as bar:
         cols = engine.run(
             roles,

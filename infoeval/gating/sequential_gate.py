@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from infoeval import distributed, engine
-from infoeval.errors import UsageError, spell
+from infoeval.errors import UsageError, counted, spell
 from infoeval.gating.baseline import judge_baseline
 from infoeval.gating.columns import GATE_COLUMNS, gate_metrics, gate_reducer, reference_columns
 from infoeval.gating.floor import floor_roles, gate_floor
@@ -33,6 +33,7 @@ from infoeval.measure.sequential import PASS
 from infoeval.measure.stopping import (
     SequentialRule,
     budget_count,
+    fewest_windows,
     run_rounds,
     visit_order,
 )
@@ -75,7 +76,7 @@ def run_sequential_gate(
     with progress(  # a step per forward: the candidate's, and the noise floor's on its windows
         reporter,
         budget + len(floor_at),
-        f"candidate: up to {budget} of {len(batches)} windows, sequential"
+        f"candidate: up to {budget} of {counted(len(batches), 'window')}, sequential"
         + (f", floor: {len(floor_at)}" if floor_at else ""),
     ) as bar:
         evaluate, var, floors = _evaluator(
@@ -195,6 +196,20 @@ def _decision(seq: SequentialSettings, outcome, verdicts: list) -> tuple[bool, b
     return fixed_ok, decided
 
 
+def _check_windows(seq: SequentialSettings, streams: list, budget: int, windows: int) -> None:
+    """A budget of fewer windows than a PASS needs (``fewest_windows``) is a usage error: the gate could only fail."""
+    need = fewest_windows(seq.alpha) if any(s.stream.kind == "mean" for s in streams) else 1
+    if budget >= need:
+        return
+    held = f"the reference holds {windows}" + (f", of which the budget allows {budget}" if budget < windows else "")
+    more = f"raise {spell('max_tokens')} or " if budget < windows else ""
+    raise UsageError(
+        f"{spell('sequential')} needs at least {need} windows to pass a candidate at α = {seq.alpha:g} (its confidence "
+        f"sequences say nothing before) and {held}: {more}use the fixed gate (without {spell('sequential')}) or a "
+        "reference of more text"
+    )
+
+
 def _plan(ref, seq: SequentialSettings, limits) -> dict:
     """Before the candidate is loaded: the windows, their scored positions, the limits' streams, the visiting order
     and the budget; a --min-tokens the budget cannot reach is a usage error (nothing could ever be decided)."""
@@ -211,6 +226,7 @@ def _plan(ref, seq: SequentialSettings, limits) -> dict:
             "whole windows of "
             f"the reference's {len(batches)}): nothing could be decided; lower it or raise {spell('max_tokens')}"
         )
+    _check_windows(seq, streams, budget, len(batches))
     return {
         "batches": batches,
         "tokens": tokens,

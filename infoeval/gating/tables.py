@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 from rich.table import Table
 
+from infoeval.errors import counted
 from infoeval.gating.limits import floor_line
 from infoeval.output.llamacpp_table import print_block, scope_note
 from infoeval.output.results import atomic_write_bytes
@@ -174,7 +175,7 @@ def floor_lines(result: dict) -> list[str]:
             + (", at floor" if c["at_floor"] else "")
         )
         out = [
-            f"noise floor ({len(f['windows'])} windows, {f['mode']}): mean KL {_num(m['kl_mean'])} ± "
+            f"noise floor ({counted(len(f['windows']), 'window')}, {f['mode']}): mean KL {_num(m['kl_mean'])} ± "
             f"{_num(m['kl_se'])}, P99 {_num(m['kl_p99'])}, "
             f"top-1 disagreement {100 * m['top1_disagree']:.2f} %{x}"
         ]

@@ -67,6 +67,14 @@ def visit_order(n_windows: int, seed: int = 0, order: str = "seeded") -> np.ndar
     return np.random.default_rng(np.random.SeedSequence([int(seed), int(n_windows)])).permutation(n_windows)
 
 
+def fewest_windows(alpha: float, t_opt: float = T_OPT, most: int = 1000) -> int:
+    """The fewest windows after which a mean limit's PASS bound (Lai's t-mixture CS at ``alpha``) can be finite
+    (4 at α = 0.05): before that the sequential gate can fail a candidate but never pass one."""
+    t = np.arange(1, most + 1, dtype=np.float64)
+    finite = np.isfinite(t_mixture_radius(t, np.ones_like(t), alpha, t_opt))
+    return int(np.argmax(finite)) + 1 if finite.any() else most + 1
+
+
 def budget_count(tokens_in_order: Sequence[int], max_tokens: int | None) -> int:
     """How many windows of the order the budget holds: the longest prefix with ≤ ``max_tokens`` scored
     positions, at least one (all with None).

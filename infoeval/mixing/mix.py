@@ -15,7 +15,7 @@ import time
 import torch
 
 from infoeval.comparison.compare import CompareColumns, run_lockstep
-from infoeval.errors import UsageError, spell
+from infoeval.errors import UsageError, counted, spell
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure.column_metrics import reference_metrics, variant_metrics
@@ -79,7 +79,9 @@ def _measure(p: Prepared, specs: list, reporter: Reporter) -> tuple[CompareColum
     for i in range(0, len(specs), VARIANTS_PER_PASS):
         chunk = [build() for _, build in specs[i : i + VARIANTS_PER_PASS]]
         n = len(p.windows) * (1 + len(chunk))
-        with progress(reporter, n, f"{len(p.windows)} held-out windows × {1 + len(chunk)} models") as bar:
+        with progress(
+            reporter, n, f"{counted(len(p.windows), 'held-out window')} × {counted(1 + len(chunk), 'model')}"
+        ) as bar:
             got = run_lockstep(p.loaded.model, p.stream, p.windows, chunk, p.protocol.prefix_id, bar.step)
         seconds += bar.seconds
         cols = got if cols is None else CompareColumns(cols.reference, {**cols.variants, **got.variants})

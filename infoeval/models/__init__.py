@@ -24,6 +24,7 @@ from infoeval.models.files import (
     gguf_cache_dir,
     gguf_file,
 )
+from infoeval.models.libraries import transformers_quietly
 from infoeval.models.records import LoadedModel, ModelInfo, TokenizerInfo, tokenizer_info  # noqa: F401
 from infoeval.models.sources import from_folder, from_hub, hub_quantization, load_folder
 
@@ -70,8 +71,11 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 @contextlib.contextmanager
 def _quiet_transformers():
-    """Silence transformers' warnings and tqdm bars during loading (INFOEVAL_DEBUG=1 keeps them)."""
+    """Silence transformers' warnings and tqdm bars during loading (INFOEVAL_DEBUG=1 keeps them), and the libraries'
+    notices as transformers imports them (``transformers_quietly``)."""
     from transformers.utils import logging as hf_logging
+
+    transformers_quietly()
 
     if os.environ.get("INFOEVAL_DEBUG"):
         yield

@@ -1,10 +1,12 @@
 """Byte ranges of a file read into page-aligned host memory ("arenas"), the tensors in them views, not copies.
 
-Where the file system allows it the read bypasses the page cache (``O_DIRECT``): the disk writes straight into the
-arena, so a pass that reads a model larger than memory costs no copy out of the cache and no reclaim of it (on two
-cores the page cache's copy and reclaim took ~8 % of the compute beside it). Elsewhere (tmpfs, some network file
-systems) the same read goes through the cache. ``Arenas`` keeps the arenas a pass read into and hands one back when
-no tensor views it any more: the next layer's bytes go into memory already touched (no page faults, no new memory).
+For a model larger than the memory available (``past_the_cache``), and where the file system allows it, the read
+bypasses the page cache (``O_DIRECT``): the disk writes straight into the arena, so the pass costs no copy out of
+the cache and no reclaim of it (on two cores the page cache's copy and reclaim took ~8 % of the compute beside
+it). A smaller model is read through the cache, which keeps it for the next pass; so is any file on a file system
+without direct reads (tmpfs, some network file systems). ``Arenas`` keeps the arenas a pass read into and hands
+one back when no tensor views it any more: the next layer's bytes go into memory already touched (no page faults,
+no new memory).
 """
 
 from __future__ import annotations
@@ -20,6 +22,23 @@ from infoeval.errors import ModelLoadError
 
 ALIGN = 4096  # O_DIRECT's alignment of offsets, lengths and memory (a page; every common block size divides it)
 GAP = 1 << 20  # tensors closer than this in a file are read as one range (the bytes between them read and unused)
+
+
+def host_available() -> int:
+    """Bytes of host memory available now (MemAvailable: free memory and the page cache the kernel can reclaim)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def past_the_cache(nbytes: int) -> bool:
+    """Whether files of ``nbytes`` are best read past the page cache: when they exceed the memory available, the
+    cache cannot keep them for the next pass, and reading through it only costs its copies and their reclaim;
+    smaller ones stay cached, and a second pass reads them from memory."""
+    return nbytes > host_available()
 
 
 def _use_count(t: torch.Tensor) -> int:

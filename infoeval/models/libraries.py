@@ -57,6 +57,20 @@ def quiet_libraries():
             lg.setLevel(level)
 
 
+_IMPORTED: list[bool] = []
+
+
+def transformers_quietly() -> None:
+    """Import transformers' model code once, its chatter kept quiet (``quiet_libraries``): it imports every
+    quantization library installed (torchao from its quantizers, hqq from its KV caches) whether a run uses one or
+    not, and they print notices (torchao's missing CUDA extensions; deprecations from torch.jit and torch's pytree)
+    that infoeval cannot act on."""
+    if not _IMPORTED:
+        with quiet_libraries():
+            import transformers.modeling_utils  # noqa: F401
+        _IMPORTED.append(True)
+
+
 def tensor_bytes(t: torch.Tensor) -> int:
     """Bytes a tensor holds: a tensor subclass (torchao's, quanto's) by the plain tensors it is made of."""
     if hasattr(t, "__tensor_flatten__"):

@@ -12,8 +12,9 @@ from pathlib import Path
 import torch
 
 from infoeval.errors import RuntimeFailure, UsageError, spell
-from infoeval.models.arenas import ALIGN, Arenas, read_range, runs
+from infoeval.models.arenas import ALIGN, Arenas, past_the_cache, read_range, runs
 from infoeval.models.files import BUILTIN, SafetensorsTensor, checkpoint_tensors, gguf_file, weights_digest
+from infoeval.models.libraries import transformers_quietly
 from infoeval.models.records import LoadedModel, ModelInfo, tokenizer_info
 
 
@@ -22,6 +23,7 @@ def skeleton(folder: Path, dtype: torch.dtype) -> torch.nn.Module:
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    transformers_quietly()
     config = AutoConfig.from_pretrained(folder)
     with init_empty_weights(include_buffers=False):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
@@ -111,10 +113,12 @@ class TensorFiles:
     folder: Path
     tensors: dict[str, SafetensorsTensor]
     reads: Reads = field(default_factory=Reads)
+    direct: bool = False  # past the page cache (``arenas.past_the_cache``: the files larger than memory)
 
     @classmethod
     def of(cls, folder: Path) -> TensorFiles:
-        return cls(folder, checkpoint_tensors(streamable_folder(str(folder))))
+        tensors = checkpoint_tensors(streamable_folder(str(folder)))
+        return cls(folder, tensors, direct=past_the_cache(sum(t.nbytes for t in tensors.values())))
 
     def read(
         self,
@@ -124,8 +128,9 @@ class TensorFiles:
         arenas: Arenas | None = None,
     ) -> dict[str, torch.Tensor]:
         """{key: tensor} for {key: the checkpoint's tensor name}: each file's tensors read as few byte ranges, in file
-        order, into page-aligned memory (one of ``arenas``' where given; ``models/arenas.py``), each tensor a view of
-        it, then cast to ``dtype`` (floating tensors) and placed on ``device`` where given (``place``)."""
+        order, into page-aligned memory (one of ``arenas``' where given; ``models/arenas.py``; past the page cache
+        where ``direct``), each tensor a view of it, then cast to ``dtype`` (floating tensors) and placed on
+        ``device`` where given (``place``)."""
         missing = [name for name in names.values() if name not in self.tensors]
         if missing:
             raise RuntimeFailure(f"the checkpoint in '{self.folder}' has no tensor '{missing[0]}'")
@@ -134,7 +139,8 @@ class TensorFiles:
             by_file.setdefault(self.tensors[name].file, []).append((key, self.tensors[name]))
         for file, metas in sorted(by_file.items()):
             for lo, hi in runs([(m.start, m.start + m.nbytes) for _, m in metas]):
-                chunk = read_range(file, lo, hi, arenas.take(hi - lo + 2 * ALIGN) if arenas is not None else None)
+                arena = arenas.take(hi - lo + 2 * ALIGN) if arenas is not None else None
+                chunk = read_range(file, lo, hi, arena, self.direct)
                 for key, meta in metas:
                     if key not in out and lo <= meta.start and meta.start + meta.nbytes <= hi:
                         out[key] = _view(chunk, meta.start - lo, meta)

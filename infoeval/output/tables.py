@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.progress import (
@@ -18,6 +19,7 @@ from rich.progress import (
 from rich.table import Table
 
 from infoeval import distributed
+from infoeval.errors import counted
 
 
 class ReportTable(Table):
@@ -121,11 +123,27 @@ class RichReporter:
             self._progress = None
 
 
+class _Unclipped(Console):
+    """A console for stdout outside a terminal (a pipe, a CI log): ``least`` columns, and as many more as a table
+    printed needs to show every cell whole (its natural width): nothing is clipped or cut to "…"."""
+
+    def __init__(self, least: int):
+        super().__init__(width=least)
+        self.least = least
+
+    def print(self, *objects, **kwargs) -> None:
+        wide = self.options.update_width(1 << 16)
+        need = [self.measure(o, options=wide).maximum for o in objects if isinstance(o, Table)]
+        self.width = max([self.least, *need])
+        super().print(*objects, **kwargs)
+
+
 def stdout_console() -> Console:
-    """The data console; when stdout is not a terminal (a pipe, a CI log) tables get 120 columns, not 80."""
+    """The data console: a terminal's width; outside a terminal ``COLUMNS`` where set, else 120 columns widened to
+    fit each table (``_Unclipped``)."""
     console = Console()
-    if not console.is_terminal:
-        console = Console(width=120)
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").strip().isdigit():
+        console = _Unclipped(120)
     return console
 
 
@@ -140,9 +158,9 @@ def _scored(result: dict) -> str:
     """The windows and tokens scored: with --until-se, those used of the planned ones."""
     pr, until = result["provenance"]["protocol"], result.get("until_se")
     if until:
-        used = f"{until['windows_used']} of {pr['windows']} windows used (--until-se)"
+        used = f"{until['windows_used']} of {counted(pr['windows'], 'window')} used (--until-se)"
         return f"{used}, {until['tokens_used']:,} tokens scored"
-    return f"{pr['windows']} windows, {pr['scored_tokens']:,} tokens scored"
+    return f"{counted(pr['windows'], 'window')}, {counted(pr['scored_tokens'], 'token')} scored"
 
 
 def run_header(result: dict) -> str:

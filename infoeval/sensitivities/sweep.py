@@ -22,7 +22,7 @@ import torch
 
 from infoeval import engine, switches
 from infoeval.engine import blocks
-from infoeval.errors import RuntimeFailure
+from infoeval.errors import RuntimeFailure, counted
 from infoeval.input.prepare import Prepared, Reporter, prepare, progress
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure.column_metrics import reference_metrics
@@ -99,7 +99,7 @@ def measure(p: Prepared, jobs: dict, block_cache: bool, reporter: Reporter) -> t
     roles = _roles(model, jobs, block_cache, n_layers)
     batches = engine.plan(p.windows)
     total = len(batches) * (1 + len(jobs)) + block_cache  # + the check of the block path on the first window
-    with progress(reporter, total, f"{len(batches)} windows × {1 + len(jobs)} forwards") as bar:
+    with progress(reporter, total, f"{counted(len(batches), 'window')} × {counted(1 + len(jobs), 'forward')}") as bar:
         cols = engine.run(
             roles,
             p.stream.ids,

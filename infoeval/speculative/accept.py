@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from infoeval.errors import UsageError
+from infoeval.errors import UsageError, counted
 from infoeval.input.prepare import Reporter, prepare, progress
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure.stats import LN2, mean_se, pearson, pinsker
@@ -105,10 +105,15 @@ def spec_accept(
     t0 = time.perf_counter()
     device = resolve_device(model_settings.device)
     draft = build_draft(
-        p.loaded, draft_settings, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map
+        p.loaded,
+        draft_settings,
+        device,
+        resolve_dtype(model_settings.dtype, device),
+        model_settings.device_map,
+        reporter.note,
     )
     draft_s = time.perf_counter() - t0
-    with progress(reporter, 2 * len(p.windows), f"{len(p.windows)} windows × (target + draft)") as bar:
+    with progress(reporter, 2 * len(p.windows), f"{counted(len(p.windows), 'window')} × (target + draft)") as bar:
         cols = evaluate_windows(p, draft, temps, bar.step)
     result = AcceptResult(
         p.provenance("spec-accept", draft=draft.info),

@@ -60,13 +60,13 @@ class Stepper(CachedModel):
     """A cached model whose forward passes return probabilities at temperature T, on the CPU (sampling uses a CPU
     generator on every device; the copy also waits for the device, so the timing is the forward pass's)."""
 
-    def __init__(self, model, temperature: float):
+    def __init__(self, model, temperature: float, width: int | None = None):
         super().__init__(model)
-        self.temperature = temperature
+        self.temperature, self.width = temperature, width  # width: the first logits only (``Draft.width``)
 
     def probs(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
         """Feed ``ids`` (1-D) after the cached tokens; probabilities of the last ``keep`` positions, (keep, V)."""
-        return self.logits(ids, keep, lambda z: log_softmax_t(z, self.temperature).exp().cpu())
+        return self.logits(ids, keep, lambda z: log_softmax_t(z[..., : self.width], self.temperature).exp().cpu())
 
 
 @dataclass
@@ -97,11 +97,12 @@ class Generation:
 
 @torch.inference_mode()
 def plain_sample(
-    target, prompt: torch.Tensor, max_new: int, temperature: float, generator: torch.Generator
+    target, prompt: torch.Tensor, max_new: int, temperature: float, generator: torch.Generator, width=None
 ) -> Generation:
-    """Sample ``max_new`` tokens from the target alone, one cached forward pass per token (EOS does not stop it)."""
+    """Sample ``max_new`` tokens from the target alone, one cached forward pass per token (EOS does not stop it),
+    over its first ``width`` logits where given (those a draft shares with it)."""
     t0 = time.perf_counter()
-    st = Stepper(target, temperature)
+    st = Stepper(target, temperature, width)
     seq = prompt.tolist()
     feed = prompt
     for _ in range(max_new):
@@ -118,7 +119,8 @@ def speculative_sample(
 ) -> Generation:
     """Speculative sampling of exactly ``max_new`` new tokens (the last round's drafts are cut to what is left)."""
     t0 = time.perf_counter()
-    tg, dr = Stepper(target, temperature), Stepper(draft, temperature)
+    width = getattr(draft, "width", None)  # heads padded differently: the logits both have
+    tg, dr = Stepper(target, temperature, width), Stepper(draft, temperature, width)
     dev = prompt.device
     seq = prompt.tolist()
     gen = Generation([], 0, 0.0, 0, 0.0)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from infoeval.errors import UsageError, spell
+from infoeval.errors import UsageError, counted, spell
 from infoeval.input.prepare import Reporter, prepare, progress
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure.infotheory import by_rows, chunk_rows, log_softmax_t, nll
@@ -160,9 +160,14 @@ def distill(
     reporter.stage("building the student")
     device = resolve_device(model_settings.device)
     student = build_draft(
-        p.loaded, draft_settings, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map
+        p.loaded,
+        draft_settings,
+        device,
+        resolve_dtype(model_settings.dtype, device),
+        model_settings.device_map,
+        reporter.note,
     )
-    with progress(reporter, 2 * len(p.windows), f"{len(p.windows)} windows × (teacher + student)") as bar:
+    with progress(reporter, 2 * len(p.windows), f"{counted(len(p.windows), 'window')} × (teacher + student)") as bar:
         cols, check = _evaluate(p, student, temps, alpha, bar.step)
     result = DistillResult(
         p.provenance("distill", student=student.info),

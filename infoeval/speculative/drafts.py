@@ -1,6 +1,7 @@
 """The draft (speculative decoding) or student (distillation) q beside a target or teacher p. Three kinds:
 
-* ``model``:  another causal LM with the same tokenizer (vocabulary, merges and output size are checked);
+* ``model``:  another causal LM with the same tokenizer (vocabulary and merges are checked; where the heads are
+  padded to different widths, both are compared over the tokenizer's vocabulary);
 * ``scheme``: the target itself with fake-quantized weights (``quant.apply.quantize_variant``), swapped in for
   each draft forward pass: no copy of the model, only one set of quantized Linear weights;
 * ``layers``: the target truncated to its first N decoder blocks, followed by its own final norm and LM head
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -59,9 +61,16 @@ class Draft(WithVariant):
     """A callable model q: ``draft(input_ids=..., ...)`` runs the draft's forward pass (with a scheme's quantized
     weights swapped into the shared module for the duration of the call), with its description and tokenizer."""
 
-    def __init__(self, model: torch.nn.Module, variant: QuantizedVariant | None, info: dict, tokenizer=None):
+    def __init__(
+        self, model: torch.nn.Module, variant: QuantizedVariant | None, info: dict, tokenizer=None, width=None
+    ):
         super().__init__(model, variant)
         self.info, self.tokenizer = info, tokenizer
+        self.width = width  # compare the first ``width`` logits of both (heads padded differently); None: all
+
+    def cut(self, logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` (the target's or this model's) cut to the ones compared."""
+        return logits if self.width is None else logits[..., : self.width]
 
 
 def n_layers(model: torch.nn.Module) -> int:
@@ -113,8 +122,10 @@ def truncated(model: torch.nn.Module, n: int) -> torch.nn.Module:
     return top
 
 
-def _check_same_tokenizer(target: LoadedModel, other: LoadedModel, role: str) -> None:
-    """Same vocabulary (token → id), same encoding of a probe text, same number of output logits."""
+def _check_same_tokenizer(target: LoadedModel, other: LoadedModel, role: str) -> int | None:
+    """Same vocabulary (token → id) and same encoding of a probe text. Returns the logits to compare: None (all)
+    where both heads are as wide; else the tokenizer's vocabulary, where only the heads' padding differs (Qwen2.5's
+    0.5B and 7B heads are 151,936 and 152,064 wide over one 151,665-token tokenizer)."""
     ta, tb = target.tokenizer, other.tokenizer
     va, vb = ta.get_vocab(), tb.get_vocab()
     if va != vb:
@@ -129,8 +140,15 @@ def _check_same_tokenizer(target: LoadedModel, other: LoadedModel, role: str) ->
             f"the {role} model's tokenizer splits text differently from the target's (same vocabulary, other merges)"
         )
     na, nb = _n_logits(target.model), _n_logits(other.model)
-    if na != nb:
-        raise UsageError(f"the {role} model has {nb} output logits and the target {na}; they must be equal")
+    if na == nb:
+        return None
+    width = len(ta)
+    if width > min(na, nb):
+        raise UsageError(
+            f"the {role} model has {nb} output logits and the target {na}, fewer than the tokenizer's {width} tokens; "
+            "a head must cover the tokenizer's vocabulary"
+        )
+    return width
 
 
 def _n_logits(model: torch.nn.Module) -> int:
@@ -149,23 +167,36 @@ def _count(modules) -> int:
 
 
 def build_draft(
-    target: LoadedModel, draft_settings: DraftSettings, device: torch.device, dtype: torch.dtype, device_map=None
+    target: LoadedModel,
+    draft_settings: DraftSettings,
+    device: torch.device,
+    dtype: torch.dtype,
+    device_map=None,
+    note: Callable[[str], None] = lambda line: None,
 ) -> Draft:
-    """The draft/student described by ``draft_settings`` for ``target`` (see the module docstring)."""
+    """The draft/student described by ``draft_settings`` for ``target`` (see the module docstring); ``note`` is told
+    when only the first logits of each are compared (``Draft.width``)."""
     draft_settings.check()
     if draft_settings.kind == "model":
         try:
             other = load_model(draft_settings.model, device, dtype, device_map)
         except ModelLoadError as e:
             raise ModelLoadError(f"{spell(draft_settings.role)}: {e}") from None
-        _check_same_tokenizer(target, other, draft_settings.role)
+        width = _check_same_tokenizer(target, other, draft_settings.role)
         info = {
             "kind": "model",
             "spec": other.info.spec,
             "model": other.info.to_json(),
             "n_parameters": other.info.n_parameters,
         }
-        return Draft(other.model, None, info, other.tokenizer)
+        if width is not None:
+            na, nb = _n_logits(target.model), _n_logits(other.model)
+            info["logits_compared"] = {"target": na, "other": nb, "compared": width}
+            note(
+                f"the target's head has {na:,} logits and the {draft_settings.role}'s {nb:,} (padding); both are "
+                f"compared over the tokenizer's {width:,} tokens"
+            )
+        return Draft(other.model, None, info, other.tokenizer, width)
     if draft_settings.kind == "scheme":
         variant = quantize_variant(target.model, parse_scheme(draft_settings.scheme))
         summary = variant.summary()

@@ -59,14 +59,15 @@ def _timed_runs(target, draft, prompt_ids, gamma, max_new, temperature, seed, re
     """A warm-up of both loops, then ``repeats`` alternating timed runs of each; returns the last generations and
     every run's wall time."""
     reporter.stage("warming up")
-    plain_sample(target, prompt_ids, min(4, max_new), temperature, torch.Generator().manual_seed(seed + 1))
+    width = draft.width
+    plain_sample(target, prompt_ids, min(4, max_new), temperature, torch.Generator().manual_seed(seed + 1), width)
     speculative_sample(
         target, draft, prompt_ids, gamma, min(4, max_new), temperature, torch.Generator().manual_seed(seed + 1)
     )
     walls = {"plain": [], "speculative": []}
     with progress(reporter, 2 * repeats, f"plain and speculative sampling, {max_new} tokens × {repeats}") as bar:
         for _ in range(repeats):  # alternate, so that a slower or busier moment hits both alike
-            plain = plain_sample(target, prompt_ids, max_new, temperature, torch.Generator().manual_seed(seed))
+            plain = plain_sample(target, prompt_ids, max_new, temperature, torch.Generator().manual_seed(seed), width)
             walls["plain"].append(plain.wall_s)
             bar.step()
             spec = speculative_sample(
@@ -85,7 +86,7 @@ def _load(model_settings: ModelSettings, draft_settings: DraftSettings, prompt: 
     reporter.stage(f"loading {model_settings.model}")
     t0 = time.perf_counter()
     loaded = load_model(model_settings.model, device, dtype, model_settings.device_map)
-    draft = build_draft(loaded, draft_settings, device, dtype, model_settings.device_map)
+    draft = build_draft(loaded, draft_settings, device, dtype, model_settings.device_map, reporter.note)
     timings = {"load_s": time.perf_counter() - t0}
     ids = loaded.tokenizer(prompt).input_ids
     if not ids:

@@ -27,9 +27,11 @@ def run_paired(
     """``reduce_pair(rows, target logits, other logits, targets)`` on every window; returns the columns, with
     window, position, token_id and context of every scored position."""
 
+    cut = getattr(other, "cut", lambda z: z)  # a draft's heads padded differently: the logits both have
+
     def reduce(step: engine.Step):
-        zp = step.logits[TARGET][0]
-        zq = step.logits[OTHER][0]
+        zp = cut(step.logits[TARGET][0])
+        zq = cut(step.logits[OTHER][0])
         return reduce_pair(step.batch.rows, zp, zq, step.targets[0])
 
     roles = {TARGET: target, OTHER: other}

@@ -36,6 +36,7 @@ class Oracle:
 
     def __init__(self, target, draft, context: torch.Tensor, temperature: float, batch: int = 64):
         self.target, self.draft, self.context, self.t, self.batch = target, draft, context, temperature, batch
+        self.width = getattr(draft, "width", None)  # heads padded differently: the logits both have
         self._p1: dict[int, torch.Tensor] = {}
         self._q1: dict[int, torch.Tensor] = {}
         self.p0 = self._last(target, context[None])[0]
@@ -44,7 +45,7 @@ class Oracle:
 
     @torch.inference_mode()
     def _last(self, model, ids: torch.Tensor) -> torch.Tensor:
-        logits = last_logits(model, ids)
+        logits = last_logits(model, ids)[..., : self.width]
         return log_softmax_t(logits, self.t).exp().double().cpu()
 
     def ensure(self, tokens) -> None:
