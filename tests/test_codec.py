@@ -11,7 +11,7 @@ import pytest
 
 from infoeval import cli
 from infoeval.codec import container, environment
-from infoeval.codec.compress import CodecSettings, compress, decompress
+from infoeval.codec.compress import CodecSettings, compress, decompress, small_file_note
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -247,3 +247,32 @@ def test_the_step_cache_gives_the_plain_caches_logits(tiny_llama_dir):
     assert buffered.get_seq_length() == 6
     with pytest.raises(ValueError, match="holds 6 positions"):
         engine.step_logits(model, buffered, ids[:, 0])
+
+
+def test_a_file_under_16_kb_is_told_why_it_codes_poorly(tiny_llama_dir, tiny_text, tmp_path, monkeypatch):
+    from infoeval.codec import compress as codec_compress
+    from infoeval.input.prepare import Reporter
+
+    assert codec_compress.SMALL == 16 << 10
+
+    class Notes(Reporter):
+        def __init__(self):
+            self.lines = []
+
+        def note(self, text: str) -> None:
+            self.lines.append(text)
+
+    raw = (tiny_text * 20).encode("utf-8")
+    notes = {}
+    monkeypatch.setattr(codec_compress, "SMALL", 2500)  # 16 KB in use: a bound that a tiny test reaches fast
+    for n in (2000, 2500):
+        (tmp_path / f"{n}.txt").write_bytes(raw[:n])
+        notes[n] = Notes()
+        compress(tmp_path / f"{n}.txt", tmp_path / f"{n}.iez", _settings(tiny_llama_dir, verify=False), False, notes[n])
+    blob = (tmp_path / "2000.iez").read_bytes()
+    archive, _ = container.unpack(blob)
+    header, segments = len(blob) - sum(map(len, archive.streams)), len(archive.lengths())
+    assert notes[2000].lines == [small_file_note(2000, header, segments)] and notes[2500].lines == []
+    line = notes[2000].lines[0]
+    assert line.startswith(f"a 2,000-byte file codes poorly: its {header:,}-byte header weighs on the ratio")
+    assert f" {segments} segment" in line and "--ctx" in line

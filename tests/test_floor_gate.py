@@ -6,7 +6,8 @@ its own, beside which the reference's model is loaded); a limit below it fails c
 from __future__ import annotations
 
 import pytest
-from tiny_models import as_json, tiny_reference
+import torch
+from tiny_models import _save, as_json, tiny_reference
 
 from infoeval.gating.gate import GateSettings, build_reference, run_gate
 from infoeval.gating.limits import floor_line, parse_limits
@@ -30,15 +31,28 @@ def _gate(ref, candidate=None, scheme=None, limits=LAX, **kw):
     return as_json(run_gate(gs, ModelSettings(candidate or "", "cpu", "float32")))
 
 
-def test_the_floor_is_the_references_whatever_the_candidate(ref, tiny_llama_dir):
+def test_the_floor_is_the_references_whatever_the_candidate(ref, tiny_llama_dir, tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from infoeval.gating import candidate
+
+    other = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
+    with torch.no_grad():
+        other.model.layers[0].mlp.down_proj.weight.mul_(1.01)
+    _save(other, AutoTokenizer.from_pretrained(tiny_llama_dir), tmp_path / "other")
     int4, _ = _gate(ref, None, "int4-g32")
     itself, _ = _gate(ref)  # the reference's own model, nothing applied
-    own, _ = _gate(ref, str(tiny_llama_dir))  # a checkpoint of its own: the reference's model is loaded beside it
+    own, _ = _gate(ref, str(tmp_path / "other"))  # a checkpoint of its own: the reference's model is loaded beside it
+    loads = []
+    real = candidate._reference_floor
+    monkeypatch.setattr(candidate, "_reference_floor", lambda *a: loads.append(a) or real(*a))
+    named, _ = _gate(ref, str(tiny_llama_dir), "int4-g32")  # the reference's model by name: not loaded twice
     f = int4["floor"]
     assert f["windows"] == list(floor_windows(range(10), 1, "sampled", 0)) and f["mode"] == "sampled"
     assert (
-        f["metrics"] == itself["floor"]["metrics"] == own["floor"]["metrics"]
+        f["metrics"] == itself["floor"]["metrics"] == own["floor"]["metrics"] == named["floor"]["metrics"]
     )  # quantized in place, yet the reference's weights
+    assert not loads and named["metrics"] == int4["metrics"] and own["metrics"] != itself["metrics"]
     assert (
         0 < f["metrics"]["kl_mean"] < int4["metrics"]["kl_mean"]
         and f["candidate"]["x_floor"] > 10

@@ -62,7 +62,7 @@ def _accept(folders, target, draft, notes=None):
     settings = ModelSettings(str(folders[target]), "cpu", "float32")
     result, cols = accept.spec_accept(
         settings,
-        TextSettings(folders["text"], max_tokens=150),
+        TextSettings(folders["text"], max_tokens=96),
         WindowSettings(48),
         DraftSettings(model=str(folders[draft])),
         (0.5, 1.0),
@@ -77,11 +77,18 @@ def _figures(result):
     } | {("top1", k): v for k, v in result["top1"].items() if isinstance(v, float)}
 
 
+@pytest.fixture(scope="module")
+def equal_heads(folders):
+    return _accept(folders, "target", "draft")
+
+
 @pytest.mark.parametrize("target,draft", [("target", "draft-640"), ("target-640", "draft")])
-def test_spec_accept_compares_the_tokenizers_logits_with_the_figures_of_equal_heads(folders, target, draft):
+def test_spec_accept_compares_the_tokenizers_logits_with_the_figures_of_equal_heads(
+    folders, equal_heads, target, draft
+):
     notes = []
     padded, padded_cols = _accept(folders, target, draft, notes)
-    plain, plain_cols = _accept(folders, "target", "draft")
+    plain, plain_cols = equal_heads
     assert _figures(padded).keys() == _figures(plain).keys() and len(_figures(plain)) > 10
     for key, value in _figures(plain).items():
         assert _figures(padded)[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key

@@ -18,7 +18,7 @@ from infoeval.codec import core, environment
 from infoeval.codec.container import DamagedPayload, pack, unpack
 from infoeval.codec.results import CompressResult, DecompressResult
 from infoeval.codec.summary import rate, summarize
-from infoeval.errors import DataError, RuntimeFailure, UsageError, spell
+from infoeval.errors import DataError, RuntimeFailure, UsageError, counted, spell
 from infoeval.input.fields import option
 from infoeval.input.prepare import Reporter
 from infoeval.input.provenance import provenance
@@ -104,6 +104,18 @@ def verify(blob: bytes, raw: bytes, loaded, reporter: Reporter) -> float:
     return time.perf_counter() - t0
 
 
+SMALL = 16 << 10  # bytes: below this a file has few segments to step together, and its header weighs
+
+
+def small_file_note(n: int, header: int, segments: int) -> str:
+    """The line a small file gets: why its ratio and speed are poor."""
+    return (
+        f"a {n:,}-byte file codes poorly: its {header:,}-byte header weighs on the ratio, and its "
+        f"{counted(segments, 'segment')} step one token per forward pass of the whole model (a file of 16 KB or more "
+        "fills more segments per pass); a smaller --ctx gives more segments: faster, a few more bits"
+    )
+
+
 def compress(
     src: Path, dst: Path, codec_settings: CodecSettings, force: bool = False, reporter: Reporter | None = None
 ) -> CompressResult:
@@ -123,6 +135,8 @@ def compress(
         reporter,
     )
     blob = pack(archive)
+    if archive.header["mode"] == "model" and len(raw) < SMALL:
+        reporter.note(small_file_note(len(raw), len(blob) - sum(map(len, archive.streams)), len(archive.lengths())))
     verify_s = verify(blob, raw, loaded, reporter) if codec_settings.verify else None
     atomic_write_bytes(Path(dst), blob)
     fields = summarize(raw, blob, archive, coding, verify_s)

@@ -87,18 +87,21 @@ def cost_bound_bits(*alphabet_sizes: int, total: int = TOTAL) -> float:
 
 
 def level_weights(logits: torch.Tensor, width: int, buckets: int) -> torch.Tensor:
-    """exp(z − max z) of logits (n, V) as float64 on the CPU, zero-padded to (n, H, K)."""
+    """exp(z − max z) of logits (n, V) as float64 on the CPU, zero-padded to (n, H, K) (written in place into the
+    padded buffer: one pass over the vocabulary, no padded copy)."""
     z = logits.detach().to("cpu", torch.float64)
-    z = z - z.max(-1, keepdim=True).values
-    e = torch.nn.functional.pad(torch.exp(z), (0, buckets * width - z.shape[-1]))
+    e = torch.zeros(z.shape[0], buckets * width, dtype=torch.float64)
+    torch.exp(z - z.max(-1, keepdim=True).values, out=e[:, : z.shape[-1]])
     return e.view(z.shape[0], buckets, width)
 
 
-def ideal_bits(weights: torch.Tensor, tokens: np.ndarray) -> np.ndarray:
-    """−log₂ q(token) of each row from the (n, H, K) weights of ``level_weights``: log₂ Σ w − log₂ w_token."""
+def ideal_bits(weights: torch.Tensor, tokens: np.ndarray, bucket_sums: torch.Tensor | None = None) -> np.ndarray:
+    """−log₂ q(token) of each row from the (n, H, K) weights of ``level_weights``: log₂ Σ w − log₂ w_token (Σ w from
+    the rows' ``bucket_sums`` (n, H) where given: H sums, not V)."""
     flat = weights.reshape(weights.shape[0], -1)
     picked = flat[torch.arange(flat.shape[0]), torch.from_numpy(np.asarray(tokens, dtype=np.int64))]
-    return (torch.log2(flat.sum(-1)) - torch.log2(picked)).numpy()
+    total = flat.sum(-1) if bucket_sums is None else bucket_sums.sum(-1)
+    return (torch.log2(total) - torch.log2(picked)).numpy()
 
 
 def code_bits(freqs: np.ndarray, symbols: np.ndarray) -> np.ndarray:

@@ -72,8 +72,10 @@ def step_group(
     for t in range(tokens.shape[1]):
         logits = engine.step_logits(model, cache, feed.to(device))
         rows = np.flatnonzero(lengths > t)
-        w = level_weights(logits, width, buckets)[torch.from_numpy(rows)]  # (n, H, K)
-        f_hi = quantize(w.sum(-1)).numpy()
+        live = logits if len(rows) == len(lengths) else logits[torch.from_numpy(rows).to(logits.device)]
+        w = level_weights(live, width, buckets)  # (n, H, K): only the rows still coding
+        sums = w.sum(-1)
+        f_hi = quantize(sums).numpy()
         hi = side(t, 0, rows, f_hi)
         f_lo = quantize(w[torch.arange(len(rows)), torch.from_numpy(hi)]).numpy()
         lo = side(t, 1, rows, f_lo)
@@ -81,7 +83,7 @@ def step_group(
         if (tok >= vocab).any():
             raise OutOfVocabulary(rows[tok >= vocab])
         tokens[rows, t] = tok
-        ideal[rows] += ideal_bits(w, tok)
+        ideal[rows] += ideal_bits(w, tok, sums)
         code[rows] += code_bits(f_hi, hi) + code_bits(f_lo, lo)
         feed[torch.from_numpy(rows)] = torch.from_numpy(tok)
         if on_step:

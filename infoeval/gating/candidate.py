@@ -37,7 +37,8 @@ def load_candidate(gate_settings, model_settings: ModelSettings, ref):
     --recipe applied; its tokenizer must be the reference's. The floor (``--floor`` not off) is the reference's
     model with the quantized layers' weights moved by one bfloat16 rounding step (``quant/floor.py``): made from
     the reference's weights of the candidate's own model, taken before it is quantized, where the candidate is the
-    reference's model; else from the reference's model, loaded beside it."""
+    reference's model (not given, or given and ``same_model``: one model in memory, not two); else from the
+    reference's model, loaded beside it."""
     spec = gate_settings.candidate or reference_model_spec(ref.meta["provenance"]["model"])
     device = resolve_device(model_settings.device)
     loaded = load_model(spec, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map)
@@ -56,7 +57,9 @@ def load_candidate(gate_settings, model_settings: ModelSettings, ref):
             "checkpoint: gate it without them"
         )
     original = loaded.model
-    sources = original_weights(original) if gate_settings.floor != "off" and gate_settings.candidate is None else None
+    own = gate_settings.candidate is None or same_model(loaded.info, ref.meta["provenance"]["model"])
+    # the reference's own model (by name or by its weights' digest): the floor from its weights, not a second copy
+    sources = original_weights(original) if gate_settings.floor != "off" and own else None
     report = {"source": "checkpoint", **shipped} if shipped else None  # a --scheme on a GGUF replaces it below
     if gate_settings.scheme and is_method(gate_settings.scheme):
         method = parse_method(gate_settings.scheme)
@@ -123,6 +126,21 @@ def bytes_read(ref, evaluated, tokenizer) -> int:
     prefix = (ref.meta["provenance"].get("protocol") or {}).get("prefix_id")
     n_text = ids.size - (int(np.count_nonzero(ids == prefix)) if prefix is not None else 0)
     return max(scored, int(encode(evaluated.text, tokenizer, None, n_text).nbytes.sum()))
+
+
+def same_model(info, reference: dict) -> bool:
+    """Whether a loaded candidate is the reference's own model: the same weights (sha256), or the same hub revision."""
+    if info.sha256 is not None and info.sha256 == reference.get("sha256"):
+        return True
+    return (
+        info.kind == "hub"
+        and info.revision is not None
+        and (info.spec, info.revision)
+        == (
+            reference.get("spec"),
+            reference.get("revision"),
+        )
+    )
 
 
 def reference_model_spec(info: dict) -> str:

@@ -64,15 +64,16 @@ def fisher_sums(
         w = b.windows[0]
         gen = torch.Generator(device=device).manual_seed(seed * 1_000_003 + w.index)
         inputs = window_inputs(stream_ids, w, prefix_id).to(device)
-        grads = blocks.weight_grads(model, inputs, b.keep, sampled_nll(gen), names)
-        with torch.no_grad():
-            for name, g in grads.items():
-                g2 = g.float().square_()
+
+        def add(name: str, g: torch.Tensor) -> None:  # as the backward pass reaches the layer
+            with torch.no_grad():
+                g2 = g.float().square()
                 weight = modules[name].weight.float()
                 for s, layers in packed.items():
                     if name in layers:
                         out[s][name] += float((g2 * (codes.dequantize(layers[name]).float() - weight).square_()).sum())
-        del grads
+
+        blocks.weight_grads(model, inputs, b.keep, sampled_nll(gen), names, add)
         if on_window:
             on_window()
     return out
