@@ -179,6 +179,14 @@ def _streaming_small(f: dict):
     return _ratio(x), x <= 1.3
 
 
+def _new_user_ratio(key: str, most: float):
+    def get(f: dict):
+        x = f["peak_ratios"][key]
+        return _ratio(x), x <= most
+
+    return get
+
+
 TARGETS: list[tuple[str, str, Getter]] = [
     (
         "quantize_compare",
@@ -220,6 +228,21 @@ TARGETS: list[tuple[str, str, Getter]] = [
     ),
     ("streaming", "the streamed reference pass ≤ 0.75 × accelerate's offload (wall)", _streaming_offload),
     ("streaming", "--stream layers at 0.6B ≤ 1.3 × the lockstep's wall", _streaming_small),
+    (
+        "new_user",
+        "0.6B shape: sensitivity's peak ≤ 1.3 × quantize-compare's (512 tokens)",
+        _new_user_ratio("sensitivity / quantize-compare (512 tokens)", 1.3),
+    ),
+    (
+        "new_user",
+        "0.6B shape: mix's peak ≤ 1.3 × quantize-compare's (512 tokens)",
+        _new_user_ratio("mix / quantize-compare (512 tokens)", 1.3),
+    ),
+    (
+        "new_user",
+        "0.6B shape: the gate's peak ≤ quantize-compare's with its one scheme",
+        _new_user_ratio("gate / quantize-compare (int8-channel)", 1.0),
+    ),
 ]
 
 
