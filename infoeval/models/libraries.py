@@ -6,6 +6,7 @@ library's module stores. Shared by the shipped checkpoints' loading (``models/sh
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import logging
 import warnings
@@ -57,18 +58,14 @@ def quiet_libraries():
             lg.setLevel(level)
 
 
-_IMPORTED: list[bool] = []
-
-
+@functools.cache
 def transformers_quietly() -> None:
     """Import transformers' model code once, its chatter kept quiet (``quiet_libraries``): it imports every
     quantization library installed (torchao from its quantizers, hqq from its KV caches) whether a run uses one or
     not, and they print notices (torchao's missing CUDA extensions; deprecations from torch.jit and torch's pytree)
     that infoeval cannot act on."""
-    if not _IMPORTED:
-        with quiet_libraries():
-            import transformers.modeling_utils  # noqa: F401
-        _IMPORTED.append(True)
+    with quiet_libraries():
+        import transformers.modeling_utils  # noqa: F401
 
 
 def tensor_bytes(t: torch.Tensor) -> int:

@@ -19,9 +19,8 @@ from infoeval.errors import UsageError, counted
 from infoeval.input.prepare import Reporter, prepare, progress
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure.stats import LN2, mean_se, pearson, pinsker
-from infoeval.models import resolve_device, resolve_dtype
 from infoeval.speculative.accept_columns import AcceptColumns, evaluate_windows, key
-from infoeval.speculative.drafts import DraftSettings, build_draft
+from infoeval.speculative.drafts import DraftSettings, draft_for
 from infoeval.speculative.results import GAMMAS, AcceptResult
 from infoeval.speculative.theory import entropy_quartiles, expected_tokens_table, run_length_table, run_lengths
 
@@ -103,15 +102,7 @@ def spec_accept(
     p = prepare(model_settings, text_settings, window_settings, reporter)
     reporter.stage("building the draft")
     t0 = time.perf_counter()
-    device = resolve_device(model_settings.device)
-    draft = build_draft(
-        p.loaded,
-        draft_settings,
-        device,
-        resolve_dtype(model_settings.dtype, device),
-        model_settings.device_map,
-        reporter.note,
-    )
+    draft = draft_for(p.loaded, draft_settings, model_settings, reporter.note)
     draft_s = time.perf_counter() - t0
     with progress(reporter, 2 * len(p.windows), f"{counted(len(p.windows), 'window')} × (target + draft)") as bar:
         cols = evaluate_windows(p, draft, temps, bar.step)

@@ -29,8 +29,7 @@ from infoeval.input.prepare import Reporter, prepare, progress
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.measure.infotheory import by_rows, chunk_rows, log_softmax_t, nll
 from infoeval.measure.stats import LN2, mean_se
-from infoeval.models import resolve_device, resolve_dtype
-from infoeval.speculative.drafts import DraftSettings, build_draft
+from infoeval.speculative.drafts import DraftSettings, draft_for
 from infoeval.speculative.pairs import base_of, run_paired
 from infoeval.speculative.results import DistillResult
 
@@ -158,15 +157,7 @@ def distill(
     draft_settings.check()
     p = prepare(model_settings, text_settings, window_settings, reporter)
     reporter.stage("building the student")
-    device = resolve_device(model_settings.device)
-    student = build_draft(
-        p.loaded,
-        draft_settings,
-        device,
-        resolve_dtype(model_settings.dtype, device),
-        model_settings.device_map,
-        reporter.note,
-    )
+    student = draft_for(p.loaded, draft_settings, model_settings, reporter.note)
     with progress(reporter, 2 * len(p.windows), f"{counted(len(p.windows), 'window')} × (teacher + student)") as bar:
         cols, check = _evaluate(p, student, temps, alpha, bar.step)
     result = DistillResult(

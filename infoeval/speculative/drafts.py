@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from infoeval.errors import ModelLoadError, UsageError, spell
-from infoeval.models import LoadedModel, load_model
+from infoeval.models import LoadedModel, load_model, resolve_device, resolve_dtype
 from infoeval.quant.apply import QuantizedVariant, WithVariant, quantize_variant
 from infoeval.quant.schemes import parse_scheme
 from infoeval.quant.selection import decoder_prefix
@@ -122,10 +122,10 @@ def truncated(model: torch.nn.Module, n: int) -> torch.nn.Module:
     return top
 
 
-def _check_same_tokenizer(target: LoadedModel, other: LoadedModel, role: str) -> int | None:
-    """Same vocabulary (token → id) and same encoding of a probe text. Returns the logits to compare: None (all)
-    where both heads are as wide; else the tokenizer's vocabulary, where only the heads' padding differs (Qwen2.5's
-    0.5B and 7B heads are 151,936 and 152,064 wide over one 151,665-token tokenizer)."""
+def _check_same_tokenizer(target: LoadedModel, other: LoadedModel, role: str) -> dict | None:
+    """Same vocabulary (token → id) and same encoding of a probe text. Returns the logits compared: None (all) where
+    both heads are as wide; else both heads' widths and the tokenizer's vocabulary, compared where only the heads'
+    padding differs (Qwen2.5's 0.5B and 7B heads are 151,936 and 152,064 wide over one 151,665-token tokenizer)."""
     ta, tb = target.tokenizer, other.tokenizer
     va, vb = ta.get_vocab(), tb.get_vocab()
     if va != vb:
@@ -148,7 +148,7 @@ def _check_same_tokenizer(target: LoadedModel, other: LoadedModel, role: str) ->
             f"the {role} model has {nb} output logits and the target {na}, fewer than the tokenizer's {width} tokens; "
             "a head must cover the tokenizer's vocabulary"
         )
-    return width
+    return {"target": na, "other": nb, "compared": width}
 
 
 def _n_logits(model: torch.nn.Module) -> int:
@@ -164,6 +164,13 @@ def _count(modules) -> int:
                 seen.add(id(p))
                 n += p.numel()
     return n
+
+
+def draft_for(target: LoadedModel, draft_settings: DraftSettings, model_settings, note=lambda line: None) -> Draft:
+    """``build_draft`` on the device, dtype and device map ``model_settings`` (the target's) resolve to."""
+    device = resolve_device(model_settings.device)
+    dtype = resolve_dtype(model_settings.dtype, device)
+    return build_draft(target, draft_settings, device, dtype, model_settings.device_map, note)
 
 
 def build_draft(
@@ -182,21 +189,21 @@ def build_draft(
             other = load_model(draft_settings.model, device, dtype, device_map)
         except ModelLoadError as e:
             raise ModelLoadError(f"{spell(draft_settings.role)}: {e}") from None
-        width = _check_same_tokenizer(target, other, draft_settings.role)
+        compared = _check_same_tokenizer(target, other, draft_settings.role)
         info = {
             "kind": "model",
             "spec": other.info.spec,
             "model": other.info.to_json(),
             "n_parameters": other.info.n_parameters,
         }
-        if width is not None:
-            na, nb = _n_logits(target.model), _n_logits(other.model)
-            info["logits_compared"] = {"target": na, "other": nb, "compared": width}
+        if compared is not None:
+            info["logits_compared"] = compared
             note(
-                f"the target's head has {na:,} logits and the {draft_settings.role}'s {nb:,} (padding); both are "
-                f"compared over the tokenizer's {width:,} tokens"
+                f"the target's head has {compared['target']:,} logits and the {draft_settings.role}'s "
+                f"{compared['other']:,} (padding); both are compared over the tokenizer's {compared['compared']:,} "
+                "tokens"
             )
-        return Draft(other.model, None, info, other.tokenizer, width)
+        return Draft(other.model, None, info, other.tokenizer, compared and compared["compared"])
     if draft_settings.kind == "scheme":
         variant = quantize_variant(target.model, parse_scheme(draft_settings.scheme))
         summary = variant.summary()
