@@ -128,6 +128,36 @@ def test_a_head_left_to_the_candidate(tiny_llama_dir, tiny_text, tmp_path):
     assert _gate(tmp_path / "stored.safetensors", str(other))[0]["metrics"]["kl_mean"] > 0
 
 
+def test_a_recipe_that_quantizes_the_head(tiny_llama_dir, tiny_text, tmp_path):
+    """A candidate whose recipe quantizes lm_head computes with that head (swapped in for each forward pass): the
+    stored-head reference gates it with the brute-force KL of the model quantized for good, and a reference that
+    leaves the head to the candidate refuses it (its head is no longer the reference's)."""
+    from transformers import AutoModelForCausalLM
+
+    from infoeval.quant.apply import recipe_variant, swap_in
+    from infoeval.quant.recipe import Recipe, write_recipe
+    from infoeval.quant.schemes import parse_scheme
+
+    (tmp_path / "text.txt").write_text(tiny_text, encoding="utf-8")
+    _reference(tiny_llama_dir, tmp_path / "text.txt", tmp_path / "stored.safetensors")
+    _reference(tiny_llama_dir, tmp_path / "text.txt", tmp_path / "shared.safetensors", head="candidate")
+    recipe = Recipe((("lm_head", parse_scheme("int4-g32")),), parse_scheme("int8-channel"), {}, "head")
+    write_recipe(tmp_path / "head.toml", recipe)
+    result, cols = _gate(tmp_path / "stored.safetensors", recipe=tmp_path / "head.toml")
+    assert "lm_head" in {r["name"] for r in result["candidate"]["quantization"]["layers"] if r["action"] == "quantized"}
+    ref = read_reference(tmp_path / "stored.safetensors")
+    base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
+    quant = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
+    swap_in(quant, recipe_variant(quant, recipe))
+    kl = [
+        (lp.exp() * (lp - lq)).sum(-1)
+        for (_, lp), (_, lq) in zip(scored_log_probs(base, ref), scored_log_probs(quant, ref))
+    ]
+    np.testing.assert_allclose(cols["variant"]["kl"], torch.cat(kl).numpy(), atol=2e-6, rtol=1e-4)
+    with pytest.raises(UsageError, match="head differs"):
+        _gate(tmp_path / "shared.safetensors", recipe=tmp_path / "head.toml")
+
+
 def test_a_head_that_misses_the_logits_is_refused(tiny_llama_dir, tiny_text, tmp_path, monkeypatch):
     (tmp_path / "text.txt").write_text(tiny_text, encoding="utf-8")
     scaled = lambda model: dataclasses.replace(head_of(model), scale=1.01)  # noqa: E731

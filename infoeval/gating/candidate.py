@@ -15,8 +15,8 @@ from infoeval.input.tokens import encode
 from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.models.checkpoints import vocab_fingerprint
 from infoeval.models.files import BUILTIN
-from infoeval.quant.apply import WithVariant, fake_quantize_, recipe_variant, swap_in
-from infoeval.quant.floor import build_floor, original_weights
+from infoeval.quant.apply import WithVariant, quantize_variant, recipe_variant
+from infoeval.quant.floor import build_floor
 from infoeval.quant.methods import is_method, parse_method
 from infoeval.quant.methods.calibration import calibration_samples
 from infoeval.quant.methods.variant import build_method_variant
@@ -58,38 +58,36 @@ def load_candidate(gate_settings, model_settings: ModelSettings, ref):
         )
     original = loaded.model
     own = gate_settings.candidate is None or same_model(loaded.info, ref.meta["provenance"]["model"])
-    # the reference's own model (by name or by its weights' digest): the floor from its weights, not a second copy
-    sources = original_weights(original) if gate_settings.floor != "off" and own else None
     report = {"source": "checkpoint", **shipped} if shipped else None  # a --scheme on a GGUF replaces it below
-    if gate_settings.scheme and is_method(gate_settings.scheme):
+    if gate_settings.scheme and is_method(gate_settings.scheme):  # a library's copy, sharing the other weights
         method = parse_method(gate_settings.scheme)
         calibration = _calibration(gate_settings.calibration, ref, loaded.tokenizer) if method.calibrated else None
         variant = build_method_variant(loaded.model, method, tokenizer=loaded.tokenizer, calibration=calibration)
         loaded, report = dataclasses.replace(loaded, model=variant.model), variant.summary()
-    elif gate_settings.scheme:
-        report = fake_quantize_(loaded.model, parse_scheme(gate_settings.scheme)).summary()
-    elif gate_settings.recipe:
-        variant = recipe_variant(loaded.model, read_recipe(gate_settings.recipe))
-        swap_in(loaded.model, variant)
-        report = variant.summary()
+    elif gate_settings.scheme or gate_settings.recipe:  # codes swapped in for each forward, as quantize-compare runs
+        variant = (
+            quantize_variant(loaded.model, parse_scheme(gate_settings.scheme))
+            if gate_settings.scheme
+            else recipe_variant(loaded.model, read_recipe(gate_settings.recipe))
+        )
+        loaded, report = dataclasses.replace(loaded, model=WithVariant(original, variant)), variant.summary()
     if gate_settings.floor == "off":
         floor = None
-    elif sources is None:  # the candidate is a checkpoint of its own: the floor is the reference's model, loaded here
-        floor = _reference_floor(gate_settings, ref, loaded)
-    else:  # the layers the candidate changed (the default ones when it changed none), from the weights before
+    elif not own:  # the candidate is a checkpoint of its own: the floor is the reference's model, loaded here
+        floor = _reference_floor(gate_settings, ref, original)
+    else:  # the reference's own model (by name or by its weights' digest): the floor from its weights, not a copy;
+        # the layers the candidate changed (the default ones when it changed none)
         changed = [r["name"] for r in (report or {}).get("layers", []) if r.get("action") == "quantized"] or None
-        floor = WithVariant(
-            original, build_floor(original, seed=gate_settings.floor_seed, sources=sources, layers=changed)
-        )
+        floor = WithVariant(original, build_floor(original, seed=gate_settings.floor_seed, layers=changed))
     return spec, loaded, report, floor
 
 
-def _reference_floor(gate_settings, ref, candidate):
+def _reference_floor(gate_settings, ref, candidate: torch.nn.Module):
     """The floor of a candidate that is a checkpoint of its own: the reference's model, loaded on the candidate's
     device and dtype (one more model in memory), its default layers moved."""
     spec = reference_model_spec(ref.meta["provenance"]["model"])
-    device = next(candidate.model.parameters()).device
-    dtype = next((p.dtype for p in candidate.model.parameters() if p.dtype.is_floating_point), torch.float32)
+    device = next(candidate.parameters()).device
+    dtype = next((p.dtype for p in candidate.parameters() if p.dtype.is_floating_point), torch.float32)
     try:
         model = load_model(spec, device, dtype).model
     except InfoevalError as e:

@@ -12,6 +12,8 @@ the states) over every window.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -23,6 +25,7 @@ from infoeval.input.windows import window_inputs
 from infoeval.measure.infotheory import Workspace, compare, reference_stats
 from infoeval.measure.topk import top_k_probs
 from infoeval.models.head import OutputHead, head_of
+from infoeval.quant.apply import WithVariant, full_weight
 from infoeval.quant.floor import FLOOR
 
 STATES = "the reference model's last hidden states"
@@ -81,12 +84,12 @@ def hidden_meta(head: OutputHead, head_source: str, hidden: np.ndarray) -> dict:
     }
 
 
-def candidate_head(ref, model: torch.nn.Module) -> OutputHead:
+def candidate_head(ref, model) -> OutputHead:
     """The head a hidden-state reference's logits are made with: the file's own, else the candidate's, which must
     be the reference's bit for bit (its sha256); a candidate whose head differs is a usage error."""
     if ref.head is not None:
         return ref.head
-    head = head_of(model)
+    head = _variant_head(model) if isinstance(model, WithVariant) else head_of(model)
     if head.digest() == ref.meta["head_sha256"]:
         return head
     want, got = ref.meta["head"]["dtype"], head.settings()["dtype"]
@@ -100,6 +103,14 @@ def candidate_head(ref, model: torch.nn.Module) -> OutputHead:
         "the candidate's output head differs from the reference's, and the reference file carries no head: "
         f"write one that does with `infoeval reference MODEL {spell('format')} hidden {spell('head')} stored`"
     )
+
+
+def _variant_head(model: WithVariant) -> OutputHead:
+    """The head a lazily swapped candidate computes with: its model's, with the variant's weight where it has one."""
+    head, lin = head_of(model.model), model.model.get_output_embeddings()
+    name = next(n for n, m in model.model.named_modules() if m is lin)
+    weight = (model.variant.weights if model.variant is not None else {}).get(name)
+    return head if weight is None else dataclasses.replace(head, weight=full_weight(weight, head.weight.dtype))
 
 
 def _exact(z: torch.Tensor, zq: torch.Tensor, targets: torch.Tensor, workspace: Workspace, top_k: int) -> dict:

@@ -251,11 +251,18 @@ def swapped(model: torch.nn.Module, variant: QuantizedVariant | None):
             modules[name]._parameters["weight"] = param
 
 
+def full_weight(weight, dtype: torch.dtype) -> torch.Tensor:
+    """A variant's weight of one layer as a tensor of its own (``dtype``: the module's)."""
+    if isinstance(weight, PackedWeight):
+        return codes.dequantize(weight)
+    return weight.materialize() if hasattr(weight, "materialize") else weight.to(dtype)
+
+
 def swap_in(model: torch.nn.Module, variant: QuantizedVariant) -> None:
     """Put the variant's weights, dequantized, in the model for good (new Parameters)."""
     modules = dict(model.named_modules())
     for name, weight in variant.weights.items():
-        full = codes.dequantize(weight) if isinstance(weight, PackedWeight) else weight.to(modules[name].weight.dtype)
+        full = full_weight(weight, modules[name].weight.dtype)
         modules[name].weight = (
             full if isinstance(full, torch.nn.Parameter) else torch.nn.Parameter(full, requires_grad=False)
         )

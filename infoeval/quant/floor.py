@@ -132,23 +132,14 @@ def build_floor(
     include=(),
     exclude=(),
     seed: int = 0,
-    sources: dict[str, torch.Tensor] | None = None,
     layers: list[str] | None = None,
 ) -> FloorVariant:
-    """The floor of ``model``: every layer the schemes would quantize (same --include / --exclude), or ``layers``;
-    ``sources``: the reference's weights of those layers where the model's own have been replaced since (a gate's
-    candidate quantized in place: ``original_weights`` taken before)."""
+    """The floor of ``model``: every layer the schemes would quantize (same --include / --exclude), or ``layers``
+    (those a gate's candidate changed)."""
     modules = dict(model.named_modules())
     chosen = (
         layers
         if layers is not None
         else [name for name, selected, _ in plan_layers(model, list(include), list(exclude)) if selected]
     )
-    source = sources or {name: modules[name].weight.data for name in chosen}
-    return FloorVariant({name: NoisyWeight(source[name], seed, k) for k, name in enumerate(chosen)}, seed)
-
-
-def original_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Every Linear layer's weight tensor as it is now (references, no copies): the floor's sources after the
-    model's own weights have been swapped for quantized ones (``apply.swap_in`` puts new Parameters in)."""
-    return {name: m.weight.data for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    return FloorVariant({name: NoisyWeight(modules[name].weight.data, seed, k) for k, name in enumerate(chosen)}, seed)
