@@ -13,12 +13,12 @@ checks equality on Llama and Qwen3). Memory: a captured block input is (B, T, hi
 e.g. 512 × 576 × 4 B = 1.2 MB per block and window for SmolLM2 in float32 (35 MB for all 30 blocks).
 
 ``FromBlock`` and ``Capturing`` are engine roles (callables like a model), so the engine's loop, finite check
-and progress count apply to the block-level forwards as to any other. ``weight_grads`` is the one backward pass.
+and progress count apply to the block-level forwards as to any other.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -142,43 +142,3 @@ class FromBlock:
             raise RuntimeFailure("internal error: block inputs asked before the reference of the same batch")
         with swapped(self.model, self.variant):
             return SimpleNamespace(logits=forward_from(self.model, cached, self.start, _kept(kept)))
-
-
-def weight_grads(
-    model,
-    inputs: torch.Tensor,
-    keep,
-    loss: Callable[[torch.Tensor], torch.Tensor],
-    names: Sequence[str],
-    each: Callable[[str, torch.Tensor], None],
-) -> None:
-    """∂ loss(logits) / ∂ weight of each named module, by one forward and one backward pass, handed to ``each(name,
-    gradient)`` as soon as the backward pass has it and then let go: a few layers' gradients alive at a time, not
-    the whole model's (on Qwen3-0.6B, 1.8 GB). The model's parameters and their ``.grad`` are left as they were."""
-    modules = dict(model.named_modules())
-    shared: dict[int, tuple[torch.nn.Parameter, list[str]]] = {}
-    for n in names:  # a tied weight under two names: one hook, both told
-        shared.setdefault(id(modules[n].weight), (modules[n].weight, []))[1].append(n)
-    before = {id(p): (p.requires_grad, p.grad) for p in model.parameters()}
-    hooks = []
-
-    def consume(param, of):
-        for n in of:
-            each(n, param.grad)
-        param.grad = None
-
-    try:
-        for p in model.parameters():
-            p.requires_grad_(False)
-        for w, of in shared.values():
-            w.grad = None
-            w.requires_grad_(True)
-            hooks.append(w.register_post_accumulate_grad_hook(lambda param, of=of: consume(param, of)))
-        with torch.inference_mode(False), torch.enable_grad():
-            loss(forward.forward_logits(model, inputs, keep)).backward()
-    finally:
-        for h in hooks:
-            h.remove()
-        for p in model.parameters():
-            p.requires_grad_(before[id(p)][0])
-            p.grad = before[id(p)][1]

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from infoeval import engine
-from infoeval.engine import blocks
+from infoeval.engine import gradients
 from infoeval.input.windows import Window, window_inputs
 from infoeval.quant import codes
 from infoeval.quant.codes import PackedWeight
@@ -36,12 +36,13 @@ METHOD = (
 
 
 def sampled_nll(generator: torch.Generator):
-    """The loss of one window's logits (1, n, V): Σ_t −ln softmax(z_t)(y_t) with y_t drawn from softmax(z_t)."""
+    """The loss of some rows of a window's logits (rows, V): Σ_t −ln softmax(z_t)(y_t) with y_t drawn from
+    softmax(z_t), row after row (``drawn``: the y_t drawn before, when the rows' logits are made again)."""
 
-    def loss(logits: torch.Tensor) -> torch.Tensor:
-        lp = torch.log_softmax(logits[0].float(), dim=-1)
-        y = torch.multinomial(lp.detach().exp(), 1, generator=generator)
-        return -lp.gather(-1, y).sum()
+    def loss(logits: torch.Tensor, drawn: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        lp = torch.log_softmax(logits.float(), dim=-1)
+        y = torch.multinomial(lp.detach().exp(), 1, generator=generator) if drawn is None else drawn
+        return -lp.gather(-1, y).sum(), y
 
     return loss
 
@@ -54,8 +55,10 @@ def fisher_sums(
     packed: Mapping[str, Mapping[str, PackedWeight]],
     seed: int = 0,
     on_window=None,
+    rows: int | None = None,
 ) -> dict[str, dict[str, float]]:
-    """Σ_windows Σ_i G_i² Δw_i² for each scheme and layer of ``packed`` (scheme → layer → codes)."""
+    """Σ_windows Σ_i G_i² Δw_i² for each scheme and layer of ``packed`` (scheme → layer → codes); ``rows``: the
+    head's rows per chunk (``gradients.head_rows``)."""
     names = sorted({n for layers in packed.values() for n in layers})
     modules = dict(model.named_modules())
     device = engine.model_device(model)
@@ -73,7 +76,7 @@ def fisher_sums(
                     if name in layers:
                         out[s][name] += float((g2 * (codes.dequantize(layers[name]).float() - weight).square_()).sum())
 
-        blocks.weight_grads(model, inputs, b.keep, sampled_nll(gen), names, add)
+        gradients.weight_grads(model, inputs, b.keep, sampled_nll(gen), names, add, rows)
         if on_window:
             on_window()
     return out
