@@ -3,6 +3,7 @@ WikiText-2 test, against the ideal Σ −log₂ q of the same tokens and segment
 plain forward passes over the same text.
 
     python benchmarks/codec.py [--bytes 32768] [--ctx 512] [--group 32] [--threads 1] [--texts python-docs,wikitext-2]
+                               [--dtype float32]
 
 Prints JSON, one record per text: sizes and bits per byte (file, payload, ideal), the overhead by cause, the
 targets (payload ≤ 1.001 × ideal; file ≤ 1.001 × (ideal + header)), xz -9 and zstd -19 on the same bytes, and
@@ -150,16 +151,18 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=48, help="tokens of the one-forward-per-token baseline")
+    ap.add_argument("--dtype", default="float32", help="the model's dtype (compress's --dtype; the record: float32)")
     add_save(ap)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    loaded, device, _ = load(a.model, "cpu", "float32", Reporter())
+    loaded, device, _ = load(a.model, "cpu", a.dtype, Reporter())
     out = {
         "benchmark": "codec",
         "model": a.model,
         "ctx": a.ctx,
         "group": a.group,
         "threads": a.threads,
+        "dtype": str(next(loaded.model.parameters()).dtype).replace("torch.", ""),
         "torch": torch.__version__,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "texts": {},

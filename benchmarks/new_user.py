@@ -1,8 +1,10 @@
 """Benchmark: every command as a new user runs it on a model of the design card's size (issue "What a user hits on
 a model of the design card's size"): a seeded random-weight model of Qwen3-0.6B's shape (596 M parameters, a
-151,936-wide head, the built-in model's tokenizer), float32 unless said, 2 cores.
+151,936-wide head, the built-in model's tokenizer), float32 unless said (compress: its default ``--dtype auto``,
+bfloat16 on a CPU that computes it natively; the codec32 rows in float32), 2 cores.
 
-    python benchmarks/new_user.py [--work DIR] [--rows qc,qc1,qc512,bf16,gate,sequential,sens,mix,codec,spec] [--save]
+    python benchmarks/new_user.py [--work DIR] [--save]
+        [--rows qc,qc1,qc512,bf16,gate,sequential,sens,mix,codec,codec32,spec]
 
 Each row is a fresh ``python -m infoeval`` process: its exit code, wall seconds and peak RSS (the child's, from the
 kernel's accounting). The ratios the issue states its targets in, measured in the same run: sensitivity's and mix's
@@ -23,7 +25,7 @@ from pathlib import Path
 from _record import add_save, emit, run_child, save  # benchmarks/_record.py
 from scale import write_random_model  # benchmarks/scale.py
 
-ROWS = ("qc", "qc1", "qc512", "bf16", "gate", "sequential", "sens", "mix", "codec", "spec")
+ROWS = ("qc", "qc1", "qc512", "bf16", "gate", "sequential", "sens", "mix", "codec", "codec32", "spec")
 
 
 def _row(cmd: list, cwd: Path) -> dict:
@@ -79,6 +81,13 @@ def jobs(model: Path, work: Path) -> dict[str, list[tuple[str, list]]]:
             ("compress a 2,048-byte file", ["compress", two_kb, "-o", work / "two.iez", "--model", model, "-q"]),
             ("decompress it", ["decompress", work / "two.iez", "-o", work / "back.txt", "-q"]),
         ],
+        "codec32": [
+            (
+                "compress a 2,048-byte file, float32",
+                ["compress", two_kb, "-o", work / "two32.iez", "--model", model, "--dtype", "float32", "-q"],
+            ),
+            ("decompress it, float32", ["decompress", work / "two32.iez", "-o", work / "back32.txt", "-q"]),
+        ],
         "spec": [("spec-accept --draft smollm2-135m", ["spec-accept", model, "--draft", "smollm2-135m", *quick])],
     }
 
@@ -98,7 +107,13 @@ def _figures(rows: dict) -> dict:
         "gate / quantize-compare (int8-channel)": ("gate --scheme int8-channel", "quantize-compare, int8-channel"),
     }
     ratios = {k: round(peak[a] / peak[b], 3) for k, (a, b) in pairs.items() if a in peak and b in peak}
-    return {"model": "qwen3-0.6b shape, float32", "rows": rows, "peak_ratios": ratios}
+    wall = {k: v["wall_s"] for k, v in rows.items()}
+    walls = {
+        f"{a} / {a}, float32": round(wall[a] / wall[f"{a}, float32"], 3)
+        for a in ("compress a 2,048-byte file", "decompress it")
+        if a in wall and f"{a}, float32" in wall
+    }
+    return {"model": "qwen3-0.6b shape, float32", "rows": rows, "peak_ratios": ratios, "wall_ratios": walls}
 
 
 def main() -> None:

@@ -276,3 +276,27 @@ def test_a_file_under_16_kb_is_told_why_it_codes_poorly(tiny_llama_dir, tiny_tex
     line = notes[2000].lines[0]
     assert line.startswith(f"a 2,000-byte file codes poorly: its {header:,}-byte header weighs on the ratio")
     assert f" {segments} segment" in line and "--ctx" in line
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_dtype_is_bfloat16_where_native_and_decompress_uses_the_files(
+    native, tiny_llama_dir, tiny_text, tmp_path, monkeypatch
+):
+    """--dtype auto codes in bfloat16 where the device computes it natively, else in float32; the file records the
+    dtype it was coded in and decompress loads the model in that dtype (whatever auto would pick there)."""
+    import torch
+
+    from infoeval.codec import compress as codec_compress
+
+    monkeypatch.setattr(codec_compress, "native_bfloat16", lambda device: native)
+    want = "bfloat16" if native else "float32"
+    assert codec_compress.codec_dtype("auto", torch.device("cpu")) == getattr(torch, want)
+    assert codec_compress.codec_dtype("float16", torch.device("cpu")) == torch.float16  # a named dtype as given
+    assert CodecSettings().dtype == "auto"
+    result, packed = _round_trip(tmp_path, tiny_llama_dir, tiny_text[:900].encode(), verify=False)
+    archive, _ = container.unpack(packed.read_bytes())
+    assert archive.header["exactness"]["dtype"] == want
+    monkeypatch.setattr(codec_compress, "native_bfloat16", lambda device: not native)  # decompress does not ask
+    out = tmp_path / "again.txt"
+    assert json.loads(json.dumps(decompress(packed, out).to_json()))["output"]["bytes"] == 900
+    assert out.read_bytes() == tiny_text[:900].encode()

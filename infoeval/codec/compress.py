@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from infoeval.codec import core, environment
 from infoeval.codec.container import DamagedPayload, pack, unpack
 from infoeval.codec.results import CompressResult, DecompressResult
@@ -23,7 +25,7 @@ from infoeval.input.fields import option
 from infoeval.input.prepare import Reporter
 from infoeval.input.provenance import provenance
 from infoeval.input.settings import DEFAULT_MODEL
-from infoeval.models import load_model, resolve_device, resolve_dtype
+from infoeval.models import load_model, native_bfloat16, resolve_device, resolve_dtype
 from infoeval.models.files import BUILTIN
 from infoeval.output.results import atomic_write_bytes, check_file_option
 
@@ -44,7 +46,12 @@ class CodecSettings:
     device: str = option(
         "cpu", flags=("--device",), help="cpu (exact on the same CPU kind and software), cuda or cuda:N."
     )
-    dtype: str = option("float32", flags=("--dtype",), help="float32, bfloat16 or float16.")
+    dtype: str = option(
+        "auto",
+        flags=("--dtype",),
+        help="auto (bfloat16 where the device computes it natively, else float32), float32, bfloat16 or float16; "
+        "decompress uses the file's.",
+    )
     fallback: str = option("xz", help="When the tokenizer cannot give the file back: xz (store it with xz) or refuse.")
     verify: bool = option(
         True,
@@ -78,12 +85,22 @@ def refuse_overwrite(src: Path, dst: Path, force: bool) -> None:
         raise UsageError(f"'{dst}' exists; {spell('force')} overwrites it")
 
 
+def codec_dtype(dtype: str, device) -> torch.dtype:
+    """The dtype the model codes in: ``auto`` is bfloat16 where the device computes it natively (``native_bfloat16``),
+    else float32. Each step reads every weight once for a token per segment, so it is bound by the weights' bytes:
+    on Qwen3-0.6B's shape a step of one segment took half the time in bfloat16, and on SmolLM2 the coded bits
+    moved by 0.05 % (docs/design-notes.md). A file records its dtype; decompress uses it."""
+    if dtype.lower() != "auto":
+        return resolve_dtype(dtype, device)
+    return torch.bfloat16 if native_bfloat16(device) else torch.float32
+
+
 def load(spec: str, device: str, dtype: str, reporter: Reporter):
     """The model on its device, and the seconds loading took."""
     dev = resolve_device(device)
     reporter.stage(f"loading {spec}")
     t0 = time.perf_counter()
-    loaded = load_model(spec, dev, resolve_dtype(dtype, dev))
+    loaded = load_model(spec, dev, codec_dtype(dtype, dev))
     return loaded, dev, time.perf_counter() - t0
 
 
@@ -112,7 +129,8 @@ def small_file_note(n: int, header: int, segments: int) -> str:
     return (
         f"a {n:,}-byte file codes poorly: its {header:,}-byte header weighs on the ratio, and its "
         f"{counted(segments, 'segment')} step one token per forward pass of the whole model (a file of 16 KB or more "
-        "fills more segments per pass); a smaller --ctx gives more segments: faster, a few more bits"
+        "fills more segments per pass); a smaller --ctx steps more segments at once: faster, but each sees less "
+        "context (--ctx 256: 4-10 % more bits on SmolLM2)"
     )
 
 

@@ -69,6 +69,17 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return _DTYPES[d]
 
 
+def native_bfloat16(device: torch.device) -> bool:
+    """Whether ``device`` computes in bfloat16 natively: a CUDA GPU, or a CPU with bfloat16 instructions (oneDNN's
+    check: AVX512-BF16 or AMX), where a bfloat16 matrix product reads half the bytes of a float32 one."""
+    if device.type == "cuda":
+        return True
+    try:
+        return device.type == "cpu" and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch built without oneDNN
+        return False
+
+
 @contextlib.contextmanager
 def _quiet_transformers():
     """Silence transformers' warnings and tqdm bars during loading (INFOEVAL_DEBUG=1 keeps them), and the libraries'
