@@ -21,7 +21,6 @@ from infoeval.engine.roles import headless
 from infoeval.engine.shared import splits
 
 HEAD_CHUNK_BYTES = 64 << 20  # a chunk's float32 logits (rows × V × 4 B): ~105 rows at V = 151,936
-RowsLoss = Callable[[torch.Tensor], torch.Tensor]  # logits (rows, V) → a scalar, summed over its rows
 
 
 def head_rows(vocab: int) -> int:
@@ -68,7 +67,7 @@ def chunked_loss(model, inputs: torch.Tensor, keep, loss, rows: int | None = Non
     with headless(model) as head:
         h = forward.forward_logits(model, inputs, keep)[0]  # (n, hidden): the head's inputs
     size = rows or head_rows(int(head.weight.shape[0]))
-    params = [p for p in head.parameters()]
+    params = list(head.parameters())
     total = None
     for start in range(0, h.shape[0], size):
         part = _ChunkedHead.apply(h[start : start + size], head, loss, *params)

@@ -34,11 +34,12 @@ def check_scheme(scheme: str | None) -> None:
 def load_candidate(gate_settings, model_settings: ModelSettings, ref):
     """The candidate (spec, loaded model, quantization report, the noise floor's model or None): its own
     checkpoint, or the reference's model, with --scheme (infoeval's rounding or a library's, ``hqq:int4-g64``) or
-    --recipe applied; its tokenizer must be the reference's. The floor (``--floor`` not off) is the reference's
-    model with the quantized layers' weights moved by one bfloat16 rounding step (``quant/floor.py``): made from
-    the reference's weights of the candidate's own model, taken before it is quantized, where the candidate is the
-    reference's model (not given, or given and ``same_model``: one model in memory, not two); else from the
-    reference's model, loaded beside it."""
+    --recipe applied (infoeval's rounding and recipes as a ``WithVariant``: the model's own weights stay, the
+    variant's codes are swapped in for each forward pass); its tokenizer must be the reference's. The floor
+    (``--floor`` not off) is the reference's model with the quantized layers' weights moved by one bfloat16
+    rounding step (``quant/floor.py``): made from the candidate's own module where the candidate is the reference's
+    model (not given, or given and ``same_model``: one model in memory, not two); else from the reference's model,
+    loaded beside it."""
     spec = gate_settings.candidate or reference_model_spec(ref.meta["provenance"]["model"])
     device = resolve_device(model_settings.device)
     loaded = load_model(spec, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map)
