@@ -27,7 +27,7 @@ from infoeval.cli import app
 from infoeval.gating.limits import limits_from
 from infoeval.input.settings import max_tokens_of
 from infoeval.input.text import DATASETS
-from infoeval.quant.schemes import parse_schemes
+from infoeval.quant.variant_settings import parse_schemes
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"

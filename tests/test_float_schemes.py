@@ -13,7 +13,8 @@ from infoeval.errors import SchemeError
 from infoeval.models import load_model
 from infoeval.quant import apply
 from infoeval.quant.bits import average_bits, layer_bits
-from infoeval.quant.schemes import parse_scheme, parse_schemes
+from infoeval.quant.schemes import parse_scheme
+from infoeval.quant.variant_settings import parse_schemes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CPU = torch.device("cpu")

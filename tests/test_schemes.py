@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from infoeval.errors import EXIT_USAGE, SchemeError
-from infoeval.quant.schemes import DEFAULT_SCHEMES, Scheme, parse_scheme, parse_schemes
+from infoeval.quant.schemes import DEFAULT_SCHEMES, Scheme, parse_scheme
+from infoeval.quant.variant_settings import parse_schemes
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,8 @@ from infoeval.input.prepare import Reporter, prepare
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.windows import window_inputs, window_targets
 from infoeval.quant.primitives import fake_quantize
-from infoeval.quant.schemes import parse_scheme, parse_schemes
+from infoeval.quant.schemes import parse_scheme
+from infoeval.quant.variant_settings import parse_schemes
 from infoeval.sensitivities import sweep_prepared
 from infoeval.sensitivities.ranking import average_ranks, spearman
 from infoeval.sensitivities.units import enumerate_units, split_globs

@@ -13,7 +13,7 @@ from tiny_models import requires_smollm2
 from infoeval.input.prepare import Reporter, prepare
 from infoeval.input.settings import ModelSettings, TextSettings, WindowSettings
 from infoeval.input.text import load_text
-from infoeval.quant.schemes import parse_schemes
+from infoeval.quant.variant_settings import parse_schemes
 from infoeval.sensitivities import sweep_prepared
 from infoeval.sensitivities.ranking import spearman
 

@@ -246,7 +246,7 @@ def test_streamed_variants_and_floor_equal_the_lockstep(folders, text_file, arch
     from infoeval.quant.floor import build_floor
     from infoeval.quant.layerwise import LayerwiseFloor, LayerwiseVariant
     from infoeval.quant.recipe import parse_recipe
-    from infoeval.quant.schemes import parse_schemes
+    from infoeval.quant.variant_settings import parse_schemes
 
     p = _prepared(folders[arch], text_file, "float32")
     schemes = parse_schemes("int4-g32,int8-channel")

@@ -62,7 +62,7 @@ def _settings(model_dir, text_file):
 def test_lockstep_top_k_columns_are_each_models_softmax(tiny_llama_dir, text_file):
     from infoeval.input.prepare import Reporter, prepare
     from infoeval.quant.apply import build_variants
-    from infoeval.quant.schemes import parse_schemes
+    from infoeval.quant.variant_settings import parse_schemes
 
     settings = _settings(tiny_llama_dir, text_file)
     result, cols = as_json(pipeline.quantize_compare(*settings, VariantSettings("int4-g32"), top_k=3))

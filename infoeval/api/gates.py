@@ -18,6 +18,7 @@ from infoeval.gating.request import (
     QuantizeRequest,
     ReferenceRequest,
 )
+from infoeval.quant.recipe import Recipe
 
 
 @takes(ReferenceRequest, "reference")
@@ -100,13 +101,15 @@ def quantize(request: QuantizeRequest) -> dict:
     (scheme, layers, SQNR)."""
     from infoeval.gating.checkpoint import quantize_checkpoint
 
+    spec = request.quantization  # parsed once, by the request
+    recipe = spec if isinstance(spec, Recipe) else None
     return quantize_checkpoint(
         request.model,
-        request.scheme or "int8-channel",
+        spec if spec is not None and recipe is None else "int8-channel",
         request.out,
         request.include,
         request.exclude,
         request.force,
         request.format,
-        request.recipe,
+        recipe,
     )

@@ -17,10 +17,9 @@ from infoeval.input.tokens import TokenStream
 from infoeval.input.windows import Window
 from infoeval.measure.infotheory import Workspace, compare, reference_stats
 from infoeval.measure.topk import top_k_probs
-from infoeval.models.objects import ModuleVariant
 from infoeval.quant.apply import QuantizedVariant, WithVariant
 from infoeval.quant.floor import FLOOR, FloorVariant
-from infoeval.quant.methods.variant import MethodVariant
+from infoeval.quant.handlers import runnable
 
 REFERENCE = "reference"
 REF_COLUMNS = {
@@ -166,11 +165,7 @@ def run_lockstep(
     stored = stored or {}
     roles = {
         **({} if REFERENCE in stored else {REFERENCE: model}),
-        **{
-            v.name: v.model if isinstance(v, (MethodVariant, ModuleVariant)) else WithVariant(model, v)
-            for v in variants
-            if v.name not in stored
-        },
+        **{v.name: runnable(model, v) for v in variants if v.name not in stored},
     }
     top = TOP_COLUMNS if top_k else {}
     ref_keys, var_keys = {**REF_COLUMNS, **top}, {**VARIANT_COLUMNS, **top}

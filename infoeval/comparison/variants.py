@@ -8,11 +8,9 @@ from dataclasses import dataclass
 
 from infoeval.input.prepare import Prepared, Reporter
 from infoeval.measure.paired import PairedSettings
-from infoeval.models.checkpoints import load_checkpoints
-from infoeval.models.objects import check_variants
-from infoeval.quant.apply import build_variants
+from infoeval.quant import handlers
+from infoeval.quant.handlers import BuildContext
 from infoeval.quant.methods.calibration import Calibration, for_methods
-from infoeval.quant.methods.variant import build_method_variant
 from infoeval.quant.variant_settings import VariantSettings
 
 
@@ -42,25 +40,24 @@ def build_planned(
     device_map,
     reporter: Reporter,
 ) -> tuple[list, Calibration | None, dict[str, float]]:
-    """The variants in the result's order: the schemes' and recipes', the methods' (calibrated on their own text
-    where they learn from one), the caller's ``modules`` (checked against the reference before any forward pass),
-    then the checkpoints, loaded; with the calibration and the seconds the quantizing took (``quantize_s``) and,
-    with checkpoints, their loading (``checkpoints_load_s``)."""
+    """The variants in the result's order (the settings' ``specs``: schemes, recipes, methods, the caller's modules,
+    checkpoints), each built by its spec's handler (``quant/handlers.py``): the methods calibrated on their own text
+    where they learn from one, the caller's modules checked against the reference before any forward pass, the
+    checkpoints loaded; with the calibration and the seconds the quantizing took (``quantize_s``) and, with
+    checkpoints, their loading (``checkpoints_load_s``)."""
     reporter.stage("quantizing")
     t0 = time.perf_counter()
-    variants = build_variants(p.loaded.model, plan.schemes, plan.recipes, settings.include, settings.exclude)
     calibration = for_methods(plan.methods, settings.calibration, p.text, p.stream, p.loaded.tokenizer)  # autoround:…
-    variants += [
-        build_method_variant(p.loaded.model, m, settings.include, settings.exclude, p.loaded.tokenizer, calibration)
-        for m in plan.methods
-    ]
-    quantize_s = time.perf_counter() - t0
-    check_variants(p.loaded, plan.modules)  # before any forward pass
-    variants += list(plan.modules)
-    seconds = {"quantize_s": quantize_s}
-    if plan.checkpoints:
-        reporter.stage("loading checkpoints")
+    ctx = BuildContext(p.loaded, settings.include, settings.exclude, calibration, device_map)
+    specs = (*plan.schemes, *plan.recipes, *plan.methods, *plan.modules, *plan.checkpoints)
+    seconds = {"quantize_s": time.perf_counter() - t0}
+    variants = []
+    for spec in specs:
+        clock = handlers.handler(spec).clock
+        if clock == "checkpoints_load_s" and clock not in seconds:
+            reporter.stage("loading checkpoints")
         t0 = time.perf_counter()
-        variants += load_checkpoints(plan.checkpoints, p.loaded, device_map)
-        seconds["checkpoints_load_s"] = time.perf_counter() - t0
+        variants.append(handlers.build(spec, ctx))
+        if clock:
+            seconds[clock] = seconds.get(clock, 0.0) + time.perf_counter() - t0
     return variants, calibration, seconds

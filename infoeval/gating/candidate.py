@@ -15,20 +15,12 @@ from infoeval.input.tokens import encode
 from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.models.checkpoints import vocab_fingerprint
 from infoeval.models.files import BUILTIN
-from infoeval.quant.apply import WithVariant, quantize_variant, recipe_variant
+from infoeval.quant import handlers
+from infoeval.quant.apply import WithVariant
 from infoeval.quant.floor import build_floor
-from infoeval.quant.methods import is_method, parse_method
+from infoeval.quant.handlers import BuildContext, runnable
 from infoeval.quant.methods.calibration import calibration_samples
-from infoeval.quant.methods.variant import build_method_variant
-from infoeval.quant.recipe import read_recipe
-from infoeval.quant.schemes import parse_scheme
 from infoeval.quant.variant_settings import CalibrationSettings
-
-
-def check_scheme(scheme: str | None) -> None:
-    """A --scheme that cannot be applied (unknown, or a library that is not installed) fails before anything loads."""
-    if scheme:
-        parse_method(scheme) if is_method(scheme) else parse_scheme(scheme)
 
 
 def load_candidate(gate_settings, model_settings: ModelSettings, ref):
@@ -51,7 +43,8 @@ def load_candidate(gate_settings, model_settings: ModelSettings, ref):
             f"({ref.meta['provenance']['model']['spec']}): vocabularies must be identical to compare distributions"
         )
     shipped = loaded.info.quantization if gate_settings.candidate else None
-    if shipped and shipped["format"] != "gguf" and (gate_settings.scheme or gate_settings.recipe):
+    quantization = gate_settings.quantization  # --scheme or --recipe, parsed once (gating/settings.py)
+    if shipped and shipped["format"] != "gguf" and quantization is not None:
         raise UsageError(
             f"{spell('scheme')} and {spell('recipe')} quantize a float model; '{spec}' is already a "
             f"{shipped['format']} "
@@ -60,18 +53,11 @@ def load_candidate(gate_settings, model_settings: ModelSettings, ref):
     original = loaded.model
     own = gate_settings.candidate is None or same_model(loaded.info, ref.meta["provenance"]["model"])
     report = {"source": "checkpoint", **shipped} if shipped else None  # a --scheme on a GGUF replaces it below
-    if gate_settings.scheme and is_method(gate_settings.scheme):  # a library's copy, sharing the other weights
-        method = parse_method(gate_settings.scheme)
-        calibration = _calibration(gate_settings.calibration, ref, loaded.tokenizer) if method.calibrated else None
-        variant = build_method_variant(loaded.model, method, tokenizer=loaded.tokenizer, calibration=calibration)
-        loaded, report = dataclasses.replace(loaded, model=variant.model), variant.summary()
-    elif gate_settings.scheme or gate_settings.recipe:  # codes swapped in for each forward, as quantize-compare runs
-        variant = (
-            quantize_variant(loaded.model, parse_scheme(gate_settings.scheme))
-            if gate_settings.scheme
-            else recipe_variant(loaded.model, read_recipe(gate_settings.recipe))
-        )
-        loaded, report = dataclasses.replace(loaded, model=WithVariant(original, variant)), variant.summary()
+    if quantization is not None:  # built by its spec's handler, as quantize-compare builds its variants
+        calibrated = getattr(quantization, "calibrated", False)
+        calibration = _calibration(gate_settings.calibration, ref, loaded.tokenizer) if calibrated else None
+        variant = handlers.build(quantization, BuildContext(loaded, calibration=calibration))
+        loaded, report = dataclasses.replace(loaded, model=runnable(original, variant)), variant.summary()
     if gate_settings.floor == "off":
         floor = None
     elif not own:  # the candidate is a checkpoint of its own: the floor is the reference's model, loaded here

@@ -23,8 +23,9 @@ from infoeval.models import load_model, resolve_device, resolve_dtype
 from infoeval.output.results import check_folder_option
 from infoeval.quant.apply import quantize_variant, recipe_variant, swap_in
 from infoeval.quant.packed import check_packable, save_pack_quantized
-from infoeval.quant.recipe import read_recipe
-from infoeval.quant.schemes import parse_scheme
+from infoeval.quant.recipe import Recipe
+from infoeval.quant.schemes import Scheme
+from infoeval.quant.variant_settings import one_quantization, parse_one
 
 REPORT_FILE = "infoeval-quantization.json"
 
@@ -34,19 +35,19 @@ FORMATS = ("fake", "pack-quantized")
 
 def quantize_checkpoint(
     model_settings: ModelSettings,
-    scheme_name: str,
+    scheme_name: str | Scheme,
     out: Path,
     include=(),
     exclude=(),
     force: bool = False,
     fmt: str = "fake",
-    recipe: Path | None = None,
+    recipe: Path | Recipe | None = None,
 ) -> dict:
     """Load, quantize, save to ``out`` atomically (a temp folder renamed at the end). ``fmt`` "fake" stores the
     dequantized weights; "pack-quantized" real int4 codes (compressed-tensors). ``recipe``: a recipe file (a scheme
     per layer) instead of ``scheme_name``; stored fake-quantized."""
-    scheme = parse_scheme(scheme_name)
-    mix = read_recipe(recipe) if recipe is not None else None
+    scheme = parse_one(scheme_name, methods=False)
+    mix = one_quantization(None, recipe)  # a recipe read and checked, or None
     out = _checked_out(fmt, mix, out, force)
     device = resolve_device(model_settings.device)
     loaded = load_model(
@@ -68,7 +69,7 @@ def quantize_checkpoint(
     report = {
         "format": "infoeval fake-quantized checkpoint (dequantized weights)",
         "provenance": provenance(
-            "quantize", model=loaded.info, scheme=variant.name, format=fmt, recipe=str(recipe) if recipe else None
+            "quantize", model=loaded.info, scheme=variant.name, format=fmt, recipe=mix.source if mix else None
         ).to_json(),
         "scheme": summary["scheme"],
         "storage": "dequantized float weights" if fmt == "fake" else "compressed-tensors pack-quantized int4 codes",

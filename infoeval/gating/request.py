@@ -20,6 +20,7 @@ from infoeval.quant.variant_settings import (
     floor_option,
     floor_seed_option,
     include_option,
+    one_quantization,
 )
 
 REFERENCE_FORMATS = ("topk", "hidden")
@@ -230,8 +231,12 @@ class QuantizeRequest:
     given: frozenset = given_field()
 
     def __post_init__(self) -> None:
-        if self.scheme is not None and self.recipe is not None:
-            raise UsageError(f"{spell('scheme')} and {spell('recipe')} both say how to quantize; give one")
+        self.quantization  # noqa: B018  (checked now, before anything loads; kept for the run)
+
+    @functools.cached_property
+    def quantization(self):
+        """--scheme or --recipe, parsed once (the one check that not both are given): the spec, or None."""
+        return one_quantization(self.scheme, self.recipe, methods=False)
 
 
 @dataclass(frozen=True)

@@ -3,15 +3,14 @@ the sequential gate's (``SequentialSettings``). A leaf module: the pipelines and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from infoeval.errors import UsageError, spell
-from infoeval.gating.candidate import check_scheme
 from infoeval.gating.limits import Limit
 from infoeval.input.fields import option
 from infoeval.measure.stopping import check_order
-from infoeval.quant.variant_settings import CalibrationSettings, check_floor
+from infoeval.quant.variant_settings import CalibrationSettings, check_floor, one_quantization
 
 
 @dataclass(frozen=True)
@@ -29,11 +28,11 @@ class GateSettings:
     calibration: CalibrationSettings | None = None  # a calibrated --scheme's (autoround:…) calibration text
     floor: str = "sampled"  # the noise floor beside the candidate: sampled, full or off (measure/floor.py)
     floor_seed: int = 0
+    # --scheme or --recipe as its spec, parsed once, here (None: the candidate as it is)
+    quantization: object = field(default=None, init=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.scheme and self.recipe:
-            raise UsageError(f"{spell('scheme')} and {spell('recipe')} both quantize the candidate; give one")
-        check_scheme(self.scheme)
+        object.__setattr__(self, "quantization", one_quantization(self.scheme or None, self.recipe))
         check_floor(self.floor)
 
 

@@ -13,7 +13,8 @@ from infoeval.input.request import RunRequest
 from infoeval.mixing.problem import parse_sweep
 from infoeval.mixing.solve import as_budget
 from infoeval.output.destinations import Outputs
-from infoeval.quant.schemes import Scheme, SchemeError, parse_scheme, parse_schemes
+from infoeval.quant.schemes import Scheme, SchemeError, parse_scheme
+from infoeval.quant.variant_settings import parse_schemes
 from infoeval.sensitivities.units import KINDS, block_cache_option, by_option
 
 DEFAULT_MIX_SCHEMES = "int3-g128-asym,int4-g128,int4-g128-asym,int5-g128-asym,int8-channel"
@@ -54,7 +55,7 @@ class MixSettings:
     block_cache: bool = block_cache_option()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "schemes", tuple(parse_schemes(self.schemes)))  # frozen: parsed once, here
+        object.__setattr__(self, "schemes", parse_schemes(self.schemes, methods=False))  # frozen: parsed once, here
         if self.by not in KINDS:
             raise UsageError(f"{spell('by')} '{self.by}' is not allowed; use one of {', '.join(KINDS)}")
         if self.sweep_tokens < 1:

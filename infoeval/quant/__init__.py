@@ -1,5 +1,5 @@
 """Fake (quantize-dequantize) weight quantization."""
 
-from infoeval.quant.schemes import Scheme, parse_scheme, parse_schemes
+from infoeval.quant.schemes import Scheme, parse_scheme
 
-__all__ = ["Scheme", "parse_scheme", "parse_schemes"]
+__all__ = ["Scheme", "parse_scheme"]

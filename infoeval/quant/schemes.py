@@ -20,7 +20,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from infoeval.errors import SchemeError, spell
+from infoeval.errors import SchemeError
 
 MIN_BITS, MAX_BITS = 2, 8
 MIN_GROUP = 4
@@ -117,16 +117,6 @@ def parse_scheme(text: str) -> Scheme:
     if group is not None and group < MIN_GROUP:
         raise SchemeError(f"scheme '{text}': group size {group} is too small; it must be an integer ≥ {MIN_GROUP}")
     return Scheme(bits=bits, group_size=group, symmetric=m.group(4) != "asym")
-
-
-def parse_schemes(value) -> list[Scheme]:
-    """infoeval's schemes as typed (comma-separated text) or passed (a sequence of names or schemes), each parsed
-    once; duplicates and empty lists are usage errors."""
-    items = value.split(",") if isinstance(value, str) else list(value)
-    parts = [p if isinstance(p, Scheme) else p.strip() for p in items if isinstance(p, Scheme) or p.strip()]
-    if not parts:
-        raise SchemeError(f"no quantization scheme given; pass e.g. {spell('schemes')} int8-channel,int4-g128")
-    return check_unique([p if isinstance(p, Scheme) else parse_scheme(p) for p in parts])
 
 
 def check_unique(schemes: list) -> list:

@@ -28,23 +28,48 @@ def check_floor(mode: str) -> str:
     return one_of("floor", FLOOR_MODES)(mode)
 
 
-def parse_schemes(value) -> tuple[Scheme | MethodScheme, ...]:
-    """--schemes as typed (comma-separated text) or passed (a sequence of names or parsed schemes): each parsed
-    once, ``<library>:<spec>`` as the library's method, the others as infoeval's own; a scheme listed twice is a
-    usage error.
+def parse_schemes(value, methods: bool = True, option_name: str = "schemes") -> tuple[Scheme | MethodScheme, ...]:
+    """The one parser of a list of schemes, as typed (comma-separated text) or passed (a sequence of names or parsed
+    schemes): each parsed once, ``<library>:<spec>`` as the library's method (refused where ``methods`` is False: a
+    command that quantizes one layer at a time itself), the others as infoeval's own formats; a scheme listed twice,
+    or none, is a usage error.
 
     >>> [s.name for s in parse_schemes("int8-channel, int4-g128")]
     ['int8-channel', 'int4-g128']
     """
-    items = names(value) if isinstance(value, str) else tuple(value)
-    return tuple(
-        check_unique(
-            [
-                i if isinstance(i, (Scheme, MethodScheme)) else parse_method(i) if is_method(i) else parse_scheme(i)
-                for i in items
-            ]
-        )
+    items = (
+        names(value)
+        if isinstance(value, str)
+        else tuple(i if isinstance(i, str | Scheme | MethodScheme) else str(i) for i in value)
     )
+    items = tuple(i for i in items if not isinstance(i, str) or i.strip())
+    if not items:
+        raise SchemeError(f"no quantization scheme given; pass e.g. {spell(option_name)} int8-channel,int4-g128")
+    return tuple(check_unique([parse_one(i, methods, option_name) for i in items]))
+
+
+def parse_one(item, methods: bool = True, option_name: str = "scheme") -> Scheme | MethodScheme:
+    """One scheme, as typed or parsed: a library's method (``hqq:int4-g64``) where ``methods`` allows one, else
+    infoeval's own format."""
+    if isinstance(item, MethodScheme) or (isinstance(item, str) and is_method(item)):
+        if not methods:
+            name = item if isinstance(item, str) else item.name
+            raise SchemeError(
+                f"{spell(option_name)} {name.strip()}: a library's method is not taken here; give infoeval's own "
+                "formats, e.g. int8-channel, int4-g128"
+            )
+        return item if isinstance(item, MethodScheme) else parse_method(item)
+    return item if isinstance(item, Scheme) else parse_scheme(item)
+
+
+def one_quantization(scheme, recipe, methods: bool = True):
+    """What --scheme or --recipe says to quantize with (one of them, or neither), parsed: the scheme's spec, the
+    recipe read and checked, or None; both given is a usage error. Every command that takes the pair checks it here."""
+    if scheme is not None and recipe is not None:
+        raise UsageError(f"{spell('scheme')} and {spell('recipe')} both say how to quantize; give one")
+    if recipe is not None:
+        return recipe if isinstance(recipe, Recipe) else read_recipe(Path(recipe))
+    return None if scheme is None else parse_one(scheme, methods)
 
 
 def parse_recipes(value) -> tuple[Recipe, ...]:
@@ -208,7 +233,7 @@ class VariantSettings:
         put("checkpoints", parse_checkpoints(self.checkpoints))
         if self.schemes is None:
             put("schemes", () if self.recipes or self.checkpoints or self.modules else DEFAULT_SCHEMES)
-        put("schemes", parse_schemes(self.schemes))
+        put("schemes", parse_schemes(self.schemes) if self.schemes else ())
         put("modules", parse_modules(self.modules, {s.name for s in (*self.schemes, *self.recipes)}))
         self._check_names()
 

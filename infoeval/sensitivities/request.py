@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from infoeval.input.fields import group, non_negative, option
 from infoeval.input.request import RunRequest
 from infoeval.input.settings import TextSettings
-from infoeval.quant.schemes import Scheme, parse_schemes
+from infoeval.quant.schemes import Scheme
+from infoeval.quant.variant_settings import parse_schemes
 from infoeval.sensitivities.units import block_cache_option, by_option, split_globs
 
 SENSITIVITY_MAX_TOKENS = 2048  # sensitivity's --max-tokens default
@@ -23,12 +24,12 @@ class SensitivityRequest(RunRequest):
 
     text: TextSettings = group(TextSettings, panel="Text", max_tokens=SENSITIVITY_MAX_TOKENS)
     schemes: tuple[Scheme, ...] = option(
-        factory=lambda: tuple(parse_schemes(SENSITIVITY_SCHEMES)),
+        factory=lambda: parse_schemes(SENSITIVITY_SCHEMES, methods=False),
         flags=("--scheme", "--schemes"),
         help="Scheme(s) each unit is quantized with, comma-separated: int<bits>-channel | int<bits>-g<N> [-asym].",
         accepts=str | Sequence[str],
         cli=str,
-        parse=lambda value: tuple(parse_schemes(value)),
+        parse=lambda value: parse_schemes(value, methods=False, option_name="schemes"),
         default_text=SENSITIVITY_SCHEMES,
         panel="Units",
     )
