@@ -56,6 +56,9 @@ class MixSettings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "schemes", parse_schemes(self.schemes, methods=False))  # frozen: parsed once, here
+        shipped = [s.name for s in self.schemes if not isinstance(s, Scheme)]
+        if shipped:  # its exports (compressed-tensors groups, ggml types) describe integer schemes only
+            raise SchemeError(f"{spell('schemes')} {shipped[0]}: mix takes integer schemes only, e.g. int4-g128")
         if self.by not in KINDS:
             raise UsageError(f"{spell('by')} '{self.by}' is not allowed; use one of {', '.join(KINDS)}")
         if self.sweep_tokens < 1:

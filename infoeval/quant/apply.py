@@ -23,6 +23,8 @@ import torch
 from infoeval import heap
 from infoeval.quant import codes, storage
 from infoeval.quant.codes import PackedWeight
+from infoeval.quant.formats.presets import Format
+from infoeval.quant.formats.rounding import check_layer
 from infoeval.quant.lazy import LazyWeight
 from infoeval.quant.primitives import signal_power, sqnr_db
 from infoeval.quant.recipe import Recipe, assign
@@ -108,10 +110,12 @@ def quantize_plan(
         if layer_scheme is None:
             reports.append(LayerReport(name, tuple(w.shape), False, reason, tied_to=tied))
             continue
+        if isinstance(layer_scheme, Format):  # its blocks divide the layer, its weights are finite
+            check_layer(layer_scheme, w, name)
         keep = lazy and dequantized
         packed, sqnr, w_hat = _encode_layer(name, w.data, layer_scheme, signals, len(weights), keep)
         if lazy:
-            stored += packed.nbytes if isinstance(packed, PackedWeight) else packed.numel() * packed.element_size()
+            stored += packed.nbytes  # codes and scales, a shipped format's, or a 16-bit scheme's tensor
             packed = w_hat if keep else LazyWeight(w.data, layer_scheme)
         if layer_scheme.group_size is not None and layer_scheme.group_size >= w.shape[1]:
             reason += f"; group {layer_scheme.group_size} ≥ {w.shape[1]} inputs, so one group per row"

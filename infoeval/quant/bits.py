@@ -31,6 +31,7 @@ import math
 from collections.abc import Iterable
 from fractions import Fraction
 
+from infoeval.quant.formats.presets import Format
 from infoeval.quant.schemes import Scheme
 
 SCALE_BITS = 16  # float16 scales, as GPTQ checkpoints and llama.cpp blocks store them
@@ -59,6 +60,8 @@ def layer_bits(scheme: Scheme, shape: tuple[int, int]) -> int:
     2112
     """
     out_f, in_f = int(shape[0]), int(shape[1])
+    if isinstance(scheme, Format):  # a shipped format: its elements, block scales and tensor scale
+        return scheme.layer_bits((out_f, in_f))
     if scheme.fmt:  # a 16-bit float weight: 16 bits each, no scales
         return out_f * in_f * 16
     return out_f * (in_f * scheme.bits + groups_per_row(scheme, in_f) * (SCALE_BITS + zero_point_bits(scheme)))

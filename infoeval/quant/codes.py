@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import torch
 
+from infoeval.quant.formats import stored as stored_format
+from infoeval.quant.formats.presets import Format
 from infoeval.quant.primitives import float_codes
 from infoeval.quant.schemes import Scheme
 
@@ -156,6 +158,9 @@ def encode_dequantized(w: torch.Tensor, scheme: Scheme) -> tuple[PackedWeight | 
     codes (s·q, or s·(q − z)) with no unpacking (a strided float32 view when the last group is padded). A 16-bit
     float scheme (bf16, fp16) stores the weight cast to its dtype (round to nearest even; the weight itself when
     it already has that dtype), and ŵ is that cast back to the weight's dtype."""
+    if isinstance(scheme, Format):  # a shipped format: one byte per element and its blocks' scales
+        stored, w_hat = stored_format.encode(w, scheme)
+        return stored, w_hat if w.dtype == torch.float32 else w_hat.to(w.dtype)
     if scheme.fmt:
         stored = w.to(getattr(torch, scheme.dtype_name))
         return stored, stored.to(w.dtype)

@@ -24,6 +24,8 @@ import math
 import torch
 
 from infoeval.quant.bits import groups_per_row
+from infoeval.quant.formats import stored as stored_format
+from infoeval.quant.formats.presets import Format
 from infoeval.quant.schemes import Scheme
 from infoeval.quant.storage import _aligned
 
@@ -32,6 +34,8 @@ def packed_nbytes(scheme: Scheme, shape: tuple[int, int], dtype: torch.dtype) ->
     """Bytes one (out, in) weight of ``dtype`` keeps under ``scheme`` (the table above)."""
     out_f, in_f = int(shape[0]), int(shape[1])
     n = out_f * in_f
+    if isinstance(scheme, Format):
+        return stored_format.stored_nbytes(scheme, (out_f, in_f))
     if scheme.fmt:
         return 0 if getattr(torch, scheme.dtype_name) == dtype else 2 * n
     g = groups_per_row(scheme, in_f)
@@ -57,6 +61,8 @@ def scratch_nbytes(model: torch.nn.Module, scheme: Scheme, dtype: torch.dtype, l
     unpacking buffers where the scheme uses them, its cast to a 16-bit dtype."""
     modules = dict(model.named_modules())
     n = max((modules[name].weight.numel() for name, selected, _ in layers if selected), default=0)
+    if isinstance(scheme, Format):  # the values and ŵ in float32 (and its cast), made for each forward pass
+        return n * (8 + (0 if dtype == torch.float32 else 2))
     if scheme.fmt:
         return 0
     nibbles = scheme.bits <= 4  # symmetric nibbles are sign-magnitude: unpacked through int16 too

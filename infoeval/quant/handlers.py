@@ -7,7 +7,7 @@ a command happened to import: infoeval's weight formats and recipes (``quant/app
 (``quant/methods/variant.py``), the caller's modules and saved checkpoints (``models``).
 
 >>> sorted(t.__name__ for t in HANDLERS)
-['Checkpoint', 'MethodScheme', 'ModuleVariant', 'Recipe', 'Scheme']
+['Checkpoint', 'Format', 'MethodScheme', 'ModuleVariant', 'Recipe', 'Scheme']
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from infoeval.models.objects import ModuleVariant, check_variants
 from infoeval.quant.apply import WithVariant, quantize_variant, recipe_variant
+from infoeval.quant.formats.presets import Format
 from infoeval.quant.methods import MethodScheme
 from infoeval.quant.methods.variant import build_method_variant
 from infoeval.quant.recipe import Recipe
@@ -92,6 +93,7 @@ def _checkpoint(spec: Checkpoint, ctx: BuildContext):
 
 
 register(Scheme, lambda spec, ctx: quantize_variant(ctx.model, spec, ctx.include, ctx.exclude, ctx.signals, ctx.lazy))
+register(Format, lambda spec, ctx: quantize_variant(ctx.model, spec, ctx.include, ctx.exclude, ctx.signals, ctx.lazy))
 register(Recipe, lambda spec, ctx: recipe_variant(ctx.model, spec, ctx.include, ctx.exclude, ctx.signals, ctx.lazy))
 register(
     MethodScheme,

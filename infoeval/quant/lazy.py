@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from infoeval.quant.formats.presets import Format
+from infoeval.quant.formats.rounding import fake_quantize as format_fake_quantize
 from infoeval.quant.primitives import fake_quantize
 from infoeval.quant.schemes import Scheme
 
@@ -32,6 +34,8 @@ class LazyWeight:
 
     def materialize(self) -> torch.Tensor:
         """The fake-quantized weight, in the source's dtype (a 16-bit float scheme: the weight cast to it and back)."""
+        if isinstance(self.scheme, Format):
+            return format_fake_quantize(self.source, self.scheme)
         if self.scheme.fmt:
             return self.source.to(getattr(torch, self.scheme.dtype_name)).to(self.source.dtype)
         return fake_quantize(self.source, self.scheme)

@@ -22,7 +22,7 @@ from infoeval.quant.selection import plan_layers
 
 def check_packable(model: torch.nn.Module, scheme: Scheme, include=(), exclude=()) -> list[str]:
     """The layers to pack; a usage error (one line) when the scheme or a layer's width does not fit the format."""
-    if scheme.bits != 4 or not scheme.symmetric:
+    if not isinstance(scheme, Scheme) or scheme.bits != 4 or not scheme.symmetric:  # a shipped format too
         raise UsageError(
             f"{spell('format')} pack-quantized stores symmetric int4 schemes only, not {scheme.name}; use "
             f"{spell('format')} fake"

@@ -11,6 +11,8 @@ Grammar (case-insensitive)::
     bf16 | fp16      the weight rounded to bfloat16 / float16 (round to nearest even), nothing else: the cost of
                      shipping the checkpoint at 16 bits, 16 bits per weight, no scales
 
+Shipped formats (FP8, MX, NVFP4, NF4, GGUF blocks) are named presets: ``formats/presets.py``.
+
 Examples: ``int8-channel``, ``int4-g128``, ``int4-channel``, ``int3-g64-asym``, ``bf16``.
 """
 
@@ -21,6 +23,7 @@ import re
 from dataclasses import dataclass
 
 from infoeval.errors import SchemeError
+from infoeval.quant.formats.presets import PRESETS, Format, parse_format
 
 MIN_BITS, MAX_BITS = 2, 8
 MIN_GROUP = 4
@@ -93,9 +96,13 @@ class Scheme:
         }
 
 
-def parse_scheme(text: str) -> Scheme:
-    """Parse one scheme name; raise SchemeError with the allowed forms (and a close match) otherwise."""
+def parse_scheme(text: str) -> Scheme | Format:
+    """Parse one weight format's name: a shipped format's preset (``formats/presets.py``: fp8, mxfp4, nvfp4, q4_0, …)
+    or an integer scheme; raise SchemeError with the allowed forms (and a close match) otherwise."""
     name = text.strip().lower()
+    shipped = parse_format(name)
+    if shipped is not None:
+        return shipped
     if name in FLOAT_FORMATS:
         return Scheme(bits=16, group_size=None, fmt=name)
     if re.match(r"^(bf16|fp16)-", name):
@@ -104,11 +111,12 @@ def parse_scheme(text: str) -> Scheme:
         )
     m = _PATTERN.match(name)
     if not m:
-        close = difflib.get_close_matches(name, _KNOWN, n=1, cutoff=0.6)
+        close = difflib.get_close_matches(name, _KNOWN + list(PRESETS), n=1, cutoff=0.6)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise SchemeError(
             f"unknown quantization scheme '{text}'{hint}; allowed: int<bits>-channel or int<bits>-g<N>, "
-            f"optionally -asym, or bf16 / fp16, e.g. int8-channel, int4-g128, int3-g64-asym, bf16"
+            f"optionally -asym, or bf16 / fp16, e.g. int8-channel, int4-g128, int3-g64-asym, bf16; or a shipped "
+            f"format: {', '.join(PRESETS)}"
         )
     bits = int(m.group(1))
     if not MIN_BITS <= bits <= MAX_BITS:
@@ -117,6 +125,11 @@ def parse_scheme(text: str) -> Scheme:
     if group is not None and group < MIN_GROUP:
         raise SchemeError(f"scheme '{text}': group size {group} is too small; it must be an integer ≥ {MIN_GROUP}")
     return Scheme(bits=bits, group_size=group, symmetric=m.group(4) != "asym")
+
+
+def is_weight_scheme(spec) -> bool:
+    """Whether a spec is one of infoeval's own weight formats (an integer or 16-bit scheme, or a shipped format)."""
+    return isinstance(spec, (Scheme, Format))
 
 
 def check_unique(schemes: list) -> list:

@@ -68,9 +68,7 @@ class QuantizedVariant:
         """Bytes the variant stores: codes + scales + zero points of every quantized layer (lazy: would store)."""
         if self.stored_bytes is not None:
             return self.stored_bytes
-        return sum(
-            w.nbytes if isinstance(w, PackedWeight) else w.numel() * w.element_size() for w in self.weights.values()
-        )
+        return sum(w.nbytes for w in self.weights.values())  # PackedWeight, FormatWeight and tensors alike
 
     @property
     def name(self) -> str:

@@ -16,9 +16,10 @@ from pathlib import Path
 
 from infoeval.errors import SchemeError, UsageError, spell
 from infoeval.input.fields import group, names, non_negative, one_of, option
+from infoeval.quant.formats.presets import Format
 from infoeval.quant.methods import MethodScheme, is_method, parse_method
 from infoeval.quant.recipe import Recipe, read_recipe
-from infoeval.quant.schemes import DEFAULT_SCHEMES, Scheme, check_unique, parse_scheme
+from infoeval.quant.schemes import DEFAULT_SCHEMES, Scheme, check_unique, is_weight_scheme, parse_scheme
 
 FLOOR_MODES = ("sampled", "full", "off")  # --floor: the noise floor on a seeded share of the windows, all, none
 
@@ -40,7 +41,7 @@ def parse_schemes(value, methods: bool = True, option_name: str = "schemes") -> 
     items = (
         names(value)
         if isinstance(value, str)
-        else tuple(i if isinstance(i, str | Scheme | MethodScheme) else str(i) for i in value)
+        else tuple(i if isinstance(i, str | Scheme | Format | MethodScheme) else str(i) for i in value)
     )
     items = tuple(i for i in items if not isinstance(i, str) or i.strip())
     if not items:
@@ -48,7 +49,7 @@ def parse_schemes(value, methods: bool = True, option_name: str = "schemes") -> 
     return tuple(check_unique([parse_one(i, methods, option_name) for i in items]))
 
 
-def parse_one(item, methods: bool = True, option_name: str = "scheme") -> Scheme | MethodScheme:
+def parse_one(item, methods: bool = True, option_name: str = "scheme") -> Scheme | Format | MethodScheme:
     """One scheme, as typed or parsed: a library's method (``hqq:int4-g64``) where ``methods`` allows one, else
     infoeval's own format."""
     if isinstance(item, MethodScheme) or (isinstance(item, str) and is_method(item)):
@@ -59,7 +60,7 @@ def parse_one(item, methods: bool = True, option_name: str = "scheme") -> Scheme
                 "formats, e.g. int8-channel, int4-g128"
             )
         return item if isinstance(item, MethodScheme) else parse_method(item)
-    return item if isinstance(item, Scheme) else parse_scheme(item)
+    return item if is_weight_scheme(item) else parse_scheme(item)
 
 
 def one_quantization(scheme, recipe, methods: bool = True):
@@ -240,7 +241,7 @@ class VariantSettings:
     @property
     def plain(self) -> tuple[Scheme, ...]:
         """The schemes of infoeval's own rounding."""
-        return tuple(s for s in self.schemes if isinstance(s, Scheme))
+        return tuple(s for s in self.schemes if is_weight_scheme(s))
 
     @property
     def methods(self) -> tuple[MethodScheme, ...]:

@@ -158,8 +158,8 @@ def parse_format(text: str) -> Format | None:
     base = _base(name)
     if base is None:
         return None
-    takes = sorted(p[len(base) :] for p in PRESETS if p.startswith(base) and p != base and p[len(base)] in "-@")
-    allowed = f"the suffixes it takes: {', '.join(takes)}" if takes else "it takes no suffix"
+    takes = sorted(p for p in PRESETS if p.startswith(base) and p != base and p[len(base)] in "-@")
+    allowed = f"allowed: {', '.join(takes)}" if takes else f"it takes no suffix (allowed: {base})"
     raise SchemeError(f"format '{text}': {base} has no convention '{name[len(base) :]}'; {allowed}")
 
 

@@ -39,6 +39,14 @@ def check_divides(fmt: Format, shape: tuple[int, int], layer: str = "weight") ->
         raise SchemeError(f"{fmt.name}: layer {layer} has {out_f} rows, not a multiple of its block of {rows} rows")
 
 
+def check_layer(fmt: Format, w: torch.Tensor, layer: str) -> None:
+    """A layer ``fmt`` can quantize: its blocks divide it (``check_divides``) and its weights are finite (else a
+    data error naming the layer)."""
+    check_divides(fmt, tuple(w.shape), layer)
+    if not torch.isfinite(w).all():
+        raise DataError(f"layer {layer} holds an inf or a NaN weight; {fmt.name} quantizes finite weights only")
+
+
 def to_blocks(x: torch.Tensor, block: tuple[int | None, int | None]) -> tuple[torch.Tensor, tuple]:
     """(n, R·C) blocks of a float32 (out, in) weight, zero-padded to whole blocks, and how to put them back."""
     out_f, in_f = x.shape

@@ -1,0 +1,82 @@
+"""A layer's weight held in a shipped format (``presets.Format``): one byte per element and its blocks' float32
+multipliers (and offsets), from which each forward pass dequantizes the very bits ``rounding.fake_quantize`` gives.
+
+The elements are kept in a one-byte dtype that holds every value of the format exactly: E4M3 for the E4M3, E2M3,
+E3M2 and E2M1 elements (each of those values is an E4M3 value), E5M2 for E5M2, int8 for GGUF's integer codes (and
+ggml's doubled E2M1 values), the code book's index for NF4. Casting them back to float32 is exact, so ŵ = values ·
+multiplier (+ offset) is the same float32 arithmetic as the format's own dequantization.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from infoeval.quant.formats.elements import NF4_VALUES, nf4_index
+from infoeval.quant.formats.presets import Format
+from infoeval.quant.formats.rounding import dequantize_blocks, quantize_blocks
+
+ALIGN = 64
+
+
+def code_dtype(fmt: Format) -> torch.dtype:
+    """The one-byte dtype a format's elements are kept in."""
+    if fmt.element == "nf4":
+        return torch.uint8
+    if fmt.element.startswith("int") or fmt.convention == "gguf-mxfp4":
+        return torch.int8
+    return torch.float8_e5m2 if fmt.element == "fp8-e5m2" else torch.float8_e4m3fn
+
+
+@dataclass(frozen=True)
+class FormatWeight:
+    """One (out, in) weight in ``fmt``: ``codes`` (blocks, block size) in ``code_dtype``, ``multiplier`` and
+    ``offset`` (blocks, 1) float32, the blocks' ``layout`` (``rounding.to_blocks``) and the dequantized dtype."""
+
+    fmt: Format
+    codes: torch.Tensor
+    multiplier: torch.Tensor
+    offset: torch.Tensor | None
+    layout: tuple
+    dtype: torch.dtype
+
+    @property
+    def nbytes(self) -> int:
+        parts = (self.codes, self.multiplier, self.offset)
+        return sum(t.numel() * t.element_size() for t in parts if t is not None)
+
+    def values(self) -> torch.Tensor:
+        if self.codes.dtype == torch.uint8:  # NF4: the code book's index
+            return torch.tensor(NF4_VALUES, dtype=torch.float32, device=self.codes.device)[self.codes.long()]
+        return self.codes.to(torch.float32)
+
+    def materialize(self) -> torch.Tensor:
+        """ŵ in the weight's dtype (a new tensor, for one forward pass)."""
+        w = dequantize_blocks(self.values(), self.multiplier, self.offset, self.layout)
+        return w if self.dtype == torch.float32 else w.to(self.dtype)
+
+
+def encode(w: torch.Tensor, fmt: Format) -> tuple[FormatWeight, torch.Tensor]:
+    """The stored weight, and ŵ (float32, contiguous) as it dequantizes: made once, from the same blocks."""
+    values, multiplier, offset, layout = quantize_blocks(w.detach().to(torch.float32), fmt)
+    dtype = code_dtype(fmt)
+    if dtype == torch.uint8:
+        codes = nf4_index(values, torch.tensor(NF4_VALUES, dtype=torch.float32, device=values.device)).to(dtype)
+    else:
+        codes = values.to(dtype)
+    stored = FormatWeight(fmt, codes, multiplier, offset, layout, w.dtype)
+    return stored, dequantize_blocks(values, multiplier, offset, layout)
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def stored_nbytes(fmt: Format, shape: tuple[int, int]) -> int:
+    """Bytes a ``FormatWeight`` of an (out, in) weight keeps: a byte per (padded) element, 4 per multiplier and
+    offset, each tensor rounded up to 64 bytes (the memory plan's estimate)."""
+    rows, cols = fmt.block
+    blocks = fmt.blocks(shape)
+    per_block = (rows or int(shape[0])) * (cols or int(shape[1]))
+    return _aligned(blocks * per_block) + _aligned(4 * blocks) * (2 if fmt.offset_bits else 1)
