@@ -5,6 +5,7 @@ SmolLM2 run in the slow lane); keyword errors are one-line UsageErrors raised be
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import subprocess
 import sys
@@ -150,3 +151,22 @@ def _headers(text: str) -> list[list[str]]:
     """The column names of each table header in ``text`` (rich's ┃-separated header lines, as printed or as a page
     quotes them without the outer border)."""
     return [[c.strip() for c in line.split("┃") if c.strip()] for line in text.splitlines() if "┃" in line]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="needs torchao (the test extra)")
+def test_the_api_is_as_quiet_as_the_cli_with_torchao_installed(tiny_llama_dir, tiny_text, tmp_path):
+    """transformers imports every quantization library installed; torchao then prints that its CUDA extensions are
+    missing, and torch's pytree warns about its enums. The memory plan builds a meta model before anything loads,
+    so that is where a Python caller first met them: a fresh interpreter's compare() prints none of it."""
+    text = tmp_path / "text.txt"
+    text.write_text(tiny_text, encoding="utf-8")
+    code = (
+        "import infoeval, sys; "
+        f"infoeval.compare({str(tiny_llama_dir)!r}, schemes=('int8-channel', 'mxfp4'), text={str(text)!r}, "
+        "ctx=64, max_tokens=128, device='cpu'); print('ok')"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().endswith("ok")
+    for chatter in ("Failed to load", "_pytree", "register_constant", "Warning"):
+        assert chatter not in proc.stderr, proc.stderr[-2000:]

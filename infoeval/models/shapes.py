@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from infoeval.errors import ModelLoadError
+from infoeval.models.libraries import transformers_quietly
 
 
 @dataclass(frozen=True)
@@ -63,9 +64,12 @@ def shape_of_module(model: torch.nn.Module, dtype: torch.dtype | None = None) ->
 
 
 def shape_of_config(config, dtype: torch.dtype) -> ModelShape:
-    """The shape of the causal LM a transformers config describes, built on the meta device (no memory)."""
+    """The shape of the causal LM a transformers config describes, built on the meta device (no memory). The model
+    code is imported quietly first (``transformers_quietly``): the plan runs before anything loads, so this is
+    where a Python caller would otherwise first see the quantization libraries' import-time notices."""
     from transformers import AutoModelForCausalLM
 
+    transformers_quietly()
     with torch.device("meta"):
         try:
             model = AutoModelForCausalLM.from_config(config)

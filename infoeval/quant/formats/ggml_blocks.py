@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from infoeval.quant.formats.elements import Element, round_element
+from infoeval.quant.formats.elements import Element, round_element_
 
 MXFP4_DOUBLED = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)  # ggml's kvalues_mxfp4: E2M1 values × 2
 
@@ -43,16 +43,16 @@ def _signed_max(x: torch.Tensor) -> torch.Tensor:
     return torch.take_along_dim(x, x.abs().argmax(dim=-1, keepdim=True), dim=-1)
 
 
-def _round_away(t: torch.Tensor) -> torch.Tensor:
-    """roundf: to nearest, halves away from zero (gguf's ``np_roundf``: sign · (⌊|t|⌋ + ⌊2·(|t| − ⌊|t|⌋)⌋))."""
-    a = t.abs()
-    floored = a.floor()
-    return t.sign() * (floored + (2 * (a - floored)).floor())
+def _round_away_(t: torch.Tensor) -> torch.Tensor:
+    """roundf in place: to nearest, halves away from zero (gguf's ``np_roundf``: sign · (⌊|t|⌋ +
+    ⌊2·(|t| − ⌊|t|⌋)⌋)), as trunc(t) + trunc(2·(t − trunc(t))), each step exact; t is finite (``_codes`` has run)."""
+    whole = t.trunc()
+    return t.sub_(whole).mul_(2).trunc_().add_(whole)
 
 
 def q8_0(x: torch.Tensor, element=None, amax=None):
     d = _amax_blocks(x) / 127
-    q = _codes(_round_away(x * _reciprocal(d)))
+    q = _round_away_(_codes(x * _reciprocal(d)))
     return q, _fp16(d), None
 
 
@@ -63,15 +63,15 @@ def _amax_blocks(x: torch.Tensor) -> torch.Tensor:
 def _symmetric(x: torch.Tensor, half: int):
     """Q4_0 (half 8) and Q5_0 (half 16): d = m / −half, q = min(2·half − 1, trunc(x·id + half + ½))."""
     d = _signed_max(x) / -half
-    q = _codes(torch.trunc(x * _reciprocal(d) + (half + 0.5))).clamp_(0, 2 * half - 1)
-    return q - half, _fp16(d), None
+    q = _codes(torch.mul(x, _reciprocal(d)).add_(half + 0.5).trunc_()).clamp_(0, 2 * half - 1)
+    return q.sub_(half), _fp16(d), None
 
 
 def _offset(x: torch.Tensor, top: int):
     """Q4_1 (top 15) and Q5_1 (top 31): d = (max − min) / top, q = min(top, trunc((x − min)·id + ½))."""
     hi, lo = x.amax(dim=-1, keepdim=True), x.amin(dim=-1, keepdim=True)
     d = (hi - lo) / top
-    q = _codes(torch.trunc((x - lo) * _reciprocal(d) + 0.5)).clamp_(0, top)
+    q = _codes(torch.sub(x, lo).mul_(_reciprocal(d)).add_(0.5).trunc_()).clamp_(0, top)
     return q, _fp16(d), _fp16(lo)
 
 
@@ -106,7 +106,7 @@ def mxfp4_ggml(x: torch.Tensor, element: Element, amax=None):
     a = _amax_blocks(x)
     e = torch.where(a > 0, torch.floor(torch.log2(a)) - 2 + 127, 0.0).to(torch.uint8)
     d = e8m0_half(e)
-    k = round_element(torch.div(x, 2 * d).clamp_(-element.largest, element.largest), element, ties="zero").mul_(2)
+    k = round_element_(torch.div(x, 2 * d).clamp_(-element.largest, element.largest), element, ties="zero").mul_(2)
     return k, d, None
 
 

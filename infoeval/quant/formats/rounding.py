@@ -43,8 +43,25 @@ def check_layer(fmt: Format, w: torch.Tensor, layer: str) -> None:
     """A layer ``fmt`` can quantize: its blocks divide it (``check_divides``) and its weights are finite (else a
     data error naming the layer)."""
     check_divides(fmt, tuple(w.shape), layer)
-    if not torch.isfinite(w).all():
+    if w.numel() and not _finite(w.detach()):
         raise DataError(f"layer {layer} holds an inf or a NaN weight; {fmt.name} quantizes finite weights only")
+
+
+def _largest(x: torch.Tensor) -> torch.Tensor:
+    """max |x|, as a 0-d float32 tensor: NaN if x holds a NaN, inf if it holds an inf (two reductions, no copy)."""
+    return torch.maximum(x.amax(), x.amin().neg()).to(torch.float32) if x.numel() else torch.zeros(())
+
+
+def check_finite(x: torch.Tensor, fmt: Format) -> torch.Tensor:
+    """max |x| (``_largest``), or a data error if x holds an inf or a NaN."""
+    amax = _largest(x)
+    if not torch.isfinite(amax):
+        raise DataError(f"{fmt.name}: the weight holds an inf or a NaN; only finite weights can be quantized")
+    return amax
+
+
+def _finite(x: torch.Tensor) -> bool:
+    return bool(torch.isfinite(_largest(x)))
 
 
 def to_blocks(x: torch.Tensor, block: tuple[int | None, int | None]) -> tuple[torch.Tensor, tuple]:
@@ -73,18 +90,17 @@ def from_blocks(blocks: torch.Tensor, layout: tuple) -> torch.Tensor:
 
 def quantize_blocks(x: torch.Tensor, fmt: Format):
     """``(values, multiplier, offset, layout)`` of a float32 (out, in) weight in ``fmt``."""
-    if not torch.isfinite(x).all():
-        raise DataError(f"{fmt.name}: the weight holds an inf or a NaN; only finite weights can be quantized")
+    amax = check_finite(x, fmt)
     blocks, layout = to_blocks(x, fmt.block)
-    amax = torch.maximum(x.amax(), x.amin().neg()) if x.numel() else torch.zeros(())
     rule = CONVENTIONS.get(fmt.convention) or GGML[fmt.convention]
     values, multiplier, offset = rule(blocks, element_of(fmt), amax)
     return values, multiplier, offset, layout
 
 
-def dequantize_blocks(values, multiplier, offset, layout) -> torch.Tensor:
-    """ŵ = values · multiplier (+ offset), as the format's source dequantizes it, as an (out, in) float32 weight."""
-    w = values * multiplier
+def dequantize_blocks(values, multiplier, offset, layout, inplace: bool = False) -> torch.Tensor:
+    """ŵ = values · multiplier (+ offset), as the format's source dequantizes it, as an (out, in) float32 weight
+    (made in ``values``' own memory with ``inplace``)."""
+    w = values.mul_(multiplier) if inplace else values * multiplier
     if offset is not None:
         w = w.add_(offset)
     return from_blocks(w, layout)
@@ -94,4 +110,4 @@ def fake_quantize(w: torch.Tensor, fmt: Format) -> torch.Tensor:
     """Quantize then dequantize a 2-D weight in ``fmt``; the result has w's dtype and device."""
     if w.dim() != 2:
         raise ValueError(f"expected a 2-D weight, got shape {tuple(w.shape)}")
-    return dequantize_blocks(*quantize_blocks(w.detach().to(torch.float32), fmt)).to(w.dtype)
+    return dequantize_blocks(*quantize_blocks(w.detach().to(torch.float32), fmt), inplace=True).to(w.dtype)

@@ -20,11 +20,16 @@ from __future__ import annotations
 
 import torch
 
-from infoeval.quant.formats.elements import Element, round_element
+from infoeval.quant.formats.elements import Element, round_element_
 
 F32_MIN_NORMAL = 2.0**-126
 E8M0_BIAS = 127
 E4M3_MAX = 448.0
+
+
+def _round(q: torch.Tensor, element: Element) -> torch.Tensor:
+    """q (a new tensor) clamped to ±largest and rounded onto the element, in place."""
+    return round_element_(q.clamp_(-element.largest, element.largest), element)
 
 
 def _amax(x: torch.Tensor) -> torch.Tensor:
@@ -34,10 +39,15 @@ def _amax(x: torch.Tensor) -> torch.Tensor:
 def absmax(x: torch.Tensor, element: Element, amax=None):
     """s = a / largest in float32 (compressed-tensors' symmetric float scale: amax over half of the range −largest …
     largest); a zero scale is replaced by float32's ε (compressed-tensors' guard); ŵ = round(clamp(x / s)) · s."""
-    scale = _amax(x).div_(element.largest)
-    scale = torch.where(scale == 0, torch.finfo(torch.float32).eps, scale)
-    values = round_element(torch.div(x, scale).clamp_(-element.largest, element.largest), element)
+    scale = absmax_scale(x, element)
+    values = _round(torch.div(x, scale), element)
     return values, scale, None
+
+
+def absmax_scale(x: torch.Tensor, element: Element) -> torch.Tensor:
+    """``absmax``'s per-block scale (n, 1)."""
+    scale = _amax(x).div_(element.largest)
+    return torch.where(scale == 0, torch.finfo(torch.float32).eps, scale)
 
 
 def e8m0_multiplier(biased: torch.Tensor) -> torch.Tensor:
@@ -54,7 +64,7 @@ def mx_floor(x: torch.Tensor, element: Element, amax=None):
     pow2 = torch.bitwise_right_shift(a.view(torch.int32), 23).bitwise_and_(0xFF) - E8M0_BIAS
     biased = (pow2 - element.emax).clamp_(-E8M0_BIAS, E8M0_BIAS + 1) + E8M0_BIAS
     scale = torch.bitwise_left_shift(biased.to(torch.int32), 23).view(torch.float32).clamp(min=F32_MIN_NORMAL)
-    values = round_element(torch.div(x, scale).clamp_(-element.largest, element.largest), element)
+    values = _round(torch.div(x, scale), element)
     return values, e8m0_multiplier(biased), None
 
 
@@ -64,7 +74,7 @@ def mx_rceil(x: torch.Tensor, element: Element, amax=None):
     descale = _amax(x).div_(element.largest)
     biased = torch.ceil(torch.log2(descale)).clamp_(-E8M0_BIAS, E8M0_BIAS).add_(E8M0_BIAS).to(torch.uint8)
     reciprocal = torch.where(biased == 0, 1.0, torch.exp2(E8M0_BIAS - biased.to(torch.float32)))
-    values = round_element(torch.mul(x, reciprocal).clamp_(-element.largest, element.largest), element)
+    values = _round(torch.mul(x, reciprocal), element)
     return values, e8m0_multiplier(biased), None
 
 
@@ -83,7 +93,7 @@ def nvfp4(x: torch.Tensor, element: Element, amax: torch.Tensor):
     e4m3 = scaled.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).to(torch.float32)
     e4m3 = torch.where(e4m3 == 0, 0.125, e4m3)
     scale = e4m3 / g
-    values = round_element(torch.div(x, scale).clamp_(-element.largest, element.largest), element)
+    values = _round(torch.div(x, scale), element)
     return values, scale, None
 
 
@@ -96,7 +106,7 @@ def nvfp4_torchao(x: torch.Tensor, element: Element, amax: torch.Tensor):
     tiny = torch.finfo(torch.float8_e4m3fn).tiny
     e4m3 = scaled.clamp(min=tiny, max=E4M3_MAX).to(torch.float8_e4m3fn).to(torch.float32)
     reciprocal = (1.0 / t) / e4m3
-    values = round_element(torch.mul(x, reciprocal).clamp_(-element.largest, element.largest), element)
+    values = _round(torch.mul(x, reciprocal), element)
     return values, t * e4m3, None
 
 

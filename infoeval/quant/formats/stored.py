@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from infoeval.quant.formats.elements import NF4_VALUES, nf4_index
+from infoeval.quant.formats.elements import ELEMENTS, NF4_VALUES, nf4_index
 from infoeval.quant.formats.presets import Format
-from infoeval.quant.formats.rounding import dequantize_blocks, quantize_blocks
+from infoeval.quant.formats.rounding import check_finite, dequantize_blocks, quantize_blocks, to_blocks
+from infoeval.quant.formats.scaling import absmax_scale
 
 ALIGN = 64
 
@@ -59,14 +60,25 @@ class FormatWeight:
 
 def encode(w: torch.Tensor, fmt: Format) -> tuple[FormatWeight, torch.Tensor]:
     """The stored weight, and ŵ (float32, contiguous) as it dequantizes: made once, from the same blocks."""
+    if fmt.element == "nf4":
+        return _encode_code_book(w, fmt)
     values, multiplier, offset, layout = quantize_blocks(w.detach().to(torch.float32), fmt)
-    dtype = code_dtype(fmt)
-    if dtype == torch.uint8:
-        codes = nf4_index(values, torch.tensor(NF4_VALUES, dtype=torch.float32, device=values.device)).to(dtype)
-    else:
-        codes = values.to(dtype)
+    codes = values.to(code_dtype(fmt))
     stored = FormatWeight(fmt, codes, multiplier, offset, layout, w.dtype)
-    return stored, dequantize_blocks(values, multiplier, offset, layout)
+    return stored, dequantize_blocks(values, multiplier, offset, layout, inplace=True)
+
+
+def _encode_code_book(w: torch.Tensor, fmt: Format) -> tuple[FormatWeight, torch.Tensor]:
+    """NF4: each block's absmax scale, the nearest code-book value's index (searched once), ŵ = table[index] · s:
+    the same bits as ``absmax`` with the code book's rounding."""
+    x = w.detach().to(torch.float32)
+    check_finite(x, fmt)
+    blocks, layout = to_blocks(x, fmt.block)
+    scale = absmax_scale(blocks, ELEMENTS["nf4"])
+    table = torch.tensor(NF4_VALUES, dtype=torch.float32, device=x.device)
+    codes = nf4_index(torch.div(blocks, scale).clamp_(-1.0, 1.0), table)
+    stored = FormatWeight(fmt, codes, scale, None, layout, w.dtype)
+    return stored, dequantize_blocks(table[codes.long()], scale, None, layout, inplace=True)
 
 
 def _aligned(n: int) -> int:
