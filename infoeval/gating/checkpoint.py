@@ -5,7 +5,8 @@ tokenizer, so any transformers release loads them with ``from_pretrained`` and c
 fake quantization computes. The scheme and the per-layer report (SQNR of every layer, and the reason for every skipped
 one) go into ``infoeval-quantization.json``; ``config.json`` gets ``infoeval_quantization`` naming the scheme.
 
-``fmt="pack-quantized"`` stores real int4 codes instead (see packed.py).
+``fmt="pack-quantized"`` stores real int4 codes instead (see packed.py); ``fmt="compressed-tensors"`` a shipped float
+format's codes (FP8 per channel, per tensor or in 128×128 blocks, NVFP4; see compressed_formats.py).
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ from infoeval.errors import UsageError, spell
 from infoeval.input.provenance import provenance
 from infoeval.input.settings import ModelSettings
 from infoeval.models import load_model, resolve_device, resolve_dtype
-from infoeval.output.results import check_folder_option
+from infoeval.models.files import gguf_file, sha256_file
+from infoeval.output.results import atomic_path, check_folder_option
 from infoeval.quant.apply import quantize_variant, recipe_variant, swap_in
+from infoeval.quant.compressed_formats import check_storable, check_writable, save_compressed_format
+from infoeval.quant.gguf_writer import check_gguf_request, write_gguf
 from infoeval.quant.packed import check_packable, save_pack_quantized
 from infoeval.quant.recipe import Recipe
 from infoeval.quant.schemes import Scheme
@@ -30,7 +34,13 @@ from infoeval.quant.variant_settings import one_quantization, parse_one
 REPORT_FILE = "infoeval-quantization.json"
 
 
-FORMATS = ("fake", "pack-quantized")
+FORMATS = ("fake", "pack-quantized", "compressed-tensors", "gguf")
+STORAGE = {
+    "fake": "dequantized float weights",
+    "pack-quantized": "compressed-tensors pack-quantized int4 codes",
+    "compressed-tensors": "compressed-tensors float-quantized / nvfp4-pack-quantized codes",
+    "gguf": "GGUF blocks (the gguf package's quantizers)",
+}
 
 
 def quantize_checkpoint(
@@ -48,12 +58,16 @@ def quantize_checkpoint(
     per layer) instead of ``scheme_name``; stored fake-quantized."""
     scheme = parse_one(scheme_name, methods=False)
     mix = one_quantization(None, recipe)  # a recipe read and checked, or None
+    if fmt == "gguf":
+        return _quantize_gguf(model_settings.model, scheme, Path(out), force, mix, include, exclude)
     out = _checked_out(fmt, mix, out, force)
+    if fmt == "compressed-tensors":
+        check_storable(scheme)  # before anything loads
     device = resolve_device(model_settings.device)
     loaded = load_model(
         model_settings.model, device, resolve_dtype(model_settings.dtype, device), model_settings.device_map
     )
-    packed = check_packable(loaded.model, scheme, include, exclude) if fmt == "pack-quantized" else None
+    packed = _layers_to_store(loaded.model, scheme, fmt, include, exclude)
     if mix is None:
         variant = quantize_variant(loaded.model, scheme, include, exclude)  # the report (SQNR); weights not swapped yet
     else:
@@ -72,7 +86,7 @@ def quantize_checkpoint(
             "quantize", model=loaded.info, scheme=variant.name, format=fmt, recipe=mix.source if mix else None
         ).to_json(),
         "scheme": summary["scheme"],
-        "storage": "dequantized float weights" if fmt == "fake" else "compressed-tensors pack-quantized int4 codes",
+        "storage": STORAGE[fmt],
         "quantization": summary,
     }
     _save(loaded, variant, scheme, packed, fmt, report, out)
@@ -89,6 +103,42 @@ def quantize_checkpoint(
     }
 
 
+def _quantize_gguf(model: str, scheme, out: Path, force: bool, mix, include, exclude) -> dict:
+    """``--format gguf``: the source GGUF re-quantized to one GGUF type (gguf_writer.py), one file at ``out``."""
+    if mix is not None:
+        raise UsageError(f"{spell('recipe')} checkpoints are written with {spell('format')} fake (gguf holds one type)")
+    source = gguf_file(model)
+    check_gguf_request(scheme, source, out, include, exclude)
+    if out.exists() and not force:
+        raise UsageError(f"output file '{out}' already exists; choose another {spell('out')} or pass {spell('force')}")
+    report = {
+        "format": "infoeval GGUF checkpoint",
+        "provenance": provenance(
+            "quantize", scheme=scheme.name, format="gguf", source=str(source), source_sha256=sha256_file(source)
+        ).to_json(),
+        "scheme": scheme.as_dict(),
+        "storage": STORAGE["gguf"],
+    }
+    with atomic_path(out) as tmp:  # never a half-written file
+        summary = write_gguf(source, scheme, tmp, report)
+    return {
+        "out": str(out),
+        "scheme": scheme.name,
+        "format": "gguf",
+        **{k: v for k, v in summary.items() if k != "layers"},
+        "files": [out.name],
+    }
+
+
+def _layers_to_store(model, scheme, fmt: str, include, exclude) -> list[str] | None:
+    """The layers a real-codes format writes, checked before anything is quantized (None for fake weights)."""
+    if fmt == "pack-quantized":
+        return check_packable(model, scheme, include, exclude)
+    if fmt == "compressed-tensors":
+        return check_writable(model, scheme, include, exclude)
+    return None
+
+
 def _checked_out(fmt: str, mix, out: Path, force: bool) -> Path:
     """``out`` as a Path once the request is known to be writable: a known format, a recipe only as fake weights,
     and no existing folder unless ``force``."""
@@ -96,8 +146,7 @@ def _checked_out(fmt: str, mix, out: Path, force: bool) -> Path:
         raise UsageError(f"unknown {spell('format')} '{fmt}'; allowed: {', '.join(FORMATS)}")
     if mix is not None and fmt != "fake":
         raise UsageError(
-            f"{spell('recipe')} checkpoints are written with {spell('format')} fake (pack-quantized holds one "
-            "int4 scheme)"
+            f"{spell('recipe')} checkpoints are written with {spell('format')} fake ({fmt} holds one scheme)"
         )
     out = Path(out)
     check_folder_option(out, spell("out"))
@@ -121,6 +170,8 @@ def _save(loaded, variant, scheme, packed, fmt: str, report: dict, out: Path) ->
         if packed is None:
             swap_in(model, variant)
             model.save_pretrained(tmp)
+        elif fmt == "compressed-tensors":
+            save_compressed_format(model, scheme, packed, tmp)
         else:
             save_pack_quantized(model, scheme, packed, tmp)
         loaded.tokenizer.save_pretrained(tmp)

@@ -25,7 +25,7 @@ from infoeval.quant.variant_settings import (
 
 REFERENCE_FORMATS = ("topk", "hidden")
 HEADS = ("stored", "candidate")
-CHECKPOINT_FORMATS = ("fake", "pack-quantized")
+CHECKPOINT_FORMATS = ("fake", "pack-quantized", "compressed-tensors", "gguf")
 
 
 def recipe_option(panel: str):
@@ -205,7 +205,7 @@ class QuantizeRequest:
     out: Path = option(
         Path("quantized"),
         flags=("--out", "-o"),
-        help="Folder to write the checkpoint to.",
+        help="Folder to write the checkpoint to (with --format gguf: a .gguf file).",
         accepts=str | Path,
         cli=Path,
         parse=Path,
@@ -213,7 +213,7 @@ class QuantizeRequest:
     )
     scheme: str | None = option(  # None: int8-channel, unless --recipe
         None,
-        help="Scheme: int<bits>-channel | int<bits>-g<N> [-asym].",
+        help="Scheme: int<bits>-channel | int<bits>-g<N> [-asym] | a shipped format (fp8, nvfp4, mxfp4, q4_0, …).",
         default_text="int8-channel",
         panel="Checkpoint",
     )
@@ -224,7 +224,9 @@ class QuantizeRequest:
     format: str = option(
         "fake",
         flags=("--format",),
-        help="fake (dequantized float weights) or pack-quantized (real int4 codes, compressed-tensors).",
+        help="fake (dequantized float weights), pack-quantized (real int4 codes, compressed-tensors) or "
+        "compressed-tensors (fp8, fp8-tensor, fp8-b128, nvfp4 codes) or gguf (a .gguf model's blocks in q8_0, q4_0, "
+        "q4_1, q5_0, q5_1 or gguf-mxfp4; --out a .gguf file).",
         parse=one_of("format", CHECKPOINT_FORMATS),
         panel="Checkpoint",
     )

@@ -93,6 +93,19 @@ def local_checkpoint(spec: str) -> Path | None:
     return folder if (folder / "infoeval-source.json").is_file() else None
 
 
+@contextlib.contextmanager
+def _no_hf_progress_bars():
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def gguf_cache_dir(gguf: Path, digest: str) -> Path:
     """Dequantize a GGUF once into a safetensors folder (written atomically); return the folder."""
     import transformers
@@ -119,7 +132,8 @@ def gguf_cache_dir(gguf: Path, digest: str) -> Path:
         clean.load_state_dict(src.state_dict(), assign=True, strict=True)
         if getattr(cfg, "tie_word_embeddings", False):
             clean.tie_weights()
-        clean.save_pretrained(tmp)
+        with _no_hf_progress_bars():  # transformers' "Writing model shards" bar: the cache is not the run's work
+            clean.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         list_added_tokens(tmp)
         source = {"gguf": str(gguf), "sha256": digest, "gguf_add_bos": _gguf_add_bos(gguf)}

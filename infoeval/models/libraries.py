@@ -38,6 +38,7 @@ def kept_print_options():
         torch.set_printoptions(**printing)
 
 
+LOGURU_LIBRARIES = ("compressed_tensors",)
 LIBRARY_LOGGERS = ("torchao", "torch.utils._pytree", "hqq", "optimum.quanto", "bitsandbytes", "autoround")
 
 
@@ -49,6 +50,9 @@ def quiet_libraries():
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)
+    loguru = _loguru()  # compressed-tensors logs through loguru, to the stderr it saw at import
+    for name in LOGURU_LIBRARIES if loguru else ():
+        loguru.disable(name)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -56,6 +60,17 @@ def quiet_libraries():
     finally:
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
+        for name in LOGURU_LIBRARIES if loguru else ():
+            loguru.enable(name)
+
+
+def _loguru():
+    """loguru's logger where it is installed (compressed-tensors depends on it), else None."""
+    if not installed("loguru"):
+        return None
+    from loguru import logger
+
+    return logger
 
 
 @functools.cache

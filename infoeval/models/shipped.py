@@ -136,7 +136,8 @@ def _load(folder: Path, name: str, package: str | None, dtype: torch.dtype, devi
         if compressor is not None and hasattr(model, "ct_decompress_hook"):
             # compressed-tensors decompresses by a hook at the first forward, which the engine's own head would
             # break: decompress now (the call removes the hook)
-            compressor.decompress_model(model)
+            with _fp4_unpacked_as(dtype):
+                compressor.decompress_model(model)
         return model
     except (
         ImportError,
@@ -150,6 +151,28 @@ def _load(folder: Path, name: str, package: str | None, dtype: torch.dtype, devi
     ) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise DeviceError(f"the {name} checkpoint '{folder}' did not load on {device}: {first}") from None
+
+
+@contextlib.contextmanager
+def _fp4_unpacked_as(dtype: torch.dtype):
+    """compressed-tensors unpacks NVFP4's E2M1 codes to bfloat16 whatever dtype the model loads in, so that its
+    dequantized weights are ŵ rounded to bfloat16; here they are unpacked in ``dtype`` (E2M1 values are exact in
+    any float dtype), so that ŵ = values · (E4M3 scale / global scale) is computed, and kept, in that dtype: the
+    product the kernel's float32 accumulation sees, and what the in-process format computes."""
+    try:
+        from compressed_tensors.compressors.nvfp4 import base
+    except ImportError:  # another compressed-tensors layout: its own behaviour
+        yield
+        return
+    unpack = getattr(base, "unpack_fp4_from_uint8", None)
+    if unpack is None:
+        yield
+        return
+    base.unpack_fp4_from_uint8 = lambda a, m, n, **_: unpack(a, m, n, dtype=dtype)
+    try:
+        yield
+    finally:
+        base.unpack_fp4_from_uint8 = unpack
 
 
 def describe(name: str, settings: dict, package: str | None, model: torch.nn.Module, folder: Path) -> dict:

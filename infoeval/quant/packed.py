@@ -9,12 +9,13 @@ loaded model computes exactly what the in-memory fake quantization computes.
 from __future__ import annotations
 
 import contextlib
-import os
+import io
 from pathlib import Path
 
 import torch
 
 from infoeval.errors import UsageError, spell
+from infoeval.models.libraries import quiet_libraries
 from infoeval.quant.primitives import dequantize_codes, quantize_codes
 from infoeval.quant.schemes import Scheme
 from infoeval.quant.selection import plan_layers
@@ -29,15 +30,8 @@ def check_packable(model: torch.nn.Module, scheme: Scheme, include=(), exclude=(
         )
     names = [n for n, selected, _ in plan_layers(model, list(include), list(exclude)) if selected]
     modules = dict(model.named_modules())
-    shared = {}
-    for pname, param in model.named_parameters(remove_duplicate=False):
-        shared.setdefault(id(param), []).append(pname)
+    refuse_tied(model, names, "pack-quantized")
     for n in names:
-        if len(shared.get(id(modules[n].weight), [])) > 1:
-            raise UsageError(
-                f"layer {n} shares its weight with {shared[id(modules[n].weight)][0]}; pack-quantized cannot "
-                f"store a tied layer: {spell('exclude')} it or use {spell('format')} fake"
-            )
         in_f = modules[n].weight.shape[1]
         if scheme.group_size is not None and in_f % scheme.group_size:
             raise UsageError(
@@ -46,6 +40,21 @@ def check_packable(model: torch.nn.Module, scheme: Scheme, include=(), exclude=(
                 f"has no partial groups; use a group size dividing {in_f}, int4-channel, or {spell('format')} fake"
             )
     return names
+
+
+def refuse_tied(model: torch.nn.Module, names: list[str], storage: str) -> None:
+    """A usage error naming the first of ``names`` whose weight another parameter shares: ``storage`` keeps one
+    tensor per name and cannot store a tied layer."""
+    shared = {}
+    for pname, param in model.named_parameters(remove_duplicate=False):
+        shared.setdefault(id(param), []).append(pname)
+    modules = dict(model.named_modules())
+    for n in names:
+        if len(shared.get(id(modules[n].weight), [])) > 1:
+            raise UsageError(
+                f"layer {n} shares its weight with {shared[id(modules[n].weight)][0]}; {storage} cannot "
+                f"store a tied layer: {spell('exclude')} it or use {spell('format')} fake"
+            )
 
 
 @torch.no_grad()
@@ -86,20 +95,16 @@ def save_pack_quantized(model: torch.nn.Module, scheme: Scheme, names: list[str]
             dequantize_codes(q, s, torch.zeros_like(s, dtype=torch.int32), scheme.group_size).to(lin.weight.dtype)
         )
     compressor = ModelCompressor.from_pretrained_model(model, quantization_format="pack-quantized")
-    with _no_tqdm():  # compressed-tensors draws its own progress bars per layer
+    with quiet_compressed_tensors():  # compressed-tensors draws its own progress bars per layer
         compressor.compress_model(model)
         model.save_pretrained(out)
     compressor.update_config(out)
 
 
 @contextlib.contextmanager
-def _no_tqdm():
-    old = os.environ.get("TQDM_DISABLE")
-    os.environ["TQDM_DISABLE"] = "1"
-    try:
+def quiet_compressed_tensors():
+    """compressed-tensors' progress bars (tqdm, on stderr) and notices kept off the user's terminal while it
+    compresses or saves; errors still raise. tqdm reads TQDM_DISABLE when it is imported, so the bars' stream is
+    redirected instead."""
+    with quiet_libraries(), contextlib.redirect_stderr(io.StringIO()):
         yield
-    finally:
-        if old is None:
-            os.environ.pop("TQDM_DISABLE", None)
-        else:
-            os.environ["TQDM_DISABLE"] = old
