@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 CPU = torch.device("cpu")
 
 
-@pytest.mark.parametrize("name", ["mxfp4", "nvfp4", "q4_0", "fp8", "nf4-g64", "mxfp6-rceil"])
+@pytest.mark.parametrize("name", ["mxfp4", "nvfp4", "q4_0", "fp8", "nf4-g64", "mxfp6-rceil", "mxfp6-e3m2", "mxfp8"])
 def test_a_format_variant_computes_with_its_fake_quantized_weights(tiny_llama_dir, name):
     model = load_model(str(tiny_llama_dir), CPU, torch.float32).model
     fmt = parse_scheme(name)

@@ -57,8 +57,7 @@ def q8_0(x: torch.Tensor, element=None, amax=None):
 
 
 def _amax_blocks(x: torch.Tensor) -> torch.Tensor:
-    lo, hi = torch.aminmax(x, dim=-1, keepdim=True)
-    return torch.maximum(hi, lo.neg_())
+    return torch.maximum(x.amax(dim=-1, keepdim=True), x.amin(dim=-1, keepdim=True).neg_())
 
 
 def _symmetric(x: torch.Tensor, half: int):
@@ -70,7 +69,7 @@ def _symmetric(x: torch.Tensor, half: int):
 
 def _offset(x: torch.Tensor, top: int):
     """Q4_1 (top 15) and Q5_1 (top 31): d = (max − min) / top, q = min(top, trunc((x − min)·id + ½))."""
-    lo, hi = torch.aminmax(x, dim=-1, keepdim=True)
+    hi, lo = x.amax(dim=-1, keepdim=True), x.amin(dim=-1, keepdim=True)
     d = (hi - lo) / top
     q = _codes(torch.sub(x, lo).mul_(_reciprocal(d)).add_(0.5).trunc_()).clamp_(0, top)
     return q, _fp16(d), _fp16(lo)

@@ -33,9 +33,8 @@ def _round(q: torch.Tensor, element: Element) -> torch.Tensor:
 
 
 def _amax(x: torch.Tensor) -> torch.Tensor:
-    """max |x| of each block (n, 1), from one pass of ``aminmax`` (no |x| copy)."""
-    lo, hi = torch.aminmax(x, dim=-1, keepdim=True)
-    return torch.maximum(hi, lo.neg_())
+    """max |x| of each block (n, 1), from its largest and smallest values (no |x| copy)."""
+    return torch.maximum(x.amax(dim=-1, keepdim=True), x.amin(dim=-1, keepdim=True).neg_())
 
 
 def absmax(x: torch.Tensor, element: Element, amax=None):

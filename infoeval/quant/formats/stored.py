@@ -1,10 +1,10 @@
 """A layer's weight held in a shipped format (``presets.Format``): one byte per element and its blocks' float32
 multipliers (and offsets), from which each forward pass dequantizes the very bits ``rounding.fake_quantize`` gives.
 
-The elements are kept in a one-byte dtype that holds every value of the format exactly: E4M3 for the E4M3, E2M3,
-E3M2 and E2M1 elements (each of those values is an E4M3 value), E5M2 for E5M2, int8 for GGUF's integer codes (and
-ggml's doubled E2M1 values), the code book's index for NF4. Casting them back to float32 is exact, so ŵ = values ·
-multiplier (+ offset) is the same float32 arithmetic as the format's own dequantization.
+The elements are kept in a one-byte dtype that holds every value of the format exactly: E4M3 for E4M3, E5M2 for
+E5M2 and E3M2 (each E3M2 value is an E5M2 value), int8 for GGUF's integer codes, ggml's doubled E2M1 values, and
+the E2M1 and E2M3 values times 2 and 8 (``_codes``), the code book's index for NF4. Casting them back to float32
+is exact, so ŵ = values · multiplier (+ offset) is the same float32 arithmetic as the format's own dequantization.
 """
 
 from __future__ import annotations
@@ -21,13 +21,17 @@ from infoeval.quant.formats.scaling import absmax_scale
 ALIGN = 64
 
 
+SCALED_TO_INT8 = {"fp4-e2m1": 2.0, "fp6-e2m3": 8.0}  # element → the power of two that makes its values integers
+
+
 def code_dtype(fmt: Format) -> torch.dtype:
-    """The one-byte dtype a format's elements are kept in."""
+    """The one-byte dtype a format's elements are kept in: the one whose cast to float32 is fastest among those
+    that hold every value exactly (torch casts int8 and E5M2 to float32 several times faster than E4M3)."""
     if fmt.element == "nf4":
         return torch.uint8
-    if fmt.element.startswith("int") or fmt.convention == "gguf-mxfp4":
+    if fmt.element.startswith("int") or fmt.convention == "gguf-mxfp4" or fmt.element in SCALED_TO_INT8:
         return torch.int8
-    return torch.float8_e5m2 if fmt.element == "fp8-e5m2" else torch.float8_e4m3fn
+    return torch.float8_e5m2 if fmt.element in ("fp8-e5m2", "fp6-e3m2") else torch.float8_e4m3fn
 
 
 @dataclass(frozen=True)
@@ -63,9 +67,23 @@ def encode(w: torch.Tensor, fmt: Format) -> tuple[FormatWeight, torch.Tensor]:
     if fmt.element == "nf4":
         return _encode_code_book(w, fmt)
     values, multiplier, offset, layout = quantize_blocks(w.detach().to(torch.float32), fmt)
-    codes = values.to(code_dtype(fmt))
-    stored = FormatWeight(fmt, codes, multiplier, offset, layout, w.dtype)
+    codes, kept = _codes(values, multiplier, fmt)
+    stored = FormatWeight(fmt, codes, kept, offset, layout, w.dtype)
     return stored, dequantize_blocks(values, multiplier, offset, layout, inplace=True)
+
+
+def _codes(values: torch.Tensor, multiplier: torch.Tensor, fmt: Format) -> tuple[torch.Tensor, torch.Tensor]:
+    """The elements in ``code_dtype`` and the multiplier they dequantize with. E2M1 and E2M3 values times 2 and 8
+    are integers of int8, kept with the multiplier divided by the same power of two: (k · v) · (m / k) is the same
+    real product as v · m, so its float32 rounding, ŵ, is the same. Where m / k would lose a bit (m below 2^−123),
+    the values are kept as E4M3 with m itself."""
+    factor = SCALED_TO_INT8.get(fmt.element) if fmt.convention != "gguf-mxfp4" else None
+    if factor is None:
+        return values.to(code_dtype(fmt)), multiplier
+    kept = multiplier / factor
+    if not torch.equal(kept * factor, multiplier):
+        return values.to(torch.float8_e4m3fn), multiplier
+    return values.mul(factor).to(torch.int8), kept
 
 
 def _encode_code_book(w: torch.Tensor, fmt: Format) -> tuple[FormatWeight, torch.Tensor]:
