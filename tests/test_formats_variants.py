@@ -54,3 +54,15 @@ def test_formats_and_integers_in_one_list_and_the_unknown_name():
     assert [s.name for s in parse_schemes("int4-g128, MXFP4, nvfp4@torchao")] == ["int4-g128", "mxfp4", "nvfp4@torchao"]
     with pytest.raises(SchemeError, match="did you mean .nvfp4."):
         parse_scheme("nvfp3")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_weight_is_refused_naming_the_layer(bad):
+    from infoeval.errors import DataError
+    from infoeval.quant.formats.rounding import check_layer
+
+    w = torch.randn(8, 64)
+    check_layer(parse_scheme("mxfp4"), w, "model.layers.0.mlp.up_proj")  # finite: no error
+    w[3, 5] = bad
+    with pytest.raises(DataError, match=r"^layer model\.layers\.0\.mlp\.up_proj holds an inf or a NaN weight; mxfp4"):
+        check_layer(parse_scheme("mxfp4"), w, "model.layers.0.mlp.up_proj")

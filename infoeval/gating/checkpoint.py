@@ -38,7 +38,7 @@ FORMATS = ("fake", "pack-quantized", "compressed-tensors", "gguf")
 STORAGE = {
     "fake": "dequantized float weights",
     "pack-quantized": "compressed-tensors pack-quantized int4 codes",
-    "compressed-tensors": "compressed-tensors float-quantized / nvfp4-pack-quantized codes",
+    "compressed-tensors": "compressed-tensors naive-quantized (FP8) / nvfp4-pack-quantized codes",
     "gguf": "GGUF blocks (the gguf package's quantizers)",
 }
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import io
 import logging
+import os
 import warnings
 
 import torch
@@ -71,6 +73,19 @@ def _loguru():
     from loguru import logger
 
     return logger
+
+
+@contextlib.contextmanager
+def quiet_checkpoint_io():
+    """The libraries' notices and progress bars (HQQ's, AutoRound's repacking, compressed-tensors' per-layer bars)
+    kept off the terminal while a checkpoint loads or is written (INFOEVAL_DEBUG=1 shows them), and torch's print
+    options as they were. tqdm reads TQDM_DISABLE when it is imported, so the bars' streams are redirected."""
+    with kept_print_options():
+        if os.environ.get("INFOEVAL_DEBUG"):
+            yield
+            return
+        with quiet_libraries(), contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            yield
 
 
 @functools.cache

@@ -14,9 +14,7 @@ extra to install; a load the library refuses on this device is one line (exit 2)
 from __future__ import annotations
 
 import contextlib
-import io
 import json
-import os
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -24,6 +22,7 @@ from pathlib import Path
 import torch
 
 from infoeval.errors import DeviceError, UsageError
+from infoeval.models.libraries import quiet_checkpoint_io
 
 
 @dataclass(frozen=True)
@@ -91,24 +90,10 @@ def loader_package(name: str, folder: Path) -> str | None:
     )
 
 
-@contextlib.contextmanager
-def _quiet():
-    """The libraries' notices and progress bars (HQQ's, AutoRound's repacking) kept off the terminal while a
-    checkpoint loads (INFOEVAL_DEBUG=1 shows them), and torch's print options as they were."""
-    from infoeval.models.libraries import kept_print_options, quiet_libraries
-
-    with kept_print_options():
-        if os.environ.get("INFOEVAL_DEBUG"):
-            yield
-            return
-        with quiet_libraries(), contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-            yield
-
-
 def load_shipped(folder: Path, name: str, package: str | None, dtype: torch.dtype, device: torch.device, device_map):
     """The model of a quantized checkpoint, loaded by its library on ``device`` (or by ``device_map``); any
     failure of the library is one line naming the format and the device."""
-    with _quiet():
+    with quiet_checkpoint_io():
         return _load(folder, name, package, dtype, device, device_map)
 
 

@@ -20,11 +20,11 @@ from types import SimpleNamespace
 import torch
 
 from infoeval.errors import UsageError, spell
-from infoeval.models.libraries import quiet_libraries
+from infoeval.models.libraries import quiet_checkpoint_io, quiet_libraries
 from infoeval.quant.formats.presets import Format
-from infoeval.quant.formats.rounding import check_layer, dequantize_blocks, quantize_blocks
+from infoeval.quant.formats.rounding import check_layer, dequantize_blocks, largest_magnitude, quantize_blocks
 from infoeval.quant.formats.scaling import nvfp4_global
-from infoeval.quant.packed import quiet_compressed_tensors, refuse_tied
+from infoeval.quant.packed import refuse_tied
 from infoeval.quant.selection import plan_layers
 
 _FP8 = {"num_bits": 8, "type": "float", "symmetric": True}
@@ -75,7 +75,7 @@ def save_compressed_format(model: torch.nn.Module, fmt: Format, names: list[str]
         format=storage,
         quantization_status=ct.QuantizationStatus.FROZEN,
     )
-    with quiet_compressed_tensors():
+    with quiet_checkpoint_io():
         ct.apply_quantization_config(model, config)
         for n, (w_hat, scale, tensor_scale) in made.items():
             lin = modules[n]
@@ -98,7 +98,7 @@ def _quantized(w: torch.Tensor, fmt: Format) -> tuple[torch.Tensor, torch.Tensor
     big_r, big_c = layout[4], layout[5]
     if fmt.name != "nvfp4":
         return w_hat, multiplier.reshape(big_r, big_c), None
-    g = nvfp4_global(torch.maximum(x.amax(), x.amin().neg()))
+    g = nvfp4_global(largest_magnitude(x))
     return w_hat, (multiplier * g).reshape(big_r, big_c), g.reshape(1)
 
 

@@ -8,14 +8,12 @@ loaded model computes exactly what the in-memory fake quantization computes.
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
 import torch
 
 from infoeval.errors import UsageError, spell
-from infoeval.models.libraries import quiet_libraries
+from infoeval.models.libraries import quiet_checkpoint_io
 from infoeval.quant.primitives import dequantize_codes, quantize_codes
 from infoeval.quant.schemes import Scheme
 from infoeval.quant.selection import plan_layers
@@ -95,16 +93,7 @@ def save_pack_quantized(model: torch.nn.Module, scheme: Scheme, names: list[str]
             dequantize_codes(q, s, torch.zeros_like(s, dtype=torch.int32), scheme.group_size).to(lin.weight.dtype)
         )
     compressor = ModelCompressor.from_pretrained_model(model, quantization_format="pack-quantized")
-    with quiet_compressed_tensors():  # compressed-tensors draws its own progress bars per layer
+    with quiet_checkpoint_io():  # compressed-tensors draws its own progress bars per layer
         compressor.compress_model(model)
         model.save_pretrained(out)
     compressor.update_config(out)
-
-
-@contextlib.contextmanager
-def quiet_compressed_tensors():
-    """compressed-tensors' progress bars (tqdm, on stderr) and notices kept off the user's terminal while it
-    compresses or saves; errors still raise. tqdm reads TQDM_DISABLE when it is imported, so the bars' stream is
-    redirected instead."""
-    with quiet_libraries(), contextlib.redirect_stderr(io.StringIO()):
-        yield

@@ -43,25 +43,22 @@ def check_layer(fmt: Format, w: torch.Tensor, layer: str) -> None:
     """A layer ``fmt`` can quantize: its blocks divide it (``check_divides``) and its weights are finite (else a
     data error naming the layer)."""
     check_divides(fmt, tuple(w.shape), layer)
-    if w.numel() and not _finite(w.detach()):
-        raise DataError(f"layer {layer} holds an inf or a NaN weight; {fmt.name} quantizes finite weights only")
+    check_finite(w.detach(), fmt, layer)
 
 
-def _largest(x: torch.Tensor) -> torch.Tensor:
+def largest_magnitude(x: torch.Tensor) -> torch.Tensor:
     """max |x|, as a 0-d float32 tensor: NaN if x holds a NaN, inf if it holds an inf (two reductions, no copy)."""
     return torch.maximum(x.amax(), x.amin().neg()).to(torch.float32) if x.numel() else torch.zeros(())
 
 
-def check_finite(x: torch.Tensor, fmt: Format) -> torch.Tensor:
-    """max |x| (``_largest``), or a data error if x holds an inf or a NaN."""
-    amax = _largest(x)
-    if not torch.isfinite(amax):
-        raise DataError(f"{fmt.name}: the weight holds an inf or a NaN; only finite weights can be quantized")
-    return amax
-
-
-def _finite(x: torch.Tensor) -> bool:
-    return bool(torch.isfinite(_largest(x)))
+def check_finite(x: torch.Tensor, fmt: Format, layer: str | None = None) -> torch.Tensor:
+    """max |x| (``largest_magnitude``), or a data error (naming ``layer`` where given) if x holds an inf or a NaN."""
+    amax = largest_magnitude(x)
+    if torch.isfinite(amax):
+        return amax
+    if layer is not None:
+        raise DataError(f"layer {layer} holds an inf or a NaN weight; {fmt.name} quantizes finite weights only")
+    raise DataError(f"{fmt.name}: the weight holds an inf or a NaN; only finite weights can be quantized")
 
 
 def to_blocks(x: torch.Tensor, block: tuple[int | None, int | None]) -> tuple[torch.Tensor, tuple]:
